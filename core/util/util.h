@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * util: the bottom module. Logging and parameters (core/common/log.h, param.h), time,
+ * host identity, and allocation helpers. Sockets are in util_socket.h.
+ */
+#ifndef BR_UTIL_H_
+#define BR_UTIL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "check.h"
+#include "param.h"
+
+/* Log what loading the parameter table found (non-default values, invalid values,
+ * unknown variables). Called once by the logger. */
+void br_param_report(void);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t br_time_ns(void);
+
+/* Identity of this host (NCCL_HOSTID, else host name and boot id) and of this process
+ * (pid and pid namespace), as 64-bit hashes. */
+uint64_t br_host_hash(void);
+uint64_t br_pid_hash(void);
+/* This machine's host name, for error messages. */
+const char *br_host_name(void);
+
+/* 64-bit FNV-1a hash of a byte string. */
+uint64_t br_hash_bytes(const void *data, size_t size, uint64_t seed);
+
+/* Allocation that logs what failed: *ptr_p gets zeroed memory of n * size bytes. */
+ncclResult_t br_calloc_impl(void **ptr_p, size_t n, size_t size, const char *what);
+#define br_calloc(ptr_p, n, what) br_calloc_impl((void **)(ptr_p), (n), sizeof(**(ptr_p)), (what))
+
+/* Fill buf with size bytes from the kernel's random source. */
+ncclResult_t br_random_bytes(void *buf, size_t size);
+
+#endif /* BR_UTIL_H_ */

@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The parameter table: params.def expanded into rows of {key, type, default, level, doc,
+ * value, source}. Loaded once under pthread_once, in NCCL's precedence: the environment,
+ * then NCCL_CONF_FILE (or ~/.nccl.conf when unset), then /etc/nccl.conf, then the default.
+ * Loading never logs (the logger itself reads this table); what loading found worth
+ * saying is reported by br_param_report(), which the logger calls once it is ready.
+ * This is the only file that calls getenv().
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "check.h"
+#include "param.h"
+#include "util.h"
+
+extern char **environ;
+
+static br_param_row_t table[BR_PARAM_COUNT] = {
+#define BR_PARAM(prefix, name, type, def, level, doc)                                              \
+    [BR_PARAM_ID_##name] = {#prefix "_" #name, BR_PTYPE_##type, def, BR_PLEVEL_##level, doc,       \
+                            NULL, 0, "default"},
+#include "params.def"
+#undef BR_PARAM
+};
+
+/* Values that failed to parse, reported (and replaced by the default) at report time. */
+static char bad_values[BR_PARAM_COUNT];
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+int br_param_parse(br_param_type_t type, const char *text, int64_t *value_p)
+{
+    char *end = NULL;
+    long long v;
+
+    if (type == BR_PTYPE_STR) {
+        *value_p = 0;
+        return 0;
+    }
+    if (text == NULL || *text == '\0') {
+        return -1;
+    }
+    errno = 0;
+    v = strtoll(text, &end, 0);
+    if (errno != 0 || end == text) {
+        return -1;
+    }
+    if (type == BR_PTYPE_SIZE && *end != '\0') {
+        /* K, M and G suffixes, optionally followed by B or iB: binary multiples. */
+        int shift = 0;
+        switch (toupper((unsigned char)*end)) {
+        case 'K': shift = 10; break;
+        case 'M': shift = 20; break;
+        case 'G': shift = 30; break;
+        default: return -1;
+        }
+        end++;
+        if (strcasecmp(end, "") != 0 && strcasecmp(end, "B") != 0 && strcasecmp(end, "iB") != 0) {
+            return -1;
+        }
+        if (v < 0 || v > (INT64_MAX >> shift)) {
+            return -1;
+        }
+        v <<= shift;
+        end = (char *)"";
+    }
+    if (*end != '\0') {
+        return -1;
+    }
+    if (type == BR_PTYPE_BOOL && v != 0 && v != 1) {
+        return -1;
+    }
+    if (type == BR_PTYPE_SIZE && v < 0) {
+        return -1;
+    }
+    *value_p = v;
+    return 0;
+}
+
+static br_param_row_t *row_by_key(const char *key, size_t len)
+{
+    for (int i = 0; i < BR_PARAM_COUNT; i++) {
+        if (strlen(table[i].key) == len && strncmp(table[i].key, key, len) == 0) {
+            return &table[i];
+        }
+    }
+    return NULL;
+}
+
+static void set_value(br_param_row_t *row, const char *text, const char *source)
+{
+    row->text = strdup(text);
+    row->source = source;
+}
+
+/* Apply one KEY=VALUE configuration file; values already set by a stronger source stay. */
+static void load_file(const char *path, const char *weaker_than)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+
+    if (f == NULL) {
+        return;
+    }
+    const char *source = strdup(path);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *s = line, *eq, *e;
+        while (isspace((unsigned char)*s)) {
+            s++;
+        }
+        if (*s == '#' || *s == '\0') {
+            continue;
+        }
+        eq = strchr(s, '=');
+        if (eq == NULL) {
+            continue;
+        }
+        e = eq + strlen(eq);
+        while (e > eq + 1 && isspace((unsigned char)e[-1])) {
+            *--e = '\0';
+        }
+        size_t klen = (size_t)(eq - s);
+        while (klen > 0 && isspace((unsigned char)s[klen - 1])) {
+            klen--;
+        }
+        br_param_row_t *row = row_by_key(s, klen);
+        if (row == NULL) {
+            continue;
+        }
+        /* The user's file overrides /etc/nccl.conf; the environment overrides both. */
+        if (strcmp(row->source, "default") == 0 ||
+            (weaker_than != NULL && strcmp(row->source, weaker_than) == 0)) {
+            set_value(row, eq + 1, source);
+        }
+    }
+    fclose(f);
+}
+
+static void load(void)
+{
+    const char *conf, *home;
+    char path[4096];
+    const char *etc = "/etc/nccl.conf";
+
+    load_file(etc, NULL);
+    conf = getenv("NCCL_CONF_FILE");
+    if (conf != NULL && *conf != '\0') {
+        load_file(conf, etc);
+    } else if ((home = getenv("HOME")) != NULL) {
+        snprintf(path, sizeof(path), "%s/.nccl.conf", home);
+        load_file(path, etc);
+    }
+    for (int i = 0; i < BR_PARAM_COUNT; i++) {
+        const char *env = getenv(table[i].key);
+        if (env != NULL) {
+            set_value(&table[i], env, "environment");
+        }
+    }
+    for (int i = 0; i < BR_PARAM_COUNT; i++) {
+        br_param_row_t *row = &table[i];
+        if (row->text == NULL) {
+            row->text = row->def;
+        }
+        if (br_param_parse(row->type, row->text, &row->value) != 0) {
+            bad_values[i] = 1;
+            (void)br_param_parse(row->type, row->def, &row->value);
+        }
+    }
+}
+
+static inline void ensure_loaded(void)
+{
+    pthread_once(&load_once, load);
+}
+
+int64_t br_param_int(br_param_id_t id)
+{
+    ensure_loaded();
+    return table[id].value;
+}
+
+const char *br_param_str(br_param_id_t id)
+{
+    ensure_loaded();
+    const char *s = bad_values[id] ? table[id].def : table[id].text;
+    return (s != NULL && *s != '\0') ? s : NULL;
+}
+
+const br_param_row_t *br_param_table(int *count_p)
+{
+    ensure_loaded();
+    *count_p = BR_PARAM_COUNT;
+    return table;
+}
+
+/* Known variables that belong to plugins or to NCCL features read elsewhere. */
+static int is_plugin_key(const char *key)
+{
+    static const char *const prefixes[] = {"NCCL_SOCKET_", "NCCL_NSOCKS_", "NCCL_IB_",
+                                           "NCCL_OFI_",    "NCCL_TUNER_",  "NCCL_PROFILER_",
+                                           "NCCL_ALGO",    "NCCL_PROTO",   "NCCL_TOPO_",
+                                           "NCCL_ENV_PLUGIN"};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+        if (strncmp(key, prefixes[i], strlen(prefixes[i])) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void br_param_report(void)
+{
+    ensure_loaded();
+    for (int i = 0; i < BR_PARAM_COUNT; i++) {
+        const br_param_row_t *row = &table[i];
+        if (bad_values[i]) {
+            BR_WARN(NCCL_ENV, "%s has invalid value '%s' (from %s); using the default %s",
+                    row->key, row->text, row->source, row->def);
+        } else if (strcmp(row->source, "default") != 0) {
+            BR_INFO(NCCL_ENV, "%s set by %s to %s", row->key, row->source, row->text);
+        }
+    }
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        const char *eq = strchr(*e, '=');
+        if (eq == NULL || (strncmp(*e, "NCCL_", 5) != 0 && strncmp(*e, "BRAID_", 6) != 0)) {
+            continue;
+        }
+        if (row_by_key(*e, (size_t)(eq - *e)) == NULL && !is_plugin_key(*e)) {
+            BR_INFO(NCCL_ENV, "%.*s is not a Braid core parameter and is ignored by the core",
+                    (int)(eq - *e), *e);
+        }
+    }
+}
