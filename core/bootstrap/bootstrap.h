@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bootstrap: how ranks find each other before any transport exists. A unique id holds
+ * the root's address and a random secret; every rank checks in with the root, learns its
+ * ring successor, and the ranks form a TCP ring for allgathers. Out-of-band send/recv
+ * between any two ranks carries connection setup. Every connection presents the secret;
+ * one that does not is dropped and logged. Every wait is bounded (BRAID_BOOTSTRAP_TIMEOUT)
+ * and fails naming the rank(s) it waited for.
+ *
+ * Threading: one br_bootstrap_t per communicator rank. allgather/barrier are collective
+ * and called by one thread per rank. send/recv may be called from any thread of the
+ * owning rank (internally serialized). A background thread per bootstrap accepts
+ * incoming connections and queues their messages, so recv() and poll_abort() only
+ * look at the queue.
+ */
+#ifndef BR_BOOTSTRAP_H_
+#define BR_BOOTSTRAP_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+typedef struct br_bootstrap br_bootstrap_t;
+
+/* Make a unique id: a random 8-byte secret and the address of a root listener this
+ * process starts (a detached thread serving exactly one communicator init). With
+ * NCCL_COMM_ID=host:port set, the id instead carries that address and a secret derived
+ * from it, and rank 0 starts the root inside br_bootstrap_init. */
+ncclResult_t br_bootstrap_get_unique_id(ncclUniqueId *id);
+
+/* Is this id plausibly one that br_bootstrap_get_unique_id made (magic, address family,
+ * port)? A zeroed or garbage id fails here, with a WARN saying why. */
+ncclResult_t br_bootstrap_check_unique_id(const ncclUniqueId *id);
+
+/* Join the communicator: check in with the root, connect the ring, exchange listen
+ * addresses. Fails within BRAID_BOOTSTRAP_TIMEOUT seconds when a rank never arrives,
+ * with an error text naming the missing ranks (every arrived rank gets that text). */
+ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
+                               br_bootstrap_t **boot_p);
+
+/* Ring allgather: data holds nranks slots of size bytes; this rank's slot is filled on
+ * entry, every slot on return. */
+ncclResult_t br_bootstrap_allgather(br_bootstrap_t *boot, void *data, size_t size);
+
+/* Barrier over all ranks. */
+ncclResult_t br_bootstrap_barrier(br_bootstrap_t *boot);
+
+/* Out-of-band message to one peer, matched on the receiver by (peer, tag) in order.
+ * send does not wait for the matching recv (it returns once the bytes are written). */
+ncclResult_t br_bootstrap_send(br_bootstrap_t *boot, int peer, int tag, const void *data,
+                               size_t size);
+/* Receive exactly size bytes from (peer, tag); a size mismatch is an error. Bounded by
+ * BRAID_BOOTSTRAP_TIMEOUT; a dead peer fails it sooner. */
+ncclResult_t br_bootstrap_recv(br_bootstrap_t *boot, int peer, int tag, void *data, size_t size);
+
+/* Tell every other rank that this rank failed, with a reason (best effort, bounded to
+ * about a second in total, never blocks on a dead peer). */
+void br_bootstrap_abort_notify(br_bootstrap_t *boot, const char *reason);
+
+/* Non-blocking: has another rank sent an abort notification? If so returns 1 and fills
+ * the sender's rank and its reason. */
+int br_bootstrap_poll_abort(br_bootstrap_t *boot, int *from_rank_p, char *reason, size_t len);
+
+/* Host name and pid of a rank as exchanged at init (for error messages). */
+const char *br_bootstrap_peer_host(br_bootstrap_t *boot, int rank);
+int br_bootstrap_peer_pid(br_bootstrap_t *boot, int rank);
+
+/* Stop the background thread, close every socket, free. */
+void br_bootstrap_close(br_bootstrap_t *boot);
+
+#endif /* BR_BOOTSTRAP_H_ */

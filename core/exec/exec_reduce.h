@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Element-wise reductions and conversions for every data type on host memory, the
+ * arithmetic under the host executor. fp16, bf16 and both fp8 formats compute in wider
+ * precision and round to nearest even (fp8 saturates to the largest finite value, NaN
+ * stays NaN). Integer sums and products wrap (computed unsigned).
+ */
+#ifndef BR_EXEC_REDUCE_H_
+#define BR_EXEC_REDUCE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+/* The arithmetic of one reduction, resolved from (ncclRedOp_t, type, nranks). */
+typedef enum {
+    BR_RED_SUM,
+    BR_RED_PROD,
+    BR_RED_MAX,
+    BR_RED_MIN,
+    BR_RED_PREMULSUM,   /* sum of (scalar * input): user PreMulSum ops and float ncclAvg */
+    BR_RED_SUMPOSTDIV   /* sum, then integer division by nranks: integer ncclAvg */
+} br_red_kind_t;
+
+typedef struct {
+    br_red_kind_t kind;
+    ncclDataType_t type;
+    /* PREMULSUM scalar, already converted: as double (floating types) and as int64/uint64
+     * bit pattern (integer types). */
+    double scalar_f;
+    uint64_t scalar_i;
+    /* SUMPOSTDIV divisor. */
+    uint64_t divisor;
+} br_redop_t;
+
+/* Bytes per element of a type (0 for an invalid type). */
+size_t br_type_size(ncclDataType_t type);
+/* "float32", "bf16", ... for messages. */
+const char *br_type_name(ncclDataType_t type);
+/* "sum", "prod", ... for messages. */
+const char *br_red_kind_name(br_red_kind_t kind);
+
+/* Build the arithmetic for a built-in op (ncclSum..ncclAvg) on nranks ranks. */
+void br_redop_builtin(br_redop_t *op, ncclRedOp_t builtin, ncclDataType_t type, int nranks);
+/* Build a PREMULSUM op whose scalar is one element of `type` at `scalar`. */
+void br_redop_premulsum(br_redop_t *op, ncclDataType_t type, const void *scalar);
+
+/* Flags for br_reduce. */
+#define BR_REDUCE_POST 0x1 /* apply the final step (SUMPOSTDIV's division) to the result */
+
+/*
+ * dst[i] = post( recv[i]  (+)  pre(local[i]) ) for i < count, where (+) is the op, pre()
+ * multiplies by the PREMULSUM scalar (identity otherwise) and post() is applied only with
+ * BR_REDUCE_POST. recv == NULL means "no received operand" (dst = post(pre(local))),
+ * local == NULL means "no local operand" (dst = post(recv)). dst may be the same pointer
+ * as recv or local; partial overlap is not allowed. Vectorizable for the common types.
+ */
+void br_reduce(void *dst, const void *recv, const void *local, size_t count,
+               const br_redop_t *op, int flags);
+
+/* Conversions used by the reductions and by tests (round to nearest even). */
+float br_half_to_float(uint16_t h);
+uint16_t br_float_to_half(float f);
+float br_bf16_to_float(uint16_t b);
+uint16_t br_float_to_bf16(float f);
+float br_e4m3_to_float(uint8_t v);
+uint8_t br_float_to_e4m3(float f);
+float br_e5m2_to_float(uint8_t v);
+uint8_t br_float_to_e5m2(float f);
+
+#endif /* BR_EXEC_REDUCE_H_ */
