@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * api: every nccl* entry point. User input is checked here and only here; a bad call
+ * returns ncclInvalidArgument or ncclInvalidUsage with a WARN (the ncclGetLastError
+ * text) naming the rank, the host, the function and what was wrong.
+ */
+#ifndef BR_API_H_
+#define BR_API_H_
+
+#include "group.h"
+
+/* Define pnccl<Name> and export nccl<Name> as its weak alias, both visible. */
+#define BR_API(ret, name, args)                                                                    \
+    extern __typeof__(p##name) name __attribute__((weak, alias("p" #name), visibility("default")));\
+    __attribute__((visibility("default"))) ret p##name args
+
+/* Start of every entry point: per-thread log rank and a fresh last-error slot. */
+void br_api_enter(ncclComm_t comm);
+
+/* A live communicator, or ncclInvalidArgument with a message naming fn. */
+ncclResult_t br_api_check_comm(ncclComm_t comm, const char *fn);
+
+#endif /* BR_API_H_ */

@@ -1,0 +1,450 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Operation entry points: argument checks, then an op for the group layer. AlltoAll,
+ * Gather and Scatter are groups of sends and receives, as in NCCL. Also the user
+ * reduction ops and the memory/registration calls.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "util.h"
+
+/* Everything a call needs checked, in one place. */
+typedef struct {
+    const char *fn;
+    br_func_t func;
+    const void *sendbuff;
+    void *recvbuff;
+    size_t count;
+    ncclDataType_t type;
+    ncclRedOp_t op;      /* -1: no reduction */
+    int root;            /* -1: none */
+    int peer;            /* -1: none */
+    size_t send_mult;    /* elements of sendbuff per count (AllGather: 1, ReduceScatter: n) */
+    size_t recv_mult;
+    int send_needed;     /* does this rank read sendbuff / write recvbuff */
+    int recv_needed;
+} call_t;
+
+#define ARG_FAIL(comm, c, ...)                                                                     \
+    do {                                                                                           \
+        char what_[256];                                                                           \
+        snprintf(what_, sizeof(what_), __VA_ARGS__);                                               \
+        BR_WARN(NCCL_COLL, "rank %d (host %s): %s: %s", (comm)->rank, br_host_name(), (c)->fn,    \
+                what_);                                                                            \
+        return ncclInvalidArgument;                                                                \
+    } while (0)
+
+static ncclResult_t resolve_op(ncclComm_t comm, const call_t *c, br_redop_t *out)
+{
+    int op = (int)c->op;
+    if (op >= 0 && op < (int)ncclNumOps) {
+        br_redop_builtin(out, c->op, c->type, comm->nranks);
+        return ncclSuccess;
+    }
+    int idx = op - (int)ncclNumOps;
+    if (idx < 0 || idx >= BR_MAX_USER_OPS) {
+        ARG_FAIL(comm, c, "invalid reduction op %d", op);
+    }
+    pthread_mutex_lock(&comm->lock);
+    br_user_op_t u = comm->user_ops[idx];
+    pthread_mutex_unlock(&comm->lock);
+    if (!u.in_use) {
+        ARG_FAIL(comm, c, "reduction op %d was not created on this communicator (or was destroyed)",
+                 op);
+    }
+    if (u.type != c->type) {
+        ARG_FAIL(comm, c, "reduction op %d was created for %s but the call uses %s", op,
+                 br_type_name(u.type), br_type_name(c->type));
+    }
+    br_redop_premulsum(out, u.type,
+                       u.residence == ncclScalarHostImmediate ? (const void *)u.scalar
+                                                              : u.scalar_ptr);
+    return ncclSuccess;
+}
+
+static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_exec_op_t *op)
+{
+    size_t tsize;
+
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, c->fn));
+    if ((int)c->type < 0 || (int)c->type >= (int)ncclNumTypes) {
+        ARG_FAIL(comm, c, "invalid datatype %d", (int)c->type);
+    }
+    tsize = br_type_size(c->type);
+    if (c->root != -1 || c->func == BR_FUNC_BROADCAST || c->func == BR_FUNC_REDUCE) {
+        if (c->root < 0 || c->root >= comm->nranks) {
+            ARG_FAIL(comm, c, "invalid root %d (nranks %d)", c->root, comm->nranks);
+        }
+    }
+    if (c->peer != -1 && (c->peer < 0 || c->peer >= comm->nranks)) {
+        ARG_FAIL(comm, c, "invalid peer %d (nranks %d)", c->peer, comm->nranks);
+    }
+    size_t mult = c->send_mult > c->recv_mult ? c->send_mult : c->recv_mult;
+    if (c->count > SIZE_MAX / tsize / (mult ? mult : 1)) {
+        ARG_FAIL(comm, c, "count %zu of %s overflows the address space", c->count,
+                 br_type_name(c->type));
+    }
+    if (c->count > 0 && c->send_needed && c->sendbuff == NULL) {
+        ARG_FAIL(comm, c, "sendbuff is NULL (count %zu)", c->count);
+    }
+    if (c->count > 0 && c->recv_needed && c->recvbuff == NULL) {
+        ARG_FAIL(comm, c, "recvbuff is NULL (count %zu)", c->count);
+    }
+    memset(op, 0, sizeof(*op));
+    if ((int)c->op != -1) {
+        BR_CHECK(resolve_op(comm, c, &op->redop));
+    } else {
+        op->redop.type = c->type;
+    }
+    op->func = c->func;
+    op->sendbuff = c->sendbuff;
+    op->recvbuff = c->recvbuff;
+    op->count = c->count;
+    op->type = c->type;
+    op->root = c->root < 0 ? 0 : c->root;
+    op->peer = c->peer;
+    return ncclSuccess;
+}
+
+static ncclResult_t submit(ncclComm_t comm, const call_t *c)
+{
+    br_exec_op_t op;
+    BR_CHECK(check_call(comm, c, &op));
+    return br_group_add_op(comm, &op);
+}
+
+static call_t call_init(const char *fn, br_func_t func, const void *sb, void *rb, size_t count,
+                        ncclDataType_t type)
+{
+    call_t c;
+    memset(&c, 0, sizeof(c));
+    c.fn = fn;
+    c.func = func;
+    c.sendbuff = sb;
+    c.recvbuff = rb;
+    c.count = count;
+    c.type = type;
+    c.op = (ncclRedOp_t)-1;
+    c.root = -1;
+    c.peer = -1;
+    c.send_mult = c.recv_mult = 1;
+    c.send_needed = c.recv_needed = 1;
+    return c;
+}
+
+BR_API(ncclResult_t, ncclAllReduce,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+{
+    (void)stream;
+    call_t c = call_init("ncclAllReduce", BR_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype);
+    c.op = op;
+    return submit(comm, &c);
+}
+
+BR_API(ncclResult_t, ncclBroadcast,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+        ncclComm_t comm, cudaStream_t stream))
+{
+    (void)stream;
+    call_t c = call_init("ncclBroadcast", BR_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype);
+    c.root = root;
+    /* Only the root reads sendbuff. */
+    c.send_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
+    return submit(comm, &c);
+}
+
+BR_API(ncclResult_t, ncclBcast,
+       (void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+        cudaStream_t stream))
+{
+    return pncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+BR_API(ncclResult_t, ncclReduce,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
+{
+    (void)stream;
+    call_t c = call_init("ncclReduce", BR_FUNC_REDUCE, sendbuff, recvbuff, count, datatype);
+    c.op = op;
+    c.root = root;
+    /* Only the root writes recvbuff. */
+    c.recv_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
+    return submit(comm, &c);
+}
+
+BR_API(ncclResult_t, ncclAllGather,
+       (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+        ncclComm_t comm, cudaStream_t stream))
+{
+    (void)stream;
+    call_t c = call_init("ncclAllGather", BR_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount,
+                         datatype);
+    c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
+    return submit(comm, &c);
+}
+
+BR_API(ncclResult_t, ncclReduceScatter,
+       (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
+        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+{
+    (void)stream;
+    call_t c = call_init("ncclReduceScatter", BR_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount,
+                         datatype);
+    c.op = op;
+    c.send_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
+    return submit(comm, &c);
+}
+
+BR_API(ncclResult_t, ncclSend,
+       (const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+        cudaStream_t stream))
+{
+    (void)stream;
+    call_t c = call_init("ncclSend", BR_FUNC_SEND, sendbuff, NULL, count, datatype);
+    c.peer = peer;
+    c.recv_needed = 0;
+    return submit(comm, &c);
+}
+
+BR_API(ncclResult_t, ncclRecv,
+       (void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+        cudaStream_t stream))
+{
+    (void)stream;
+    call_t c = call_init("ncclRecv", BR_FUNC_RECV, NULL, recvbuff, count, datatype);
+    c.peer = peer;
+    c.send_needed = 0;
+    return submit(comm, &c);
+}
+
+/* AlltoAll, Gather and Scatter: checked as a whole, then run as one group of sends and
+ * receives (block p of the send buffer goes to rank p). */
+static ncclResult_t p2p_pattern(ncclComm_t comm, const call_t *c)
+{
+    br_exec_op_t op;
+    ncclResult_t res = ncclSuccess, end;
+    size_t block;
+
+    BR_CHECK(check_call(comm, c, &op));
+    block = c->count * br_type_size(c->type);
+    BR_CHECK(br_group_start());
+    for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) {
+        br_exec_op_t s = op, r = op;
+        int sends = c->func == BR_FUNC_ALLTOALL || (c->func == BR_FUNC_SCATTER && comm->rank == c->root) ||
+                    (c->func == BR_FUNC_GATHER && p == c->root);
+        int recvs = c->func == BR_FUNC_ALLTOALL || (c->func == BR_FUNC_GATHER && comm->rank == c->root) ||
+                    (c->func == BR_FUNC_SCATTER && p == c->root);
+        if (sends) {
+            s.func = BR_FUNC_SEND;
+            s.peer = p;
+            s.sendbuff = c->func == BR_FUNC_GATHER ? c->sendbuff
+                                                   : (const char *)c->sendbuff + (size_t)p * block;
+            res = br_group_add_op(comm, &s);
+        }
+        if (recvs && res == ncclSuccess) {
+            r.func = BR_FUNC_RECV;
+            r.peer = p;
+            r.recvbuff = c->func == BR_FUNC_SCATTER ? c->recvbuff
+                                                    : (char *)c->recvbuff + (size_t)p * block;
+            res = br_group_add_op(comm, &r);
+        }
+    }
+    end = br_group_end();
+    return res != ncclSuccess ? res : end;
+}
+
+BR_API(ncclResult_t, ncclAlltoAll,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+        ncclComm_t comm, cudaStream_t stream))
+{
+    (void)stream;
+    call_t c = call_init("ncclAlltoAll", BR_FUNC_ALLTOALL, sendbuff, recvbuff, count, datatype);
+    c.send_mult = c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
+    return p2p_pattern(comm, &c);
+}
+
+BR_API(ncclResult_t, ncclGather,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+        ncclComm_t comm, cudaStream_t stream))
+{
+    (void)stream;
+    call_t c = call_init("ncclGather", BR_FUNC_GATHER, sendbuff, recvbuff, count, datatype);
+    c.root = root;
+    c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
+    c.recv_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
+    return p2p_pattern(comm, &c);
+}
+
+BR_API(ncclResult_t, ncclScatter,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+        ncclComm_t comm, cudaStream_t stream))
+{
+    (void)stream;
+    call_t c = call_init("ncclScatter", BR_FUNC_SCATTER, sendbuff, recvbuff, count, datatype);
+    c.root = root;
+    c.send_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
+    c.send_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
+    return p2p_pattern(comm, &c);
+}
+
+BR_API(ncclResult_t, ncclRedOpCreatePreMulSum,
+       (ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence,
+        ncclComm_t comm))
+{
+    const char *fn = "ncclRedOpCreatePreMulSum";
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, fn));
+    if (op == NULL || scalar == NULL) {
+        BR_WARN(NCCL_COLL, "%s: rank %d: %s is NULL", fn, comm->rank, op == NULL ? "op" : "scalar");
+        return ncclInvalidArgument;
+    }
+    if ((int)datatype < 0 || (int)datatype >= (int)ncclNumTypes) {
+        BR_WARN(NCCL_COLL, "%s: rank %d: invalid datatype %d", fn, comm->rank, (int)datatype);
+        return ncclInvalidArgument;
+    }
+    if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) {
+        BR_WARN(NCCL_COLL, "%s: rank %d: invalid scalar residence %d", fn, comm->rank,
+                (int)residence);
+        return ncclInvalidArgument;
+    }
+    pthread_mutex_lock(&comm->lock);
+    for (int i = 0; i < BR_MAX_USER_OPS; i++) {
+        br_user_op_t *u = &comm->user_ops[i];
+        if (!u->in_use) {
+            u->in_use = 1;
+            u->type = datatype;
+            u->residence = residence;
+            u->scalar_ptr = scalar;
+            memcpy(u->scalar, scalar, br_type_size(datatype));
+            *op = (ncclRedOp_t)((int)ncclNumOps + i);
+            pthread_mutex_unlock(&comm->lock);
+            return ncclSuccess;
+        }
+    }
+    pthread_mutex_unlock(&comm->lock);
+    BR_WARN(NCCL_COLL, "%s: rank %d: all %d user reduction ops are in use", fn, comm->rank,
+            BR_MAX_USER_OPS);
+    return ncclInvalidUsage;
+}
+
+BR_API(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm))
+{
+    const char *fn = "ncclRedOpDestroy";
+    int idx = (int)op - (int)ncclNumOps;
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, fn));
+    if ((int)op >= 0 && (int)op < (int)ncclNumOps) {
+        BR_WARN(NCCL_COLL, "%s: rank %d: op %d is a built-in op and cannot be destroyed", fn,
+                comm->rank, (int)op);
+        return ncclInvalidArgument;
+    }
+    pthread_mutex_lock(&comm->lock);
+    if (idx < 0 || idx >= BR_MAX_USER_OPS || !comm->user_ops[idx].in_use) {
+        pthread_mutex_unlock(&comm->lock);
+        BR_WARN(NCCL_COLL, "%s: rank %d: op %d was not created on this communicator", fn,
+                comm->rank, (int)op);
+        return ncclInvalidArgument;
+    }
+    comm->user_ops[idx].in_use = 0;
+    pthread_mutex_unlock(&comm->lock);
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size))
+{
+    br_api_enter(NULL);
+    if (ptr == NULL) {
+        BR_WARN(NCCL_ALLOC, "ncclMemAlloc: ptr is NULL");
+        return ncclInvalidArgument;
+    }
+    /* No CUDA executor: the memory Braid works on is host memory, page aligned. */
+    size_t rounded = (size + 4095) & ~(size_t)4095;
+    void *p = aligned_alloc(4096, rounded ? rounded : 4096);
+    if (p == NULL) {
+        BR_WARN(NCCL_ALLOC, "ncclMemAlloc: cannot allocate %zu bytes", size);
+        return ncclSystemError;
+    }
+    *ptr = p;
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclMemFree, (void *ptr))
+{
+    br_api_enter(NULL);
+    free(ptr);
+    return ncclSuccess;
+}
+
+/* Registration is a hint for zero-copy paths; the host executor copies through its
+ * FIFOs, so a handle only records the range for ncclCommDeregister to check. */
+typedef struct {
+    uint64_t magic;
+    void *buff;
+    size_t size;
+} reg_handle_t;
+
+#define REG_MAGIC 0x62726169645f7267ULL
+
+BR_API(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_t size, void **handle))
+{
+    reg_handle_t *h = NULL;
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommRegister"));
+    if (handle == NULL || (buff == NULL && size > 0)) {
+        BR_WARN(NCCL_REG, "ncclCommRegister: rank %d: %s is NULL", comm->rank,
+                handle == NULL ? "handle" : "buff");
+        return ncclInvalidArgument;
+    }
+    BR_CHECK(br_calloc(&h, 1, "registration"));
+    h->magic = REG_MAGIC;
+    h->buff = buff;
+    h->size = size;
+    *handle = h;
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle))
+{
+    reg_handle_t *h = handle;
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommDeregister"));
+    if (h == NULL || h->magic != REG_MAGIC) {
+        BR_WARN(NCCL_REG, "ncclCommDeregister: rank %d: %p is not a registration handle",
+                comm->rank, handle);
+        return ncclInvalidArgument;
+    }
+    h->magic = 0;
+    free(h);
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclCommWindowRegister,
+       (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags))
+{
+    (void)buff;
+    (void)size;
+    (void)win;
+    (void)winFlags;
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommWindowRegister"));
+    BR_WARN(NCCL_REG, "ncclCommWindowRegister: rank %d: symmetric windows need the CUDA "
+            "executor, which this Braid does not have", comm->rank);
+    return ncclInvalidUsage;
+}
+
+BR_API(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
+{
+    (void)win;
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommWindowDeregister"));
+    BR_WARN(NCCL_REG, "ncclCommWindowDeregister: rank %d: no windows exist in this Braid",
+            comm->rank);
+    return ncclInvalidUsage;
+}

@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Communicator entry points: ids, init (plain, config, all), split, finalize, destroy,
+ * abort, queries, errors and groups.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "util.h"
+
+void br_api_enter(ncclComm_t comm)
+{
+    br_log_clear_last_error();
+    if (comm != NULL && br_comm_is_live(comm)) {
+        br_log_set_rank(comm->rank);
+    }
+}
+
+ncclResult_t br_api_check_comm(ncclComm_t comm, const char *fn)
+{
+    if (comm == NULL) {
+        BR_WARN(NCCL_INIT, "%s: comm is NULL (host %s)", fn, br_host_name());
+        return ncclInvalidArgument;
+    }
+    if (!br_comm_is_live(comm)) {
+        BR_WARN(NCCL_INIT, "%s: %p is not a live communicator (destroyed, aborted, or never "
+                "initialized) (host %s)", fn, (void *)comm, br_host_name());
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclGetVersion, (int *version))
+{
+    br_api_enter(NULL);
+    if (version == NULL) {
+        BR_WARN(NCCL_INIT, "ncclGetVersion: version is NULL");
+        return ncclInvalidArgument;
+    }
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclGetUniqueId, (ncclUniqueId *uniqueId))
+{
+    br_api_enter(NULL);
+    if (uniqueId == NULL) {
+        BR_WARN(NCCL_INIT, "ncclGetUniqueId: uniqueId is NULL");
+        return ncclInvalidArgument;
+    }
+    return br_bootstrap_get_unique_id(uniqueId);
+}
+
+static ncclResult_t check_init_args(const char *fn, ncclComm_t *comm, int nranks, int rank)
+{
+    if (comm == NULL) {
+        BR_WARN(NCCL_INIT, "%s: comm (the output pointer) is NULL", fn);
+        return ncclInvalidArgument;
+    }
+    if (nranks < 1) {
+        BR_WARN(NCCL_INIT, "%s: invalid nranks %d (must be at least 1)", fn, nranks);
+        return ncclInvalidArgument;
+    }
+    if (rank < 0 || rank >= nranks) {
+        BR_WARN(NCCL_INIT, "%s: invalid rank %d (nranks %d)", fn, rank, nranks);
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
+/* Copy a caller's config of any NCCL 2.x layout over the defaults, after checking the
+ * NCCL_CONFIG_INITIALIZER handshake. */
+static ncclResult_t config_import(const char *fn, const ncclConfig_t *in, ncclConfig_t *out)
+{
+    ncclConfig_t def = NCCL_CONFIG_INITIALIZER;
+    size_t min_size = offsetof(ncclConfig_t, cgaClusterSize);
+
+    *out = def;
+    if (in == NULL) {
+        return ncclSuccess;
+    }
+    if (in->magic != 0xcafebeef) {
+        BR_WARN(NCCL_INIT, "%s: config magic is 0x%x, not 0xcafebeef: initialise the config "
+                "with NCCL_CONFIG_INITIALIZER", fn, in->magic);
+        return ncclInvalidArgument;
+    }
+    if (in->size < min_size || in->size > 4096) {
+        BR_WARN(NCCL_INIT, "%s: config size %zu is not a valid ncclConfig_t size", fn, in->size);
+        return ncclInvalidArgument;
+    }
+    if (in->version < NCCL_VERSION(2, 14, 0) || in->version > NCCL_VERSION(2, 99, 99)) {
+        BR_WARN(NCCL_INIT, "%s: config version %u is not an NCCL 2.14 or later header", fn,
+                in->version);
+        return ncclInvalidArgument;
+    }
+    memcpy(out, in, in->size < sizeof(*out) ? in->size : sizeof(*out));
+    out->size = sizeof(*out);
+    if (out->blocking != NCCL_CONFIG_UNDEF_INT && out->blocking != 0 && out->blocking != 1) {
+        BR_WARN(NCCL_INIT, "%s: config blocking must be 0 or 1, not %d", fn, out->blocking);
+        return ncclInvalidArgument;
+    }
+    if (out->minCTAs != NCCL_CONFIG_UNDEF_INT && out->maxCTAs != NCCL_CONFIG_UNDEF_INT &&
+        out->minCTAs > out->maxCTAs) {
+        BR_WARN(NCCL_INIT, "%s: config minCTAs %d exceeds maxCTAs %d", fn, out->minCTAs,
+                out->maxCTAs);
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclCommInitRankConfig,
+       (ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config))
+{
+    const char *fn = "ncclCommInitRankConfig";
+    ncclConfig_t cfg;
+
+    br_api_enter(NULL);
+    BR_CHECK(check_init_args(fn, comm, nranks, rank));
+    BR_CHECK(config_import(fn, config, &cfg));
+    if (br_bootstrap_check_unique_id(&commId) != ncclSuccess) {
+        BR_WARN(NCCL_INIT, "%s: rank %d: invalid unique id: %s", fn, rank, br_log_last_error());
+        return ncclInvalidArgument;
+    }
+    *comm = NULL;
+    return br_group_add_init(comm, nranks, &commId, rank, &cfg);
+}
+
+BR_API(ncclResult_t, ncclCommInitRank,
+       (ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank))
+{
+    return pncclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+BR_API(ncclResult_t, ncclCommInitRankScalable,
+       (ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
+        ncclConfig_t *config))
+{
+    br_api_enter(NULL);
+    if (commIds == NULL || nId < 1) {
+        BR_WARN(NCCL_INIT, "ncclCommInitRankScalable: need at least one unique id (nId %d)", nId);
+        return ncclInvalidArgument;
+    }
+    /* One root serves every rank here: the first id is the rendezvous. */
+    return pncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+}
+
+BR_API(ncclResult_t, ncclCommInitAll, (ncclComm_t *comms, int ndev, const int *devlist))
+{
+    ncclUniqueId id;
+    ncclResult_t res, end;
+
+    br_api_enter(NULL);
+    if (comms == NULL) {
+        BR_WARN(NCCL_INIT, "ncclCommInitAll: comms is NULL");
+        return ncclInvalidArgument;
+    }
+    if (ndev < 1) {
+        BR_WARN(NCCL_INIT, "ncclCommInitAll: invalid ndev %d", ndev);
+        return ncclInvalidArgument;
+    }
+    (void)devlist; /* host ranks: the device list only labels them */
+    BR_CHECK(br_bootstrap_get_unique_id(&id));
+    BR_CHECK(br_group_start());
+    res = ncclSuccess;
+    for (int i = 0; i < ndev && res == ncclSuccess; i++) {
+        comms[i] = NULL;
+        res = br_group_add_init(&comms[i], ndev, &id, i, NULL);
+    }
+    end = br_group_end();
+    return res != ncclSuccess ? res : end;
+}
+
+BR_API(ncclResult_t, ncclCommSplit,
+       (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config))
+{
+    const char *fn = "ncclCommSplit";
+    ncclConfig_t cfg;
+
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, fn));
+    if (newcomm == NULL) {
+        BR_WARN(NCCL_INIT, "%s: rank %d: newcomm is NULL", fn, comm->rank);
+        return ncclInvalidArgument;
+    }
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+        BR_WARN(NCCL_INIT, "%s: rank %d: invalid color %d (must be >= 0 or NCCL_SPLIT_NOCOLOR)",
+                fn, comm->rank, color);
+        return ncclInvalidArgument;
+    }
+    BR_CHECK(config_import(fn, config, &cfg));
+    *newcomm = NULL;
+    return br_group_add_split(comm, color, key, newcomm, config != NULL ? &cfg : NULL);
+}
+
+BR_API(ncclResult_t, ncclCommShrink,
+       (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
+        ncclConfig_t *config, int shrinkFlags))
+{
+    (void)excludeRanksList;
+    (void)excludeRanksCount;
+    (void)newcomm;
+    (void)config;
+    (void)shrinkFlags;
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommShrink"));
+    BR_WARN(NCCL_INIT, "ncclCommShrink: rank %d: not supported by Braid yet; use ncclCommSplit "
+            "from every rank", comm->rank);
+    return ncclInvalidUsage;
+}
+
+BR_API(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
+{
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommFinalize"));
+    /* Host operations complete before their call returns; nothing is outstanding. */
+    comm->finalized = 1;
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
+{
+    br_api_enter(comm);
+    if (comm == NULL) {
+        return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
+    }
+    BR_CHECK(br_api_check_comm(comm, "ncclCommDestroy"));
+    br_comm_free(comm, comm->ec->error == ncclSuccess);
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
+{
+    br_api_enter(comm);
+    if (comm == NULL) {
+        return ncclSuccess;
+    }
+    BR_CHECK(br_api_check_comm(comm, "ncclCommAbort"));
+    br_comm_free(comm, 0);
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
+{
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommRevoke"));
+    if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+        BR_WARN(NCCL_INIT, "ncclCommRevoke: revokeFlags must be 0, not %d", revokeFlags);
+        return ncclInvalidArgument;
+    }
+    /* Host operations never stay in flight after their call returns: nothing to stop. */
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count))
+{
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommCount"));
+    if (count == NULL) {
+        BR_WARN(NCCL_INIT, "ncclCommCount: count is NULL");
+        return ncclInvalidArgument;
+    }
+    *count = comm->nranks;
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int *rank))
+{
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommUserRank"));
+    if (rank == NULL) {
+        BR_WARN(NCCL_INIT, "ncclCommUserRank: rank is NULL");
+        return ncclInvalidArgument;
+    }
+    *rank = comm->rank;
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device))
+{
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommCuDevice"));
+    if (device == NULL) {
+        BR_WARN(NCCL_INIT, "ncclCommCuDevice: device is NULL");
+        return ncclInvalidArgument;
+    }
+    *device = -1; /* a host communicator has no CUDA device */
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError))
+{
+    char msg[8];
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclCommGetAsyncError"));
+    if (asyncError == NULL) {
+        BR_WARN(NCCL_INIT, "ncclCommGetAsyncError: asyncError is NULL");
+        return ncclInvalidArgument;
+    }
+    *asyncError = comm->ec->error;
+    if (*asyncError == ncclSuccess && comm->tc->proxy != NULL) {
+        *asyncError = br_proxy_error(comm->tc->proxy, msg, sizeof(msg));
+    }
+    return ncclSuccess;
+}
+
+BR_API(const char *, ncclGetErrorString, (ncclResult_t result))
+{
+    switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the Braid developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+    }
+}
+
+BR_API(const char *, ncclGetLastError, (ncclComm_t comm))
+{
+    const char *last = br_log_last_error();
+    if (last[0] == '\0' && comm != NULL && br_comm_is_live(comm) &&
+        comm->ec->error != ncclSuccess) {
+        return comm->ec->error_msg;
+    }
+    return last;
+}
+
+BR_API(void, ncclResetDebugInit, (void))
+{
+    /* Deprecated in NCCL; Braid reads the logging settings once. */
+}
+
+BR_API(ncclResult_t, ncclGroupStart, (void))
+{
+    br_api_enter(NULL);
+    return br_group_start();
+}
+
+BR_API(ncclResult_t, ncclGroupEnd, (void))
+{
+    br_api_enter(NULL);
+    return br_group_end();
+}
+
+BR_API(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t *simInfo))
+{
+    (void)simInfo;
+    br_api_enter(NULL);
+    BR_WARN(NCCL_INIT, "ncclGroupSimulateEnd is not supported by Braid yet");
+    return ncclInvalidUsage;
+}

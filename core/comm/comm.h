@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * comm: the communicator's life cycle (init, split, finalize, destroy, abort) and the
+ * registry of live communicators, so a handle used after destroy is recognised and
+ * refused instead of dereferenced. struct ncclComm is the public opaque type; it holds
+ * each module's state (bootstrap, transport, executor) rather than their fields.
+ */
+#ifndef BR_COMM_H_
+#define BR_COMM_H_
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "exec.h"
+
+#define BR_COMM_MAGIC 0x62726169645f636dULL /* "braid_cm" */
+#define BR_MAX_USER_OPS 64
+
+/* A user-created reduction (ncclRedOpCreatePreMulSum). */
+typedef struct {
+    int in_use;
+    ncclDataType_t type;
+    ncclScalarResidence_t residence;
+    const void *scalar_ptr;      /* for ncclScalarDevice: read at each use */
+    unsigned char scalar[8];     /* for ncclScalarHostImmediate: copied at creation */
+} br_user_op_t;
+
+struct ncclComm {
+    uint64_t magic;
+    int rank, nranks;
+    uint64_t comm_hash;
+    int blocking;
+    char name[64];              /* config.commName */
+    char net_name[64];          /* config.netName */
+    int traffic_class;
+    br_transport_comm_t *tc;
+    br_exec_comm_t *ec;
+    br_user_op_t user_ops[BR_MAX_USER_OPS];
+    pthread_mutex_t lock;       /* user ops */
+    int finalized;
+};
+
+/* Create this rank's communicator (collective over all ranks). */
+ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
+                          const ncclConfig_t *config);
+
+/* Split: every rank of parent calls it; ranks with one color form a new communicator
+ * ordered by (key, parent rank); NCCL_SPLIT_NOCOLOR gives NULL. */
+ncclResult_t br_comm_split(ncclComm_t parent, int color, int key, ncclComm_t *newcomm_p,
+                           const ncclConfig_t *config);
+
+/* Make sure p2p connections exist for the peers flagged (nranks entries each). */
+ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv);
+
+/* Free everything; with flush, pending network sends finish first (bounded). */
+void br_comm_free(ncclComm_t comm, int flush);
+
+/* Is comm a live communicator of this process? */
+int br_comm_is_live(ncclComm_t comm);
+
+#endif /* BR_COMM_H_ */

@@ -1,0 +1,376 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Communicator init and teardown. Init: bootstrap, allgather of peer info, agreement on
+ * channels and buffer sizes (minimum over ranks, so every rank cuts operations alike),
+ * the net plugin, the ring (ranks of one host kept adjacent), and the ring connections
+ * of every channel. p2p connections are made on first use (br_comm_connect_p2p).
+ * A process-wide registry of live communicators lets the API reject stale handles.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "util.h"
+
+#define BR_TAG_RING 1
+#define BR_TAG_P2P 2
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static ncclComm_t *registry;
+static int registry_n, registry_cap;
+
+static ncclResult_t registry_add(ncclComm_t comm)
+{
+    pthread_mutex_lock(&registry_lock);
+    if (registry_n == registry_cap) {
+        int cap = registry_cap ? 2 * registry_cap : 16;
+        ncclComm_t *r = realloc(registry, (size_t)cap * sizeof(*r));
+        if (r == NULL) {
+            pthread_mutex_unlock(&registry_lock);
+            BR_WARN(NCCL_ALLOC, "out of memory registering a communicator");
+            return ncclSystemError;
+        }
+        registry = r;
+        registry_cap = cap;
+    }
+    registry[registry_n++] = comm;
+    pthread_mutex_unlock(&registry_lock);
+    return ncclSuccess;
+}
+
+static void registry_remove(ncclComm_t comm)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < registry_n; i++) {
+        if (registry[i] == comm) {
+            registry[i] = registry[--registry_n];
+            break;
+        }
+    }
+    if (registry_n == 0) {
+        free(registry);
+        registry = NULL;
+        registry_cap = 0;
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+int br_comm_is_live(ncclComm_t comm)
+{
+    int live = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < registry_n && !live; i++) {
+        live = registry[i] == comm;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return live && comm->magic == BR_COMM_MAGIC;
+}
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
+{
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
+{
+    memset(pi, 0, sizeof(*pi));
+    pi->rank = rank;
+    pi->pid = (int)getpid();
+    pi->host_hash = br_host_hash();
+    pi->pid_hash = br_pid_hash();
+    pi->comm_ptr = (uint64_t)(uintptr_t)comm;
+    pi->buffsize = BR_PARAM_INT(BUFFSIZE);
+    pi->p2p_chunk = BR_PARAM_INT(P2P_NET_CHUNKSIZE);
+    pi->nchannels = (int)clamp64(BR_PARAM_INT(NCHANNELS), BR_PARAM_INT(MIN_NCHANNELS),
+                                 BR_PARAM_INT(MAX_NCHANNELS));
+    pi->nchannels = (int)clamp64(pi->nchannels, 1, BR_MAX_CHANNELS);
+    pi->shm_disable = (int)BR_PARAM_INT(SHM_DISABLE);
+    pi->p2p_disable = (int)BR_PARAM_INT(P2P_DISABLE);
+    snprintf(pi->host, sizeof(pi->host), "%s", br_host_name());
+}
+
+/* Load the net plugin. Failing is fatal when the user asked for a network or a peer can
+ * only be reached through one; otherwise it is logged and init goes on without it. */
+static ncclResult_t net_setup(ncclComm_t comm, int needed)
+{
+    br_transport_comm_t *tc = comm->tc;
+    br_net_request_t req;
+    const char *env_net = BR_PARAM_STR(NET), *plugin = BR_PARAM_STR(NET_PLUGIN);
+    int requested;
+    ncclResult_t res;
+
+    memset(&req, 0, sizeof(req));
+    req.net_name = env_net != NULL ? env_net : (comm->net_name[0] ? comm->net_name : NULL);
+    req.plugin = plugin;
+    req.comm_hash = comm->comm_hash;
+    req.traffic_class = comm->traffic_class;
+    requested = req.net_name != NULL || (plugin != NULL && strcmp(plugin, "none") != 0);
+    res = br_plugin_net_open(&req, &tc->net);
+    if (res == ncclSuccess) {
+        BR_INFO(NCCL_INIT | NCCL_NET, "Using network %s (v%d, device %d of %d: %s)",
+                tc->net->name, tc->net->version, tc->net->dev, tc->net->ndev,
+                tc->net->props.name != NULL ? tc->net->props.name : "?");
+        return ncclSuccess;
+    }
+    tc->net = NULL;
+    if (requested || needed) {
+        BR_WARN(NCCL_INIT | NCCL_NET, "rank %d: no usable net plugin (%s); %s", comm->rank,
+                br_log_last_error(),
+                requested ? "a network was requested, so init fails instead of falling back"
+                          : "some peers can only be reached through the network");
+        return res;
+    }
+    BR_WARN(NCCL_INIT | NCCL_NET, "rank %d: continuing without a net plugin: every peer is "
+            "reachable through shared memory or in-process", comm->rank);
+    return ncclSuccess;
+}
+
+/* Ring order: ranks of the same host adjacent (hosts in order of first appearance),
+ * so at most one hop per host pair crosses the network. */
+static void ring_order(const br_transport_comm_t *tc, int *order)
+{
+    int n = tc->nranks, k = 0;
+    char *placed = calloc((size_t)n, 1);
+    for (int i = 0; i < n && placed != NULL; i++) {
+        if (placed[i]) {
+            continue;
+        }
+        for (int j = i; j < n; j++) {
+            if (!placed[j] && tc->peers[j].host_hash == tc->peers[i].host_hash) {
+                order[k++] = j;
+                placed[j] = 1;
+            }
+        }
+    }
+    if (placed == NULL) {
+        for (int i = 0; i < n; i++) {
+            order[i] = i;
+        }
+    }
+    free(placed);
+}
+
+static ncclResult_t ring_setup(ncclComm_t comm)
+{
+    br_transport_comm_t *tc = comm->tc;
+    br_exec_comm_t *ec = comm->ec;
+    int n = comm->nranks, nch = ec->nchannels, pos = 0;
+    int order[n], recv_peers[BR_MAX_CHANNELS], send_peers[BR_MAX_CHANNELS];
+    char line[1024];
+
+    ring_order(tc, order);
+    for (int i = 0; i < n; i++) {
+        if (order[i] == comm->rank) {
+            pos = i;
+        }
+    }
+    ec->ring_prev = order[(pos + n - 1) % n];
+    ec->ring_next = order[(pos + 1) % n];
+    if (comm->rank == 0) {
+        size_t len = 0;
+        for (int i = 0; i < n && len < sizeof(line) - 16; i++) {
+            len += (size_t)snprintf(line + len, sizeof(line) - len, " %d", order[i]);
+        }
+        for (int c = 0; c < nch; c++) {
+            BR_INFO(NCCL_INIT, "Channel %02d/%02d :%s", c, nch, line);
+        }
+    }
+    if (n == 1) {
+        return ncclSuccess;
+    }
+    for (int c = 0; c < nch; c++) {
+        recv_peers[c] = ec->ring_prev;
+        send_peers[c] = ec->ring_next;
+    }
+    size_t step = ((size_t)tc->buffsize / BR_STEPS) & ~(size_t)63;
+    BR_CHECK(br_transport_connect(tc, nch, recv_peers, send_peers, step, BR_TAG_RING,
+                                  ec->ring_recv, ec->ring_send));
+    for (int c = 0; c < nch; c++) {
+        br_conn_t *s = ec->ring_send[c];
+        ec->has_net |= s->kind == BR_TRANSPORT_NET || ec->ring_recv[c]->kind == BR_TRANSPORT_NET;
+        BR_INFO(NCCL_INIT, "Channel %02d/0 : %d[%d] -> %d[%d] via %s%s%s", c, comm->rank,
+                comm->rank, s->peer, s->peer, br_transport_name(s->kind),
+                s->kind == BR_TRANSPORT_NET ? "/" : "",
+                s->kind == BR_TRANSPORT_NET ? tc->net->name : "");
+    }
+    BR_INFO(NCCL_INIT, "Connected all rings, %d channels of %zu-byte steps", nch, step);
+    return ncclSuccess;
+}
+
+static void config_apply(ncclComm_t comm, const ncclConfig_t *config)
+{
+    comm->blocking = 1;
+    comm->traffic_class = -1;
+    if (config == NULL) {
+        return;
+    }
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
+        comm->blocking = config->blocking;
+    }
+    if (config->trafficClass != NCCL_CONFIG_UNDEF_INT) {
+        comm->traffic_class = config->trafficClass;
+    }
+    if (config->netName != NULL) {
+        snprintf(comm->net_name, sizeof(comm->net_name), "%s", config->netName);
+    }
+    if (config->commName != NULL) {
+        snprintf(comm->name, sizeof(comm->name), "%s", config->commName);
+    }
+}
+
+static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
+{
+    ncclComm_t comm = NULL;
+    BR_CHECK(br_calloc(&comm, 1, "communicator"));
+    *comm_p = comm;
+    comm->rank = rank;
+    comm->nranks = nranks;
+    pthread_mutex_init(&comm->lock, NULL);
+    BR_CHECK(br_calloc(&comm->tc, 1, "transport state"));
+    BR_CHECK(br_calloc(&comm->ec, 1, "executor state"));
+    BR_CHECK(br_calloc(&comm->tc->peers, (size_t)nranks, "peer table"));
+    BR_CHECK(br_calloc(&comm->ec->p2p_send, (size_t)nranks, "p2p connections"));
+    BR_CHECK(br_calloc(&comm->ec->p2p_recv, (size_t)nranks, "p2p connections"));
+    BR_CHECK(br_calloc(&comm->ec->send_seq, (size_t)nranks, "p2p sequence numbers"));
+    BR_CHECK(br_calloc(&comm->ec->recv_seq, (size_t)nranks, "p2p sequence numbers"));
+    comm->tc->rank = comm->ec->rank = rank;
+    comm->tc->nranks = comm->ec->nranks = nranks;
+    comm->ec->tc = comm->tc;
+    return ncclSuccess;
+}
+
+ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
+                          const ncclConfig_t *config)
+{
+    ncclResult_t res;
+    ncclComm_t comm = NULL;
+    br_transport_comm_t *tc;
+    uint64_t t0 = br_time_ns();
+    int needed = 0, nch = BR_MAX_CHANNELS;
+
+    br_log_set_rank(rank);
+    BR_CHECK_GOTO(comm_alloc(&comm, nranks, rank), res, fail);
+    config_apply(comm, config);
+    tc = comm->tc;
+    comm->comm_hash = br_hash_bytes(id, sizeof(*id), 0x62726169);
+    tc->comm_hash = comm->comm_hash;
+    BR_INFO(NCCL_INIT, "ncclCommInitRank comm %p rank %d nranks %d commId 0x%llx - Init START",
+            (void *)comm, rank, nranks, (unsigned long long)comm->comm_hash);
+    BR_CHECK_GOTO(br_bootstrap_init(id, rank, nranks, &tc->boot), res, fail);
+    peer_info_fill(&tc->peers[rank], rank, comm);
+    BR_CHECK_GOTO(br_bootstrap_allgather(tc->boot, tc->peers, sizeof(br_peer_info_t)), res, fail);
+    /* Every rank must cut operations alike: take the minimum of everyone's settings. */
+    for (int i = 0; i < nranks; i++) {
+        const br_peer_info_t *p = &tc->peers[i];
+        nch = p->nchannels < nch ? p->nchannels : nch;
+        if (i == 0 || p->buffsize < tc->buffsize) {
+            tc->buffsize = p->buffsize;
+        }
+        if (i == 0 || p->p2p_chunk < tc->p2p_chunk) {
+            tc->p2p_chunk = p->p2p_chunk;
+        }
+        needed |= br_transport_select(tc, i) == BR_TRANSPORT_NET;
+    }
+    comm->ec->nchannels = nch;
+    if (tc->buffsize < BR_STEPS * 64 || tc->p2p_chunk < 64) {
+        BR_WARN(NCCL_INIT, "NCCL_BUFFSIZE %lld or NCCL_P2P_NET_CHUNKSIZE %lld is too small "
+                "(at least %d and 64 bytes)", (long long)tc->buffsize, (long long)tc->p2p_chunk,
+                BR_STEPS * 64);
+        res = ncclInvalidUsage;
+        goto fail;
+    }
+    BR_CHECK_GOTO(net_setup(comm, needed), res, fail);
+    BR_CHECK_GOTO(ring_setup(comm), res, fail);
+    BR_CHECK_GOTO(br_bootstrap_barrier(tc->boot), res, fail);
+    comm->magic = BR_COMM_MAGIC;
+    BR_CHECK_GOTO(registry_add(comm), res, fail);
+    BR_INFO(NCCL_INIT, "ncclCommInitRank comm %p rank %d nranks %d commId 0x%llx - Init COMPLETE "
+            "(%.3f s)", (void *)comm, rank, nranks, (unsigned long long)comm->comm_hash,
+            (double)(br_time_ns() - t0) * 1e-9);
+    *comm_p = comm;
+    return ncclSuccess;
+fail:
+    if (comm != NULL) {
+        if (comm->tc != NULL && comm->tc->boot != NULL) {
+            br_bootstrap_abort_notify(comm->tc->boot, br_log_last_error());
+        }
+        comm->magic = 0;
+        br_comm_free(comm, 0);
+    }
+    return res;
+}
+
+ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv)
+{
+    br_exec_comm_t *ec = comm->ec;
+    br_transport_comm_t *tc = comm->tc;
+    int n = comm->nranks, any = 0;
+    int *recv_peers = NULL, *send_peers = NULL;
+    br_conn_t **recv_conns = NULL, **send_conns = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    BR_CHECK_GOTO(br_calloc(&recv_peers, (size_t)n, "p2p setup"), res, out);
+    BR_CHECK_GOTO(br_calloc(&send_peers, (size_t)n, "p2p setup"), res, out);
+    BR_CHECK_GOTO(br_calloc(&recv_conns, (size_t)n, "p2p setup"), res, out);
+    BR_CHECK_GOTO(br_calloc(&send_conns, (size_t)n, "p2p setup"), res, out);
+    for (int p = 0; p < n; p++) {
+        recv_peers[p] = (need_recv[p] && ec->p2p_recv[p] == NULL && p != comm->rank) ? p : -1;
+        send_peers[p] = (need_send[p] && ec->p2p_send[p] == NULL && p != comm->rank) ? p : -1;
+        any |= recv_peers[p] >= 0 || send_peers[p] >= 0;
+    }
+    if (!any) {
+        goto out;
+    }
+    size_t step = (size_t)tc->p2p_chunk;
+    BR_CHECK_GOTO(br_transport_connect(tc, n, recv_peers, send_peers, step, BR_TAG_P2P,
+                                       recv_conns, send_conns), res, out);
+    for (int p = 0; p < n; p++) {
+        if (recv_conns[p] != NULL) {
+            ec->p2p_recv[p] = recv_conns[p];
+            ec->has_net |= recv_conns[p]->kind == BR_TRANSPORT_NET;
+        }
+        if (send_conns[p] != NULL) {
+            ec->p2p_send[p] = send_conns[p];
+            ec->has_net |= send_conns[p]->kind == BR_TRANSPORT_NET;
+            BR_INFO(NCCL_P2P, "P2P : %d -> %d via %s", comm->rank, p,
+                    br_transport_name(send_conns[p]->kind));
+        }
+    }
+out:
+    free(recv_peers);
+    free(send_peers);
+    free(recv_conns);
+    free(send_conns);
+    return res;
+}
+
+void br_comm_free(ncclComm_t comm, int flush)
+{
+    if (comm == NULL) {
+        return;
+    }
+    registry_remove(comm);
+    comm->magic = 0;
+    if (comm->tc != NULL) {
+        br_transport_close_all(comm->tc, flush);
+        if (comm->tc->net != NULL) {
+            br_plugin_net_close(comm->tc->net);
+        }
+        if (comm->tc->boot != NULL) {
+            br_bootstrap_close(comm->tc->boot);
+        }
+        free(comm->tc->peers);
+        free(comm->tc);
+    }
+    if (comm->ec != NULL) {
+        free(comm->ec->p2p_send);
+        free(comm->ec->p2p_recv);
+        free(comm->ec->send_seq);
+        free(comm->ec->recv_seq);
+        free(comm->ec);
+    }
+    pthread_mutex_destroy(&comm->lock);
+    free(comm);
+}

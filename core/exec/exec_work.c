@@ -1,0 +1,379 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The primitives and the algorithms built from them. A ring collective runs, per channel
+ * and per iteration, a fixed list of steps; each step moves one chunk (at most one FIFO
+ * slot) and combines some of: receive from the previous rank, reduce with the local
+ * input, copy to the output, send to the next rank. Which chunk a step handles follows
+ * NCCL's ring schedules (reduce-scatter then all-gather for AllReduce; chains starting or
+ * ending at the root for Broadcast and Reduce). Send/recv move a byte stream through
+ * the peer connection, one slot per step.
+ *
+ * A step runs only when its counters allow (a filled slot to receive, a free slot to
+ * send), so it never blocks. Every slot carries a descriptor of the call it belongs to;
+ * the receiver checks it and reports mismatched calls instead of corrupting data.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "exec_int.h"
+#include "util.h"
+
+enum { P_RECV = 1, P_REDUCE = 2, P_COPY = 4, P_SEND = 8, P_POST = 16, P_LOCAL = 32 };
+
+static int is_reduction(br_func_t func)
+{
+    return func == BR_FUNC_ALLREDUCE || func == BR_FUNC_REDUCESCATTER || func == BR_FUNC_REDUCE;
+}
+
+static int mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+void br_work_ring_init(br_work_t *w, const br_exec_comm_t *ec, int ch, int nch)
+{
+    const br_exec_op_t *op = &w->op;
+    size_t tsize = br_type_size(op->type);
+    int n = ec->nranks;
+
+    w->kind = BR_WORK_RING;
+    w->ch = ch;
+    /* Data that is only moved is cut in bytes; reduced data in elements. */
+    w->esize = is_reduction(op->func) ? tsize : 1;
+    w->units = is_reduction(op->func) ? op->count : op->count * tsize;
+    br_plan_channel_range(w->units, nch, ch, &w->lo, &w->hi);
+    w->slice = ec->ring_send[ch]->step_size / w->esize;
+    w->base = w->lo;
+    w->j = 0;
+    switch (op->func) {
+    case BR_FUNC_ALLREDUCE: w->nsteps = 2 * n - 1; break;
+    case BR_FUNC_ALLGATHER:
+    case BR_FUNC_REDUCESCATTER: w->nsteps = n; break;
+    default: w->nsteps = 1; break;
+    }
+    w->chunk = 0;
+}
+
+/* Chunk size of the iteration starting at w->base. */
+static void ring_iteration_begin(br_work_t *w, int n)
+{
+    size_t left = w->hi - w->base;
+    if (w->op.func == BR_FUNC_ALLREDUCE) {
+        size_t per = (left + (size_t)n - 1) / (size_t)n;
+        w->chunk = per < w->slice ? per : w->slice;
+    } else {
+        w->chunk = left < w->slice ? left : w->slice;
+    }
+}
+
+/* Which primitive step j is, and which rank's chunk it handles. */
+static int ring_step_kind(const br_work_t *w, int n, int r, int j, int *chunk_p)
+{
+    switch (w->op.func) {
+    case BR_FUNC_ALLREDUCE:
+        if (j == 0) {
+            *chunk_p = mod(r - 1, n);
+            return P_SEND;
+        }
+        if (j < n - 1) {
+            *chunk_p = mod(r - 1 - j, n);
+            return P_RECV | P_REDUCE | P_SEND;
+        }
+        if (j == n - 1) {
+            *chunk_p = r;
+            return P_RECV | P_REDUCE | P_COPY | P_SEND | P_POST;
+        }
+        *chunk_p = mod(r - j + n - 1, n);
+        return j < 2 * n - 2 ? (P_RECV | P_COPY | P_SEND) : (P_RECV | P_COPY);
+    case BR_FUNC_REDUCESCATTER:
+        if (j == 0) {
+            *chunk_p = mod(r - 1, n);
+            return P_SEND;
+        }
+        *chunk_p = mod(r - 1 - j, n);
+        return j < n - 1 ? (P_RECV | P_REDUCE | P_SEND) : (P_RECV | P_REDUCE | P_COPY | P_POST);
+    case BR_FUNC_ALLGATHER:
+        *chunk_p = mod(r - j, n);
+        if (j == 0) {
+            return P_LOCAL | P_SEND;
+        }
+        return j < n - 1 ? (P_RECV | P_COPY | P_SEND) : (P_RECV | P_COPY);
+    case BR_FUNC_BROADCAST: {
+        int pos = mod(r - w->op.root, n);
+        *chunk_p = 0;
+        if (pos == 0) {
+            return P_LOCAL | P_SEND;
+        }
+        return pos < n - 1 ? (P_RECV | P_COPY | P_SEND) : (P_RECV | P_COPY);
+    }
+    default: { /* Reduce: the chain starts after the root and ends at it. */
+        int pos = mod(r - w->op.root - 1, n);
+        *chunk_p = 0;
+        if (pos == 0) {
+            return P_SEND;
+        }
+        return pos < n - 1 ? (P_RECV | P_REDUCE | P_SEND) : (P_RECV | P_REDUCE | P_COPY | P_POST);
+    }
+    }
+}
+
+/* Input and output offsets (in units) and length of chunk k of this iteration. */
+static void ring_chunk_place(const br_work_t *w, int k, size_t *in_p, size_t *out_p, size_t *len_p)
+{
+    size_t len = w->chunk, off;
+    switch (w->op.func) {
+    case BR_FUNC_ALLREDUCE:
+        off = w->base + (size_t)k * w->chunk;
+        if (off >= w->hi) {
+            len = 0;
+            off = w->hi;
+        } else if (off + len > w->hi) {
+            len = w->hi - off;
+        }
+        *in_p = *out_p = off;
+        break;
+    case BR_FUNC_REDUCESCATTER:
+        *in_p = (size_t)k * w->units + w->base;
+        *out_p = w->base;
+        break;
+    case BR_FUNC_ALLGATHER:
+        *in_p = w->base;
+        *out_p = (size_t)k * w->units + w->base;
+        break;
+    default:
+        *in_p = *out_p = w->base;
+        break;
+    }
+    *len_p = len;
+}
+
+static uint32_t desc_type_word(const br_exec_op_t *op)
+{
+    return (uint32_t)op->type | ((uint32_t)op->redop.kind << 8) | ((uint32_t)(op->root & 0xffff) << 16);
+}
+
+static void desc_describe(char *buf, size_t len, const br_slot_desc_t *d)
+{
+    snprintf(buf, len, "%s #%llu (count %llu, %s)", br_func_name((br_func_t)d->func),
+             (unsigned long long)(d->seq - 1), (unsigned long long)d->count,
+             br_type_name((ncclDataType_t)(d->type & 0xff)));
+}
+
+/* Check a received slot's descriptor against what this rank expects. */
+static int check_desc(br_exec_queue_t *q, const br_work_t *w, const br_conn_t *rc,
+                      const br_slot_desc_t *d, size_t bytes)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_exec_op_t *op = &w->op;
+    char theirs[160];
+
+    if (d->seq != 0) {
+        int p2p = w->kind == BR_WORK_RECV;
+        uint32_t func = p2p ? BR_FUNC_SEND : (uint32_t)op->func;
+        uint32_t type = p2p ? (uint32_t)op->type : desc_type_word(op);
+        uint32_t their_type = p2p ? (d->type & 0xff) : d->type;
+        if (d->seq != op->seq + 1 || d->func != func || d->count != op->count ||
+            their_type != type) {
+            desc_describe(theirs, sizeof(theirs), d);
+            br_exec_fail(ec, ncclInvalidUsage,
+                         "mismatched calls: rank %d is in %s #%llu (count %zu, %s, %s, root %d) "
+                         "but rank %d sent data for %s%s",
+                         ec->rank, br_func_name(op->func), (unsigned long long)op->seq,
+                         op->count, br_type_name(op->type), br_red_kind_name(op->redop.kind),
+                         op->root, rc->peer, theirs,
+                         p2p ? " (a send must match a recv of the same count and type)" : "");
+            return -1;
+        }
+    }
+    if (d->bytes != bytes) {
+        br_exec_fail(ec, ncclInvalidUsage,
+                     "mismatched calls: rank %d expected %zu bytes from rank %d for %s #%llu "
+                     "(count %zu, %s) but received %llu",
+                     ec->rank, bytes, rc->peer, br_func_name(op->func),
+                     (unsigned long long)op->seq, op->count, br_type_name(op->type),
+                     (unsigned long long)d->bytes);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int recv_ready(br_conn_t *c)
+{
+    /* Acquire pairs with the sender's release of tail: the slot is complete. */
+    return atomic_load_explicit(&c->ctrl->tail, memory_order_acquire) > c->step;
+}
+
+static inline int send_ready(br_conn_t *c)
+{
+    /* Acquire pairs with the receiver's release of head: it finished reading the slot. */
+    return atomic_load_explicit(&c->ctrl->head, memory_order_acquire) + BR_STEPS > c->step;
+}
+
+static inline char *slot_of(br_conn_t *c)
+{
+    return c->buf + (size_t)(c->step % BR_STEPS) * c->step_size;
+}
+
+static inline void send_post(br_conn_t *c, const br_slot_desc_t *d)
+{
+    c->ctrl->slot[c->step % BR_STEPS] = *d;
+    /* Release: the slot's data and descriptor are visible before the new tail. */
+    atomic_store_explicit(&c->ctrl->tail, ++c->step, memory_order_release);
+}
+
+static inline void recv_post(br_conn_t *c)
+{
+    /* Release: our reads of the slot are done before the sender may reuse it. */
+    atomic_store_explicit(&c->ctrl->head, ++c->step, memory_order_release);
+}
+
+/* One ring step; returns 1 done, 0 blocked, -1 error. */
+static int ring_step(br_exec_queue_t *q, br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    br_conn_t *rc = ec->ring_recv[w->ch], *sc = ec->ring_send[w->ch];
+    const br_exec_op_t *op = &w->op;
+    int k, flags = ring_step_kind(w, ec->nranks, ec->rank, w->j, &k);
+    size_t in_off, out_off, len;
+
+    if ((flags & P_RECV) && !recv_ready(rc)) {
+        q->wait_peer = rc->peer;
+        q->wait_what = "data from";
+        return 0;
+    }
+    if ((flags & P_SEND) && !send_ready(sc)) {
+        q->wait_peer = sc->peer;
+        q->wait_what = "free FIFO space at";
+        return 0;
+    }
+    ring_chunk_place(w, k, &in_off, &out_off, &len);
+    size_t bytes = len * w->esize;
+    const char *in = (const char *)op->sendbuff + in_off * w->esize;
+    char *out = (char *)op->recvbuff + out_off * w->esize;
+    char *rslot = (flags & P_RECV) ? slot_of(rc) : NULL;
+    char *sslot = (flags & P_SEND) ? slot_of(sc) : NULL;
+
+    if (rslot != NULL && check_desc(q, w, rc, &rc->ctrl->slot[rc->step % BR_STEPS], bytes) != 0) {
+        return -1;
+    }
+    if (flags & P_REDUCE) {
+        /* Received partial result (+) this rank's contribution. */
+        char *dst = (flags & P_COPY) ? out : sslot;
+        br_reduce(dst, rslot, in, len, &op->redop, (flags & P_POST) ? BR_REDUCE_POST : 0);
+        if ((flags & P_COPY) && sslot != NULL) {
+            memcpy(sslot, out, bytes);
+        }
+    } else if (flags & P_RECV) {
+        if (flags & P_COPY) {
+            memcpy(out, rslot, bytes);
+        }
+        if (sslot != NULL) {
+            memcpy(sslot, rslot, bytes);
+        }
+    } else if (is_reduction(op->func)) {
+        /* First contributor of a reduction chain: scaled input for PreMulSum. */
+        br_reduce(sslot, NULL, in, len, &op->redop, 0);
+    } else {
+        if ((flags & P_LOCAL) && out != in) {
+            memcpy(out, in, bytes);
+        }
+        memcpy(sslot, in, bytes);
+    }
+    if (rslot != NULL) {
+        recv_post(rc);
+    }
+    if (sslot != NULL) {
+        br_slot_desc_t d = {bytes, op->seq + 1, op->count, (uint32_t)op->func, desc_type_word(op)};
+        send_post(sc, &d);
+    }
+    return 1;
+}
+
+static int ring_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    int moved = 0, n = q->ec->nranks;
+    while (w->base < w->hi) {
+        if (w->j == 0 && w->chunk == 0) {
+            ring_iteration_begin(w, n);
+        }
+        int r = ring_step(q, w);
+        if (r <= 0) {
+            return r < 0 ? -1 : moved;
+        }
+        moved++;
+        if (++w->j == w->nsteps) {
+            w->j = 0;
+            w->base += w->op.func == BR_FUNC_ALLREDUCE ? (size_t)n * w->chunk : w->chunk;
+            w->chunk = 0;
+        }
+    }
+    *done_p = 1;
+    return moved;
+}
+
+static int send_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    br_conn_t *c = w->conn;
+    int moved = 0;
+    while (w->off < w->bytes) {
+        if (!send_ready(c)) {
+            q->wait_peer = c->peer;
+            q->wait_what = "free FIFO space at";
+            return moved;
+        }
+        size_t n = w->bytes - w->off < c->step_size ? w->bytes - w->off : c->step_size;
+        memcpy(slot_of(c), (const char *)w->op.sendbuff + w->off, n);
+        br_slot_desc_t d = {n, w->op.seq + 1, w->op.count, BR_FUNC_SEND, (uint32_t)w->op.type};
+        send_post(c, &d);
+        w->off += n;
+        moved++;
+    }
+    *done_p = 1;
+    return moved;
+}
+
+static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    br_conn_t *c = w->conn;
+    int moved = 0;
+    while (w->off < w->bytes) {
+        if (!recv_ready(c)) {
+            q->wait_peer = c->peer;
+            q->wait_what = "data from";
+            return moved;
+        }
+        size_t n = w->bytes - w->off < c->step_size ? w->bytes - w->off : c->step_size;
+        if (check_desc(q, w, c, &c->ctrl->slot[c->step % BR_STEPS], n) != 0) {
+            return -1;
+        }
+        memcpy((char *)w->op.recvbuff + w->off, slot_of(c), n);
+        recv_post(c);
+        w->off += n;
+        moved++;
+    }
+    *done_p = 1;
+    return moved;
+}
+
+/* A rank's own part: single-rank collectives and sends to itself. */
+static int copy_work(br_work_t *w, int *done_p)
+{
+    const br_exec_op_t *op = &w->op;
+    if (is_reduction(op->func)) {
+        br_reduce(op->recvbuff, NULL, op->sendbuff, op->count, &op->redop, BR_REDUCE_POST);
+    } else if (w->bytes > 0 && op->recvbuff != w->copy_src) {
+        memmove(op->recvbuff, w->copy_src, w->bytes);
+    }
+    *done_p = 1;
+    return 1;
+}
+
+int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    switch (w->kind) {
+    case BR_WORK_RING: return ring_work(q, w, done_p);
+    case BR_WORK_SEND: return send_work(q, w, done_p);
+    case BR_WORK_RECV: return recv_work(q, w, done_p);
+    default: return copy_work(w, done_p);
+    }
+}

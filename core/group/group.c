@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Group state lives in thread-local storage: the nesting depth and the queued calls.
+ * At the outermost ncclGroupEnd the queue is executed in three phases: communicator
+ * creation (parallel threads when several), p2p connection setup per communicator
+ * (parallel threads when several), then one executor batch with every operation.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "group.h"
+#include "util.h"
+
+typedef enum { G_OP, G_INIT, G_SPLIT } gkind_t;
+
+typedef struct {
+    gkind_t kind;
+    ncclComm_t comm;      /* op: its comm; split: the parent */
+    br_exec_op_t op;
+    ncclComm_t *out;      /* init/split */
+    int nranks, rank, color, key;
+    ncclUniqueId id;
+    ncclConfig_t config;
+    int has_config;
+    ncclResult_t res;
+} gcall_t;
+
+static _Thread_local int depth;
+static _Thread_local gcall_t *calls;
+static _Thread_local int ncalls, calls_cap;
+
+int br_group_depth(void)
+{
+    return depth;
+}
+
+ncclResult_t br_group_start(void)
+{
+    depth++;
+    return ncclSuccess;
+}
+
+static ncclResult_t push(const gcall_t *c)
+{
+    if (ncalls == calls_cap) {
+        int cap = calls_cap ? 2 * calls_cap : 32;
+        gcall_t *nc = realloc(calls, (size_t)cap * sizeof(*nc));
+        if (nc == NULL) {
+            BR_WARN(NCCL_ALLOC, "out of memory queueing a group call");
+            return ncclSystemError;
+        }
+        calls = nc;
+        calls_cap = cap;
+    }
+    calls[ncalls++] = *c;
+    return ncclSuccess;
+}
+
+/* Run fn(arg[i]) for n items, in threads when there is more than one. */
+static void run_parallel(int n, void *(*fn)(void *), void *args, size_t arg_size)
+{
+    pthread_t *th = n > 1 ? calloc((size_t)n, sizeof(*th)) : NULL;
+    char *started = n > 1 ? calloc((size_t)n, 1) : NULL;
+    for (int i = 0; i < n; i++) {
+        void *a = (char *)args + (size_t)i * arg_size;
+        if (th != NULL && started != NULL && pthread_create(&th[i], NULL, fn, a) == 0) {
+            started[i] = 1;
+        } else {
+            fn(a);
+        }
+    }
+    for (int i = 0; i < n && th != NULL && started != NULL; i++) {
+        if (started[i]) {
+            pthread_join(th[i], NULL);
+        }
+    }
+    free(th);
+    free(started);
+}
+
+static void *create_one(void *arg)
+{
+    gcall_t *c = arg;
+    const ncclConfig_t *cfg = c->has_config ? &c->config : NULL;
+    if (c->kind == G_INIT) {
+        c->res = br_comm_init(c->out, c->nranks, &c->id, c->rank, cfg);
+    } else {
+        br_log_set_rank(c->comm->rank);
+        c->res = br_comm_split(c->comm, c->color, c->key, c->out, cfg);
+    }
+    return NULL;
+}
+
+typedef struct {
+    ncclComm_t comm;
+    char *need_send, *need_recv;
+    ncclResult_t res;
+} connect_job_t;
+
+static void *connect_one(void *arg)
+{
+    connect_job_t *j = arg;
+    br_log_set_rank(j->comm->rank);
+    j->res = br_comm_connect_p2p(j->comm, j->need_send, j->need_recv);
+    return NULL;
+}
+
+static ncclResult_t run_creations(gcall_t *cs, int n)
+{
+    gcall_t *list = NULL;
+    int k = 0;
+    ncclResult_t res = ncclSuccess;
+
+    BR_CHECK(br_calloc(&list, (size_t)(n > 0 ? n : 1), "group"));
+    for (int i = 0; i < n; i++) {
+        if (cs[i].kind != G_OP) {
+            list[k++] = cs[i];
+        }
+    }
+    run_parallel(k, create_one, list, sizeof(*list));
+    for (int i = 0; i < k; i++) {
+        if (list[i].res != ncclSuccess && res == ncclSuccess) {
+            res = list[i].res;
+        }
+    }
+    free(list);
+    return res;
+}
+
+/* Distinct communicators of the queued operations, in first-use order. */
+static int op_comms(gcall_t *cs, int n, ncclComm_t *out)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        if (cs[i].kind != G_OP) {
+            continue;
+        }
+        for (int j = 0; j < k; j++) {
+            seen |= out[j] == cs[i].comm;
+        }
+        if (!seen) {
+            out[k++] = cs[i].comm;
+        }
+    }
+    return k;
+}
+
+static ncclResult_t connect_peers(gcall_t *cs, int n, ncclComm_t *comms, int ncomms)
+{
+    connect_job_t *jobs = NULL;
+    int njobs = 0;
+    ncclResult_t res = ncclSuccess;
+
+    BR_CHECK(br_calloc(&jobs, (size_t)ncomms, "group"));
+    for (int c = 0; c < ncomms; c++) {
+        ncclComm_t comm = comms[c];
+        int needed = 0;
+        connect_job_t *j = &jobs[njobs];
+        j->comm = comm;
+        BR_CHECK_GOTO(br_calloc(&j->need_send, (size_t)comm->nranks, "group"), res, out);
+        BR_CHECK_GOTO(br_calloc(&j->need_recv, (size_t)comm->nranks, "group"), res, out);
+        for (int i = 0; i < n; i++) {
+            const br_exec_op_t *op = &cs[i].op;
+            if (cs[i].kind != G_OP || cs[i].comm != comm || op->peer == comm->rank ||
+                op->count == 0) {
+                continue;
+            }
+            if (op->func == BR_FUNC_SEND && comm->ec->p2p_send[op->peer] == NULL) {
+                j->need_send[op->peer] = needed = 1;
+            } else if (op->func == BR_FUNC_RECV && comm->ec->p2p_recv[op->peer] == NULL) {
+                j->need_recv[op->peer] = needed = 1;
+            }
+        }
+        if (needed) {
+            njobs++;
+        } else {
+            free(j->need_send);
+            free(j->need_recv);
+            j->need_send = j->need_recv = NULL;
+        }
+    }
+    run_parallel(njobs, connect_one, jobs, sizeof(*jobs));
+    for (int i = 0; i < njobs; i++) {
+        if (jobs[i].res != ncclSuccess && res == ncclSuccess) {
+            res = jobs[i].res;
+            br_exec_fail(jobs[i].comm->ec, res, "rank %d: p2p connection setup failed: %s",
+                         jobs[i].comm->rank, br_log_last_error());
+        }
+    }
+out:
+    for (int i = 0; i < ncomms; i++) {
+        free(jobs[i].need_send);
+        free(jobs[i].need_recv);
+    }
+    free(jobs);
+    return res;
+}
+
+/* Sends to self are matched, in order, with receives from self of the same comm. */
+static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t comm)
+{
+    int ri = 0;
+    for (int si = 0; si < n; si++) {
+        const br_exec_op_t *s = &cs[si].op;
+        if (cs[si].kind != G_OP || cs[si].comm != comm || s->func != BR_FUNC_SEND ||
+            s->peer != comm->rank) {
+            continue;
+        }
+        while (ri < n && (cs[ri].kind != G_OP || cs[ri].comm != comm ||
+                          cs[ri].op.func != BR_FUNC_RECV || cs[ri].op.peer != comm->rank)) {
+            ri++;
+        }
+        if (ri == n) {
+            BR_WARN(NCCL_P2P, "rank %d: ncclSend to itself has no matching ncclRecv from itself "
+                    "in the same group", comm->rank);
+            return ncclInvalidUsage;
+        }
+        const br_exec_op_t *r = &cs[ri++].op;
+        size_t sb = s->count * br_type_size(s->type), rb = r->count * br_type_size(r->type);
+        if (sb != rb) {
+            BR_WARN(NCCL_P2P, "rank %d: ncclSend to itself of %zu bytes does not match the "
+                    "ncclRecv from itself of %zu bytes", comm->rank, sb, rb);
+            return ncclInvalidUsage;
+        }
+        BR_CHECK(br_exec_enqueue_self(b, comm->ec, s->sendbuff, r->recvbuff, sb));
+    }
+    for (; ri < n; ri++) {
+        if (cs[ri].kind == G_OP && cs[ri].comm == comm && cs[ri].op.func == BR_FUNC_RECV &&
+            cs[ri].op.peer == comm->rank) {
+            BR_WARN(NCCL_P2P, "rank %d: ncclRecv from itself has no matching ncclSend to itself "
+                    "in the same group", comm->rank);
+            return ncclInvalidUsage;
+        }
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t run_ops(gcall_t *cs, int n)
+{
+    ncclComm_t *comms = NULL;
+    br_exec_batch_t batch;
+    ncclResult_t res = ncclSuccess;
+    int ncomms;
+
+    memset(&batch, 0, sizeof(batch));
+    BR_CHECK(br_calloc(&comms, (size_t)(n > 0 ? n : 1), "group"));
+    ncomms = op_comms(cs, n, comms);
+    if (ncomms == 0) {
+        goto out;
+    }
+    for (int c = 0; c < ncomms; c++) {
+        if (comms[c]->ec->error != ncclSuccess) {
+            BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", comms[c]->rank,
+                    comms[c]->ec->error_msg);
+            res = comms[c]->ec->error;
+            goto out;
+        }
+    }
+    BR_CHECK_GOTO(connect_peers(cs, n, comms, ncomms), res, out);
+    for (int c = 0; c < ncomms; c++) {
+        BR_CHECK_GOTO(pair_self(&batch, cs, n, comms[c]), res, out);
+    }
+    for (int i = 0; i < n; i++) {
+        const br_exec_op_t *op = &cs[i].op;
+        if (cs[i].kind != G_OP ||
+            ((op->func == BR_FUNC_SEND || op->func == BR_FUNC_RECV) && op->peer == cs[i].comm->rank)) {
+            continue;
+        }
+        BR_CHECK_GOTO(br_exec_enqueue(&batch, cs[i].comm->ec, op), res, out);
+    }
+    res = br_exec_run(&batch);
+out:
+    br_exec_batch_free(&batch);
+    free(comms);
+    return res;
+}
+
+ncclResult_t br_group_end(void)
+{
+    ncclResult_t res;
+    gcall_t *cs;
+    int n;
+
+    if (depth == 0) {
+        BR_WARN(NCCL_INIT, "ncclGroupEnd called without a matching ncclGroupStart");
+        return ncclInvalidUsage;
+    }
+    if (--depth > 0) {
+        return ncclSuccess;
+    }
+    /* Take the queue: what runs below may not queue into it. */
+    cs = calls;
+    n = ncalls;
+    calls = NULL;
+    ncalls = calls_cap = 0;
+    res = run_creations(cs, n);
+    if (res == ncclSuccess) {
+        res = run_ops(cs, n);
+    }
+    free(cs);
+    return res;
+}
+
+ncclResult_t br_group_add_op(ncclComm_t comm, br_exec_op_t *op)
+{
+    gcall_t c;
+    br_exec_comm_t *ec = comm->ec;
+
+    if (op->func == BR_FUNC_SEND) {
+        op->seq = ec->send_seq[op->peer]++;
+    } else if (op->func == BR_FUNC_RECV) {
+        op->seq = ec->recv_seq[op->peer]++;
+    } else {
+        op->seq = ec->coll_seq++;
+    }
+    memset(&c, 0, sizeof(c));
+    c.kind = G_OP;
+    c.comm = comm;
+    c.op = *op;
+    if (depth > 0) {
+        return push(&c);
+    }
+    BR_CHECK(br_group_start());
+    ncclResult_t res = push(&c);
+    ncclResult_t end = br_group_end();
+    return res != ncclSuccess ? res : end;
+}
+
+static ncclResult_t add_creation(gcall_t *c, const ncclConfig_t *config)
+{
+    if (config != NULL) {
+        c->config = *config;
+        c->has_config = 1;
+    }
+    if (depth > 0) {
+        return push(c);
+    }
+    create_one(c);
+    return c->res;
+}
+
+ncclResult_t br_group_add_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
+                               const ncclConfig_t *config)
+{
+    gcall_t c;
+    memset(&c, 0, sizeof(c));
+    c.kind = G_INIT;
+    c.out = comm_p;
+    c.nranks = nranks;
+    c.rank = rank;
+    c.id = *id;
+    return add_creation(&c, config);
+}
+
+ncclResult_t br_group_add_split(ncclComm_t parent, int color, int key, ncclComm_t *comm_p,
+                                const ncclConfig_t *config)
+{
+    gcall_t c;
+    memset(&c, 0, sizeof(c));
+    c.kind = G_SPLIT;
+    c.comm = parent;
+    c.color = color;
+    c.key = key;
+    c.out = comm_p;
+    return add_creation(&c, config);
+}

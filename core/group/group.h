@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * group: ncclGroupStart/End. Calls made inside a group (operations, and communicator
+ * inits and splits) are queued per thread and run together at the outermost
+ * ncclGroupEnd: inits and splits first (in parallel threads, so one thread may create
+ * every rank of a process), then missing p2p connections, then every operation of every
+ * communicator, progressed together so a single thread can drive several ranks.
+ * Outside a group each call is its own group.
+ */
+#ifndef BR_GROUP_H_
+#define BR_GROUP_H_
+
+#include "comm.h"
+
+ncclResult_t br_group_start(void);
+ncclResult_t br_group_end(void);
+int br_group_depth(void);
+
+/* Queue an operation (assigns its sequence number) and, outside a group, run it. */
+ncclResult_t br_group_add_op(ncclComm_t comm, br_exec_op_t *op);
+
+/* Communicator creation, deferred to ncclGroupEnd inside a group. */
+ncclResult_t br_group_add_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
+                               const ncclConfig_t *config);
+ncclResult_t br_group_add_split(ncclComm_t parent, int color, int key, ncclComm_t *comm_p,
+                                const ncclConfig_t *config);
+
+#endif /* BR_GROUP_H_ */

@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The proxy of one communicator: a list of net connections and the progress loop that
+ * moves their slots through the net plugin. Send side: slots [done, posted) are in
+ * flight, [posted, tail) are filled and waiting to be posted; a completed isend frees its
+ * slot by advancing head. Receive side: irecvs are kept posted for every free slot
+ * (posted < head + BR_STEPS); a completed one publishes its slot by advancing tail.
+ * Requests complete in posting order on a connection (the ABI's ordering rule), so each
+ * direction tests only its oldest request.
+ *
+ * Threading: one thread per proxy, sleeping on a condition variable while no executor is
+ * active and no send is in flight. br_proxy_progress() lets the executor do the same
+ * work while it waits; `lock` makes the two exclusive (the executor only try-locks).
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "proxy.h"
+#include "util.h"
+
+struct br_proxy {
+    br_net_t *net;
+    int rank;
+    pthread_t thread;
+    pthread_mutex_t lock;      /* guards the connection list and its progress */
+    pthread_mutex_t wake_lock; /* guards active/stop with `wake` */
+    pthread_cond_t wake;
+    int active;
+    int stop;
+    br_net_conn_t *conns;
+    _Atomic int error;         /* ncclResult_t of the first failure */
+    char error_msg[512];
+};
+
+static void proxy_fail(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, const char *what)
+{
+    int expected = ncclSuccess;
+    if (atomic_compare_exchange_strong(&proxy->error, &expected, (int)res)) {
+        snprintf(proxy->error_msg, sizeof(proxy->error_msg),
+                 "network %s %s rank %d failed (net plugin %s, error %d) after %llu of %llu "
+                 "steps: the peer process may have died or its network may be down",
+                 what, nc->is_send ? "to" : "from", nc->peer, proxy->net->name, (int)res,
+                 (unsigned long long)nc->done, (unsigned long long)nc->posted);
+        BR_WARN(NCCL_NET | NCCL_PROXY, "rank %d: %s", proxy->rank, proxy->error_msg);
+    }
+}
+
+/* Move one send connection; returns the number of state changes. */
+static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
+{
+    br_net_t *net = proxy->net;
+    int moved = 0;
+    /* Acquire pairs with the executor's release of tail: the slot bytes are visible. */
+    uint64_t tail = atomic_load_explicit(&nc->ctrl->tail, memory_order_acquire);
+
+    while (nc->posted < tail) {
+        int slot = (int)(nc->posted % BR_STEPS);
+        void *req = NULL;
+        ncclResult_t res = net->ops->isend(net, nc->comm, nc->buf + (size_t)slot * nc->step_size,
+                                           nc->ctrl->slot[slot].bytes, proxy->rank, nc->mhandle,
+                                           NULL, &req);
+        if (res != ncclSuccess) {
+            proxy_fail(proxy, nc, res, "send");
+            return moved;
+        }
+        if (req == NULL) {
+            break; /* the plugin is full: retry later */
+        }
+        nc->req[slot] = req;
+        nc->posted++;
+        moved++;
+    }
+    while (nc->done < nc->posted) {
+        int slot = (int)(nc->done % BR_STEPS), done = 0;
+        ncclResult_t res = net->ops->test(net, nc->req[slot], &done, NULL);
+        if (res != ncclSuccess) {
+            proxy_fail(proxy, nc, res, "send");
+            return moved;
+        }
+        if (!done) {
+            break;
+        }
+        nc->req[slot] = NULL;
+        nc->done++;
+        /* Release: the executor may now overwrite the slot. */
+        atomic_store_explicit(&nc->ctrl->head, nc->done, memory_order_release);
+        moved++;
+    }
+    return moved;
+}
+
+/* Move one receive connection; returns the number of state changes. */
+static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
+{
+    br_net_t *net = proxy->net;
+    int moved = 0;
+    /* Acquire pairs with the executor's release of head: it is done reading the slot. */
+    uint64_t head = atomic_load_explicit(&nc->ctrl->head, memory_order_acquire);
+
+    while (nc->posted < head + BR_STEPS) {
+        int slot = (int)(nc->posted % BR_STEPS);
+        void *data = nc->buf + (size_t)slot * nc->step_size;
+        size_t size = nc->step_size;
+        int tag = nc->peer;
+        void *req = NULL;
+        ncclResult_t res = net->ops->irecv(net, nc->comm, 1, &data, &size, &tag, &nc->mhandle,
+                                           NULL, &req);
+        if (res != ncclSuccess) {
+            proxy_fail(proxy, nc, res, "receive");
+            return moved;
+        }
+        if (req == NULL) {
+            break;
+        }
+        nc->req[slot] = req;
+        nc->posted++;
+        moved++;
+    }
+    while (nc->done < nc->posted) {
+        int slot = (int)(nc->done % BR_STEPS), done = 0, size = 0;
+        ncclResult_t res = net->ops->test(net, nc->req[slot], &done, &size);
+        if (res != ncclSuccess) {
+            proxy_fail(proxy, nc, res, "receive");
+            return moved;
+        }
+        if (!done) {
+            break;
+        }
+        nc->req[slot] = NULL;
+        /* The descriptor says only how many bytes came: the network carries no call
+         * identity, so seq 0 tells the executor not to check it. */
+        memset(&nc->ctrl->slot[slot], 0, sizeof(nc->ctrl->slot[slot]));
+        nc->ctrl->slot[slot].bytes = (uint64_t)size;
+        nc->done++;
+        /* Release: the slot's bytes and descriptor before the new tail. */
+        atomic_store_explicit(&nc->ctrl->tail, nc->done, memory_order_release);
+        moved++;
+    }
+    return moved;
+}
+
+static int progress_locked(br_proxy_t *proxy)
+{
+    int moved = 0;
+    if (atomic_load_explicit(&proxy->error, memory_order_relaxed) != ncclSuccess) {
+        return 0;
+    }
+    for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
+        moved += nc->is_send ? progress_send(proxy, nc) : progress_recv(proxy, nc);
+    }
+    return moved;
+}
+
+/* Sends filled by the executor but not yet completed keep the proxy awake after the
+ * executor returns: the peer is waiting for them. */
+static int has_pending_sends(br_proxy_t *proxy)
+{
+    for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
+        if (nc->is_send &&
+            nc->done < atomic_load_explicit(&nc->ctrl->tail, memory_order_acquire)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void *proxy_main(void *arg)
+{
+    br_proxy_t *proxy = arg;
+    unsigned idle = 0;
+
+    br_log_set_rank(proxy->rank);
+    for (;;) {
+        pthread_mutex_lock(&proxy->lock);
+        int moved = progress_locked(proxy);
+        int pending = has_pending_sends(proxy);
+        pthread_mutex_unlock(&proxy->lock);
+
+        pthread_mutex_lock(&proxy->wake_lock);
+        if (proxy->stop) {
+            pthread_mutex_unlock(&proxy->wake_lock);
+            break;
+        }
+        if (proxy->active == 0 && !pending) {
+            /* Idle communicator: sleep until an executor becomes active. The timed wait
+             * also lets late network errors surface. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&proxy->wake, &proxy->wake_lock, &ts);
+            idle = 0;
+            pthread_mutex_unlock(&proxy->wake_lock);
+            continue;
+        }
+        pthread_mutex_unlock(&proxy->wake_lock);
+        if (moved) {
+            idle = 0;
+        } else if (++idle > 64) {
+            /* Ranks may outnumber cores: never spin long without giving the CPU away. */
+            if (idle > 4096) {
+                struct timespec ts = {0, 20000};
+                nanosleep(&ts, NULL);
+            } else {
+                sched_yield();
+            }
+        }
+    }
+    return NULL;
+}
+
+ncclResult_t br_proxy_create(br_net_t *net, int rank, br_proxy_t **proxy_p)
+{
+    ncclResult_t res = ncclSuccess;
+    br_proxy_t *proxy = NULL;
+    int ret;
+
+    BR_CHECK(br_calloc(&proxy, 1, "proxy"));
+    proxy->net = net;
+    proxy->rank = rank;
+    pthread_mutex_init(&proxy->lock, NULL);
+    pthread_mutex_init(&proxy->wake_lock, NULL);
+    pthread_cond_init(&proxy->wake, NULL);
+    ret = pthread_create(&proxy->thread, NULL, proxy_main, proxy);
+    if (ret != 0) {
+        BR_WARN(NCCL_PROXY, "cannot start the proxy thread: %s", strerror(ret));
+        res = ncclSystemError;
+        goto err_free;
+    }
+    BR_INFO(NCCL_INIT | NCCL_PROXY, "proxy thread started for net plugin %s", net->name);
+    *proxy_p = proxy;
+    return ncclSuccess;
+err_free:
+    pthread_cond_destroy(&proxy->wake);
+    pthread_mutex_destroy(&proxy->wake_lock);
+    pthread_mutex_destroy(&proxy->lock);
+    free(proxy);
+    return res;
+}
+
+ncclResult_t br_proxy_add(br_proxy_t *proxy, br_net_conn_t *nc)
+{
+    pthread_mutex_lock(&proxy->lock);
+    nc->next = proxy->conns;
+    proxy->conns = nc;
+    pthread_mutex_unlock(&proxy->lock);
+    return ncclSuccess;
+}
+
+void br_proxy_active(br_proxy_t *proxy, int delta)
+{
+    pthread_mutex_lock(&proxy->wake_lock);
+    proxy->active += delta;
+    if (delta > 0) {
+        pthread_cond_signal(&proxy->wake);
+    }
+    pthread_mutex_unlock(&proxy->wake_lock);
+}
+
+int br_proxy_progress(br_proxy_t *proxy)
+{
+    int moved;
+    if (pthread_mutex_trylock(&proxy->lock) != 0) {
+        return 0;
+    }
+    moved = progress_locked(proxy);
+    pthread_mutex_unlock(&proxy->lock);
+    return moved;
+}
+
+ncclResult_t br_proxy_error(br_proxy_t *proxy, char *msg, size_t len)
+{
+    int res = atomic_load_explicit(&proxy->error, memory_order_acquire);
+    if (res != ncclSuccess && msg != NULL) {
+        snprintf(msg, len, "%s", proxy->error_msg);
+    }
+    return (ncclResult_t)res;
+}
+
+void br_proxy_destroy(br_proxy_t *proxy, int flush)
+{
+    br_net_t *net;
+
+    if (proxy == NULL) {
+        return;
+    }
+    net = proxy->net;
+    if (flush) {
+        /* The executor returns once data is in the FIFO; the peer still needs what the
+         * proxy has not sent yet. Bounded: a peer that stopped reading must not hang us. */
+        uint64_t deadline = br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
+        br_proxy_active(proxy, 1);
+        for (;;) {
+            pthread_mutex_lock(&proxy->lock);
+            int pending = has_pending_sends(proxy);
+            pthread_mutex_unlock(&proxy->lock);
+            if (!pending || atomic_load(&proxy->error) != ncclSuccess) {
+                break;
+            }
+            if (br_time_ns() > deadline) {
+                BR_WARN(NCCL_PROXY, "rank %d: gave up flushing network sends at close", proxy->rank);
+                break;
+            }
+            sched_yield();
+        }
+        br_proxy_active(proxy, -1);
+    }
+    pthread_mutex_lock(&proxy->wake_lock);
+    proxy->stop = 1;
+    pthread_cond_signal(&proxy->wake);
+    pthread_mutex_unlock(&proxy->wake_lock);
+    pthread_join(proxy->thread, NULL);
+    while (proxy->conns != NULL) {
+        br_net_conn_t *nc = proxy->conns;
+        proxy->conns = nc->next;
+        if (nc->mhandle != NULL) {
+            (void)net->ops->dereg_mr(net, nc->comm, nc->mhandle);
+        }
+        if (nc->is_send) {
+            (void)net->ops->close_send(net, nc->comm);
+        } else {
+            (void)net->ops->close_recv(net, nc->comm);
+        }
+        free(nc);
+    }
+    pthread_cond_destroy(&proxy->wake);
+    pthread_mutex_destroy(&proxy->wake_lock);
+    pthread_mutex_destroy(&proxy->lock);
+    free(proxy);
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * proxy: drives the network side of net connections. For a send connection it ships
+ * each slot the executor filled (isend, test) and returns the credit (head); for a
+ * receive connection it keeps irecvs posted into free slots and publishes each completed
+ * one (tail). One proxy per communicator: a thread that sleeps while the communicator is
+ * idle, plus br_proxy_progress() which the executor calls while it waits, so a rank
+ * whose thread would be waiting anyway moves its own network data without a context
+ * switch. Both paths share one lock (the executor only try-locks).
+ */
+#ifndef BR_PROXY_H_
+#define BR_PROXY_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fifo.h"
+#include "plugin.h"
+
+typedef struct br_proxy br_proxy_t;
+
+/* The proxy's half of one net connection. */
+typedef struct br_net_conn {
+    br_fifo_ctrl_t *ctrl;
+    char *buf;
+    size_t step_size;
+    int is_send;
+    int peer;              /* rank at the other end, for messages */
+    void *comm;            /* the plugin's send or recv comm */
+    void *mhandle;         /* registration of buf */
+    void *req[BR_STEPS];
+    uint64_t posted, done;
+    struct br_net_conn *next;
+} br_net_conn_t;
+
+/* Start the proxy of one communicator (rank for log lines; peer_desc names ranks). */
+ncclResult_t br_proxy_create(br_net_t *net, int rank, br_proxy_t **proxy_p);
+
+/* Hand a connected, registered net connection to the proxy. */
+ncclResult_t br_proxy_add(br_proxy_t *proxy, br_net_conn_t *nc);
+
+/* The executor enters (+1) or leaves (-1) a phase that uses net connections. */
+void br_proxy_active(br_proxy_t *proxy, int delta);
+
+/* Progress from the executor's wait loop if the proxy lock is free; returns >0 when
+ * something moved. */
+int br_proxy_progress(br_proxy_t *proxy);
+
+/* ncclSuccess, or the first error the proxy hit; its text goes to msg. */
+ncclResult_t br_proxy_error(br_proxy_t *proxy, char *msg, size_t len);
+
+/* Stop the thread, close the connections, free. With flush, first wait (bounded) until
+ * every filled send slot went out. */
+void br_proxy_destroy(br_proxy_t *proxy, int flush);
+
+#endif /* BR_PROXY_H_ */
