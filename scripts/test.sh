@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The tests: install dependencies, build with warnings as errors, run the whole suite,
+# then build again with AddressSanitizer and UndefinedBehaviorSanitizer and run it again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+jobs=$(nproc)
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+
+echo "== build (Release, -Werror)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBRAID_WERROR=ON > /dev/null
+cmake --build build -j"$jobs"
+echo "== tests"
+(cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
+
+if [ "${BRAID_SKIP_SANITIZERS:-0}" != 1 ]; then
+    echo "== build (ASan + UBSan)"
+    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DBRAID_WERROR=ON \
+        -DBRAID_SANITIZE=address,undefined > /dev/null
+    cmake --build build-asan -j"$jobs"
+    echo "== tests under ASan + UBSan"
+    (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        ctest --output-on-failure -j"$jobs" --timeout 900 -LE "perf-smoke")
+fi
