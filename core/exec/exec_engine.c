@@ -277,7 +277,11 @@ static void proxies_active(br_exec_batch_t *b, int delta)
 static void nap(unsigned idle, unsigned spin)
 {
     if (idle < spin) {
+#if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
     } else if (idle < 4 * spin) {
         sched_yield();
     } else {

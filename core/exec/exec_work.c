@@ -248,8 +248,9 @@ static int ring_step(br_exec_queue_t *q, br_work_t *w)
     }
     ring_chunk_place(w, k, &in_off, &out_off, &len);
     size_t bytes = len * w->esize;
-    const char *in = (const char *)op->sendbuff + in_off * w->esize;
-    char *out = (char *)op->recvbuff + out_off * w->esize;
+    /* Ranks that do not read the input or write the output may pass NULL for them. */
+    const char *in = op->sendbuff != NULL ? (const char *)op->sendbuff + in_off * w->esize : NULL;
+    char *out = op->recvbuff != NULL ? (char *)op->recvbuff + out_off * w->esize : NULL;
     char *rslot = (flags & P_RECV) ? slot_of(rc) : NULL;
     char *sslot = (flags & P_SEND) ? slot_of(sc) : NULL;
 
