@@ -199,6 +199,34 @@ static ncclResult_t ring_setup(ncclComm_t comm)
     return ncclSuccess;
 }
 
+/* The cost model sees the slowest link the ring crosses. */
+static ncclResult_t tune_setup(ncclComm_t comm)
+{
+    br_transport_comm_t *tc = comm->tc;
+    br_tune_topo_t topo;
+    int any_shm = 0;
+
+    memset(&topo, 0, sizeof(topo));
+    topo.nranks = comm->nranks;
+    topo.max_channels = comm->ec->nchannels;
+    for (int i = 0; i < comm->nranks; i++) {
+        int first = 1;
+        for (int j = 0; j < i; j++) {
+            first &= tc->peers[j].host_hash != tc->peers[i].host_hash;
+        }
+        topo.nnodes += first;
+        any_shm |= i != comm->rank && br_transport_select(tc, i) == BR_TRANSPORT_SHM;
+    }
+    if (comm->ec->has_net && tc->net != NULL) {
+        topo.hw = BR_HW_NET;
+        topo.link_gbps = tc->net->props.speed > 0 ? tc->net->props.speed / 8000.0 : 1.25;
+    } else {
+        topo.hw = any_shm ? BR_HW_PCI : BR_HW_NVLINK;
+        topo.link_gbps = any_shm ? 6.0 : 10.0; /* one core's copy rate through the FIFO */
+    }
+    return br_plan_tune_create(&topo, &comm->tune);
+}
+
 static void config_apply(ncclComm_t comm, const ncclConfig_t *config)
 {
     comm->blocking = 1;
@@ -283,6 +311,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     }
     BR_CHECK_GOTO(net_setup(comm, needed), res, fail);
     BR_CHECK_GOTO(ring_setup(comm), res, fail);
+    BR_CHECK_GOTO(tune_setup(comm), res, fail);
     BR_CHECK_GOTO(br_bootstrap_barrier(tc->boot), res, fail);
     comm->magic = BR_COMM_MAGIC;
     BR_CHECK_GOTO(registry_add(comm), res, fail);
@@ -353,6 +382,7 @@ void br_comm_free(ncclComm_t comm, int flush)
     }
     registry_remove(comm);
     comm->magic = 0;
+    br_plan_tune_free(comm->tune);
     if (comm->tc != NULL) {
         br_transport_close_all(comm->tc, flush);
         if (comm->tc->net != NULL) {

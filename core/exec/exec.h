@@ -30,6 +30,7 @@ typedef struct {
     int root;            /* Broadcast/Reduce */
     int peer;            /* Send/Recv */
     uint64_t seq;        /* collective number on the comm, or message number to/from peer */
+    int nchannels;       /* channels chosen by the planner (0: decide here) */
 } br_exec_op_t;
 
 /* What the executor needs of a communicator. */

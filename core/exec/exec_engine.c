@@ -105,7 +105,9 @@ ncclResult_t br_exec_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const br_ex
             BR_CHECK(queue_get(b, ec, Q_LOCAL, 0, &q));
             return queue_push(q, &w);
         }
-        int nch = br_plan_nchannels(op->count * tsize, ec->nchannels);
+        int nch = op->nchannels > 0 && op->nchannels <= ec->nchannels
+                      ? op->nchannels
+                      : br_plan_nchannels(op->count * tsize, ec->nchannels);
         for (int c = 0; c < nch; c++) {
             br_work_ring_init(&w, ec, c, nch);
             if (w.lo == w.hi) {

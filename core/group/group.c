@@ -313,6 +313,9 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_exec_op_t *op)
     } else if (op->func == BR_FUNC_RECV) {
         op->seq = ec->recv_seq[op->peer]++;
     } else {
+        br_plan_choice_t choice;
+        BR_CHECK(br_plan_choose(comm->tune, op->func, op->count * br_type_size(op->type), &choice));
+        op->nchannels = choice.nchannels;
         op->seq = ec->coll_seq++;
     }
     memset(&c, 0, sizeof(c));

@@ -204,7 +204,7 @@ static int is_plugin_key(const char *key)
 {
     static const char *const prefixes[] = {"NCCL_SOCKET_", "NCCL_NSOCKS_", "NCCL_IB_",
                                            "NCCL_OFI_",    "NCCL_TUNER_",  "NCCL_PROFILER_",
-                                           "NCCL_ALGO",    "NCCL_PROTO",   "NCCL_TOPO_",
+                                           "NCCL_TOPO_",
                                            "NCCL_ENV_PLUGIN"};
     for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
         if (strncmp(key, prefixes[i], strlen(prefixes[i])) == 0) {
