@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Joining a communicator and the ring collectives. br_bootstrap_init opens this rank's
+ * listener, starts its background thread (bootstrap_p2p.c), checks in with the root
+ * (bootstrap_root.c), connects to both ring neighbours the root names, waits for them to
+ * connect back, and ring-allgathers every rank's {listen address, host, pid}. Allgather
+ * runs the ring in both directions at once (n/2 steps). Collectives are called by one
+ * thread per rank; their messages are tagged with a per-bootstrap sequence number.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap_int.h"
+
+static void boot_free(br_bootstrap_t *boot)
+{
+    br_boot_thread_stop(boot);
+    br_socket_close(&boot->listen_fd);
+    br_socket_close(&boot->wake_fd[0]);
+    br_socket_close(&boot->wake_fd[1]);
+    for (int r = 0; r < boot->nranks; r++) {
+        br_socket_close(&boot->peers[r].out_fd);
+        pthread_mutex_destroy(&boot->peers[r].out_lock);
+    }
+    br_boot_queues_free(boot);
+    free(boot->in);
+    free(boot->peers);
+    pthread_cond_destroy(&boot->cond);
+    pthread_mutex_destroy(&boot->lock);
+    free(boot);
+}
+
+static ncclResult_t boot_alloc(int rank, int nranks, uint64_t secret, br_bootstrap_t **boot_p)
+{
+    ncclResult_t res = ncclSuccess;
+    br_bootstrap_t *boot = NULL;
+    br_boot_rank_t *peers = NULL;
+    pthread_condattr_t attr;
+
+    BR_CHECK(br_calloc(&peers, (size_t)nranks, "bootstrap peers"));
+    BR_CHECK_GOTO(br_calloc(&boot, 1, "bootstrap"), res, fail);
+    boot->peers = peers;
+    boot->rank = rank;
+    boot->nranks = nranks;
+    boot->secret = secret;
+    boot->timeout_ns = br_boot_timeout_ns();
+    boot->listen_fd = boot->wake_fd[0] = boot->wake_fd[1] = -1;
+    for (int r = 0; r < nranks; r++) {
+        peers[r].out_fd = -1;
+        pthread_mutex_init(&peers[r].out_lock, NULL);
+    }
+    pthread_mutex_init(&boot->lock, NULL);
+    /* Deadlines come from br_time_ns(), the monotonic clock: make the condvar use it too. */
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&boot->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    atomic_init(&boot->aborted, 0);
+    boot->abort_from = -1;
+    BR_SYS_GOTO(pipe2(boot->wake_fd, O_NONBLOCK | O_CLOEXEC), res, fail_boot);
+    *boot_p = boot;
+    return ncclSuccess;
+fail_boot:
+    boot_free(boot);
+    return res;
+fail:
+    free(peers);
+    return res;
+}
+
+/* Check in with the root and read its answer. */
+static ncclResult_t root_exchange(br_bootstrap_t *boot, const br_boot_handle_t *h,
+                                  uint64_t deadline, br_boot_answer_t *ans)
+{
+    char root[BR_SOCKET_ADDR_STRLEN];
+    br_boot_checkin_t c;
+    ncclResult_t res;
+    int fd = -1;
+
+    br_socket_addr_str(&h->root, root, sizeof(root));
+    memset(&c, 0, sizeof(c));
+    c.secret = h->secret;
+    c.proto = BR_BOOT_PROTO;
+    c.rank = boot->rank;
+    c.nranks = boot->nranks;
+    c.pid = (int32_t)getpid();
+    c.addr = boot->listen_addr;
+    snprintf(c.host, sizeof(c.host), "%s", br_host_name());
+    res = br_socket_connect(&h->root, deadline, &fd);
+    if (res == ncclSuccess) {
+        res = br_socket_send_all(fd, &c, sizeof(c), deadline);
+    }
+    if (res != ncclSuccess) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d could not reach the root at %s "
+                "within %d s: %s (%s)", boot->rank, root, br_boot_timeout_s(), strerror(errno),
+                (h->flags & BR_BOOT_FLAG_COMM_ID) ? "is rank 0 running with the same "
+                "NCCL_COMM_ID?" : "is the process that called ncclGetUniqueId still running, "
+                "and its address reachable from here?");
+        res = ncclSystemError;
+        goto out;
+    }
+    /* The root answers at the latest a timeout after the first rank arrived, so waiting a
+     * timeout (plus delivery slack) from our own arrival always covers it. */
+    res = br_socket_recv_all(fd, ans, sizeof(*ans),
+                             br_time_ns() + boot->timeout_ns + BR_BOOT_ANSWER_GRACE_NS);
+    if (res != ncclSuccess) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d: the root at %s %s", boot->rank,
+                root, errno == ETIMEDOUT ? "did not answer in time"
+                                         : "closed the connection without answering (did its "
+                                           "process exit?)");
+        res = ncclSystemError;
+        goto out;
+    }
+    if (ans->secret != h->secret) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d: the root at %s answered without "
+                "the communicator's secret", boot->rank, root);
+        res = ncclSystemError;
+        goto out;
+    }
+    ans->msg[sizeof(ans->msg) - 1] = '\0';
+    if (ans->res != ncclSuccess) {
+        /* The root's text names the culprits; every arrived rank reports the same. */
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "%s", ans->msg);
+        res = (ans->res > ncclSuccess && ans->res < ncclNumResults) ? (ncclResult_t)ans->res
+                                                                    : ncclSystemError;
+    }
+out:
+    br_socket_close(&fd);
+    return res;
+}
+
+/* Open this rank's listener; with NCCL_COMM_ID, rank 0 also starts the root. */
+static ncclResult_t open_listeners(br_bootstrap_t *boot, const br_boot_handle_t *h)
+{
+    int comm_id = (h->flags & BR_BOOT_FLAG_COMM_ID) != 0;
+    br_socket_addr_t local, bound;
+    char text[BR_SOCKET_ADDR_STRLEN];
+    int fd = -1;
+
+    /* With NCCL_COMM_ID, prefer the interface on the root's subnet. */
+    BR_CHECK(br_socket_iface_pick(comm_id ? &h->root : NULL, NULL, 0, &local));
+    BR_CHECK(br_socket_listen(&local, &boot->listen_fd, &boot->listen_addr));
+    if (!comm_id || boot->rank != 0) {
+        return ncclSuccess;
+    }
+    if (br_socket_listen(&h->root, &fd, &bound) != ncclSuccess) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank 0 cannot start the root on "
+                "NCCL_COMM_ID %s (port in use, or not an address of this host?)",
+                br_socket_addr_str(&h->root, text, sizeof(text)));
+        return ncclSystemError;
+    }
+    return br_boot_root_start(fd, &bound, h->secret, boot->timeout_ns);
+}
+
+/* Both ring neighbours: connect to each, and wait until each has connected to us. */
+static ncclResult_t ring_connect(br_bootstrap_t *boot, uint64_t deadline)
+{
+    int n = boot->nranks;
+    int next = (boot->rank + 1) % n, prev = (boot->rank + n - 1) % n;
+
+    if (n == 1) {
+        return ncclSuccess;
+    }
+    BR_CHECK(br_boot_connect_peer(boot, next, deadline));
+    if (prev != next) {
+        BR_CHECK(br_boot_connect_peer(boot, prev, deadline));
+        BR_CHECK(br_boot_wait_hello(boot, next, deadline));
+    }
+    return br_boot_wait_hello(boot, prev, deadline);
+}
+
+/* Bidirectional ring allgather: the forward ring carries the n/2 slots before ours, the
+ * backward ring the (n-1)/2 after it, both in flight at once. Sends never wait for the
+ * matching recv (the peer's thread queues them), so issuing both sends first is safe. */
+static ncclResult_t ring_allgather(br_bootstrap_t *boot, void *data, size_t size)
+{
+    int n = boot->nranks, r = boot->rank;
+    int next = (r + 1) % n, prev = (r + n - 1) % n;
+    int nf = n / 2, nb = (n - 1) / 2;
+    int tag = boot->coll_seq++;
+    uint64_t deadline = br_time_ns() + boot->timeout_ns;
+    char *slots = data;
+
+#define SLOT(i) (slots + (size_t)((((i) % n) + n) % n) * size)
+    for (int s = 0; s < nf || s < nb; s++) {
+        if (s < nf) {
+            BR_CHECK(br_boot_send_msg(boot, next, BR_BOOT_MSG_RING, tag, SLOT(r - s), size));
+        }
+        if (s < nb) {
+            BR_CHECK(br_boot_send_msg(boot, prev, BR_BOOT_MSG_RING, tag, SLOT(r + s), size));
+        }
+        if (s < nf) {
+            BR_CHECK(br_boot_recv_msg(boot, prev, BR_BOOT_MSG_RING, tag, SLOT(r - s - 1), size,
+                                      deadline));
+        }
+        if (s < nb) {
+            BR_CHECK(br_boot_recv_msg(boot, next, BR_BOOT_MSG_RING, tag, SLOT(r + s + 1), size,
+                                      deadline));
+        }
+    }
+#undef SLOT
+    return ncclSuccess;
+}
+
+/* Everyone's listener, host and pid, through the ring. */
+static ncclResult_t exchange_peers(br_bootstrap_t *boot)
+{
+    ncclResult_t res = ncclSuccess;
+    br_boot_peer_t *all = NULL, *me;
+
+    BR_CHECK(br_calloc(&all, (size_t)boot->nranks, "bootstrap peer table"));
+    me = &all[boot->rank];
+    me->addr = boot->listen_addr;
+    me->pid = (int32_t)getpid();
+    snprintf(me->host, sizeof(me->host), "%s", br_host_name());
+    BR_CHECK_GOTO(ring_allgather(boot, all, sizeof(*all)), res, out);
+    for (int r = 0; r < boot->nranks; r++) {
+        all[r].host[sizeof(all[r].host) - 1] = '\0';
+        boot->peers[r].info = all[r];
+    }
+out:
+    free(all);
+    return res;
+}
+
+ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
+                               br_bootstrap_t **boot_p)
+{
+    ncclResult_t res = ncclSuccess;
+    br_bootstrap_t *boot = NULL;
+    br_boot_handle_t h;
+    br_boot_answer_t ans;
+    uint64_t t0 = br_time_ns(), t_root, t_ring, deadline;
+    int n = nranks;
+    char why[256], text[BR_SOCKET_ADDR_STRLEN];
+
+    if (br_boot_handle_decode(id, &h, why, sizeof(why)) != 0) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d: %s", rank, why);
+        return ncclInvalidArgument;
+    }
+    if (nranks < 1 || rank < 0 || rank >= nranks) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: invalid rank %d of %d", rank, nranks);
+        return ncclInvalidArgument;
+    }
+    BR_CHECK(boot_alloc(rank, nranks, h.secret, &boot));
+    deadline = t0 + boot->timeout_ns;
+    BR_CHECK_GOTO(open_listeners(boot, &h), res, fail);
+    BR_CHECK_GOTO(br_boot_thread_start(boot), res, fail);
+    BR_CHECK_GOTO(root_exchange(boot, &h, deadline, &ans), res, fail);
+    t_root = br_time_ns();
+    /* Only the neighbours' addresses are known until the allgather below. */
+    boot->peers[(rank + 1) % n].info.addr = ans.next;
+    boot->peers[(rank + n - 1) % n].info.addr = ans.prev;
+    boot->peers[rank].info.addr = boot->listen_addr;
+    BR_CHECK_GOTO(ring_connect(boot, t_root + boot->timeout_ns), res, fail);
+    t_ring = br_time_ns();
+    BR_CHECK_GOTO(exchange_peers(boot), res, fail);
+    BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d of %d joined in %.1f ms (root %.1f, "
+            "ring %.1f, allgather %.1f), listening on %s", rank, nranks,
+            (double)(br_time_ns() - t0) * 1e-6, (double)(t_root - t0) * 1e-6,
+            (double)(t_ring - t_root) * 1e-6, (double)(br_time_ns() - t_ring) * 1e-6,
+            br_socket_addr_str(&boot->listen_addr, text, sizeof(text)));
+    *boot_p = boot;
+    return ncclSuccess;
+fail:
+    boot_free(boot);
+    return res;
+}
+
+ncclResult_t br_bootstrap_allgather(br_bootstrap_t *boot, void *data, size_t size)
+{
+    return ring_allgather(boot, data, size);
+}
+
+ncclResult_t br_bootstrap_barrier(br_bootstrap_t *boot)
+{
+    ncclResult_t res;
+    char *flags = NULL;
+
+    /* Every slot arriving means every rank has entered: an allgather of one byte. */
+    BR_CHECK(br_calloc(&flags, (size_t)boot->nranks, "barrier"));
+    flags[boot->rank] = 1;
+    res = ring_allgather(boot, flags, 1);
+    free(flags);
+    return res;
+}
+
+const char *br_bootstrap_peer_host(br_bootstrap_t *boot, int rank)
+{
+    if (boot == NULL || rank < 0 || rank >= boot->nranks || boot->peers[rank].info.host[0] == 0) {
+        return "unknown";
+    }
+    return boot->peers[rank].info.host;
+}
+
+int br_bootstrap_peer_pid(br_bootstrap_t *boot, int rank)
+{
+    if (boot == NULL || rank < 0 || rank >= boot->nranks) {
+        return -1;
+    }
+    return boot->peers[rank].info.pid;
+}
+
+void br_bootstrap_close(br_bootstrap_t *boot)
+{
+    if (boot != NULL) {
+        boot_free(boot);
+    }
+}

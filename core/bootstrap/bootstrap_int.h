@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bootstrap internals shared by bootstrap_root.c (unique id, root thread),
+ * bootstrap_init.c (joining, ring collectives, teardown) and bootstrap_p2p.c (background
+ * thread, unexpected queue, send/recv, abort). Wire structs are sent as raw bytes in host
+ * byte order (all ranks run the same build); each one has a fixed, asserted size.
+ */
+#ifndef BR_BOOTSTRAP_INT_H_
+#define BR_BOOTSTRAP_INT_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "bootstrap.h"
+#include "util.h"
+#include "util_socket.h"
+
+/* First field of every unique id made here: "BraidId1" read as little-endian bytes. */
+#define BR_BOOT_ID_MAGIC 0x3164496469617242ull
+/* Wire protocol version, checked at every hello. */
+#define BR_BOOT_PROTO 1u
+/* The id was made from NCCL_COMM_ID: rank 0 starts the root inside init. */
+#define BR_BOOT_FLAG_COMM_ID 0x1u
+#define BR_BOOT_FLAGS_KNOWN BR_BOOT_FLAG_COMM_ID
+
+#define BR_BOOT_HOST_LEN 64
+#define BR_BOOT_MSG_LEN 512
+#define BR_BOOT_REASON_LEN 256
+/* Largest out-of-band message accepted; anything bigger is a corrupt stream. */
+#define BR_BOOT_MAX_MSG (1ull << 30)
+/* Extra time a rank gives the root beyond the root's own deadline, for its answer. */
+#define BR_BOOT_ANSWER_GRACE_NS (2ull * 1000000000ull)
+
+/* The front of the 128-byte ncclUniqueId; the remaining bytes are zero. */
+typedef struct {
+    uint64_t magic;        /* BR_BOOT_ID_MAGIC */
+    uint64_t secret;       /* random, never zero; every connection presents it */
+    br_socket_addr_t root; /* where the root listens (28 bytes) */
+    uint32_t flags;        /* BR_BOOT_FLAG_* */
+} br_boot_handle_t;
+
+/* Rank -> root, once, on the rank's connection to the root. */
+typedef struct {
+    uint64_t secret;
+    uint32_t proto;
+    int32_t rank;
+    int32_t nranks;
+    int32_t pid;
+    br_socket_addr_t addr; /* the rank's listener */
+    char host[BR_BOOT_HOST_LEN];
+} br_boot_checkin_t;
+
+/* Root -> rank, once every rank has checked in (or when the init has failed). */
+typedef struct {
+    uint64_t secret;
+    int32_t res; /* ncclSuccess, or the error every rank returns */
+    int32_t pad;
+    br_socket_addr_t next; /* ring successor's listener */
+    br_socket_addr_t prev; /* ring predecessor's listener */
+    char msg[BR_BOOT_MSG_LEN];
+} br_boot_answer_t;
+
+/* Kinds of connection to a rank's listener. */
+enum { BR_BOOT_CONN_MSG = 1, BR_BOOT_CONN_ABORT = 2 };
+
+/* First bytes of every connection to a rank's listener. */
+typedef struct {
+    uint64_t secret;
+    uint32_t proto;
+    int32_t rank; /* sender */
+    uint32_t conn; /* BR_BOOT_CONN_* */
+    uint32_t pad;
+} br_boot_hello_t;
+
+/* Kinds of message; each has its own tag space. */
+enum { BR_BOOT_MSG_USER = 1, BR_BOOT_MSG_RING = 2, BR_BOOT_MSG_ABORT = 3 };
+
+/* Header of every message after the hello. */
+typedef struct {
+    uint32_t kind;
+    int32_t tag;
+    uint64_t size;
+} br_boot_frame_t;
+
+/* What the first ring allgather exchanges about each rank. */
+typedef struct {
+    br_socket_addr_t addr;
+    int32_t pid;
+    char host[BR_BOOT_HOST_LEN];
+} br_boot_peer_t;
+
+_Static_assert(sizeof(br_boot_handle_t) <= NCCL_UNIQUE_ID_BYTES, "unique id too small");
+_Static_assert(sizeof(br_boot_handle_t) == 48, "handle layout");
+_Static_assert(sizeof(br_boot_checkin_t) == 120, "checkin layout");
+_Static_assert(sizeof(br_boot_answer_t) == 584, "answer layout");
+_Static_assert(sizeof(br_boot_hello_t) == 24, "hello layout");
+_Static_assert(sizeof(br_boot_frame_t) == 16, "frame layout");
+_Static_assert(sizeof(br_boot_peer_t) == 96, "peer layout");
+
+/* A received message waiting in a peer's unexpected queue. */
+typedef struct br_boot_msg {
+    struct br_boot_msg *next;
+    uint32_t kind;
+    int32_t tag;
+    size_t size;
+    char data[];
+} br_boot_msg_t;
+
+/* One peer as seen by this rank. */
+typedef struct {
+    br_boot_peer_t info;      /* listener, host, pid (ring neighbours first, all after init) */
+    pthread_mutex_t out_lock; /* serializes connecting and writing frames to this peer */
+    int out_fd;               /* persistent connection to the peer, -1 until first use */
+    /* The fields below are under boot->lock. */
+    br_boot_msg_t *head, *tail; /* unexpected queue, in arrival order */
+    int in_open;              /* the peer's message connection said hello */
+    int in_closed;            /* ... and has since closed */
+} br_boot_rank_t;
+
+/* A connection accepted by the background thread (owned by that thread). */
+typedef struct {
+    int fd;
+    br_socket_addr_t from;
+    int state;          /* reading the hello, a frame header, or a payload */
+    size_t got;         /* bytes of the current part read so far */
+    uint64_t deadline;  /* for the hello */
+    br_boot_hello_t hello;
+    br_boot_frame_t frame;
+    br_boot_msg_t *msg; /* payload being read */
+} br_boot_inconn_t;
+
+struct br_bootstrap {
+    int rank;
+    int nranks;
+    uint64_t secret;
+    uint64_t timeout_ns;
+    int listen_fd;
+    br_socket_addr_t listen_addr;
+    br_boot_rank_t *peers; /* nranks entries */
+    int coll_seq;          /* tag of the next ring collective (one caller thread) */
+    int wake_fd[2];        /* close() wakes the background thread through this pipe */
+    pthread_t thread;
+    int thread_started;
+    br_boot_inconn_t *in;  /* background thread only */
+    int nin;
+    int in_cap;
+    /* Under lock: */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;   /* a message, a hello, a close or an abort arrived */
+    int stop;
+    int thread_failed;
+    int abort_from;
+    char abort_reason[BR_BOOT_REASON_LEN];
+    /* Set (release) after abort_from/abort_reason are written, so poll_abort may read it
+     * without the lock. */
+    _Atomic int aborted;
+};
+
+/* Timeout in nanoseconds, and in seconds for messages (BRAID_BOOTSTRAP_TIMEOUT). */
+uint64_t br_boot_timeout_ns(void);
+int br_boot_timeout_s(void);
+
+/* Decode an id without logging; 0 when it looks like one of ours. */
+int br_boot_handle_decode(const ncclUniqueId *id, br_boot_handle_t *h_p, char *why, size_t len);
+
+/* Start a detached root thread that owns listen_fd and serves one init. wait_first_ns
+ * bounds the wait for the first rank. */
+ncclResult_t br_boot_root_start(int listen_fd, const br_socket_addr_t *addr, uint64_t secret,
+                                uint64_t wait_first_ns);
+
+/* Background thread of one bootstrap. */
+ncclResult_t br_boot_thread_start(br_bootstrap_t *boot);
+void br_boot_thread_stop(br_bootstrap_t *boot);
+
+/* Message plumbing used by the ring collectives. */
+ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
+                              const void *data, size_t size);
+ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag, void *data,
+                              size_t size, uint64_t deadline_ns);
+/* Open the persistent connection to a peer now (the ring at init). */
+ncclResult_t br_boot_connect_peer(br_bootstrap_t *boot, int peer, uint64_t deadline_ns);
+/* Wait until a peer's message connection has said hello. */
+ncclResult_t br_boot_wait_hello(br_bootstrap_t *boot, int peer, uint64_t deadline_ns);
+/* Free the unexpected queues. */
+void br_boot_queues_free(br_bootstrap_t *boot);
+
+/* Describe a rank for messages: "rank 3 (host h, pid 12)". */
+const char *br_boot_rank_str(const br_bootstrap_t *boot, int rank, char *buf, size_t len);
+
+#endif /* BR_BOOTSTRAP_INT_H_ */

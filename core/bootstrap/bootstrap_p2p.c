@@ -1,0 +1,725 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Out-of-band messages between the ranks of one bootstrap. Each rank keeps one persistent
+ * connection to every peer it has sent to (opened on first use, under that peer's
+ * out_lock), so messages from one sender arrive in order. A background thread per
+ * bootstrap owns the listener and every accepted connection: it checks the secret in the
+ * first bytes, then reads frames {kind, tag, size} + payload into the sender's unexpected
+ * queue (boot->peers[src], under boot->lock) and signals boot->cond. recv only waits on
+ * that queue, so a send never waits for a recv and two ranks sending to each other cannot
+ * deadlock. Abort notices come on short-lived connections of their own and set an atomic
+ * flag that poll_abort reads without locking.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap_int.h"
+
+/* What an accepted connection is reading now. */
+enum { IN_HELLO, IN_FRAME, IN_PAYLOAD };
+
+/* Messages up to this size go out in one write together with their header. */
+#define SEND_COALESCE 4096
+/* abort_notify's total budget, and its budget per peer. */
+#define ABORT_TOTAL_NS (1000ull * 1000000ull)
+#define ABORT_PEER_NS (250ull * 1000000ull)
+
+const char *br_boot_rank_str(const br_bootstrap_t *boot, int rank, char *buf, size_t len)
+{
+    const br_boot_peer_t *p = &boot->peers[rank].info;
+    char text[BR_SOCKET_ADDR_STRLEN];
+
+    if (p->host[0] != '\0') {
+        snprintf(buf, len, "rank %d (host %s, pid %d)", rank, p->host, (int)p->pid);
+    } else if (br_socket_addr_is_valid(&p->addr)) {
+        snprintf(buf, len, "rank %d (at %s)", rank, br_socket_addr_str(&p->addr, text,
+                                                                        sizeof(text)));
+    } else {
+        snprintf(buf, len, "rank %d", rank);
+    }
+    return buf;
+}
+
+/* Append a message to a peer's unexpected queue and wake the waiters. */
+static void queue_push(br_bootstrap_t *boot, int peer, br_boot_msg_t *msg)
+{
+    br_boot_rank_t *p = &boot->peers[peer];
+
+    msg->next = NULL;
+    pthread_mutex_lock(&boot->lock);
+    if (p->tail != NULL) {
+        p->tail->next = msg;
+    } else {
+        p->head = msg;
+    }
+    p->tail = msg;
+    pthread_cond_broadcast(&boot->cond);
+    pthread_mutex_unlock(&boot->lock);
+}
+
+/* Unlink the oldest message of (kind, tag) from a peer's queue; NULL when none. Called
+ * with boot->lock held. */
+static br_boot_msg_t *queue_take(br_boot_rank_t *p, uint32_t kind, int tag)
+{
+    br_boot_msg_t *prev = NULL;
+
+    for (br_boot_msg_t *m = p->head; m != NULL; prev = m, m = m->next) {
+        if (m->kind != kind || m->tag != tag) {
+            continue;
+        }
+        if (prev != NULL) {
+            prev->next = m->next;
+        } else {
+            p->head = m->next;
+        }
+        if (p->tail == m) {
+            p->tail = prev;
+        }
+        return m;
+    }
+    return NULL;
+}
+
+void br_boot_queues_free(br_bootstrap_t *boot)
+{
+    for (int r = 0; r < boot->nranks; r++) {
+        br_boot_msg_t *m = boot->peers[r].head;
+        while (m != NULL) {
+            br_boot_msg_t *next = m->next;
+            free(m);
+            m = next;
+        }
+        boot->peers[r].head = boot->peers[r].tail = NULL;
+    }
+}
+
+static void drop_conn(br_bootstrap_t *boot, br_boot_inconn_t *c, const char *why)
+{
+    char text[BR_SOCKET_ADDR_STRLEN];
+
+    BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: dropped a connection from %s %s (rank %d)",
+            br_socket_addr_str(&c->from, text, sizeof(text)), why, boot->rank);
+}
+
+/* A whole hello is in: is it one of ours? 0 to keep the connection. */
+static int hello_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
+{
+    const br_boot_hello_t *h = &c->hello;
+    char why[128];
+
+    if (h->proto != BR_BOOT_PROTO || h->rank < 0 || h->rank >= boot->nranks ||
+        h->rank == boot->rank || (h->conn != BR_BOOT_CONN_MSG && h->conn != BR_BOOT_CONN_ABORT)) {
+        snprintf(why, sizeof(why), "that had the secret but a bad hello (protocol %u, rank %d, "
+                 "kind %u)", h->proto, h->rank, h->conn);
+        drop_conn(boot, c, why);
+        return -1;
+    }
+    if (h->conn == BR_BOOT_CONN_MSG) {
+        pthread_mutex_lock(&boot->lock);
+        boot->peers[h->rank].in_open = 1;
+        boot->peers[h->rank].in_closed = 0;
+        pthread_cond_broadcast(&boot->cond);
+        pthread_mutex_unlock(&boot->lock);
+    }
+    c->state = IN_FRAME;
+    c->got = 0;
+    return 0;
+}
+
+/* A whole message is in: queue it, or record the abort it carries. */
+static void msg_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
+{
+    br_boot_msg_t *m = c->msg;
+    int from = c->hello.rank;
+    int first = 0;
+
+    c->msg = NULL;
+    c->state = IN_FRAME;
+    c->got = 0;
+    if (m->kind != BR_BOOT_MSG_ABORT) {
+        queue_push(boot, from, m);
+        return;
+    }
+    pthread_mutex_lock(&boot->lock);
+    if (!atomic_load_explicit(&boot->aborted, memory_order_relaxed)) {
+        size_t max = sizeof(boot->abort_reason) - 1;
+        size_t n = m->size < max ? m->size : max;
+        boot->abort_from = from;
+        memcpy(boot->abort_reason, m->data, n);
+        boot->abort_reason[n] = '\0';
+        /* Release: a reader that sees the flag also sees abort_from and abort_reason. */
+        atomic_store_explicit(&boot->aborted, 1, memory_order_release);
+        pthread_cond_broadcast(&boot->cond);
+        first = 1;
+    }
+    pthread_mutex_unlock(&boot->lock);
+    if (first) {
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d reported a failure: %s", from,
+                boot->abort_reason);
+    }
+    free(m);
+}
+
+/* A whole frame header is in: check it and make room for the payload. */
+static int frame_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
+{
+    const br_boot_frame_t *f = &c->frame;
+    char why[128];
+
+    if ((f->kind != BR_BOOT_MSG_USER && f->kind != BR_BOOT_MSG_RING &&
+         f->kind != BR_BOOT_MSG_ABORT) || f->size > BR_BOOT_MAX_MSG ||
+        (c->hello.conn == BR_BOOT_CONN_ABORT && f->kind != BR_BOOT_MSG_ABORT)) {
+        snprintf(why, sizeof(why), "from rank %d: corrupt message header (kind %u, %llu bytes)",
+                 c->hello.rank, f->kind, (unsigned long long)f->size);
+        drop_conn(boot, c, why);
+        return -1;
+    }
+    c->msg = malloc(sizeof(*c->msg) + (size_t)f->size);
+    if (c->msg == NULL) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: out of memory for a %llu-byte message "
+                "from rank %d", (unsigned long long)f->size, c->hello.rank);
+        return -1;
+    }
+    c->msg->kind = f->kind;
+    c->msg->tag = f->tag;
+    c->msg->size = (size_t)f->size;
+    c->state = IN_PAYLOAD;
+    c->got = 0;
+    if (f->size == 0) {
+        msg_done(boot, c);
+    }
+    return 0;
+}
+
+/* The connection closed or failed. */
+static void conn_ended(br_bootstrap_t *boot, br_boot_inconn_t *c)
+{
+    if (c->state == IN_HELLO) {
+        if (c->got < sizeof(c->hello.secret)) {
+            drop_conn(boot, c, "that did not present the communicator's secret");
+        } else {
+            drop_conn(boot, c, "that closed in the middle of its hello");
+        }
+        return;
+    }
+    if (c->state != IN_FRAME || c->got != 0) {
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d's connection closed in the "
+                "middle of a message", c->hello.rank);
+    }
+    if (c->hello.conn == BR_BOOT_CONN_MSG) {
+        pthread_mutex_lock(&boot->lock);
+        boot->peers[c->hello.rank].in_closed = 1;
+        pthread_cond_broadcast(&boot->cond);
+        pthread_mutex_unlock(&boot->lock);
+    }
+}
+
+/* Read what is ready on an accepted connection. Returns 1 when it is to be closed. */
+static int conn_read(br_bootstrap_t *boot, br_boot_inconn_t *c)
+{
+    for (;;) {
+        char *dst;
+        size_t want, got = 0;
+
+        if (c->state == IN_HELLO) {
+            dst = (char *)&c->hello + c->got;
+            want = sizeof(c->hello) - c->got;
+        } else if (c->state == IN_FRAME) {
+            dst = (char *)&c->frame + c->got;
+            want = sizeof(c->frame) - c->got;
+        } else {
+            dst = c->msg->data + c->got;
+            want = c->msg->size - c->got;
+        }
+        if (br_socket_recv_some(c->fd, dst, want, &got) != ncclSuccess) {
+            conn_ended(boot, c);
+            return 1;
+        }
+        if (got == 0) {
+            return 0;
+        }
+        c->got += got;
+        /* Check the secret as soon as it is in, before trusting anything else. */
+        if (c->state == IN_HELLO && c->got >= sizeof(c->hello.secret) &&
+            c->hello.secret != boot->secret) {
+            drop_conn(boot, c, "that did not present the communicator's secret");
+            return 1;
+        }
+        if (got < want) {
+            continue;
+        }
+        /* The current part is complete: move on to the next. */
+        if (c->state == IN_HELLO) {
+            if (hello_done(boot, c) != 0) {
+                return 1;
+            }
+        } else if (c->state == IN_FRAME) {
+            if (frame_done(boot, c) != 0) {
+                return 1;
+            }
+        } else {
+            msg_done(boot, c);
+        }
+    }
+}
+
+/* Take every connection waiting on the listener. */
+static int accept_all(br_bootstrap_t *boot)
+{
+    for (;;) {
+        br_boot_inconn_t *c;
+        br_socket_addr_t from;
+        int fd = -1;
+
+        if (br_socket_accept(boot->listen_fd, 0, &fd, &from) != ncclSuccess) {
+            return 0;
+        }
+        if (boot->nin == boot->in_cap) {
+            int cap = boot->in_cap ? 2 * boot->in_cap : 16;
+            br_boot_inconn_t *in = realloc(boot->in, sizeof(*in) * (size_t)cap);
+            if (in == NULL) {
+                BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: out of memory for connections");
+                br_socket_close(&fd);
+                return -1;
+            }
+            boot->in = in;
+            boot->in_cap = cap;
+        }
+        c = &boot->in[boot->nin++];
+        memset(c, 0, sizeof(*c));
+        c->fd = fd;
+        c->from = from;
+        c->state = IN_HELLO;
+        c->deadline = br_time_ns() + boot->timeout_ns;
+    }
+}
+
+static void conn_free(br_boot_inconn_t *c)
+{
+    br_socket_close(&c->fd);
+    free(c->msg);
+    c->msg = NULL;
+}
+
+/* Poll timeout: until the earliest hello deadline, at most a second. */
+static int next_timeout_ms(const br_bootstrap_t *boot)
+{
+    uint64_t first = BR_SOCKET_NO_DEADLINE;
+
+    for (int i = 0; i < boot->nin; i++) {
+        if (boot->in[i].state == IN_HELLO && boot->in[i].deadline < first) {
+            first = boot->in[i].deadline;
+        }
+    }
+    return br_socket_poll_ms(first, 1000);
+}
+
+/* One pass: poll, read, accept, expire. Returns 1 to stop, -1 on failure. */
+static int thread_step(br_bootstrap_t *boot, struct pollfd *pfd)
+{
+    int n = boot->nin, j = 0;
+    uint64_t now;
+
+    pfd[0] = (struct pollfd){.fd = boot->wake_fd[0], .events = POLLIN};
+    pfd[1] = (struct pollfd){.fd = boot->listen_fd, .events = POLLIN};
+    for (int i = 0; i < n; i++) {
+        pfd[2 + i] = (struct pollfd){.fd = boot->in[i].fd, .events = POLLIN};
+    }
+    if (poll(pfd, (nfds_t)(n + 2), next_timeout_ms(boot)) < 0) {
+        if (errno == EINTR) {
+            return 0;
+        }
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: poll failed: %s", strerror(errno));
+        return -1;
+    }
+    if (pfd[0].revents != 0) {
+        return 1; /* only close() writes to the pipe */
+    }
+    now = br_time_ns();
+    for (int i = 0; i < n; i++) {
+        br_boot_inconn_t *c = &boot->in[i];
+        int done = pfd[2 + i].revents != 0 && conn_read(boot, c);
+        if (!done && c->state == IN_HELLO && now >= c->deadline) {
+            drop_conn(boot, c, "that did not present the communicator's secret in time");
+            done = 1;
+        }
+        if (done) {
+            conn_free(c);
+        } else {
+            boot->in[j++] = *c;
+        }
+    }
+    boot->nin = j;
+    if (pfd[1].revents != 0) {
+        return accept_all(boot);
+    }
+    return 0;
+}
+
+static void *thread_main(void *arg)
+{
+    br_bootstrap_t *boot = arg;
+    struct pollfd *pfd = NULL;
+    size_t cap = 0;
+    int ret = 0;
+    char name[16];
+
+    snprintf(name, sizeof(name), "braid-boot%u", (unsigned)boot->rank % 10000u);
+    pthread_setname_np(pthread_self(), name);
+    br_log_set_rank(boot->rank);
+    while (ret == 0) {
+        size_t need = 2 + (size_t)boot->nin;
+        if (need > cap) {
+            struct pollfd *p = realloc(pfd, 2 * need * sizeof(*p));
+            if (p == NULL) {
+                BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: out of memory");
+                ret = -1;
+                break;
+            }
+            pfd = p;
+            cap = 2 * need;
+        }
+        ret = thread_step(boot, pfd);
+    }
+    free(pfd);
+    for (int i = 0; i < boot->nin; i++) {
+        conn_free(&boot->in[i]);
+    }
+    boot->nin = 0;
+    if (ret < 0) {
+        /* Nothing will arrive any more: make every waiter fail now rather than time out. */
+        pthread_mutex_lock(&boot->lock);
+        boot->thread_failed = 1;
+        pthread_cond_broadcast(&boot->cond);
+        pthread_mutex_unlock(&boot->lock);
+    }
+    return NULL;
+}
+
+ncclResult_t br_boot_thread_start(br_bootstrap_t *boot)
+{
+    int ret = pthread_create(&boot->thread, NULL, thread_main, boot);
+
+    if (ret != 0) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "cannot start the bootstrap thread: %s",
+                strerror(ret));
+        return ncclSystemError;
+    }
+    boot->thread_started = 1;
+    return ncclSuccess;
+}
+
+void br_boot_thread_stop(br_bootstrap_t *boot)
+{
+    char c = 1;
+
+    if (!boot->thread_started) {
+        return;
+    }
+    /* The pipe is non-blocking and nearly empty: this write cannot block or fail. */
+    while (write(boot->wake_fd[1], &c, 1) < 0 && errno == EINTR) {
+    }
+    pthread_join(boot->thread, NULL);
+    boot->thread_started = 0;
+}
+
+/* Open the persistent connection to a peer and say hello. Called with its out_lock. */
+static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t deadline_ns)
+{
+    br_boot_rank_t *p = &boot->peers[peer];
+    br_boot_hello_t hello;
+    char who[160], text[BR_SOCKET_ADDR_STRLEN];
+    ncclResult_t res;
+    int fd = -1;
+
+    if (!br_socket_addr_is_valid(&p->info.addr)) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d does not know rank %d's address "
+                "yet (message before init finished?)", boot->rank, peer);
+        return ncclInternalError;
+    }
+    memset(&hello, 0, sizeof(hello));
+    hello.secret = boot->secret;
+    hello.proto = BR_BOOT_PROTO;
+    hello.rank = boot->rank;
+    hello.conn = BR_BOOT_CONN_MSG;
+    res = br_socket_connect(&p->info.addr, deadline_ns, &fd);
+    if (res == ncclSuccess) {
+        res = br_socket_send_all(fd, &hello, sizeof(hello), deadline_ns);
+    }
+    if (res != ncclSuccess) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d cannot connect to %s at %s: %s",
+                boot->rank, br_boot_rank_str(boot, peer, who, sizeof(who)),
+                br_socket_addr_str(&p->info.addr, text, sizeof(text)), strerror(errno));
+        br_socket_close(&fd);
+        return res;
+    }
+    p->out_fd = fd;
+    return ncclSuccess;
+}
+
+ncclResult_t br_boot_connect_peer(br_bootstrap_t *boot, int peer, uint64_t deadline_ns)
+{
+    br_boot_rank_t *p = &boot->peers[peer];
+    ncclResult_t res = ncclSuccess;
+
+    pthread_mutex_lock(&p->out_lock);
+    if (p->out_fd < 0) {
+        res = connect_locked(boot, peer, deadline_ns);
+    }
+    pthread_mutex_unlock(&p->out_lock);
+    return res;
+}
+
+ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
+                              const void *data, size_t size)
+{
+    br_boot_rank_t *p = &boot->peers[peer];
+    uint64_t deadline = br_time_ns() + boot->timeout_ns;
+    br_boot_frame_t f = {.kind = kind, .tag = tag, .size = size};
+    char buf[sizeof(f) + SEND_COALESCE];
+    char who[160];
+    ncclResult_t res;
+
+    if (peer == boot->rank) {
+        /* To ourselves: straight into our own queue. */
+        br_boot_msg_t *m = malloc(sizeof(*m) + size);
+        if (m == NULL) {
+            BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: out of memory for a %zu-byte "
+                    "message", size);
+            return ncclSystemError;
+        }
+        m->kind = kind;
+        m->tag = tag;
+        m->size = size;
+        if (size > 0) {
+            memcpy(m->data, data, size);
+        }
+        queue_push(boot, peer, m);
+        return ncclSuccess;
+    }
+    pthread_mutex_lock(&p->out_lock);
+    res = p->out_fd < 0 ? connect_locked(boot, peer, deadline) : ncclSuccess;
+    if (res != ncclSuccess) {
+        goto out;
+    }
+    /* Small messages leave in one segment together with their header. */
+    if (size <= SEND_COALESCE) {
+        memcpy(buf, &f, sizeof(f));
+        if (size > 0) {
+            memcpy(buf + sizeof(f), data, size);
+        }
+        res = br_socket_send_all(p->out_fd, buf, sizeof(f) + size, deadline);
+    } else {
+        res = br_socket_send_all(p->out_fd, &f, sizeof(f), deadline);
+        if (res == ncclSuccess) {
+            res = br_socket_send_all(p->out_fd, data, size, deadline);
+        }
+    }
+    if (res != ncclSuccess) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d could not send %zu bytes "
+                "(tag %d) to %s: %s", boot->rank, size, tag,
+                br_boot_rank_str(boot, peer, who, sizeof(who)), strerror(errno));
+        /* The stream is now out of step: the next send starts a fresh connection. */
+        br_socket_close(&p->out_fd);
+    }
+out:
+    pthread_mutex_unlock(&p->out_lock);
+    return res;
+}
+
+static void deadline_to_ts(uint64_t deadline_ns, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)(deadline_ns / 1000000000ull);
+    ts->tv_nsec = (long)(deadline_ns % 1000000000ull);
+}
+
+/* Why a wait for peer has to end now, or 0 to keep waiting. Called with boot->lock. */
+static ncclResult_t wait_blocked(br_bootstrap_t *boot, int peer, char *why, size_t len)
+{
+    if (atomic_load_explicit(&boot->aborted, memory_order_relaxed)) {
+        snprintf(why, len, "rank %d reported a failure: %s", boot->abort_from, boot->abort_reason);
+        return ncclRemoteError;
+    }
+    if (boot->peers[peer].in_closed) {
+        snprintf(why, len, "it closed its connection (its process exited or it closed the "
+                 "communicator)");
+        return ncclRemoteError;
+    }
+    if (boot->stop || boot->thread_failed) {
+        snprintf(why, len, "the bootstrap's receive thread stopped");
+        return ncclInternalError;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag, void *data,
+                              size_t size, uint64_t deadline_ns)
+{
+    br_boot_rank_t *p = &boot->peers[peer];
+    br_boot_msg_t *m = NULL;
+    ncclResult_t res = ncclSuccess;
+    struct timespec ts;
+    char why[BR_BOOT_REASON_LEN + 64], who[160];
+
+    deadline_to_ts(deadline_ns, &ts);
+    pthread_mutex_lock(&boot->lock);
+    while ((m = queue_take(p, kind, tag)) == NULL) {
+        res = wait_blocked(boot, peer, why, sizeof(why));
+        if (res != ncclSuccess) {
+            break;
+        }
+        if (pthread_cond_timedwait(&boot->cond, &boot->lock, &ts) == ETIMEDOUT &&
+            br_time_ns() >= deadline_ns) {
+            snprintf(why, sizeof(why), "nothing came within %d s", br_boot_timeout_s());
+            res = ncclSystemError;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&boot->lock);
+    br_boot_rank_str(boot, peer, who, sizeof(who));
+    if (m == NULL) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d gave up waiting for a %s "
+                "message (tag %d) from %s: %s", boot->rank,
+                kind == BR_BOOT_MSG_RING ? "ring" : "point-to-point", tag, who, why);
+        return res;
+    }
+    if (m->size != size) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d expected %zu bytes from %s "
+                "(tag %d) but the message has %zu: do the ranks run the same code?", boot->rank,
+                size, who, tag, m->size);
+        free(m);
+        return ncclInternalError;
+    }
+    if (size > 0) {
+        memcpy(data, m->data, size);
+    }
+    free(m);
+    return ncclSuccess;
+}
+
+ncclResult_t br_boot_wait_hello(br_bootstrap_t *boot, int peer, uint64_t deadline_ns)
+{
+    ncclResult_t res = ncclSuccess;
+    struct timespec ts;
+    char who[160];
+
+    deadline_to_ts(deadline_ns, &ts);
+    pthread_mutex_lock(&boot->lock);
+    while (!boot->peers[peer].in_open && !boot->stop && !boot->thread_failed) {
+        if (pthread_cond_timedwait(&boot->cond, &boot->lock, &ts) == ETIMEDOUT &&
+            br_time_ns() >= deadline_ns) {
+            res = ncclSystemError;
+            break;
+        }
+    }
+    if (!boot->peers[peer].in_open && res == ncclSuccess) {
+        res = ncclInternalError;
+    }
+    pthread_mutex_unlock(&boot->lock);
+    if (res != ncclSuccess) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d: ring neighbour %s did not "
+                "connect within %d s", boot->rank, br_boot_rank_str(boot, peer, who, sizeof(who)),
+                br_boot_timeout_s());
+    }
+    return res;
+}
+
+ncclResult_t br_bootstrap_send(br_bootstrap_t *boot, int peer, int tag, const void *data,
+                               size_t size)
+{
+    if (peer < 0 || peer >= boot->nranks) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: send to rank %d of %d", peer,
+                boot->nranks);
+        return ncclInternalError;
+    }
+    return br_boot_send_msg(boot, peer, BR_BOOT_MSG_USER, tag, data, size);
+}
+
+ncclResult_t br_bootstrap_recv(br_bootstrap_t *boot, int peer, int tag, void *data, size_t size)
+{
+    if (peer < 0 || peer >= boot->nranks) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: recv from rank %d of %d", peer,
+                boot->nranks);
+        return ncclInternalError;
+    }
+    return br_boot_recv_msg(boot, peer, BR_BOOT_MSG_USER, tag, data, size,
+                            br_time_ns() + boot->timeout_ns);
+}
+
+/* One abort notice on a connection of its own, within deadline_ns. */
+static void abort_one(br_bootstrap_t *boot, int peer, const char *text, uint64_t deadline_ns)
+{
+    struct {
+        br_boot_hello_t hello;
+        br_boot_frame_t frame;
+        char reason[BR_BOOT_REASON_LEN];
+    } pkt;
+    size_t len = strlen(text) + 1;
+    int fd = -1;
+
+    memset(&pkt, 0, sizeof(pkt));
+    pkt.hello.secret = boot->secret;
+    pkt.hello.proto = BR_BOOT_PROTO;
+    pkt.hello.rank = boot->rank;
+    pkt.hello.conn = BR_BOOT_CONN_ABORT;
+    pkt.frame.kind = BR_BOOT_MSG_ABORT;
+    pkt.frame.size = len;
+    memcpy(pkt.reason, text, len);
+    if (br_socket_connect(&boot->peers[peer].info.addr, deadline_ns, &fd) != ncclSuccess) {
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: could not tell rank %d about the "
+                "failure: %s", peer, strerror(errno));
+        return;
+    }
+    if (br_socket_send_all(fd, &pkt, sizeof(pkt.hello) + sizeof(pkt.frame) + len,
+                           deadline_ns) != ncclSuccess) {
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: could not tell rank %d about the "
+                "failure: %s", peer, strerror(errno));
+    }
+    br_socket_close(&fd);
+}
+
+void br_bootstrap_abort_notify(br_bootstrap_t *boot, const char *reason)
+{
+    uint64_t end = br_time_ns() + ABORT_TOTAL_NS;
+    char text[BR_BOOT_REASON_LEN];
+
+    if (boot == NULL) {
+        return;
+    }
+    snprintf(text, sizeof(text), "%s", reason != NULL && reason[0] != '\0' ? reason : "unknown");
+    /* Peer addresses are written during init only, so they are read here without a lock. */
+    for (int i = 1; i < boot->nranks; i++) {
+        int peer = (boot->rank + i) % boot->nranks;
+        uint64_t now = br_time_ns();
+        if (now >= end) {
+            BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: out of time telling peers about "
+                    "the failure; %d rank(s) not told", boot->nranks - i);
+            break;
+        }
+        if (br_socket_addr_is_valid(&boot->peers[peer].info.addr)) {
+            abort_one(boot, peer, text, now + ABORT_PEER_NS < end ? now + ABORT_PEER_NS : end);
+        }
+    }
+}
+
+int br_bootstrap_poll_abort(br_bootstrap_t *boot, int *from_rank_p, char *reason, size_t len)
+{
+    /* Acquire pairs with the release in msg_done: abort_from and abort_reason are written
+     * once, before the flag, and never again, so no lock is needed to read them. */
+    if (boot == NULL || !atomic_load_explicit(&boot->aborted, memory_order_acquire)) {
+        return 0;
+    }
+    if (from_rank_p != NULL) {
+        *from_rank_p = boot->abort_from;
+    }
+    if (reason != NULL && len > 0) {
+        snprintf(reason, len, "%s", boot->abort_reason);
+    }
+    return 1;
+}
