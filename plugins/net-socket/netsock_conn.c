@@ -1,0 +1,645 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Connection setup of the socket plugin. listen binds an ephemeral port on the device's
+ * address and writes a handle (address, a random 64-bit secret, transport settings).
+ * connect opens 1 + nsocks non-blocking sockets to it and sends a hello with the secret
+ * and a per-connection nonce on each; accept groups incoming sockets by nonce, drops
+ * (and logs) any socket whose hello is wrong, and acknowledges a complete group on its
+ * control socket. Neither side ever blocks: each call moves the handshake as far as it
+ * can and returns a NULL comm until it is done.
+ *
+ * A connect in progress is found again by the address of the caller's handle buffer
+ * (which the caller keeps while retrying) plus the secret, in a mutex-guarded list, so
+ * no pointer is ever read back out of handle bytes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "netsock.h"
+#include "param_lite.h"
+#include "plugin_log.h"
+
+#include "check.h"
+
+#define BR_LITE_PARAM BR_LITE_PARAM_DEFINE
+#include "netsock_params.def"
+#undef BR_LITE_PARAM
+/* The defaults again, for values outside the accepted range. */
+#define BR_LITE_PARAM(getter, key, def, doc) static const int64_t getter##_default = (def);
+#include "netsock_params.def"
+#undef BR_LITE_PARAM
+
+#define LISTEN_MAGIC 0x4c53424eu /* "NBSL" */
+#define MAX_PENDING 4096         /* sockets accepted but not yet identified */
+#define MIN_CHUNK_FLOOR 4096
+
+enum { ST_CONNECTING, ST_HELLO, ST_READY };
+
+/* A socket accepted by a listener whose hello is not complete yet. */
+typedef struct {
+    int fd;
+    size_t off;
+    netsock_hello_t hello;
+    char peer[NETSOCK_ADDR_STRLEN];
+} pending_t;
+
+/* The sockets of one connecting peer, collected by nonce. */
+typedef struct {
+    uint64_t nonce;
+    int count;
+    size_t ack_off;
+    int fds[NETSOCK_MAX_SOCKS + 1];
+    char peer[NETSOCK_ADDR_STRLEN];
+} group_t;
+
+typedef struct {
+    uint32_t magic;
+    int fd;
+    netsock_handle_t h;
+    char addr[NETSOCK_ADDR_STRLEN];
+    pending_t *pend;
+    int npend, cap_pend;
+    group_t *groups;
+    int ngroups, cap_groups;
+} listen_comm_t;
+
+/* A connect in progress. */
+typedef struct connector {
+    struct connector *next;
+    const void *handle; /* the caller's buffer, our lookup key with the secret */
+    netsock_handle_t h;
+    uint64_t nonce;
+    int nfds;
+    int fds[NETSOCK_MAX_SOCKS + 1];
+    int stage[NETSOCK_MAX_SOCKS + 1];
+    size_t hello_off[NETSOCK_MAX_SOCKS + 1];
+    netsock_ack_t ack;
+    size_t ack_off;
+    char peer[NETSOCK_ADDR_STRLEN];
+} connector_t;
+
+static pthread_mutex_t connector_lock = PTHREAD_MUTEX_INITIALIZER;
+static connector_t *connectors;
+
+/* Transport settings, from the environment once per process. */
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
+static int set_nthreads, set_nsocks;
+static int64_t set_min_chunk, set_inline_max, set_bufsize;
+
+static int64_t clamp_param(const char *key, int64_t v, int64_t lo, int64_t hi, int64_t def)
+{
+    if (v < lo || v > hi) {
+        BR_WARN(NCCL_NET | NCCL_ENV, "%s %lld is outside [%lld, %lld]; using %lld", key,
+                (long long)v, (long long)lo, (long long)hi, (long long)def);
+        return def;
+    }
+    return v;
+}
+
+static void settings_load(void)
+{
+    int64_t nt = netsock_param_nthreads(), ns = netsock_param_nsocks_perthread();
+
+    /* NCCL uses -2 for "pick automatically": that is our default. */
+    nt = nt == -2 ? netsock_param_nthreads_default : nt;
+    ns = ns == -2 ? netsock_param_nsocks_perthread_default : ns;
+    nt = clamp_param("NCCL_SOCKET_NTHREADS", nt, 0, NETSOCK_MAX_THREADS,
+                     netsock_param_nthreads_default);
+    ns = clamp_param("NCCL_NSOCKS_PERTHREAD", ns, 0, NETSOCK_MAX_SOCKS,
+                     netsock_param_nsocks_perthread_default);
+    if (nt * ns > NETSOCK_MAX_SOCKS) {
+        BR_WARN(NCCL_NET | NCCL_ENV,
+                "NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (%lld x %lld) "
+                "exceeds %d sockets; using %lld sockets per thread",
+                (long long)nt, (long long)ns, NETSOCK_MAX_SOCKS,
+                (long long)(NETSOCK_MAX_SOCKS / nt));
+        ns = NETSOCK_MAX_SOCKS / nt;
+    }
+    set_nsocks = (int)(nt * ns);
+    set_nthreads = set_nsocks > 0 ? (int)nt : 0;
+    set_min_chunk = clamp_param("BRAID_SOCKET_MIN_CHUNK", netsock_param_min_chunk(),
+                                MIN_CHUNK_FLOOR, 1LL << 30, netsock_param_min_chunk_default);
+    set_inline_max = clamp_param("BRAID_SOCKET_INLINE_BYTES", netsock_param_inline_max(), 0,
+                                 1LL << 30, netsock_param_inline_max_default);
+    set_bufsize = clamp_param("BRAID_SOCKET_BUFSIZE", netsock_param_bufsize(), 0, 1LL << 30,
+                              netsock_param_bufsize_default);
+    BR_INFO(NCCL_NET | NCCL_INIT,
+            "socket plugin: %d helper threads, %d data sockets per "
+            "connection, chunks of at least %lld bytes, inline up to %lld bytes",
+            set_nthreads, set_nsocks, (long long)set_min_chunk, (long long)set_inline_max);
+}
+
+static uint64_t random64(void)
+{
+    uint64_t v = 0;
+    static atomic_uint_fast64_t fallback;
+
+    if (getrandom(&v, sizeof(v), 0) == (ssize_t)sizeof(v)) {
+        return v;
+    }
+    /* No entropy source: still unique per call, though guessable. */
+    BR_WARN(NCCL_NET, "getrandom failed: %s; the connection secret is weak", strerror(errno));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    v = ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 16);
+    return v ^ atomic_fetch_add(&fallback, 0x9e3779b97f4a7c15ULL);
+}
+
+ncclResult_t netsock_socket_setup(int fd)
+{
+    ncclResult_t res = ncclSuccess;
+    int one = 1;
+    int buf = (int)set_bufsize;
+
+    /* Latency: never hold back a small segment waiting for an ACK. */
+    BR_SYS_GOTO(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)), res, out);
+    if (buf > 0) {
+        /* A fixed size turns kernel autotuning off, so only when asked for. */
+        BR_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf)), res, out);
+        BR_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf)), res, out);
+    }
+out:
+    return res;
+}
+
+ncclResult_t netsock_listen(int dev, void *handle, void **listen_comm)
+{
+    const netsock_dev_t *d = netsock_dev_get(dev);
+    listen_comm_t *lc = NULL;
+    ncclResult_t res = ncclSuccess;
+    socklen_t len;
+
+    pthread_once(&settings_once, settings_load);
+    if (d == NULL || handle == NULL || listen_comm == NULL) {
+        BR_WARN(NCCL_NET, "listen on device %d of %d (handle %p)", dev, netsock_dev_count(),
+                handle);
+        return ncclInternalError;
+    }
+    lc = calloc(1, sizeof(*lc));
+    if (lc == NULL) {
+        BR_WARN(NCCL_NET, "out of memory for a listen comm");
+        return ncclSystemError;
+    }
+    lc->magic = LISTEN_MAGIC;
+    lc->h.magic = NETSOCK_HANDLE_MAGIC;
+    lc->h.version = NETSOCK_WIRE_VERSION;
+    lc->h.nsocks = (uint16_t)set_nsocks;
+    lc->h.nthreads = (uint16_t)set_nthreads;
+    lc->h.min_chunk = (uint32_t)set_min_chunk;
+    lc->h.inline_max = (uint64_t)set_inline_max;
+    lc->h.secret = random64();
+    lc->h.addr = d->addr;
+    BR_SYS_GOTO(lc->fd =
+                    socket(d->addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
+                res, err_free);
+    BR_SYS_GOTO(bind(lc->fd, &d->addr.sa, netsock_addr_len(&d->addr)), res, err_close);
+    BR_SYS_GOTO(listen(lc->fd, SOMAXCONN), res, err_close);
+    len = sizeof(lc->h.addr);
+    BR_SYS_GOTO(getsockname(lc->fd, &lc->h.addr.sa, &len), res, err_close);
+    netsock_addr_str(&lc->h.addr.sa, lc->addr, sizeof(lc->addr));
+    memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
+    memcpy(handle, &lc->h, sizeof(lc->h));
+    BR_INFO(NCCL_NET, "listening on %s (%s)", lc->addr, d->name);
+    *listen_comm = lc;
+    return ncclSuccess;
+
+err_close:
+    close(lc->fd);
+err_free:
+    free(lc);
+    return res;
+}
+
+/* Validate a handle from the peer; the bytes may be anything. */
+static ncclResult_t handle_check(const void *handle, netsock_handle_t *h)
+{
+    memcpy(h, handle, sizeof(*h));
+    if (h->magic != NETSOCK_HANDLE_MAGIC || h->version != NETSOCK_WIRE_VERSION ||
+        h->nsocks > NETSOCK_MAX_SOCKS || h->nthreads > NETSOCK_MAX_THREADS ||
+        (h->nsocks > 0 && (h->nthreads == 0 || h->nthreads > h->nsocks)) ||
+        h->min_chunk < MIN_CHUNK_FLOOR ||
+        (h->addr.sa.sa_family != AF_INET && h->addr.sa.sa_family != AF_INET6)) {
+        BR_WARN(NCCL_NET,
+                "connect: the handle was not written by a socket plugin listen "
+                "(magic 0x%x, version %u, %u sockets, %u threads): refusing it",
+                h->magic, h->version, h->nsocks, h->nthreads);
+        return ncclInternalError;
+    }
+    return ncclSuccess;
+}
+
+static void connector_free(connector_t *c)
+{
+    for (int i = 0; i < c->nfds; i++) {
+        if (c->fds[i] >= 0) {
+            close(c->fds[i]);
+        }
+    }
+    free(c);
+}
+
+static ncclResult_t connector_new(const void *handle, const netsock_handle_t *h, connector_t **c_p)
+{
+    connector_t *c = calloc(1, sizeof(*c));
+    ncclResult_t res = ncclSuccess;
+
+    if (c == NULL) {
+        BR_WARN(NCCL_NET, "out of memory for a connection");
+        return ncclSystemError;
+    }
+    c->handle = handle;
+    c->h = *h;
+    c->nonce = random64();
+    netsock_addr_str(&h->addr.sa, c->peer, sizeof(c->peer));
+    for (c->nfds = 0; c->nfds < h->nsocks + 1; c->nfds++) {
+        int fd, i = c->nfds;
+        c->fds[i] = -1;
+        BR_SYS_GOTO(fd =
+                        socket(h->addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
+                    res, err);
+        c->fds[i] = fd;
+        BR_CHECK_GOTO(netsock_socket_setup(fd), res, err);
+        if (connect(fd, &h->addr.sa, netsock_addr_len(&h->addr)) == 0) {
+            c->stage[i] = ST_HELLO;
+        } else if (errno == EINPROGRESS || errno == EINTR) {
+            c->stage[i] = ST_CONNECTING;
+        } else {
+            BR_WARN(NCCL_NET, "connect to %s failed: %s", c->peer, strerror(errno));
+            res = ncclRemoteError;
+            goto err;
+        }
+    }
+    *c_p = c;
+    return ncclSuccess;
+err:
+    c->nfds++; /* include the socket that failed */
+    connector_free(c);
+    return res;
+}
+
+/* Wait (without blocking) for the TCP connects to finish. */
+static ncclResult_t connector_poll_connects(connector_t *c)
+{
+    struct pollfd pfd[NETSOCK_MAX_SOCKS + 1];
+    int idx[NETSOCK_MAX_SOCKS + 1];
+    int n = 0, err = 0;
+    socklen_t len = sizeof(err);
+
+    for (int i = 0; i < c->nfds; i++) {
+        if (c->stage[i] == ST_CONNECTING) {
+            pfd[n].fd = c->fds[i];
+            pfd[n].events = POLLOUT;
+            idx[n++] = i;
+        }
+    }
+    if (n == 0 || poll(pfd, (nfds_t)n, 0) <= 0) {
+        return ncclSuccess;
+    }
+    for (int k = 0; k < n; k++) {
+        if (pfd[k].revents == 0) {
+            continue;
+        }
+        if (getsockopt(pfd[k].fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+            BR_WARN(NCCL_NET, "connect to %s failed: %s", c->peer, strerror(err ? err : errno));
+            return ncclRemoteError;
+        }
+        c->stage[idx[k]] = ST_HELLO;
+    }
+    return ncclSuccess;
+}
+
+/* Move the handshake; *ready_p = 1 once the listener acknowledged it. */
+static ncclResult_t connector_progress(connector_t *c, int *ready_p)
+{
+    int ready = 0;
+    ssize_t n;
+
+    BR_CHECK(connector_poll_connects(c));
+    for (int i = 0; i < c->nfds; i++) {
+        netsock_hello_t hello = {.magic = NETSOCK_HELLO_MAGIC,
+                                 .version = NETSOCK_WIRE_VERSION,
+                                 .index = (uint16_t)i,
+                                 .nsocks = c->h.nsocks,
+                                 .secret = c->h.secret,
+                                 .nonce = c->nonce};
+        while (c->stage[i] == ST_HELLO) {
+            n = send(c->fds[i], (char *)&hello + c->hello_off[i], sizeof(hello) - c->hello_off[i],
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                break;
+            }
+            if (n < 0 && errno != EINTR) {
+                BR_WARN(NCCL_NET, "sending the handshake to %s failed: %s", c->peer,
+                        strerror(errno));
+                return ncclRemoteError;
+            }
+            c->hello_off[i] += n > 0 ? (size_t)n : 0;
+            if (c->hello_off[i] == sizeof(hello)) {
+                c->stage[i] = ST_READY;
+            }
+        }
+        ready += c->stage[i] == ST_READY;
+    }
+    while (ready == c->nfds && c->ack_off < sizeof(c->ack)) {
+        n = recv(c->fds[0], (char *)&c->ack + c->ack_off, sizeof(c->ack) - c->ack_off,
+                 MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            break;
+        }
+        if (n <= 0 && !(n < 0 && errno == EINTR)) {
+            BR_WARN(NCCL_NET,
+                    "connection to %s closed during the handshake (%s): the listener "
+                    "rejected it (wrong secret?) or was closed",
+                    c->peer, n == 0 ? "end of stream" : strerror(errno));
+            return ncclRemoteError;
+        }
+        c->ack_off += n > 0 ? (size_t)n : 0;
+    }
+    if (c->ack_off == sizeof(c->ack) &&
+        (c->ack.magic != NETSOCK_ACK_MAGIC || c->ack.nsocks != c->h.nsocks)) {
+        BR_WARN(NCCL_NET, "connection to %s: bad acknowledgement (magic 0x%x, %u sockets)", c->peer,
+                c->ack.magic, c->ack.nsocks);
+        return ncclRemoteError;
+    }
+    *ready_p = c->ack_off == sizeof(c->ack);
+    return ncclSuccess;
+}
+
+static void connector_unlink(connector_t *c)
+{
+    pthread_mutex_lock(&connector_lock);
+    for (connector_t **pp = &connectors; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&connector_lock);
+}
+
+ncclResult_t netsock_connect(int dev, void *handle, void **send_comm)
+{
+    netsock_handle_t h;
+    connector_t *c;
+    netsock_comm_t *comm = NULL;
+    ncclResult_t res;
+    int ready = 0;
+
+    pthread_once(&settings_once, settings_load);
+    if (handle == NULL || send_comm == NULL || netsock_dev_get(dev) == NULL) {
+        BR_WARN(NCCL_NET, "connect on device %d of %d (handle %p)", dev, netsock_dev_count(),
+                handle);
+        return ncclInternalError;
+    }
+    *send_comm = NULL;
+    BR_CHECK(handle_check(handle, &h));
+    pthread_mutex_lock(&connector_lock);
+    for (c = connectors; c != NULL; c = c->next) {
+        if (c->handle == handle && c->h.secret == h.secret) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&connector_lock);
+    if (c == NULL) {
+        BR_CHECK(connector_new(handle, &h, &c));
+        pthread_mutex_lock(&connector_lock);
+        c->next = connectors;
+        connectors = c;
+        pthread_mutex_unlock(&connector_lock);
+    }
+    res = connector_progress(c, &ready);
+    if (res != ncclSuccess || !ready) {
+        if (res != ncclSuccess) {
+            connector_unlink(c);
+            connector_free(c);
+        }
+        return res;
+    }
+    connector_unlink(c);
+    res = netsock_comm_create(1, &c->h, c->fds, &comm); /* takes the fds */
+    free(c);
+    if (res == ncclSuccess) {
+        *send_comm = comm;
+    }
+    return res;
+}
+
+static void pending_drop(listen_comm_t *lc, int i)
+{
+    close(lc->pend[i].fd);
+    lc->pend[i] = lc->pend[--lc->npend];
+}
+
+static void group_free(group_t *g)
+{
+    for (int i = 0; i < NETSOCK_MAX_SOCKS + 1; i++) {
+        if (g->fds[i] >= 0) {
+            close(g->fds[i]);
+        }
+    }
+}
+
+/* Take new sockets off the listen queue. */
+static ncclResult_t accept_new(listen_comm_t *lc)
+{
+    for (;;) {
+        netsock_addr_t peer;
+        socklen_t len = sizeof(peer);
+        int fd = accept4(lc->fd, &peer.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return ncclSuccess;
+            }
+            if (errno == EINTR || errno == ECONNABORTED) {
+                continue;
+            }
+            BR_WARN(NCCL_NET, "accept on %s failed: %s", lc->addr, strerror(errno));
+            return ncclSystemError;
+        }
+        if (lc->npend == MAX_PENDING || netsock_socket_setup(fd) != ncclSuccess) {
+            BR_WARN(NCCL_NET, "listener %s: dropping a connection (%d unidentified)", lc->addr,
+                    lc->npend);
+            close(fd);
+            continue;
+        }
+        if (lc->npend == lc->cap_pend) {
+            int cap = lc->cap_pend ? 2 * lc->cap_pend : 16;
+            pending_t *p = realloc(lc->pend, (size_t)cap * sizeof(*p));
+            if (p == NULL) {
+                close(fd);
+                BR_WARN(NCCL_NET, "out of memory accepting a connection");
+                return ncclSystemError;
+            }
+            lc->pend = p;
+            lc->cap_pend = cap;
+        }
+        memset(&lc->pend[lc->npend], 0, sizeof(pending_t));
+        lc->pend[lc->npend].fd = fd;
+        netsock_addr_str(&peer.sa, lc->pend[lc->npend].peer, sizeof(lc->pend[0].peer));
+        lc->npend++;
+    }
+}
+
+/* Why a complete hello is refused, or NULL when it is acceptable. */
+static const char *hello_problem(const listen_comm_t *lc, const netsock_hello_t *hi)
+{
+    if (hi->magic != NETSOCK_HELLO_MAGIC || hi->version != NETSOCK_WIRE_VERSION) {
+        return "it does not speak the socket plugin's protocol";
+    }
+    if (hi->secret != lc->h.secret) {
+        return "it did not present this listener's secret";
+    }
+    if (hi->nsocks != lc->h.nsocks || hi->index > hi->nsocks) {
+        return "its socket count does not match the handle";
+    }
+    return NULL;
+}
+
+static ncclResult_t group_add(listen_comm_t *lc, const pending_t *p)
+{
+    group_t *g = NULL;
+
+    for (int i = 0; i < lc->ngroups && g == NULL; i++) {
+        g = lc->groups[i].nonce == p->hello.nonce ? &lc->groups[i] : NULL;
+    }
+    if (g == NULL) {
+        if (lc->ngroups == lc->cap_groups) {
+            int cap = lc->cap_groups ? 2 * lc->cap_groups : 4;
+            group_t *gs = realloc(lc->groups, (size_t)cap * sizeof(*gs));
+            if (gs == NULL) {
+                BR_WARN(NCCL_NET, "out of memory accepting a connection");
+                return ncclSystemError;
+            }
+            lc->groups = gs;
+            lc->cap_groups = cap;
+        }
+        g = &lc->groups[lc->ngroups++];
+        memset(g, 0, sizeof(*g));
+        memset(g->fds, -1, sizeof(g->fds));
+        g->nonce = p->hello.nonce;
+    }
+    if (g->fds[p->hello.index] >= 0) {
+        BR_WARN(NCCL_NET, "listener %s: dropping a duplicate socket %u from %s", lc->addr,
+                p->hello.index, p->peer);
+        close(p->fd);
+        return ncclSuccess;
+    }
+    g->fds[p->hello.index] = p->fd;
+    g->count++;
+    if (p->hello.index == 0) {
+        memcpy(g->peer, p->peer, sizeof(g->peer));
+    }
+    return ncclSuccess;
+}
+
+/* Read hellos of unidentified sockets; good ones join their connection's group. */
+static ncclResult_t accept_hellos(listen_comm_t *lc)
+{
+    for (int i = 0; i < lc->npend;) {
+        pending_t *p = &lc->pend[i];
+        ssize_t n =
+            recv(p->fd, (char *)&p->hello + p->off, sizeof(p->hello) - p->off, MSG_DONTWAIT);
+        const char *why;
+
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            i++;
+            continue;
+        }
+        if (n <= 0) {
+            BR_INFO(NCCL_NET, "listener %s: %s closed before its handshake", lc->addr, p->peer);
+            pending_drop(lc, i);
+            continue;
+        }
+        p->off += (size_t)n;
+        if (p->off < sizeof(p->hello)) {
+            continue; /* read again: more may be there */
+        }
+        why = hello_problem(lc, &p->hello);
+        if (why != NULL) {
+            BR_WARN(NCCL_NET, "listener %s: dropping the connection from %s: %s", lc->addr, p->peer,
+                    why);
+            pending_drop(lc, i);
+            continue;
+        }
+        BR_CHECK(group_add(lc, p));
+        lc->pend[i] = lc->pend[--lc->npend]; /* the group owns the fd now */
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t netsock_accept(void *listen_comm, void **recv_comm)
+{
+    listen_comm_t *lc = listen_comm;
+
+    if (lc == NULL || lc->magic != LISTEN_MAGIC || recv_comm == NULL) {
+        BR_WARN(NCCL_NET, "accept on an invalid listen comm %p", listen_comm);
+        return ncclInternalError;
+    }
+    *recv_comm = NULL;
+    BR_CHECK(accept_new(lc));
+    BR_CHECK(accept_hellos(lc));
+    for (int i = 0; i < lc->ngroups; i++) {
+        group_t *g = &lc->groups[i];
+        netsock_ack_t ack = {.magic = NETSOCK_ACK_MAGIC, .nsocks = lc->h.nsocks};
+        netsock_comm_t *comm = NULL;
+        ssize_t n;
+
+        if (g->count != lc->h.nsocks + 1) {
+            continue;
+        }
+        n = send(g->fds[0], (char *)&ack + g->ack_off, sizeof(ack) - g->ack_off,
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            continue;
+        }
+        if (n < 0) {
+            BR_WARN(NCCL_NET, "listener %s: acknowledging %s failed: %s", lc->addr, g->peer,
+                    strerror(errno));
+            group_free(g);
+            lc->groups[i--] = lc->groups[--lc->ngroups];
+            continue;
+        }
+        g->ack_off += (size_t)n;
+        if (g->ack_off < sizeof(ack)) {
+            continue;
+        }
+        BR_INFO(NCCL_NET, "listener %s: accepted %s with %d data sockets", lc->addr, g->peer,
+                lc->h.nsocks);
+        group_t done = *g;
+        lc->groups[i] = lc->groups[--lc->ngroups];
+        BR_CHECK(netsock_comm_create(0, &lc->h, done.fds, &comm)); /* takes the fds */
+        *recv_comm = comm;
+        return ncclSuccess;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t netsock_close_listen(void *listen_comm)
+{
+    listen_comm_t *lc = listen_comm;
+
+    if (lc == NULL || lc->magic != LISTEN_MAGIC) {
+        BR_WARN(NCCL_NET, "closeListen on an invalid listen comm %p", listen_comm);
+        return ncclInternalError;
+    }
+    for (int i = 0; i < lc->npend; i++) {
+        close(lc->pend[i].fd);
+    }
+    for (int i = 0; i < lc->ngroups; i++) {
+        group_free(&lc->groups[i]);
+    }
+    close(lc->fd);
+    lc->magic = 0;
+    free(lc->pend);
+    free(lc->groups);
+    free(lc);
+    return ncclSuccess;
+}
