@@ -6,6 +6,7 @@
  * algorithm bandwidth and bus bandwidth (nccl-tests' formulas). Exit status 0 only if
  * every result on every rank was right.
  */
+#include <fcntl.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
