@@ -302,6 +302,16 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
         needed |= br_transport_select(tc, i) == BR_TRANSPORT_NET;
     }
     comm->ec->nchannels = nch;
+    {
+        int local = 0;
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        for (int i = 0; i < nranks; i++) {
+            local += tc->peers[i].host_hash == tc->peers[rank].host_hash;
+        }
+        comm->ec->oversubscribed = cpus > 0 && local > cpus;
+        BR_INFO(NCCL_INIT, "comm %p rank %d nRanks %d localRanks %d cpus %ld%s", (void *)comm,
+                rank, nranks, local, cpus, comm->ec->oversubscribed ? " (oversubscribed: waiters yield instead of spinning)" : "");
+    }
     if (tc->buffsize < BR_STEPS * 64 || tc->p2p_chunk < 64) {
         BR_WARN(NCCL_INIT, "NCCL_BUFFSIZE %lld or NCCL_P2P_NET_CHUNKSIZE %lld is too small "
                 "(at least %d and 64 bytes)", (long long)tc->buffsize, (long long)tc->p2p_chunk,

@@ -46,6 +46,7 @@ typedef struct br_exec_comm {
     uint64_t coll_seq;                     /* collectives issued */
     uint64_t *send_seq, *recv_seq;         /* messages per peer */
     int has_net;                           /* some connection goes through the proxy */
+    int oversubscribed;                    /* more ranks on this host than CPU cores */
     ncclResult_t error;                    /* sticky: the first failure */
     char error_msg[1024];
 } br_exec_comm_t;

@@ -276,6 +276,8 @@ static void proxies_active(br_exec_batch_t *b, int delta)
     }
 }
 
+/* Waiting: spin (only when every local rank has a core), then yield (lets a peer on the
+ * same core run), and only after a long wait sleep in naps growing to 1 ms. */
 static void nap(unsigned idle, unsigned spin)
 {
     if (idle < spin) {
@@ -284,11 +286,10 @@ static void nap(unsigned idle, unsigned spin)
 #elif defined(__aarch64__)
         __asm__ __volatile__("yield");
 #endif
-    } else if (idle < 4 * spin) {
+    } else if (idle < spin + 20000) {
         sched_yield();
     } else {
-        /* Long waits: sleep, growing to 1 ms, so waiting ranks leave the CPU to others. */
-        unsigned us = (idle - 4 * spin) / 16 + 1;
+        unsigned us = (idle - spin - 20000) / 16 + 1;
         struct timespec ts = {0, (long)(us > 1000 ? 1000 : us) * 1000};
         nanosleep(&ts, NULL);
     }
@@ -303,6 +304,9 @@ ncclResult_t br_exec_run(br_exec_batch_t *b)
 
     for (int i = 0; i < b->n; i++) {
         b->queues[i].wait_peer = -1;
+        if (b->queues[i].ec->oversubscribed) {
+            spin = 0; /* more local ranks than cores: a spinning waiter starves its peer */
+        }
         if (b->queues[i].ec->error != ncclSuccess) {
             BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", b->queues[i].ec->rank,
                     b->queues[i].ec->error_msg);
