@@ -21,6 +21,8 @@
 
 /* Largest communicator the root accepts: beyond this nranks is a corrupt check-in. */
 #define ROOT_MAX_NRANKS (1 << 22)
+/* Connections the root has room for before it first grows its arrays. */
+#define ROOT_INITIAL_CONNS 64
 
 /* A connection whose check-in is still being read. */
 typedef struct {
@@ -43,6 +45,8 @@ typedef struct {
     root_pending_t *pend;
     int npend;
     int pend_cap;
+    struct pollfd *pfd;    /* handed to the thread at start */
+    size_t pfd_cap;
     ncclResult_t err_res;  /* set once the init has failed */
     char err[BR_BOOT_MSG_LEN];
     int nanswered;         /* connections answered with the error */
@@ -493,14 +497,32 @@ static void root_free(root_t *rt)
     free(rt);
 }
 
+/* Handshake between br_boot_root_start and the thread it starts (on the starter's stack). */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int ready;
+    root_t *rt;
+} root_start_t;
+
 static void *root_main(void *arg)
 {
-    root_t *rt = arg;
-    struct pollfd *pfd = NULL;
-    size_t pfd_cap = 0;
+    root_start_t *start = arg;
+    root_t *rt = start->rt;
+    struct pollfd *pfd = rt->pfd;
+    size_t pfd_cap = rt->pfd_cap;
 
+    rt->pfd = NULL;
     pthread_setname_np(pthread_self(), "braid-bootroot");
     BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap root listening on %s", rt->addr_text);
+    /* From here on the thread sits in poll() until a rank connects, holding no lock, so a
+     * fork() right after ncclGetUniqueId (a common launcher pattern) cannot copy a held
+     * allocator or logger lock into the child. start lives on the starter's stack: it is
+     * not touched after this. */
+    pthread_mutex_lock(&start->lock);
+    start->ready = 1;
+    pthread_cond_signal(&start->cond);
+    pthread_mutex_unlock(&start->lock);
     while (!rt->done) {
         size_t need = 1 + (size_t)rt->npend + (size_t)rt->nranks;
         if (br_time_ns() >= rt->deadline) {
@@ -529,6 +551,7 @@ ncclResult_t br_boot_root_start(int listen_fd, const br_socket_addr_t *addr, uin
                                 uint64_t wait_first_ns)
 {
     ncclResult_t res = ncclSuccess;
+    root_start_t start = {.ready = 0};
     pthread_attr_t attr;
     pthread_t thread;
     root_t *rt = NULL;
@@ -540,11 +563,34 @@ ncclResult_t br_boot_root_start(int listen_fd, const br_socket_addr_t *addr, uin
     br_socket_addr_str(addr, rt->addr_text, sizeof(rt->addr_text));
     rt->secret = secret;
     rt->deadline = br_time_ns() + wait_first_ns;
+    /* Room for the first connections, allocated here rather than in the thread (see the
+     * handshake in root_main). */
+    rt->pend_cap = ROOT_INITIAL_CONNS;
+    rt->pfd_cap = 2 * ROOT_INITIAL_CONNS;
+    rt->pend = calloc((size_t)rt->pend_cap, sizeof(*rt->pend));
+    rt->pfd = calloc(rt->pfd_cap, sizeof(*rt->pfd));
+    if (rt->pend == NULL || rt->pfd == NULL) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap root: out of memory");
+        res = ncclSystemError;
+        goto fail;
+    }
+    start.rt = rt;
+    pthread_mutex_init(&start.lock, NULL);
+    pthread_cond_init(&start.cond, NULL);
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     /* Detached: the thread frees rt and closes listen_fd itself when it is done. */
-    ret = pthread_create(&thread, &attr, root_main, rt);
+    ret = pthread_create(&thread, &attr, root_main, &start);
     pthread_attr_destroy(&attr);
+    if (ret == 0) {
+        pthread_mutex_lock(&start.lock);
+        while (!start.ready) {
+            pthread_cond_wait(&start.cond, &start.lock);
+        }
+        pthread_mutex_unlock(&start.lock);
+    }
+    pthread_cond_destroy(&start.cond);
+    pthread_mutex_destroy(&start.lock);
     if (ret != 0) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "cannot start the bootstrap root thread: %s",
                 strerror(ret));
@@ -553,7 +599,11 @@ ncclResult_t br_boot_root_start(int listen_fd, const br_socket_addr_t *addr, uin
     }
     return ncclSuccess;
 fail:
-    free(rt);
+    if (rt != NULL) {
+        free(rt->pend);
+        free(rt->pfd);
+        free(rt);
+    }
     br_socket_close(&listen_fd);
     return res;
 }

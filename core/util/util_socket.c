@@ -402,8 +402,11 @@ ncclResult_t br_socket_listen(const br_socket_addr_t *addr, int *fd_p, br_socket
 
     BR_SYS_GOTO(fd = socket(local.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
                 res, fail);
-    /* A fixed port (NCCL_COMM_ID) must be reusable while old connections sit in TIME_WAIT. */
-    BR_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), res, fail);
+    /* A fixed port (NCCL_COMM_ID) must be reusable while old connections sit in TIME_WAIT.
+     * Ephemeral ports go without, so the kernel never hands one port to two listeners. */
+    if (br_socket_addr_port(&local) != 0) {
+        BR_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), res, fail);
+    }
     if (bind(fd, &local.sa, br_socket_addr_len(&local)) != 0) {
         if (errno != EADDRNOTAVAIL) {
             BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "cannot listen on %s: bind: %s",

@@ -719,7 +719,11 @@ START_TEST(test_comm_id)
         ck_assert_msg(jobs[r].init_res == ncclSuccess && jobs[r].fn_ret == 0, "rank %d: %s", r,
                       jobs[r].err);
     }
-    /* Then processes, on the same port again (the first root has exited). */
+    /* Then processes, on the same port again. The first root thread is detached and may
+     * still be freeing its memory: give it time to exit, because forking while another
+     * thread holds AddressSanitizer's allocator lock deadlocks the child (glibc's malloc
+     * has fork handlers, ASan's in GCC 12 does not). */
+    sleep_ms(200);
     run_procs_id(&id, 3, allgather_body, NULL);
 }
 END_TEST
