@@ -3,6 +3,10 @@
 #ifndef BRAID_PLUGIN_API_NET_H_
 #define BRAID_PLUGIN_API_NET_H_
 
+#include "net_v6.h"
+#include "net_v7.h"
+#include "net_v8.h"
+#include "net_v9.h"
 #include "net_v10.h"
 #include "net_v11.h"
 #include "net_v12.h"
