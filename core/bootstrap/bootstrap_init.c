@@ -94,11 +94,13 @@ static ncclResult_t root_exchange(br_bootstrap_t *boot, const br_boot_handle_t *
         res = br_socket_send_all(fd, &c, sizeof(c), deadline);
     }
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d could not reach the root at %s "
-                "within %d s: %s (%s)", boot->rank, root, br_boot_timeout_s(), strerror(errno),
-                (h->flags & BR_BOOT_FLAG_COMM_ID) ? "is rank 0 running with the same "
-                "NCCL_COMM_ID?" : "is the process that called ncclGetUniqueId still running, "
-                "and its address reachable from here?");
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d could not reach the root at %s within %d s: %s (%s)",
+                boot->rank, root, br_boot_timeout_s(), strerror(errno),
+                (h->flags & BR_BOOT_FLAG_COMM_ID)
+                    ? "is rank 0 running with the same NCCL_COMM_ID?"
+                    : "is the process that called ncclGetUniqueId still running, "
+                      "and its address reachable from here?");
         res = ncclSystemError;
         goto out;
     }
@@ -107,16 +109,23 @@ static ncclResult_t root_exchange(br_bootstrap_t *boot, const br_boot_handle_t *
     res = br_socket_recv_all(fd, ans, sizeof(*ans),
                              br_time_ns() + boot->timeout_ns + BR_BOOT_ANSWER_GRACE_NS);
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d: the root at %s %s", boot->rank,
-                root, errno == ETIMEDOUT ? "did not answer in time"
-                                         : "closed the connection without answering (did its "
-                                           "process exit?)");
+        if (errno == ETIMEDOUT) {
+            BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                    "bootstrap: rank %d: the root at %s did not answer within %d s", boot->rank,
+                    root, br_boot_timeout_s() + (int)(BR_BOOT_ANSWER_GRACE_NS / 1000000000ull));
+        } else {
+            BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                    "bootstrap: rank %d: the root at %s closed the connection without answering "
+                    "(did its process exit?)",
+                    boot->rank, root);
+        }
         res = ncclSystemError;
         goto out;
     }
     if (ans->secret != h->secret) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d: the root at %s answered without "
-                "the communicator's secret", boot->rank, root);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d: the root at %s answered without the communicator's secret",
+                boot->rank, root);
         res = ncclSystemError;
         goto out;
     }
@@ -147,7 +156,8 @@ static ncclResult_t open_listeners(br_bootstrap_t *boot, const br_boot_handle_t 
         return ncclSuccess;
     }
     if (br_socket_listen(&h->root, &fd, &bound) != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank 0 cannot start the root on "
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank 0 cannot start the root on "
                 "NCCL_COMM_ID %s (port in use, or not an address of this host?)",
                 br_socket_addr_str(&h->root, text, sizeof(text)));
         return ncclSystemError;
@@ -258,9 +268,10 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     BR_CHECK_GOTO(ring_connect(boot, t_root + boot->timeout_ns), res, fail);
     t_ring = br_time_ns();
     BR_CHECK_GOTO(exchange_peers(boot), res, fail);
-    BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d of %d joined in %.1f ms (root %.1f, "
-            "ring %.1f, allgather %.1f), listening on %s", rank, nranks,
-            (double)(br_time_ns() - t0) * 1e-6, (double)(t_root - t0) * 1e-6,
+    BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
+            "bootstrap: rank %d of %d joined in %.1f ms (root %.1f, "
+            "ring %.1f, allgather %.1f), listening on %s",
+            rank, nranks, (double)(br_time_ns() - t0) * 1e-6, (double)(t_root - t0) * 1e-6,
             (double)(t_ring - t_root) * 1e-6, (double)(br_time_ns() - t_ring) * 1e-6,
             br_socket_addr_str(&boot->listen_addr, text, sizeof(text)));
     *boot_p = boot;

@@ -68,7 +68,7 @@ enum { BR_BOOT_CONN_MSG = 1, BR_BOOT_CONN_ABORT = 2 };
 typedef struct {
     uint64_t secret;
     uint32_t proto;
-    int32_t rank; /* sender */
+    int32_t rank;  /* sender */
     uint32_t conn; /* BR_BOOT_CONN_* */
     uint32_t pad;
 } br_boot_hello_t;
@@ -114,17 +114,17 @@ typedef struct {
     int out_fd;               /* persistent connection to the peer, -1 until first use */
     /* The fields below are under boot->lock. */
     br_boot_msg_t *head, *tail; /* unexpected queue, in arrival order */
-    int in_open;              /* the peer's message connection said hello */
-    int in_closed;            /* ... and has since closed */
+    int in_open;                /* the peer's message connection said hello */
+    int in_closed;              /* ... and has since closed */
 } br_boot_rank_t;
 
 /* A connection accepted by the background thread (owned by that thread). */
 typedef struct {
     int fd;
     br_socket_addr_t from;
-    int state;          /* reading the hello, a frame header, or a payload */
-    size_t got;         /* bytes of the current part read so far */
-    uint64_t deadline;  /* for the hello */
+    int state;         /* reading the hello, a frame header, or a payload */
+    size_t got;        /* bytes of the current part read so far */
+    uint64_t deadline; /* for the hello */
     br_boot_hello_t hello;
     br_boot_frame_t frame;
     br_boot_msg_t *msg; /* payload being read */
@@ -142,12 +142,12 @@ struct br_bootstrap {
     int wake_fd[2];        /* close() wakes the background thread through this pipe */
     pthread_t thread;
     int thread_started;
-    br_boot_inconn_t *in;  /* background thread only */
+    br_boot_inconn_t *in; /* background thread only */
     int nin;
     int in_cap;
     /* Under lock: */
     pthread_mutex_t lock;
-    pthread_cond_t cond;   /* a message, a hello, a close or an abort arrived */
+    pthread_cond_t cond; /* a message, a hello, a close or an abort arrived */
     int stop;
     int thread_failed;
     int abort_from;

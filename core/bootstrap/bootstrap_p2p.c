@@ -38,8 +38,8 @@ const char *br_boot_rank_str(const br_bootstrap_t *boot, int rank, char *buf, si
     if (p->host[0] != '\0') {
         snprintf(buf, len, "rank %d (host %s, pid %d)", rank, p->host, (int)p->pid);
     } else if (br_socket_addr_is_valid(&p->addr)) {
-        snprintf(buf, len, "rank %d (at %s)", rank, br_socket_addr_str(&p->addr, text,
-                                                                        sizeof(text)));
+        snprintf(buf, len, "rank %d (at %s)", rank,
+                 br_socket_addr_str(&p->addr, text, sizeof(text)));
     } else {
         snprintf(buf, len, "rank %d", rank);
     }
@@ -115,8 +115,9 @@ static int hello_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
 
     if (h->proto != BR_BOOT_PROTO || h->rank < 0 || h->rank >= boot->nranks ||
         h->rank == boot->rank || (h->conn != BR_BOOT_CONN_MSG && h->conn != BR_BOOT_CONN_ABORT)) {
-        snprintf(why, sizeof(why), "that had the secret but a bad hello (protocol %u, rank %d, "
-                 "kind %u)", h->proto, h->rank, h->conn);
+        snprintf(why, sizeof(why),
+                 "that had the secret but a bad hello (protocol %u, rank %d, kind %u)", h->proto,
+                 h->rank, h->conn);
         drop_conn(boot, c, why);
         return -1;
     }
@@ -173,7 +174,8 @@ static int frame_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
     char why[128];
 
     if ((f->kind != BR_BOOT_MSG_USER && f->kind != BR_BOOT_MSG_RING &&
-         f->kind != BR_BOOT_MSG_ABORT) || f->size > BR_BOOT_MAX_MSG ||
+         f->kind != BR_BOOT_MSG_ABORT) ||
+        f->size > BR_BOOT_MAX_MSG ||
         (c->hello.conn == BR_BOOT_CONN_ABORT && f->kind != BR_BOOT_MSG_ABORT)) {
         snprintf(why, sizeof(why), "from rank %d: corrupt message header (kind %u, %llu bytes)",
                  c->hello.rank, f->kind, (unsigned long long)f->size);
@@ -182,8 +184,9 @@ static int frame_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
     }
     c->msg = malloc(sizeof(*c->msg) + (size_t)f->size);
     if (c->msg == NULL) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: out of memory for a %llu-byte message "
-                "from rank %d", (unsigned long long)f->size, c->hello.rank);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: out of memory for a %llu-byte message from rank %d",
+                (unsigned long long)f->size, c->hello.rank);
         return -1;
     }
     c->msg->kind = f->kind;
@@ -209,8 +212,8 @@ static void conn_ended(br_bootstrap_t *boot, br_boot_inconn_t *c)
         return;
     }
     if (c->state != IN_FRAME || c->got != 0) {
-        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d's connection closed in the "
-                "middle of a message", c->hello.rank);
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d's connection closed in the middle of a message", c->hello.rank);
     }
     if (c->hello.conn == BR_BOOT_CONN_MSG) {
         pthread_mutex_lock(&boot->lock);
@@ -407,8 +410,7 @@ ncclResult_t br_boot_thread_start(br_bootstrap_t *boot)
     int ret = pthread_create(&boot->thread, NULL, thread_main, boot);
 
     if (ret != 0) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "cannot start the bootstrap thread: %s",
-                strerror(ret));
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "cannot start the bootstrap thread: %s", strerror(ret));
         return ncclSystemError;
     }
     boot->thread_started = 1;
@@ -439,8 +441,10 @@ static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t dead
     int fd = -1;
 
     if (!br_socket_addr_is_valid(&p->info.addr)) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d does not know rank %d's address "
-                "yet (message before init finished?)", boot->rank, peer);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d does not know rank %d's address "
+                "yet (message before init finished?)",
+                boot->rank, peer);
         return ncclInternalError;
     }
     memset(&hello, 0, sizeof(hello));
@@ -490,8 +494,8 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
         /* To ourselves: straight into our own queue. */
         br_boot_msg_t *m = malloc(sizeof(*m) + size);
         if (m == NULL) {
-            BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: out of memory for a %zu-byte "
-                    "message", size);
+            BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: out of memory for a %zu-byte message",
+                    size);
             return ncclSystemError;
         }
         m->kind = kind;
@@ -522,9 +526,9 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
         }
     }
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d could not send %zu bytes "
-                "(tag %d) to %s: %s", boot->rank, size, tag,
-                br_boot_rank_str(boot, peer, who, sizeof(who)), strerror(errno));
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d could not send %zu bytes (tag %d) to %s: %s", boot->rank, size,
+                tag, br_boot_rank_str(boot, peer, who, sizeof(who)), strerror(errno));
         /* The stream is now out of step: the next send starts a fresh connection. */
         br_socket_close(&p->out_fd);
     }
@@ -547,8 +551,8 @@ static ncclResult_t wait_blocked(br_bootstrap_t *boot, int peer, char *why, size
         return ncclRemoteError;
     }
     if (boot->peers[peer].in_closed) {
-        snprintf(why, len, "it closed its connection (its process exited or it closed the "
-                 "communicator)");
+        snprintf(why, len,
+                 "it closed its connection (its process exited or it closed the communicator)");
         return ncclRemoteError;
     }
     if (boot->stop || boot->thread_failed) {
@@ -584,15 +588,16 @@ ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
     pthread_mutex_unlock(&boot->lock);
     br_boot_rank_str(boot, peer, who, sizeof(who));
     if (m == NULL) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d gave up waiting for a %s "
-                "message (tag %d) from %s: %s", boot->rank,
-                kind == BR_BOOT_MSG_RING ? "ring" : "point-to-point", tag, who, why);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d gave up waiting for a %s message (tag %d) from %s: %s",
+                boot->rank, kind == BR_BOOT_MSG_RING ? "ring" : "point-to-point", tag, who, why);
         return res;
     }
     if (m->size != size) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d expected %zu bytes from %s "
-                "(tag %d) but the message has %zu: do the ranks run the same code?", boot->rank,
-                size, who, tag, m->size);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d expected %zu bytes from %s "
+                "(tag %d) but the message has %zu: do the ranks run the same code?",
+                boot->rank, size, who, tag, m->size);
         free(m);
         return ncclInternalError;
     }
@@ -623,9 +628,9 @@ ncclResult_t br_boot_wait_hello(br_bootstrap_t *boot, int peer, uint64_t deadlin
     }
     pthread_mutex_unlock(&boot->lock);
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d: ring neighbour %s did not "
-                "connect within %d s", boot->rank, br_boot_rank_str(boot, peer, who, sizeof(who)),
-                br_boot_timeout_s());
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d: ring neighbour %s did not connect within %d s", boot->rank,
+                br_boot_rank_str(boot, peer, who, sizeof(who)), br_boot_timeout_s());
     }
     return res;
 }
@@ -634,8 +639,7 @@ ncclResult_t br_bootstrap_send(br_bootstrap_t *boot, int peer, int tag, const vo
                                size_t size)
 {
     if (peer < 0 || peer >= boot->nranks) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: send to rank %d of %d", peer,
-                boot->nranks);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: send to rank %d of %d", peer, boot->nranks);
         return ncclInternalError;
     }
     return br_boot_send_msg(boot, peer, BR_BOOT_MSG_USER, tag, data, size);
@@ -672,14 +676,14 @@ static void abort_one(br_bootstrap_t *boot, int peer, const char *text, uint64_t
     pkt.frame.size = len;
     memcpy(pkt.reason, text, len);
     if (br_socket_connect(&boot->peers[peer].info.addr, deadline_ns, &fd) != ncclSuccess) {
-        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: could not tell rank %d about the "
-                "failure: %s", peer, strerror(errno));
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: could not tell rank %d about the failure: %s", peer, strerror(errno));
         return;
     }
-    if (br_socket_send_all(fd, &pkt, sizeof(pkt.hello) + sizeof(pkt.frame) + len,
-                           deadline_ns) != ncclSuccess) {
-        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: could not tell rank %d about the "
-                "failure: %s", peer, strerror(errno));
+    if (br_socket_send_all(fd, &pkt, sizeof(pkt.hello) + sizeof(pkt.frame) + len, deadline_ns) !=
+        ncclSuccess) {
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: could not tell rank %d about the failure: %s", peer, strerror(errno));
     }
     br_socket_close(&fd);
 }
@@ -698,8 +702,9 @@ void br_bootstrap_abort_notify(br_bootstrap_t *boot, const char *reason)
         int peer = (boot->rank + i) % boot->nranks;
         uint64_t now = br_time_ns();
         if (now >= end) {
-            BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: out of time telling peers about "
-                    "the failure; %d rank(s) not told", boot->nranks - i);
+            BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
+                    "bootstrap: out of time telling peers about the failure; %d rank(s) not told",
+                    boot->nranks - i);
             break;
         }
         if (br_socket_addr_is_valid(&boot->peers[peer].info.addr)) {

@@ -37,19 +37,19 @@ typedef struct {
     br_socket_addr_t addr;
     char addr_text[BR_SOCKET_ADDR_STRLEN];
     uint64_t secret;
-    uint64_t deadline;     /* for the first rank, then for all of them */
-    int nranks;            /* from the first check-in; 0 before it */
+    uint64_t deadline; /* for the first rank, then for all of them */
+    int nranks;        /* from the first check-in; 0 before it */
     int narrived;
-    int *fds;              /* per rank: connection to answer, -1 until it arrives */
+    int *fds; /* per rank: connection to answer, -1 until it arrives */
     br_boot_checkin_t *info;
     root_pending_t *pend;
     int npend;
     int pend_cap;
-    struct pollfd *pfd;    /* handed to the thread at start */
+    struct pollfd *pfd; /* handed to the thread at start */
     size_t pfd_cap;
-    ncclResult_t err_res;  /* set once the init has failed */
+    ncclResult_t err_res; /* set once the init has failed */
     char err[BR_BOOT_MSG_LEN];
-    int nanswered;         /* connections answered with the error */
+    int nanswered; /* connections answered with the error */
     int done;
 } root_t;
 
@@ -64,7 +64,8 @@ int br_boot_timeout_s(void)
     if (t <= 0 || t > 1000000) {
         BR_WARN_ONCE(NCCL_INIT | NCCL_BOOTSTRAP,
                      "BRAID_BOOTSTRAP_TIMEOUT %lld is not a number of seconds from 1 to 1000000; "
-                     "using 60", (long long)t);
+                     "using 60",
+                     (long long)t);
         return 60;
     }
     return (int)t;
@@ -76,20 +77,24 @@ int br_boot_handle_decode(const ncclUniqueId *id, br_boot_handle_t *h_p, char *w
     br_boot_handle_t h;
 
     if (memcmp(id->internal, zeros, sizeof(zeros)) == 0) {
-        snprintf(why, len, "unique id is all zeros: was ncclGetUniqueId called and the id "
-                           "broadcast to every rank?");
+        snprintf(why, len,
+                 "unique id is all zeros: was ncclGetUniqueId called and the id "
+                 "broadcast to every rank?");
         return -1;
     }
     memcpy(&h, id->internal, sizeof(h));
     if (h.magic != BR_BOOT_ID_MAGIC) {
-        snprintf(why, len, "unique id starts with 0x%016llx, not Braid's magic 0x%016llx: it was "
+        snprintf(why, len,
+                 "unique id starts with 0x%016llx, not Braid's magic 0x%016llx: it was "
                  "not made by this library's ncclGetUniqueId, or was damaged in the broadcast",
                  (unsigned long long)h.magic, (unsigned long long)BR_BOOT_ID_MAGIC);
         return -1;
     }
     if (h.root.sa.sa_family != AF_INET && h.root.sa.sa_family != AF_INET6) {
-        snprintf(why, len, "unique id holds address family %d, neither AF_INET nor AF_INET6: "
-                 "damaged in the broadcast?", (int)h.root.sa.sa_family);
+        snprintf(why, len,
+                 "unique id holds address family %d, neither AF_INET nor AF_INET6: "
+                 "damaged in the broadcast?",
+                 (int)h.root.sa.sa_family);
         return -1;
     }
     if (br_socket_addr_port(&h.root) == 0) {
@@ -102,8 +107,9 @@ int br_boot_handle_decode(const ncclUniqueId *id, br_boot_handle_t *h_p, char *w
         return -1;
     }
     if (memcmp(id->internal + sizeof(h), zeros, sizeof(zeros) - sizeof(h)) != 0) {
-        snprintf(why, len, "unique id has non-zero bytes after its first %zu: damaged in the "
-                 "broadcast?", sizeof(h));
+        snprintf(why, len,
+                 "unique id has non-zero bytes after its first %zu: damaged in the broadcast?",
+                 sizeof(h));
         return -1;
     }
     *h_p = h;
@@ -263,8 +269,9 @@ static void desc_checkin(const br_boot_checkin_t *c, char *buf, size_t len)
 static int root_first(root_t *rt, const br_boot_checkin_t *c)
 {
     if (c->nranks < 1 || c->nranks > ROOT_MAX_NRANKS) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap root at %s: ignoring a check-in with "
-                "nranks %d", rt->addr_text, c->nranks);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap root at %s: ignoring a check-in with nranks %d", rt->addr_text,
+                c->nranks);
         return -1;
     }
     rt->fds = malloc(sizeof(*rt->fds) * (size_t)c->nranks);
@@ -302,17 +309,19 @@ static void root_checkin(root_t *rt, int fd, const br_boot_checkin_t *c)
             first++;
         }
         desc_checkin(&rt->info[first], other, sizeof(other));
-        root_fail(rt, ncclInvalidUsage, "bootstrap: ranks disagree on the number of ranks: %s "
-                  "says %d but %s says %d (root at %s)", me, c->nranks, other, rt->nranks,
-                  rt->addr_text);
+        root_fail(rt, ncclInvalidUsage,
+                  "bootstrap: ranks disagree on the number of ranks: %s "
+                  "says %d but %s says %d (root at %s)",
+                  me, c->nranks, other, rt->nranks, rt->addr_text);
     } else if (rt->err_res == ncclSuccess && (c->rank < 0 || c->rank >= rt->nranks)) {
         root_fail(rt, ncclInvalidUsage, "bootstrap: %s is out of range for %d ranks (root at %s)",
                   me, rt->nranks, rt->addr_text);
     } else if (rt->err_res == ncclSuccess && rt->fds[c->rank] >= 0) {
         desc_checkin(&rt->info[c->rank], other, sizeof(other));
-        root_fail(rt, ncclInvalidUsage, "bootstrap: rank %d checked in twice, as %s and as %s: "
-                  "were two processes given the same rank? (root at %s)", c->rank, other, me,
-                  rt->addr_text);
+        root_fail(rt, ncclInvalidUsage,
+                  "bootstrap: rank %d checked in twice, as %s and as %s: "
+                  "were two processes given the same rank? (root at %s)",
+                  c->rank, other, me, rt->addr_text);
     }
     if (rt->err_res != ncclSuccess) {
         br_boot_answer_t ans;
@@ -350,14 +359,17 @@ static int root_pending_read(root_t *rt, root_pending_t *p)
     br_socket_addr_str(&p->from, text, sizeof(text));
     if ((res != ncclSuccess && p->got < sizeof(p->in.secret)) ||
         (p->got >= sizeof(p->in.secret) && p->in.secret != rt->secret)) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: dropped a connection from %s that did "
-                "not present the communicator's secret (root at %s)", text, rt->addr_text);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: dropped a connection from %s that did "
+                "not present the communicator's secret (root at %s)",
+                text, rt->addr_text);
         br_socket_close(&p->fd);
         return 1;
     }
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: root at %s: %s closed its connection "
-                "in the middle of its check-in", rt->addr_text, text);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: root at %s: %s closed its connection in the middle of its check-in",
+                rt->addr_text, text);
         br_socket_close(&p->fd);
         return 1;
     }
@@ -365,9 +377,10 @@ static int root_pending_read(root_t *rt, root_pending_t *p)
         return 0;
     }
     if (p->in.proto != BR_BOOT_PROTO) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: dropped a connection from %s that speaks "
-                "bootstrap protocol %u, not %u (a different Braid version?)", text,
-                p->in.proto, BR_BOOT_PROTO);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: dropped a connection from %s that speaks "
+                "bootstrap protocol %u, not %u (a different Braid version?)",
+                text, p->in.proto, BR_BOOT_PROTO);
         br_socket_close(&p->fd);
         return 1;
     }
@@ -416,8 +429,10 @@ static void root_check_arrived(root_t *rt, int r)
     desc_checkin(&rt->info[r], me, sizeof(me));
     br_socket_close(&rt->fds[r]);
     rt->narrived--;
-    root_fail(rt, ncclSystemError, "bootstrap: %s left before all %d ranks had joined (its init "
-              "failed or its process died; root at %s)", me, rt->nranks, rt->addr_text);
+    root_fail(rt, ncclSystemError,
+              "bootstrap: %s left before all %d ranks had joined (its init "
+              "failed or its process died; root at %s)",
+              me, rt->nranks, rt->addr_text);
 }
 
 /* Time is up: name the ranks that never came. */
@@ -436,8 +451,7 @@ static void root_deadline(root_t *rt)
     }
     missing_ranks(rt, list, sizeof(list), &count);
     root_fail(rt, ncclSystemError, "bootstrap: %s %s of %d did not join within %d s (root at %s)",
-              count == 1 ? "rank" : "ranks", list, rt->nranks, br_boot_timeout_s(),
-              rt->addr_text);
+              count == 1 ? "rank" : "ranks", list, rt->nranks, br_boot_timeout_s(), rt->addr_text);
 }
 
 /* One pass of the loop: poll everything, handle what is ready. Returns -1 on a fatal

@@ -164,7 +164,8 @@ ncclResult_t br_socket_addr_parse(const char *text, br_socket_addr_t *addr_p)
     if (text == NULL || split_host_port(text, host, sizeof(host), &port) != 0) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
                 "cannot parse address '%s': expected host:port, 1.2.3.4:port or [v6]:port "
-                "with a port from 1 to 65535", text == NULL ? "(null)" : text);
+                "with a port from 1 to 65535",
+                text == NULL ? "(null)" : text);
         return ncclInvalidArgument;
     }
     memset(&hints, 0, sizeof(hints));
@@ -199,10 +200,10 @@ ncclResult_t br_socket_addr_parse(const char *text, br_socket_addr_t *addr_p)
 
 /* One way of choosing interfaces: a comma list of names or prefixes, or a subnet. */
 typedef struct {
-    const char *list;                /* NULL: match by subnet */
-    int exclude;                     /* list names what must not match */
-    int exact;                       /* whole names rather than prefixes */
-    const br_socket_addr_t *remote;  /* subnet mode: the address to be on a subnet with */
+    const char *list;               /* NULL: match by subnet */
+    int exclude;                    /* list names what must not match */
+    int exact;                      /* whole names rather than prefixes */
+    const br_socket_addr_t *remote; /* subnet mode: the address to be on a subnet with */
 } iface_filter_t;
 
 static int name_in_list(const char *name, const char *list, int exact)
@@ -266,8 +267,8 @@ static int iface_usable(const struct ifaddrs *ifa, int family)
 }
 
 /* First interface address passing the filter; 1 when found. */
-static int iface_scan(const struct ifaddrs *ifs, int family, const iface_filter_t *f,
-                      char *ifname, size_t len, br_socket_addr_t *addr_p)
+static int iface_scan(const struct ifaddrs *ifs, int family, const iface_filter_t *f, char *ifname,
+                      size_t len, br_socket_addr_t *addr_p)
 {
     for (const struct ifaddrs *ifa = ifs; ifa != NULL; ifa = ifa->ifa_next) {
         int match;
@@ -400,8 +401,8 @@ ncclResult_t br_socket_listen(const br_socket_addr_t *addr, int *fd_p, br_socket
     int fd = -1, one = 1;
     char text[BR_SOCKET_ADDR_STRLEN];
 
-    BR_SYS_GOTO(fd = socket(local.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
-                res, fail);
+    BR_SYS_GOTO(fd = socket(local.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), res,
+                fail);
     /* A fixed port (NCCL_COMM_ID) must be reusable while old connections sit in TIME_WAIT.
      * Ephemeral ports go without, so the kernel never hands one port to two listeners. */
     if (br_socket_addr_port(&local) != 0) {
@@ -545,8 +546,8 @@ static int connect_once(int fd, const br_socket_addr_t *remote, uint64_t deadlin
 
 static int connect_retryable(int err)
 {
-    return err == ECONNREFUSED || err == ECONNRESET || err == ECONNABORTED ||
-           err == EHOSTUNREACH || err == ENETUNREACH || err == EAGAIN || err == ETIMEDOUT;
+    return err == ECONNREFUSED || err == ECONNRESET || err == ECONNABORTED || err == EHOSTUNREACH ||
+           err == ENETUNREACH || err == EAGAIN || err == ETIMEDOUT;
 }
 
 ncclResult_t br_socket_connect(const br_socket_addr_t *remote, uint64_t deadline_ns, int *fd_p)

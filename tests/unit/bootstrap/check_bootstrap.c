@@ -412,8 +412,7 @@ static int concurrent_body(br_bootstrap_t *boot, int rank, int nranks, void *arg
         for (int t = 3; t >= 0; t--) {
             for (int k = 0; k < 50; k++) {
                 int v = -1, base = (t + 1) * 1000;
-                BODY_CHECK(br_bootstrap_recv(boot, 0, base, &v, sizeof(v)) == ncclSuccess,
-                           "recv");
+                BODY_CHECK(br_bootstrap_recv(boot, 0, base, &v, sizeof(v)) == ncclSuccess, "recv");
                 BODY_CHECK(v == base + k, "got %d, expected %d", v, base + k);
             }
         }
@@ -605,7 +604,8 @@ static int listener_intruder_body(br_bootstrap_t *boot, int rank, int nranks, vo
         fd = raw_connect(&boot->peers[1].info.addr, &local);
         BODY_CHECK(fd >= 0, "raw connect");
         BODY_CHECK(br_socket_send_all(fd, "not the secret!!", 16, br_time_ns() + 1000000000ull) ==
-                       ncclSuccess, "junk");
+                       ncclSuccess,
+                   "junk");
         br_socket_addr_str(&local, text, sizeof(text));
         BODY_CHECK(wait_warning("did not present the communicator's secret", text),
                    "no warning naming %s; last error: %s", text, br_log_last_error());
@@ -663,8 +663,7 @@ START_TEST(test_duplicate_rank)
     run_jobs(jobs, 2);
     for (int r = 0; r < 2; r++) {
         ck_assert_int_eq(jobs[r].init_res, ncclInvalidUsage);
-        ck_assert_msg(strstr(jobs[r].err, "rank 1 checked in twice") != NULL, "%s",
-                      jobs[r].err);
+        ck_assert_msg(strstr(jobs[r].err, "rank 1 checked in twice") != NULL, "%s", jobs[r].err);
     }
 }
 END_TEST
@@ -711,8 +710,8 @@ START_TEST(test_comm_id)
 
     /* Threads, with rank 0 (the root's host) last to start: the others retry. */
     for (int r = 0; r < 4; r++) {
-        jobs[r] = (rank_job_t){.id = id, .rank = r, .nranks = 4, .fn = allgather_body,
-                               .delay_ms = r == 0 ? 300 : 0};
+        jobs[r] = (rank_job_t){
+            .id = id, .rank = r, .nranks = 4, .fn = allgather_body, .delay_ms = r == 0 ? 300 : 0};
     }
     run_jobs(jobs, 4);
     for (int r = 0; r < 4; r++) {
@@ -805,6 +804,39 @@ START_TEST(test_root_absent)
 }
 END_TEST
 
+/* ---- resources ---- */
+
+static int count_fds(void)
+{
+    char path[64];
+    int n = 0;
+
+    for (int fd = 0; fd < 4096; fd++) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        n += access(path, F_OK) == 0;
+    }
+    return n;
+}
+
+/* Init, traffic and close leave no descriptor behind (the detached root closes its own
+ * once it has answered, so wait for it a little). */
+START_TEST(test_no_fd_leak)
+{
+    sendrecv_arg_t a = {.ntags = 4, .big = 100};
+    int before = count_fds(), after = -1;
+
+    run_threads(4, sendrecv_body, &a);
+    run_threads(3, abort_body, NULL);
+    for (double t0 = now_s(); now_s() - t0 < 5.0; sleep_ms(10)) {
+        after = count_fds();
+        if (after == before) {
+            break;
+        }
+    }
+    ck_assert_int_eq(after, before);
+}
+END_TEST
+
 /* ---- socket helpers ---- */
 
 START_TEST(test_socket_addr_parse)
@@ -851,15 +883,12 @@ START_TEST(test_socket_iface_and_io)
     ck_assert_int_eq(errno, ETIMEDOUT);
     ck_assert(now_s() - t0 >= 0.15);
     ck_assert_int_eq(br_socket_connect(&bound, br_time_ns() + 1000000000ull, &cfd), ncclSuccess);
-    ck_assert_int_eq(br_socket_accept(lfd, br_time_ns() + 1000000000ull, &afd, &peer),
-                     ncclSuccess);
-    ck_assert_int_eq(br_socket_send_all(cfd, "abcd", 4, br_time_ns() + 1000000000ull),
-                     ncclSuccess);
+    ck_assert_int_eq(br_socket_accept(lfd, br_time_ns() + 1000000000ull, &afd, &peer), ncclSuccess);
+    ck_assert_int_eq(br_socket_send_all(cfd, "abcd", 4, br_time_ns() + 1000000000ull), ncclSuccess);
     ck_assert_int_eq(br_socket_recv_all(afd, buf, 4, br_time_ns() + 1000000000ull), ncclSuccess);
     ck_assert(memcmp(buf, "abcd", 4) == 0);
     /* Nothing more is coming: recv_all times out; then the peer closes: reset. */
-    ck_assert_int_eq(br_socket_recv_all(afd, buf, 4, br_time_ns() + 100000000ull),
-                     ncclRemoteError);
+    ck_assert_int_eq(br_socket_recv_all(afd, buf, 4, br_time_ns() + 100000000ull), ncclRemoteError);
     ck_assert_int_eq(errno, ETIMEDOUT);
     br_socket_close(&cfd);
     ck_assert_int_eq(cfd, -1);
@@ -898,6 +927,7 @@ static Suite *bootstrap_suite(void)
     tcase_add_test(tc, test_sendrecv_procs);
     tcase_add_test(tc, test_sendrecv_many);
     tcase_add_test(tc, test_send_concurrent_threads);
+    tcase_add_test(tc, test_no_fd_leak);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("abort");
