@@ -3,13 +3,14 @@
  * net_plugin_bench: throughput and latency of any net plugin between two processes on
  * this machine (a fork), through the same kit as the conformance suite.
  *
- *   net_plugin_bench PLUGIN.so [--version N] [--mode bw|lat] [--size BYTES]
+ *   net_plugin_bench PLUGIN.so [--version N] [--mode bw|lat|bidir] [--size BYTES]
  *                    [--iters N] [--window W]
  *
  * bw: the parent streams `iters` messages of `size` bytes with up to `window` in flight;
  * the child reports GB/s (1e9 bytes/s) from its first posted receive to its last
- * completion. lat: ping-pong over two connections; the parent reports half the round
- * trip. Idle polling yields the CPU, as Braid's proxy does.
+ * completion. bidir: both processes stream to each other at once (one thread each
+ * driving both connections, like a ring's proxy). lat: ping-pong over two connections;
+ * the parent reports half the round trip. Idle polling yields the CPU, as Braid's proxy does.
  */
 #include <sched.h>
 #include <signal.h>
@@ -21,9 +22,11 @@
 
 #include "net_kit.h"
 
+enum { MODE_BW, MODE_LAT, MODE_BIDIR };
+
 typedef struct {
     int version;
-    int lat;
+    int mode;
     size_t size;
     long iters;
     int window;
@@ -101,43 +104,71 @@ static void wait_req(void *req)
     }
 }
 
-/* Stream iters messages with up to window in flight (send or receive side). */
-static void stream(void *comm, int is_send, const opts_t *o, char *buf)
-{
-    void **reqs = calloc((size_t)o->window, sizeof(void *));
-    long posted = 0, completed = 0;
-    int tag = 0;
+/* One direction of a stream: iters messages with up to window in flight. */
+typedef struct {
+    void *comm;
+    int is_send;
+    char *buf;
+    void **reqs;
+    long posted, completed;
+} stream_t;
 
-    while (completed < o->iters) {
-        int moved = 0;
-        while (posted < o->iters && posted - completed < o->window) {
-            void **req = &reqs[posted % o->window], *data = buf;
-            size_t cap = o->size;
-            *req = NULL;
-            if (is_send) {
-                OK(kit_isend(comm, buf, o->size, 0, NULL, req));
-            } else {
-                OK(kit_irecv(comm, 1, &data, &cap, &tag, NULL, req));
-            }
-            if (*req == NULL) {
-                break;
-            }
-            posted++;
+/* Post and complete what can be; returns 1 when something moved. */
+static int stream_step(stream_t *st, const opts_t *o)
+{
+    int moved = 0, tag = 0;
+
+    while (st->posted < o->iters && st->posted - st->completed < o->window) {
+        void **req = &st->reqs[st->posted % o->window], *data = st->buf;
+        size_t cap = o->size;
+        *req = NULL;
+        if (st->is_send) {
+            OK(kit_isend(st->comm, st->buf, o->size, 0, NULL, req));
+        } else {
+            OK(kit_irecv(st->comm, 1, &data, &cap, &tag, NULL, req));
         }
-        while (completed < posted) {
-            int done = 0;
-            OK(kit_test(reqs[completed % o->window], &done, NULL));
-            if (!done) {
-                break;
+        if (*req == NULL) {
+            break;
+        }
+        st->posted++;
+    }
+    while (st->completed < st->posted) {
+        int done = 0;
+        OK(kit_test(st->reqs[st->completed % o->window], &done, NULL));
+        if (!done) {
+            break;
+        }
+        st->completed++;
+        moved = 1;
+    }
+    return moved;
+}
+
+/* Drive n streams together until all are done, yielding when nothing moves. */
+static void stream(stream_t *st, int n, const opts_t *o)
+{
+    int left = n;
+
+    for (int i = 0; i < n; i++) {
+        st[i].reqs = calloc((size_t)o->window, sizeof(void *));
+        st[i].posted = st[i].completed = 0;
+    }
+    while (left > 0) {
+        int moved = 0;
+        left = 0;
+        for (int i = 0; i < n; i++) {
+            if (st[i].completed < o->iters) {
+                moved |= stream_step(&st[i], o);
+                left += st[i].completed < o->iters;
             }
-            completed++;
-            moved = 1;
         }
         if (!moved) {
             sched_yield();
         }
     }
-    free(reqs);
+    for (int i = 0; i < n; i++) {
+        free(st[i].reqs);
+    }
 }
 
 static void pingpong(void *sc, void *rc, int first, const opts_t *o, char *buf)
@@ -163,30 +194,28 @@ static void pingpong(void *sc, void *rc, int first, const opts_t *o, char *buf)
 
 static int run(const opts_t *o, int is_parent, int to_peer, int from_peer)
 {
-    char *buf = malloc(o->size ? o->size : 1);
+    char *buf = malloc(o->size ? o->size : 1), *buf2 = malloc(o->size ? o->size : 1);
     void *sc = NULL, *rc = NULL;
+    int two = o->mode != MODE_BW;
     char sync = 0;
     double t0, t;
 
     memset(buf, 1, o->size);
+    memset(buf2, 2, o->size);
     OK(kit_init());
-    /* Parent sends on connection 1 (child listens); for lat the child sends on 2. */
+    /* Parent sends on connection 1 (child listens); lat and bidir add the reverse one. */
     if (is_parent) {
         sc = open_send(from_peer);
-        if (o->lat) {
-            rc = open_recv(to_peer);
-        }
+        rc = two ? open_recv(to_peer) : NULL;
     } else {
         rc = open_recv(to_peer);
-        if (o->lat) {
-            sc = open_send(from_peer);
-        }
+        sc = two ? open_send(from_peer) : NULL;
     }
     /* Start together. */
     xfer_all(to_peer, &sync, 1, 1);
     xfer_all(from_peer, &sync, 1, 0);
     t0 = kit_now();
-    if (o->lat) {
+    if (o->mode == MODE_LAT) {
         pingpong(sc, rc, is_parent, o, buf);
         t = kit_now() - t0;
         if (is_parent) {
@@ -194,11 +223,19 @@ static int run(const opts_t *o, int is_parent, int to_peer, int from_peer)
                    1e6 * t / (2.0 * (double)o->iters), o->iters);
         }
     } else {
-        stream(is_parent ? sc : rc, is_parent, o, buf);
+        stream_t st[2] = {{.comm = rc, .is_send = 0, .buf = buf},
+                          {.comm = sc, .is_send = 1, .buf = buf2}};
+        if (o->mode == MODE_BW) {
+            stream(is_parent ? &st[1] : &st[0], 1, o);
+        } else {
+            stream(st, 2, o);
+        }
         t = kit_now() - t0;
         if (!is_parent) {
-            printf("bw size %zu window %d: %.2f GB/s (%ld messages in %.3f s)\n", o->size,
-                   o->window, (double)o->size * (double)o->iters / t / 1e9, o->iters, t);
+            printf("%s size %zu window %d: %.2f GB/s%s (%ld messages in %.3f s)\n",
+                   o->mode == MODE_BW ? "bw" : "bidir", o->size, o->window,
+                   (double)o->size * (double)o->iters / t / 1e9,
+                   o->mode == MODE_BW ? "" : " each way", o->iters, t);
         }
     }
     /* Both sides are done before either closes. */
@@ -212,12 +249,13 @@ static int run(const opts_t *o, int is_parent, int to_peer, int from_peer)
     }
     kit_fini();
     free(buf);
+    free(buf2);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.version = 0, .lat = 0, .size = 64 << 20, .iters = 0, .window = 4};
+    opts_t o = {.version = 0, .mode = MODE_BW, .size = 64 << 20, .iters = 0, .window = 4};
     const char *path = NULL;
     int p2c[2], c2p[2], status = 0;
     char err[512];
@@ -228,7 +266,10 @@ int main(int argc, char **argv)
         if (strcmp(a, "--version") == 0 && v) {
             o.version = atoi(v), i++;
         } else if (strcmp(a, "--mode") == 0 && v) {
-            o.lat = strcmp(v, "lat") == 0, i++;
+            o.mode = strcmp(v, "lat") == 0     ? MODE_LAT
+                     : strcmp(v, "bidir") == 0 ? MODE_BIDIR
+                                               : MODE_BW;
+            i++;
         } else if (strcmp(a, "--size") == 0 && v) {
             o.size = strtoull(v, NULL, 0), i++;
         } else if (strcmp(a, "--iters") == 0 && v) {
@@ -239,7 +280,7 @@ int main(int argc, char **argv)
             path = a;
         } else {
             fprintf(stderr,
-                    "usage: %s PLUGIN.so [--version N] [--mode bw|lat] [--size B] "
+                    "usage: %s PLUGIN.so [--version N] [--mode bw|lat|bidir] [--size B] "
                     "[--iters N] [--window W]\n",
                     argv[0]);
             return 2;
@@ -249,7 +290,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (o.iters <= 0) {
-        o.iters = o.lat ? 20000 : (long)((4ULL << 30) / (o.size ? o.size : 1));
+        o.iters = o.mode == MODE_LAT ? 20000 : (long)((4ULL << 30) / (o.size ? o.size : 1));
         o.iters = o.iters < 10 ? 10 : o.iters > 200000 ? 200000 : o.iters;
     }
     if (kit_load(path, o.version, err, sizeof(err)) != 0) {
