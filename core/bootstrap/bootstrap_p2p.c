@@ -424,6 +424,9 @@ void br_boot_thread_stop(br_bootstrap_t *boot)
     if (!boot->thread_started) {
         return;
     }
+    pthread_mutex_lock(&boot->lock);
+    boot->stop = 1;
+    pthread_mutex_unlock(&boot->lock);
     /* The pipe is non-blocking and nearly empty: this write cannot block or fail. */
     while (write(boot->wake_fd[1], &c, 1) < 0 && errno == EINTR) {
     }
@@ -452,7 +455,9 @@ static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t dead
     hello.proto = BR_BOOT_PROTO;
     hello.rank = boot->rank;
     hello.conn = BR_BOOT_CONN_MSG;
-    res = br_socket_connect(&p->info.addr, deadline_ns, &fd);
+    /* Every listener is up before its rank checks in with the root, and stays up until the
+     * bootstrap closes: a refusal means the peer is gone, so there is nothing to wait for. */
+    res = br_socket_connect_once(&p->info.addr, deadline_ns, &fd);
     if (res == ncclSuccess) {
         res = br_socket_send_all(fd, &hello, sizeof(hello), deadline_ns);
     }
@@ -675,7 +680,7 @@ static void abort_one(br_bootstrap_t *boot, int peer, const char *text, uint64_t
     pkt.frame.kind = BR_BOOT_MSG_ABORT;
     pkt.frame.size = len;
     memcpy(pkt.reason, text, len);
-    if (br_socket_connect(&boot->peers[peer].info.addr, deadline_ns, &fd) != ncclSuccess) {
+    if (br_socket_connect_once(&boot->peers[peer].info.addr, deadline_ns, &fd) != ncclSuccess) {
         BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
                 "bootstrap: could not tell rank %d about the failure: %s", peer, strerror(errno));
         return;

@@ -550,7 +550,9 @@ static int connect_retryable(int err)
            err == ENETUNREACH || err == EAGAIN || err == ETIMEDOUT;
 }
 
-ncclResult_t br_socket_connect(const br_socket_addr_t *remote, uint64_t deadline_ns, int *fd_p)
+/* Connect, retrying refusals and timeouts with growing pauses when retry is set. */
+static ncclResult_t connect_impl(const br_socket_addr_t *remote, uint64_t deadline_ns, int retry,
+                                 int *fd_p)
 {
     uint64_t pause_ms = 5;
 
@@ -570,13 +572,24 @@ ncclResult_t br_socket_connect(const br_socket_addr_t *remote, uint64_t deadline
         }
         close(fd);
         /* Refused: the listener is not up yet. Retry while the deadline allows. */
-        if (!connect_retryable(err) || br_time_ns() + pause_ms * 1000000ull >= deadline_ns) {
+        if (!retry || !connect_retryable(err) ||
+            br_time_ns() + pause_ms * 1000000ull >= deadline_ns) {
             errno = err;
             return ncclRemoteError;
         }
         sleep_ms(pause_ms);
         pause_ms = pause_ms * 2 > CONNECT_PAUSE_MAX_MS ? CONNECT_PAUSE_MAX_MS : pause_ms * 2;
     }
+}
+
+ncclResult_t br_socket_connect(const br_socket_addr_t *remote, uint64_t deadline_ns, int *fd_p)
+{
+    return connect_impl(remote, deadline_ns, 1, fd_p);
+}
+
+ncclResult_t br_socket_connect_once(const br_socket_addr_t *remote, uint64_t deadline_ns, int *fd_p)
+{
+    return connect_impl(remote, deadline_ns, 0, fd_p);
 }
 
 ncclResult_t br_socket_accept(int listen_fd, uint64_t deadline_ns, int *fd_p,

@@ -476,6 +476,47 @@ START_TEST(test_abort_procs)
 }
 END_TEST
 
+/* Rank 2 leaves; rank 0's abort notice skips it quickly and still reaches rank 1. */
+static int abort_dead_body(br_bootstrap_t *boot, int rank, int nranks, void *arg)
+{
+    int ret = 0, v = 0, from = -1;
+    char reason[64];
+
+    (void)nranks;
+    (void)arg;
+    if (rank == 2) {
+        return br_bootstrap_send(boot, 0, 3, &v, sizeof(v)) != ncclSuccess;
+    }
+    if (rank == 1) {
+        BODY_CHECK(br_bootstrap_send(boot, 0, 4, &v, sizeof(v)) == ncclSuccess, "ready");
+        for (double t0 = now_s(); !br_bootstrap_poll_abort(boot, &from, reason, sizeof(reason));) {
+            BODY_CHECK(now_s() - t0 < 10.0, "no abort notice within 10 s");
+            sleep_ms(1);
+        }
+        BODY_CHECK(from == 0, "abort from %d", from);
+        goto out;
+    }
+    BODY_CHECK(br_bootstrap_recv(boot, 1, 4, &v, sizeof(v)) == ncclSuccess, "ready");
+    BODY_CHECK(br_bootstrap_recv(boot, 2, 3, &v, sizeof(v)) == ncclSuccess, "bye");
+    /* Once rank 2's connection has closed, its listener is gone too. */
+    for (double t0 = now_s(); br_bootstrap_recv(boot, 2, 5, &v, sizeof(v)) != ncclRemoteError;) {
+        BODY_CHECK(now_s() - t0 < 10.0, "rank 2 never went away");
+    }
+    {
+        double t0 = now_s();
+        br_bootstrap_abort_notify(boot, "rank 0 gives up");
+        BODY_CHECK(now_s() - t0 < 1.5, "abort_notify took %.2f s", now_s() - t0);
+    }
+out:
+    return ret;
+}
+
+START_TEST(test_abort_dead_peer)
+{
+    run_threads(3, abort_dead_body, NULL);
+}
+END_TEST
+
 /* ---- unique ids ---- */
 
 START_TEST(test_unique_id_checks)
@@ -934,6 +975,7 @@ static Suite *bootstrap_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_abort_threads);
     tcase_add_test(tc, test_abort_procs);
+    tcase_add_test(tc, test_abort_dead_peer);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("security");
