@@ -41,7 +41,7 @@ static ncclResult_t boot_alloc(int rank, int nranks, uint64_t secret, br_bootstr
     pthread_condattr_t attr;
 
     BR_CHECK(br_calloc(&peers, (size_t)nranks, "bootstrap peers"));
-    BR_CHECK_GOTO(br_calloc(&boot, 1, "bootstrap"), res, fail);
+    BR_CHECK_GOTO(br_calloc(&boot, 1, "bootstrap"), res, err_free_peers);
     boot->peers = peers;
     boot->rank = rank;
     boot->nranks = nranks;
@@ -60,13 +60,13 @@ static ncclResult_t boot_alloc(int rank, int nranks, uint64_t secret, br_bootstr
     pthread_condattr_destroy(&attr);
     atomic_init(&boot->aborted, 0);
     boot->abort_from = -1;
-    BR_SYS_GOTO(pipe2(boot->wake_fd, O_NONBLOCK | O_CLOEXEC), res, fail_boot);
+    BR_SYS_GOTO(pipe2(boot->wake_fd, O_NONBLOCK | O_CLOEXEC), res, err_free_boot);
     *boot_p = boot;
     return ncclSuccess;
-fail_boot:
+err_free_boot:
     boot_free(boot);
     return res;
-fail:
+err_free_peers:
     free(peers);
     return res;
 }
@@ -257,17 +257,17 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     }
     BR_CHECK(boot_alloc(rank, nranks, h.secret, &boot));
     deadline = t0 + boot->timeout_ns;
-    BR_CHECK_GOTO(open_listeners(boot, &h), res, fail);
-    BR_CHECK_GOTO(br_boot_thread_start(boot), res, fail);
-    BR_CHECK_GOTO(root_exchange(boot, &h, deadline, &ans), res, fail);
+    BR_CHECK_GOTO(open_listeners(boot, &h), res, err_free_boot);
+    BR_CHECK_GOTO(br_boot_thread_start(boot), res, err_free_boot);
+    BR_CHECK_GOTO(root_exchange(boot, &h, deadline, &ans), res, err_free_boot);
     t_root = br_time_ns();
     /* Only the neighbours' addresses are known until the allgather below. */
     boot->peers[(rank + 1) % n].info.addr = ans.next;
     boot->peers[(rank + n - 1) % n].info.addr = ans.prev;
     boot->peers[rank].info.addr = boot->listen_addr;
-    BR_CHECK_GOTO(ring_connect(boot, t_root + boot->timeout_ns), res, fail);
+    BR_CHECK_GOTO(ring_connect(boot, t_root + boot->timeout_ns), res, err_free_boot);
     t_ring = br_time_ns();
-    BR_CHECK_GOTO(exchange_peers(boot), res, fail);
+    BR_CHECK_GOTO(exchange_peers(boot), res, err_free_boot);
     BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
             "bootstrap: rank %d of %d joined in %.1f ms (root %.1f, "
             "ring %.1f, allgather %.1f), listening on %s",
@@ -276,7 +276,7 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
             br_socket_addr_str(&boot->listen_addr, text, sizeof(text)));
     *boot_p = boot;
     return ncclSuccess;
-fail:
+err_free_boot:
     boot_free(boot);
     return res;
 }

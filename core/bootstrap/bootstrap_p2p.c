@@ -495,6 +495,12 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
     char who[160];
     ncclResult_t res;
 
+    if (size > BR_BOOT_MAX_MSG) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: a %zu-byte message is over the %llu-byte limit of out-of-band messages",
+                size, (unsigned long long)BR_BOOT_MAX_MSG);
+        return ncclInvalidArgument;
+    }
     if (peer == boot->rank) {
         /* To ourselves: straight into our own queue. */
         br_boot_msg_t *m = malloc(sizeof(*m) + size);

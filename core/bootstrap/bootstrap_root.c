@@ -571,7 +571,7 @@ ncclResult_t br_boot_root_start(int listen_fd, const br_socket_addr_t *addr, uin
     root_t *rt = NULL;
     int ret;
 
-    BR_CHECK_GOTO(br_calloc(&rt, 1, "bootstrap root"), res, fail);
+    BR_CHECK_GOTO(br_calloc(&rt, 1, "bootstrap root"), res, err_free);
     rt->listen_fd = listen_fd;
     rt->addr = *addr;
     br_socket_addr_str(addr, rt->addr_text, sizeof(rt->addr_text));
@@ -586,7 +586,7 @@ ncclResult_t br_boot_root_start(int listen_fd, const br_socket_addr_t *addr, uin
     if (rt->pend == NULL || rt->pfd == NULL) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap root: out of memory");
         res = ncclSystemError;
-        goto fail;
+        goto err_free;
     }
     start.rt = rt;
     pthread_mutex_init(&start.lock, NULL);
@@ -609,10 +609,10 @@ ncclResult_t br_boot_root_start(int listen_fd, const br_socket_addr_t *addr, uin
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "cannot start the bootstrap root thread: %s",
                 strerror(ret));
         res = ncclSystemError;
-        goto fail;
+        goto err_free;
     }
     return ncclSuccess;
-fail:
+err_free:
     if (rt != NULL) {
         free(rt->pend);
         free(rt->pfd);

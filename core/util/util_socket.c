@@ -402,18 +402,18 @@ ncclResult_t br_socket_listen(const br_socket_addr_t *addr, int *fd_p, br_socket
     char text[BR_SOCKET_ADDR_STRLEN];
 
     BR_SYS_GOTO(fd = socket(local.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), res,
-                fail);
+                err_close_fd);
     /* A fixed port (NCCL_COMM_ID) must be reusable while old connections sit in TIME_WAIT.
      * Ephemeral ports go without, so the kernel never hands one port to two listeners. */
     if (br_socket_addr_port(&local) != 0) {
-        BR_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), res, fail);
+        BR_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), res, err_close_fd);
     }
     if (bind(fd, &local.sa, br_socket_addr_len(&local)) != 0) {
         if (errno != EADDRNOTAVAIL) {
             BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "cannot listen on %s: bind: %s",
                     br_socket_addr_str(&local, text, sizeof(text)), strerror(errno));
             res = ncclSystemError;
-            goto fail;
+            goto err_close_fd;
         }
         /* Not an address of this host: take the wildcard of the same family and port. */
         if (local.sa.sa_family == AF_INET) {
@@ -426,12 +426,12 @@ ncclResult_t br_socket_listen(const br_socket_addr_t *addr, int *fd_p, br_socket
             BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "cannot listen on %s: bind: %s",
                     br_socket_addr_str(addr, text, sizeof(text)), strerror(errno));
             res = ncclSystemError;
-            goto fail;
+            goto err_close_fd;
         }
     }
-    BR_SYS_GOTO(listen(fd, SOMAXCONN), res, fail);
+    BR_SYS_GOTO(listen(fd, SOMAXCONN), res, err_close_fd);
     memset(&bound, 0, sizeof(bound));
-    BR_SYS_GOTO(getsockname(fd, &bound.sa, &blen), res, fail);
+    BR_SYS_GOTO(getsockname(fd, &bound.sa, &blen), res, err_close_fd);
     /* A wildcard bind still advertises the address we were asked for. */
     if (!br_socket_addr_equal(&local, addr)) {
         uint16_t port = br_socket_addr_port(&bound);
@@ -441,7 +441,7 @@ ncclResult_t br_socket_listen(const br_socket_addr_t *addr, int *fd_p, br_socket
     *fd_p = fd;
     *bound_p = bound;
     return ncclSuccess;
-fail:
+err_close_fd:
     br_socket_close(&fd);
     return res;
 }
