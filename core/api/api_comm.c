@@ -160,7 +160,7 @@ BR_API(ncclResult_t, ncclCommInitAll, (ncclComm_t *comms, int ndev, const int *d
         return ncclInvalidArgument;
     }
     (void)devlist; /* host ranks: the device list only labels them */
-    BR_CHECK(br_bootstrap_get_unique_id(&id));
+    BR_CHECK(br_bootstrap_new_unique_id(&id));
     BR_CHECK(br_group_start());
     res = ncclSuccess;
     for (int i = 0; i < ndev && res == ncclSuccess; i++) {

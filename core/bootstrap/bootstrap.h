@@ -29,6 +29,11 @@ typedef struct br_bootstrap br_bootstrap_t;
  * from it, and rank 0 starts the root inside br_bootstrap_init. */
 ncclResult_t br_bootstrap_get_unique_id(ncclUniqueId *id);
 
+/* A fresh id with a root served by this process, ignoring NCCL_COMM_ID: for
+ * communicators made from other communicators (split) or within one process (InitAll),
+ * which must not collide on the NCCL_COMM_ID port. */
+ncclResult_t br_bootstrap_new_unique_id(ncclUniqueId *id);
+
 /* Is this id plausibly one that br_bootstrap_get_unique_id made (magic, address family,
  * port)? A zeroed or garbage id fails here, with a WARN saying why. */
 ncclResult_t br_bootstrap_check_unique_id(const ncclUniqueId *id);

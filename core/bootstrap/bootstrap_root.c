@@ -128,35 +128,47 @@ ncclResult_t br_bootstrap_check_unique_id(const ncclUniqueId *id)
     return ncclSuccess;
 }
 
-ncclResult_t br_bootstrap_get_unique_id(ncclUniqueId *id)
+/* A fresh id whose root this process serves, whatever NCCL_COMM_ID says. */
+ncclResult_t br_bootstrap_new_unique_id(ncclUniqueId *id)
 {
-    const char *comm_id = BR_PARAM_STR(COMM_ID);
     br_boot_handle_t h;
+    br_socket_addr_t local;
+    int fd = -1;
     int64_t wait_s;
 
     memset(&h, 0, sizeof(h));
     h.magic = BR_BOOT_ID_MAGIC;
-    if (comm_id != NULL) {
-        /* Every process derives the same id from the same text; rank 0 hosts the root. */
-        BR_CHECK(br_socket_addr_parse(comm_id, &h.root));
-        h.secret = br_hash_bytes(comm_id, strlen(comm_id), BR_BOOT_ID_MAGIC) | 1;
-        h.flags = BR_BOOT_FLAG_COMM_ID;
-        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "unique id from NCCL_COMM_ID %s", comm_id);
-    } else {
-        br_socket_addr_t local;
-        int fd = -1;
-        do {
-            BR_CHECK(br_random_bytes(&h.secret, sizeof(h.secret)));
-        } while (h.secret == 0);
-        BR_CHECK(br_socket_iface_pick(NULL, NULL, 0, &local));
-        BR_CHECK(br_socket_listen(&local, &fd, &h.root));
-        wait_s = BR_PARAM_INT(BOOTSTRAP_ROOT_WAIT);
-        if (wait_s < br_boot_timeout_s()) {
-            wait_s = br_boot_timeout_s();
-        }
-        /* The root owns fd from here on, failure included. */
-        BR_CHECK(br_boot_root_start(fd, &h.root, h.secret, (uint64_t)wait_s * 1000000000ull));
+    do {
+        BR_CHECK(br_random_bytes(&h.secret, sizeof(h.secret)));
+    } while (h.secret == 0);
+    BR_CHECK(br_socket_iface_pick(NULL, NULL, 0, &local));
+    BR_CHECK(br_socket_listen(&local, &fd, &h.root));
+    wait_s = BR_PARAM_INT(BOOTSTRAP_ROOT_WAIT);
+    if (wait_s < br_boot_timeout_s()) {
+        wait_s = br_boot_timeout_s();
     }
+    /* The root owns fd from here on, failure included. */
+    BR_CHECK(br_boot_root_start(fd, &h.root, h.secret, (uint64_t)wait_s * 1000000000ull));
+    memset(id, 0, sizeof(*id));
+    memcpy(id->internal, &h, sizeof(h));
+    return ncclSuccess;
+}
+
+ncclResult_t br_bootstrap_get_unique_id(ncclUniqueId *id)
+{
+    const char *comm_id = BR_PARAM_STR(COMM_ID);
+    br_boot_handle_t h;
+
+    if (comm_id == NULL) {
+        return br_bootstrap_new_unique_id(id);
+    }
+    /* Every process derives the same id from the same text; rank 0 hosts the root. */
+    memset(&h, 0, sizeof(h));
+    h.magic = BR_BOOT_ID_MAGIC;
+    BR_CHECK(br_socket_addr_parse(comm_id, &h.root));
+    h.secret = br_hash_bytes(comm_id, strlen(comm_id), BR_BOOT_ID_MAGIC) | 1;
+    h.flags = BR_BOOT_FLAG_COMM_ID;
+    BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "unique id from NCCL_COMM_ID %s", comm_id);
     memset(id, 0, sizeof(*id));
     memcpy(id->internal, &h, sizeof(h));
     return ncclSuccess;

@@ -53,7 +53,7 @@ ncclResult_t br_comm_split(ncclComm_t parent, int color, int key, ncclComm_t *ne
         }
     }
     if (newrank == 0) {
-        BR_CHECK_GOTO(br_bootstrap_get_unique_id(&id), res, out);
+        BR_CHECK_GOTO(br_bootstrap_new_unique_id(&id), res, out);
         for (int i = 1; i < nnew; i++) {
             BR_CHECK_GOTO(br_bootstrap_send(parent->tc->boot, members[i], BR_TAG_SPLIT, &id,
                                             sizeof(id)), res, out);
