@@ -17,19 +17,32 @@ typedef struct {
 } abi_fact_t;
 
 typedef struct {
-    const char *name;        /* the group, for messages ("net v12", "tuner", ...) */
+    const char *name; /* the group, for messages ("net v12", "tuner", ...) */
     const abi_fact_t *facts;
     size_t n;
 } abi_fact_table_t;
 
-#define ABI_SIZE(type, n) {"sizeof(" #type ")", (long long)sizeof(type), (n)}
+#define ABI_SIZE(type, n)                                                                          \
+    {                                                                                              \
+        "sizeof(" #type ")", (long long)sizeof(type), (n)                                          \
+    }
 #define ABI_OFF(type, member, n)                                                                   \
-    {"offsetof(" #type ", " #member ")", (long long)offsetof(type, member), (n)}
+    {                                                                                              \
+        "offsetof(" #type ", " #member ")", (long long)offsetof(type, member), (n)                 \
+    }
 /* Function member `member` sits in slot n: byte offset 8 * n on LP64. */
 #define ABI_SLOT(type, member, n)                                                                  \
-    {#type "." #member " in slot " #n, (long long)offsetof(type, member), 8LL * (n)}
-#define ABI_VAL(expr, n) {#expr, (long long)(expr), (n)}
-#define ABI_TABLE(name, arr) {(name), (arr), sizeof(arr) / sizeof((arr)[0])}
+    {                                                                                              \
+#type "." #member " in slot " #n, (long long)offsetof(type, member), 8LL * (n)             \
+    }
+#define ABI_VAL(expr, n)                                                                           \
+    {                                                                                              \
+#expr, (long long)(expr), (n)                                                              \
+    }
+#define ABI_TABLE(name, arr)                                                                       \
+    {                                                                                              \
+        (name), (arr), sizeof(arr) / sizeof((arr)[0])                                              \
+    }
 
 /* The tables: net and collnet (abi_layout_net.c), tuner, profiler, env and nccl.h
  * (abi_layout_other.c), both with nccl.h included first as the core does; and the

@@ -118,8 +118,8 @@ static const abi_fact_t net_v10[] = {
         ABI_OFF(ncclNetCommAttr_##V##_t, minFlowsPerPeer, 12), ABI_SIZE(ncclNetAttr_##V##_t, 44),  \
         ABI_OFF(ncclNetAttr_##V##_t, sendCommAttr, 0),                                             \
         ABI_OFF(ncclNetAttr_##V##_t, recvCommAttr, 16), ABI_OFF(ncclNetAttr_##V##_t, op, 32),      \
-        ABI_OFF(ncclNetAttr_##V##_t, algo, 36),                                                    \
-        ABI_OFF(ncclNetAttr_##V##_t, proto, 40), ABI_SIZE(ncclNetCommConfig_##V##_t, 4)
+        ABI_OFF(ncclNetAttr_##V##_t, algo, 36), ABI_OFF(ncclNetAttr_##V##_t, proto, 40),           \
+        ABI_SIZE(ncclNetCommConfig_##V##_t, 4)
 
 static const abi_fact_t net_v11[] = {
     ABI_SIZE(ncclNet_v11_t, 176),
@@ -204,10 +204,10 @@ static const abi_fact_t collnet[] = {
 };
 
 static const abi_fact_table_t net_tables[] = {
-    ABI_TABLE("net v6", net_v6),   ABI_TABLE("net v7", net_v7),
-    ABI_TABLE("net v8", net_v8),   ABI_TABLE("net v9", net_v9),
-    ABI_TABLE("net v10", net_v10), ABI_TABLE("net v11", net_v11),
-    ABI_TABLE("net v12", net_v12), ABI_TABLE("net constants", net_constants),
+    ABI_TABLE("net v6", net_v6),          ABI_TABLE("net v7", net_v7),
+    ABI_TABLE("net v8", net_v8),          ABI_TABLE("net v9", net_v9),
+    ABI_TABLE("net v10", net_v10),        ABI_TABLE("net v11", net_v11),
+    ABI_TABLE("net v12", net_v12),        ABI_TABLE("net constants", net_constants),
     ABI_TABLE("collnet v8-v12", collnet),
 };
 

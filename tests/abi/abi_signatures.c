@@ -17,8 +17,10 @@
 
 /* Member `m` of table type T has exactly the function-pointer type given. */
 #define SIG(T, m, ...)                                                                             \
-    {#T "." #m " has type " #__VA_ARGS__,                                                          \
-     __builtin_types_compatible_p(__typeof__(((T *)0)->m), __VA_ARGS__), 1}
+    {                                                                                              \
+#T "." #m " has type " #__VA_ARGS__,                                                       \
+            __builtin_types_compatible_p(__typeof__(((T *)0)->m), __VA_ARGS__), 1                  \
+    }
 
 typedef ncclResult_t res_t;
 typedef ncclDebugLogger_t log_t;
@@ -168,8 +170,7 @@ static const abi_fact_t collnet_sigs[] = {
 #define TUNER_CI_V3(T)                                                                             \
     SIG(T, getCollInfo, res_t (*)(void *, ncclFunc_t, size_t, int, float **, int, int, int *))
 #define TUNER_CI_V4(T)                                                                             \
-    SIG(T, getCollInfo,                                                                            \
-        res_t (*)(void *, ncclFunc_t, size_t, int, float **, int, int, int, int *))
+    SIG(T, getCollInfo, res_t (*)(void *, ncclFunc_t, size_t, int, float **, int, int, int, int *))
 #define TUNER_INIT_V5(T, V)                                                                        \
     SIG(T, init,                                                                                   \
         res_t (*)(void **, uint64_t, size_t, size_t, log_t, ncclNvlDomainInfo_##V##_t *,           \

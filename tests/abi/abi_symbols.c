@@ -163,14 +163,13 @@ int abi_check_dlsym(const abi_plugin_t *plugin, const char *path, char *err, siz
         /* Every plugin table starts with its name (slot 0). */
         const char *const *table = dlsym(lib, plugin->symbols[k]);
         if (table == NULL || table[0] == NULL || table[0][0] == '\0') {
-            off += (size_t)snprintf(err + off, off < errlen ? errlen - off : 0,
-                                    "dlsym(%s) %s; ", plugin->symbols[k],
-                                    table == NULL ? "failed" : "has no name");
+            off += (size_t)snprintf(err + off, off < errlen ? errlen - off : 0, "dlsym(%s) %s; ",
+                                    plugin->symbols[k], table == NULL ? "failed" : "has no name");
             problems++;
         } else if (plugin->name != NULL && strcmp(table[0], plugin->name) != 0) {
             off += (size_t)snprintf(err + off, off < errlen ? errlen - off : 0,
-                                    "%s is named '%s', not '%s'; ", plugin->symbols[k],
-                                    table[0], plugin->name);
+                                    "%s is named '%s', not '%s'; ", plugin->symbols[k], table[0],
+                                    plugin->name);
             problems++;
         }
     }

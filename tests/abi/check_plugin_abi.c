@@ -65,8 +65,8 @@ static int layout_table_count(void)
 static void check_one_table(const abi_fact_table_t *t)
 {
     size_t bad = abi_check_table(t);
-    ck_assert_msg(bad == 0, "%zu of %zu facts of '%s' differ from plugin-abi.md (see stderr)",
-                  bad, t->n, t->name);
+    ck_assert_msg(bad == 0, "%zu of %zu facts of '%s' differ from plugin-abi.md (see stderr)", bad,
+                  t->n, t->name);
 }
 
 START_TEST(test_abi_layout_matches_document)

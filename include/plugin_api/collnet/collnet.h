@@ -3,11 +3,11 @@
 #ifndef BRAID_PLUGIN_API_COLLNET_H_
 #define BRAID_PLUGIN_API_COLLNET_H_
 
-#include "collnet_v8.h"
-#include "collnet_v9.h"
 #include "collnet_v10.h"
 #include "collnet_v11.h"
 #include "collnet_v12.h"
+#include "collnet_v8.h"
+#include "collnet_v9.h"
 
 typedef ncclCollNet_v12_t ncclCollNet_t;
 typedef ncclNetSGE_v12_t ncclNetSGE_t;

@@ -22,8 +22,8 @@
 #ifndef BRAID_PLUGIN_API_COLLNET_V11_H_
 #define BRAID_PLUGIN_API_COLLNET_V11_H_
 
-#include "collnet_common.h"
 #include "../net/net_v11.h"
+#include "collnet_common.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -75,8 +75,8 @@ typedef struct {
     /* Slot 8. Register a dma-buf (fd, offset) backing data[0..size). The core closes fd
      * right after the call returns. Optional (NULL) unless NCCL_PTR_DMABUF is
      * advertised. Since v6. */
-    ncclResult_t (*regMrDmaBuf)(void *collComm, void *data, size_t size, int type,
-                                uint64_t offset, int fd, void **mhandle);
+    ncclResult_t (*regMrDmaBuf)(void *collComm, void *data, size_t size, int type, uint64_t offset,
+                                int fd, void **mhandle);
     /* Slot 9. Release a registration of regMr or regMrDmaBuf. Since v3. */
     ncclResult_t (*deregMr)(void *collComm, void *mhandle);
     /* Slot 10. Start an allreduce of count elements from sendData into recvData (both
@@ -99,15 +99,13 @@ typedef struct {
      * (core-owned, valid during the call), this rank's bytesPerRank-byte block lands at
      * recvData; the call covers [windowOffset, windowOffset + windowBytes). Out:
      * *request. Optional (NULL: the core never selects CollNet ReduceScatter). Since v8. */
-    ncclResult_t (*ireducescatter)(void *collComm, int nSendParts,
-                                   ncclNetSGE_v11_t *sendParts, void *recvData,
-                                   size_t bytesPerRank, size_t windowOffset,
-                                   size_t windowBytes, ncclDataType_t dataType,
-                                   ncclRedOp_t redOp, void *recvMhandle, void **request);
+    ncclResult_t (*ireducescatter)(void *collComm, int nSendParts, ncclNetSGE_v11_t *sendParts,
+                                   void *recvData, size_t bytesPerRank, size_t windowOffset,
+                                   size_t windowBytes, ncclDataType_t dataType, ncclRedOp_t redOp,
+                                   void *recvMhandle, void **request);
     /* Slot 13. Make data the network wrote into GPU memory visible to the GPU. Out:
      * *request; NULL means nothing to wait for. Proxy thread. Since v4. */
-    ncclResult_t (*iflush)(void *collComm, void *data, int size, void *mhandle,
-                           void **request);
+    ncclResult_t (*iflush)(void *collComm, void *data, int size, void *mhandle, void **request);
     /* Slot 14. Poll request. Out: *done = 1 when complete and *size = bytes handled.
      * A completed request belongs to the plugin again. Proxy thread. Since v3. */
     ncclResult_t (*test)(void *request, int *done, int *size);

@@ -46,15 +46,15 @@ typedef struct {
  * the plugin (the core keeps them without copying).
  */
 typedef struct {
-    char *name;          /* device name, for logs */
-    char *pciPath;       /* sysfs PCI directory of the NIC (topology); NULL if virtual */
-    uint64_t guid;       /* devices sharing a guid are one physical port */
-    int ptrSupport;      /* OR of NCCL_PTR_HOST, NCCL_PTR_CUDA, NCCL_PTR_DMABUF */
-    int speed;           /* Mbps (100000 = 100 Gb/s) */
-    int port;            /* port number, used together with guid */
-    float latency;       /* microseconds; 0 = the core's default */
-    int maxComms;        /* most connections the device can create */
-    int maxRecvs;        /* most buffers one grouped irecv may carry (1: no grouping) */
+    char *name;     /* device name, for logs */
+    char *pciPath;  /* sysfs PCI directory of the NIC (topology); NULL if virtual */
+    uint64_t guid;  /* devices sharing a guid are one physical port */
+    int ptrSupport; /* OR of NCCL_PTR_HOST, NCCL_PTR_CUDA, NCCL_PTR_DMABUF */
+    int speed;      /* Mbps (100000 = 100 Gb/s) */
+    int port;       /* port number, used together with guid */
+    float latency;  /* microseconds; 0 = the core's default */
+    int maxComms;   /* most connections the device can create */
+    int maxRecvs;   /* most buffers one grouped irecv may carry (1: no grouping) */
     ncclNetDeviceType netDeviceType; /* NCCL_NET_DEVICE_HOST unless offloading */
     int netDeviceVersion;            /* NCCL_NET_DEVICE_INVALID_VERSION when host-only */
 } ncclNetProperties_v7_t;
@@ -98,8 +98,8 @@ typedef struct {
     /* Slot 8. Register a dma-buf (fd, offset) backing data[0..size); type is
      * NCCL_PTR_CUDA. The core closes fd as soon as this returns, so import it before
      * returning. Optional: NULL unless ptrSupport has NCCL_PTR_DMABUF. Since v6. */
-    ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type,
-                                uint64_t offset, int fd, void **mhandle);
+    ncclResult_t (*regMrDmaBuf)(void *comm, void *data, size_t size, int type, uint64_t offset,
+                                int fd, void **mhandle);
     /* Slot 9. Release a registration made by regMr or regMrDmaBuf. Since v2. */
     ncclResult_t (*deregMr)(void *comm, void *mhandle);
     /* Slot 10. Post a send of data[0..size) registered as mhandle; tag is the sender's

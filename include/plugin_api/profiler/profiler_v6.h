@@ -53,7 +53,8 @@ typedef struct {
     uint64_t type;   /* exactly one ncclProfile* bit (uint64_t since v5) */
     void *parentObj; /* the parent's eHandle, or NULL (no parent, or parent dropped) */
     int rank;        /* rank of the communicator emitting the event */
-    BRAID_PROFILER_ANON_UNION {
+    BRAID_PROFILER_ANON_UNION
+    {
         /* ncclProfileGroupApi: ncclGroupStart..End (implicit groups have depth 1). */
         struct {
             bool graphCaptured; /* the group is being captured in a CUDA graph */
@@ -83,18 +84,18 @@ typedef struct {
         /* ncclProfileColl: a collective task as scheduled (parent: CollApi). Stops when
          * its work was enqueued, not when it completed. */
         struct {
-            uint64_t seqNumber;   /* per-communicator, per-function counter */
+            uint64_t seqNumber; /* per-communicator, per-function counter */
             const char *func;
             const void *sendBuff;
             void *recvBuff;
             size_t count;
             int root;
             const char *datatype;
-            uint8_t nChannels;    /* channels used */
-            uint8_t nWarps;       /* warps per block */
-            const char *algo;     /* "RING", "TREE", ... */
-            const char *proto;    /* "LL", "LL128", "SIMPLE" */
-            void *parentGroup;    /* the legacy Group event's handle */
+            uint8_t nChannels; /* channels used */
+            uint8_t nWarps;    /* warps per block */
+            const char *algo;  /* "RING", "TREE", ... */
+            const char *proto; /* "LL", "LL128", "SIMPLE" */
+            void *parentGroup; /* the legacy Group event's handle */
         } coll;
         /* ncclProfileP2p: a send or receive task (parent: P2pApi). */
         struct {
@@ -109,13 +110,13 @@ typedef struct {
         /* ncclProfileProxyOp: the network work of a task on one channel and peer
          * (parent: Coll or P2p, possibly in another process: compare pid first). */
         struct {
-            pid_t pid;         /* process that posted the op; parentObj is only
-                                * dereferenceable when it equals the plugin's pid */
+            pid_t pid; /* process that posted the op; parentObj is only
+                        * dereferenceable when it equals the plugin's pid */
             uint8_t channelId;
             int peer;
-            int nSteps;        /* network transfers of the op */
-            int chunkSize;     /* bytes per transfer */
-            int isSend;        /* 1 send, 0 receive */
+            int nSteps;    /* network transfers of the op */
+            int chunkSize; /* bytes per transfer */
+            int isSend;    /* 1 send, 0 receive */
         } proxyOp;
         /* ncclProfileProxyStep: one network transfer (parent: ProxyOp). */
         struct {
@@ -128,8 +129,8 @@ typedef struct {
         } kernelCh;
         /* ncclProfileNetPlugin: an event a net plugin reported (parent: ProxyStep). */
         struct {
-            int64_t id;   /* the plugin's pluginId: NCCL_PROFILER_NET_TYPE_* | version */
-            void *data;   /* the plugin's payload, valid during the call */
+            int64_t id; /* the plugin's pluginId: NCCL_PROFILER_NET_TYPE_* | version */
+            void *data; /* the plugin's payload, valid during the call */
         } netPlugin;
         /* ncclProfileCeColl: a copy-engine collective (parent: CollApi). Since v6. */
         struct {
@@ -144,7 +145,7 @@ typedef struct {
             bool intraBatchSync;      /* synchronize inside each batch */
             uint32_t batchSize;       /* copies per batch */
             uint32_t numBatches;
-            uint32_t ceSeqNum;        /* per-communicator CE sequence number */
+            uint32_t ceSeqNum; /* per-communicator CE sequence number */
             void *stream;
         } ceColl;
         /* ncclProfileCeSync: one synchronization of a CE collective (parent: CeColl). */
@@ -215,8 +216,7 @@ typedef struct {
      *      state updates, and its children get a NULL parent).
      * Thread-safe; must not block. Since v1.
      */
-    ncclResult_t (*startEvent)(void *context, void **eHandle,
-                               ncclProfilerEventDescr_v6_t *eDescr);
+    ncclResult_t (*startEvent)(void *context, void **eHandle, ncclProfilerEventDescr_v6_t *eDescr);
 
     /*
      * Slot 3. The event of eHandle stops. Called once per non-NULL handle; after it the

@@ -52,8 +52,8 @@ typedef struct {
      * collective. Must not block. Since v2 (v1 had no context).
      */
     ncclResult_t (*getCollInfo)(void *context, ncclFunc_t collType, size_t nBytes,
-                                int collNetSupport, int nvlsSupport, int numPipeOps,
-                                int *algorithm, int *protocol, int *nChannels);
+                                int collNetSupport, int nvlsSupport, int numPipeOps, int *algorithm,
+                                int *protocol, int *nChannels);
 
     /* Slot 3. Destroy the context of init (once per successful init). Since v1. */
     ncclResult_t (*destroy)(void *context);

@@ -52,9 +52,8 @@ typedef struct {
      * A non-success return fails the collective. Must not block. The cost table since
      * v3.
      */
-    ncclResult_t (*getCollInfo)(void *context, ncclFunc_t collType, size_t nBytes,
-                                int numPipeOps, float **collCostTable, int numAlgo,
-                                int numProto, int *nChannels);
+    ncclResult_t (*getCollInfo)(void *context, ncclFunc_t collType, size_t nBytes, int numPipeOps,
+                                float **collCostTable, int numAlgo, int numProto, int *nChannels);
 
     /* Slot 3. Destroy the context of init (once per successful init). Since v1. */
     ncclResult_t (*destroy)(void *context);

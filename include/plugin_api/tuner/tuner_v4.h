@@ -53,9 +53,9 @@ typedef struct {
      * A non-success return fails the collective. Must not block. regBuff since v4; the
      * cost table since v3.
      */
-    ncclResult_t (*getCollInfo)(void *context, ncclFunc_t collType, size_t nBytes,
-                                int numPipeOps, float **collCostTable, int numAlgo,
-                                int numProto, int regBuff, int *nChannels);
+    ncclResult_t (*getCollInfo)(void *context, ncclFunc_t collType, size_t nBytes, int numPipeOps,
+                                float **collCostTable, int numAlgo, int numProto, int regBuff,
+                                int *nChannels);
 
     /* Slot 3. Destroy the context of init (once per successful init). Since v1. */
     ncclResult_t (*destroy)(void *context);

@@ -123,8 +123,8 @@ typedef struct {
      * Optional: NULL keeps the core's chunk sizes. Called on the enqueue path after
      * getCollInfo; must not block. Since v6.
      */
-    ncclResult_t (*getChunkSize)(void *ctx, ncclFunc_t collType, size_t nBytes, int algo,
-                                 int proto, int nChannels, size_t *chunkSize);
+    ncclResult_t (*getChunkSize)(void *ctx, ncclFunc_t collType, size_t nBytes, int algo, int proto,
+                                 int nChannels, size_t *chunkSize);
 } ncclTuner_v6_t;
 
 #ifdef __cplusplus
