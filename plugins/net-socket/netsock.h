@@ -130,8 +130,15 @@ ncclResult_t netsock_comm_close(netsock_comm_t *comm);
 void netsock_comm_fail(netsock_comm_t *comm, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Post a send of size bytes (0 allowed); *request NULL means "all requests in flight,
+ * retry later". Tries to send at once; never blocks. */
 ncclResult_t netsock_isend(void *send_comm, void *data, size_t size, void **request);
+/* Post a receive into one buffer of capacity sizes[0]; n must be 1 (maxRecvs). Same
+ * NULL-request rule as isend. */
 ncclResult_t netsock_irecv(void *recv_comm, int n, void **data, size_t *sizes, void **request);
+/* Progress the request's comm without blocking; *done = 1 once it and every older request
+ * of the comm completed, with sizes[0] (if not NULL) the message size. A done request is
+ * released. A failed comm returns its error (ncclRemoteError when the peer is gone). */
 ncclResult_t netsock_test(void *request, int *done, int *sizes);
 
 /* Split a message of size bytes into chunks for the data sockets: returns the chunk
@@ -144,10 +151,15 @@ void netsock_threads_stop(netsock_comm_t *comm);
 /* Queue a chunk on data socket s (the ring always has room) and wake its helper. */
 void netsock_task_push(netsock_comm_t *comm, int s, netsock_req_t *req, char *data, size_t len);
 
-/* listen / connect / accept / closeListen, shared by every ABI version. */
+/* Listen on device dev and write the handle (NCCL_NET_HANDLE_MAXSIZE bytes). */
 ncclResult_t netsock_listen(int dev, void *handle, void **listen_comm);
+/* Connect to a peer's handle; success with *send_comm NULL means "call again with the same
+ * handle buffer". Garbage handles and refused handshakes fail. Never blocks. */
 ncclResult_t netsock_connect(int dev, void *handle, void **send_comm);
+/* Accept the next connection presenting the listener's secret; *recv_comm NULL means
+ * "call again". Strangers are dropped and logged. Never blocks. */
 ncclResult_t netsock_accept(void *listen_comm, void **recv_comm);
+/* Close a listener and every connection it has not handed out yet. */
 ncclResult_t netsock_close_listen(void *listen_comm);
 /* Set the options every socket of a connection gets (non-blocking, TCP_NODELAY, buffers). */
 ncclResult_t netsock_socket_setup(int fd);

@@ -110,6 +110,12 @@ static void settings_load(void)
     /* NCCL uses -2 for "pick automatically": that is our default. */
     nt = nt == -2 ? netsock_param_nthreads_default : nt;
     ns = ns == -2 ? netsock_param_nsocks_perthread_default : ns;
+    if (nt > NETSOCK_MAX_THREADS) {
+        /* As NCCL: too many threads means the most allowed. */
+        BR_WARN(NCCL_NET | NCCL_ENV, "NCCL_SOCKET_NTHREADS %lld is above the maximum; using %d",
+                (long long)nt, NETSOCK_MAX_THREADS);
+        nt = NETSOCK_MAX_THREADS;
+    }
     nt = clamp_param("NCCL_SOCKET_NTHREADS", nt, 0, NETSOCK_MAX_THREADS,
                      netsock_param_nthreads_default);
     ns = clamp_param("NCCL_NSOCKS_PERTHREAD", ns, 0, NETSOCK_MAX_SOCKS,
@@ -263,9 +269,9 @@ static ncclResult_t connector_new(const void *handle, const netsock_handle_t *h,
         c->fds[i] = -1;
         BR_SYS_GOTO(fd =
                         socket(h->addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
-                    res, err);
+                    res, err_free);
         c->fds[i] = fd;
-        BR_CHECK_GOTO(netsock_socket_setup(fd), res, err);
+        BR_CHECK_GOTO(netsock_socket_setup(fd), res, err_free);
         if (connect(fd, &h->addr.sa, netsock_addr_len(&h->addr)) == 0) {
             c->stage[i] = ST_HELLO;
         } else if (errno == EINPROGRESS || errno == EINTR) {
@@ -273,12 +279,12 @@ static ncclResult_t connector_new(const void *handle, const netsock_handle_t *h,
         } else {
             BR_WARN(NCCL_NET, "connect to %s failed: %s", c->peer, strerror(errno));
             res = ncclRemoteError;
-            goto err;
+            goto err_free;
         }
     }
     *c_p = c;
     return ncclSuccess;
-err:
+err_free:
     c->nfds++; /* include the socket that failed */
     connector_free(c);
     return res;

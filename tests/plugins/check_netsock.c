@@ -177,7 +177,8 @@ static const struct {
 } settings_cases[] = {
     {"4", "2", NULL, NULL, 4, 8, 0},
     {"16", "16", NULL, NULL, 16, 64, 1}, /* 256 sockets: clamped to 64 */
-    {"99", NULL, NULL, NULL, 0, 0, 1},   /* out of range: the default */
+    {"99", NULL, NULL, NULL, 16, 16, 1}, /* above 16: 16, as NCCL */
+    {"-5", NULL, NULL, NULL, 0, 0, 1},   /* negative: the default */
     {"0", "8", NULL, NULL, 0, 0, 0},     /* no helpers: no data sockets */
     {"2", "0", NULL, NULL, 0, 0, 0},
     {"-2", "-2", NULL, NULL, 0, 0, 0}, /* NCCL's "auto": the defaults */
