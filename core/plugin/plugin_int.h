@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * plugin module internals: the process-wide table of loaded libraries, name resolution
+ * shared by every plugin kind, the "what was tried" report behind the loaders' error
+ * messages, and the net adapter interface that plugin_net_vN.c implement.
+ */
+#ifndef BR_PLUGIN_INT_H_
+#define BR_PLUGIN_INT_H_
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#include "plugin.h"
+
+/* ---- Loaded libraries ---- */
+
+/* One dlopen'd library. Entries are shared by every load of the same file (keyed by the
+ * dlopen handle) and refcounted; `net_init_refs` emulates the process-wide init of net
+ * plugins up to v10. All fields but `dl` and `path` are guarded by br_plugin_lib_lock. */
+typedef struct br_plugin_lib {
+    void *dl;             /* dlopen handle (the main program for STATIC_PLUGIN) */
+    char path[512];       /* resolved path, for logs */
+    int refs;             /* references held by loaders */
+    int pinned;           /* never dlclose (NCCL_NET_PLUGIN_REF_COUNT) */
+    int net_init_refs;    /* comms holding an emulated (<= v10) net init */
+    struct br_plugin_lib *next;
+} br_plugin_lib_t;
+
+/* What a loader tried, in order, and why each candidate was rejected. */
+typedef struct {
+    char text[1400];
+    size_t len;
+    int count;
+} br_plugin_report_t;
+
+/* Append "what (why...)" to the report. */
+void br_plugin_report_add(br_plugin_report_t *rep, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* dlopen(name, RTLD_NOW | RTLD_LOCAL) (name NULL: the main program) and take a reference
+ * in the table. On failure *not_found_p tells "no such file" from a library that exists
+ * but failed to load, and why gets dlerror's text. */
+ncclResult_t br_plugin_lib_open(const char *name, int pin, br_plugin_lib_t **lib_p,
+                                int *not_found_p, char *why, size_t why_len);
+/* Another reference on an open library. */
+void br_plugin_lib_ref(br_plugin_lib_t *lib);
+/* Drop a reference; the last one unloads the library unless it is pinned. */
+void br_plugin_lib_close(br_plugin_lib_t *lib);
+/* dlsym in the library. */
+void *br_plugin_lib_sym(br_plugin_lib_t *lib, const char *symbol);
+/* Guards the mutable fields of every br_plugin_lib_t. */
+void br_plugin_lib_lock(void);
+void br_plugin_lib_unlock(void);
+
+/*
+ * Resolve a selector value (NCCL_NET_PLUGIN, NCCL_TUNER_PLUGIN, ...) into a library per
+ * plugin-abi.md 5.2, for the plugin kind `prefix` ("libnccl-net", "libnccl-tuner", ...):
+ * value empty or NULL: "<prefix>.so"; otherwise the value verbatim, then, for a bare
+ * name that is not "lib*.so", "<prefix>-<value>.so", then (Braid's addition, for a bare
+ * value) the same two names in br_plugin_dir(). "STATIC_PLUGIN" opens the main program.
+ * The first name that loads wins; each failed attempt is added to rep. *not_found_p is
+ * 1 when no file of any tried name existed (as opposed to one that failed to load).
+ */
+ncclResult_t br_plugin_lib_resolve(const char *prefix, const char *value, int pin,
+                                   br_plugin_report_t *rep, br_plugin_lib_t **lib_p,
+                                   int *not_found_p);
+
+/* Short name of a result code, for messages. */
+const char *br_plugin_result_str(ncclResult_t res);
+
+/* ---- Net adapters ---- */
+
+/* Loader and adapter state of one br_net_t (net->priv). */
+typedef struct {
+    br_plugin_lib_t *lib;
+    const void *exported;    /* the plugin's ncclNet_vN_t, as exported */
+    void *ctx;               /* v11+: the plugin's per-comm context */
+    int inited;              /* init succeeded; fini owes a finalize / refcount drop */
+    union {
+        ncclNetCommConfig_v12_t v12;
+        ncclNetCommConfig_v11_t v11;
+        ncclNetCommConfig_v10_t v10;
+    } config;                /* lives as long as the comm: plugins may keep the pointer */
+    union {
+        ncclNet_v12_t v12;
+        ncclNet_v11_t v11;
+        ncclNet_v10_t v10;
+        ncclNet_v9_t v9;
+        ncclNet_v8_t v8;
+    } fn;                    /* the plugin's table, copied after its init succeeded */
+    br_net_ops_t ops;        /* this load's ops: the adapter's, minus absent optionals */
+} br_net_state_t;
+
+/* One adapter per ABI version (plugin_net_vN.c). */
+typedef struct {
+    /* Template ops; the loader copies them into the state and clears optional members
+     * the plugin lacks. */
+    const br_net_ops_t *ops;
+    /* Initialize the plugin for this comm (per comm for v11+, emulated for <= v10), copy
+     * its table into st->fn and check its required members. On failure writes the reason
+     * into why and leaves nothing to undo. */
+    ncclResult_t (*init)(br_net_t *net, br_net_state_t *st, const br_net_request_t *req,
+                         char *why, size_t why_len);
+    /* Undo init. */
+    ncclResult_t (*fini)(br_net_t *net, br_net_state_t *st);
+    /* Whether the plugin provides the optional irecvConsumed. */
+    int (*has_irecv_consumed)(const br_net_state_t *st);
+} br_net_adapter_t;
+
+extern const br_net_adapter_t br_net_adapter_v12;
+extern const br_net_adapter_t br_net_adapter_v11;
+extern const br_net_adapter_t br_net_adapter_v10;
+extern const br_net_adapter_t br_net_adapter_v9;
+extern const br_net_adapter_t br_net_adapter_v8;
+
+static inline br_net_state_t *br_net_state(br_net_t *net)
+{
+    return (br_net_state_t *)net->priv;
+}
+
+/* The profiler callback handed to net plugins (v10+): drops every event until the
+ * profiler is wired to the proxy steps' pHandles. */
+ncclResult_t br_net_prof_callback(void **eHandle, int type, void *pHandle, int64_t pluginId,
+                                  void *extData);
+
+/* The emulated process-wide init of <= v10 plugins: `call` runs only when no comm holds
+ * the library's init; otherwise this only counts. */
+ncclResult_t br_net_shared_init(br_net_state_t *st, ncclResult_t (*call)(const void *exported));
+/* Drop one count of the emulated init (the plugin has no finalize to call). */
+void br_net_shared_fini(br_net_state_t *st);
+
+/* Set the v12 fields an older plugin does not report to NCCL's defaults (plugin-abi.md
+ * 1.8): vProps {1, {dev}}, maxP2pBytes 1 GiB, maxCollBytes 512 MiB, forceFlush 0,
+ * regIsGlobal 0, maxMultiRequestSize 1, railId = planeId = -1, host device. */
+void br_net_props_defaults(ncclNetProperties_v12_t *props, int dev);
+
+/* Name of the first NULL member among the required ones, or NULL. The members are given
+ * as {name, pointer} pairs ending with a NULL name. */
+typedef struct {
+    const char *name;
+    const void *present; /* non-NULL when the member is set */
+} br_net_member_t;
+const char *br_net_first_missing(const br_net_member_t *members);
+
+#define BR_NET_MEMBER(t, m) {#m, (t)->m != NULL ? (const void *)(t) : NULL}
+
+#define BR_NET_MAX_RECVS 64 /* most buffers of one grouped irecv an adapter narrows */
+#define BR_NET_V8_MAX_SIZE ((size_t)1 << 30)
+
+#endif /* BR_PLUGIN_INT_H_ */
