@@ -59,6 +59,11 @@ void br_redop_premulsum(br_redop_t *op, ncclDataType_t type, const void *scalar)
 void br_reduce(void *dst, const void *recv, const void *local, size_t count,
                const br_redop_t *op, int flags);
 
+/* Make br_reduce use the portable C loops only (portable != 0), or the fastest this CPU
+ * supports (0, the default). Both give bit-identical results; this exists so tests cover
+ * both. Returns the name of the loops now in use ("portable", "avx2+f16c"). */
+const char *br_reduce_use_portable(int portable);
+
 /* Conversions used by the reductions and by tests (round to nearest even). */
 float br_half_to_float(uint16_t h);
 uint16_t br_float_to_half(float f);
