@@ -259,8 +259,7 @@ class Bench:
         env = dict(env, NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET")
         rc, out, err = run(cmd, env=env, timeout=120)
         keep = [l.strip() for l in (out + err).splitlines()
-                if "NCCL INFO" in l and any(k in l for k in ("network", "Network", "NET/",
-                                                               "transport", "via", "shm"))]
+                if "NCCL INFO" in l and any(k in l for k in ("Using network", " via "))]
         self.evidence[peer] = keep[:8]
         if rc != 0:
             return "probe run failed (rc %d): %s" % (rc, tail(err))
@@ -327,7 +326,16 @@ class Bench:
                 if f and f[0] in ("memcpy_GBps", "sum_GBps"):
                     lim[f[0]] = float(f[1])
         lim["iperf3_GBps"] = iperf3()
+        lim["loadavg_before"] = loadavg()
         return lim
+
+
+def loadavg():
+    """The 1-minute load average: other work on the machine skews every column."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def cpu_model():
@@ -465,6 +473,9 @@ def verification(bench, out):
             checked = sum(1 for k in bench.results if k[0] == peer)
             verdict[peer] = "OK (%d sizes checked, 0 wrong)" % checked
         out("%-12s %s" % (label, verdict[peer]))
+        for line in bench.evidence.get(peer, [])[:2]:
+            # "host:pid:tid [rank] NCCL INFO ..." -> the message only
+            out("%-12s   %s" % ("", line.split("NCCL INFO", 1)[-1].strip()))
     return verdict
 
 
@@ -576,6 +587,7 @@ def main():
     log("measuring: ranks %s, collectives %s, %d size segments" %
         (args.ranks, args.colls, len(bench.segments)))
     bench.measure()
+    limits["loadavg_after"] = loadavg()
 
     lines = []
 
@@ -584,7 +596,9 @@ def main():
         print(s)
 
     out("")
-    out("== machine: %s, %s cores, Linux %s" % (limits["cpu"], limits["nproc"], limits["kernel"]))
+    out("== machine: %s, %s cores, Linux %s; load average %.2f before, %.2f after" %
+        (limits["cpu"], limits["nproc"], limits["kernel"], limits["loadavg_before"] or 0,
+         limits["loadavg_after"] or 0))
     for key, label in (("memcpy_GBps", "memcpy, one core, 256 MiB"),
                        ("sum_GBps", "float sum c=a+b, one core, 256 MiB (output bytes)"),
                        ("iperf3_GBps", "iperf3, one TCP stream over loopback")):
