@@ -260,6 +260,7 @@ class Bench:
         rc, out, err = run(cmd, env=env, timeout=120)
         keep = [l.strip() for l in (out + err).splitlines()
                 if "NCCL INFO" in l and any(k in l for k in ("Using network", " via "))]
+        keep.sort(key=lambda l: " via " not in l)  # the per-peer transport lines first
         self.evidence[peer] = keep[:8]
         if rc != 0:
             return "probe run failed (rc %d): %s" % (rc, tail(err))

@@ -228,7 +228,7 @@ static int parse_args(struct perf_opts *o, int argc, char **argv)
             if (c != '?') {
                 fprintf(stderr, "%s: invalid value '%s' for -%c\n", argv[0], optarg, c);
             }
-            usage(stderr, argv[0]);
+            fprintf(stderr, "(%s --help lists the options)\n", argv[0]);
             return -1;
         }
     }
