@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The trace profiler, "Braid trace": ncclProfiler_v6 and ncclProfiler_v5 over one
+ * implementation. init creates a per-communicator context with a preallocated event
+ * pool and tells the core which events to emit through the shared activation mask;
+ * start/stop/record (prof_event.c) fill the pool from any thread without locks; finalize
+ * writes <BRAID_PROFILER_DIR>/braid-trace-<commHash>-r<rank>.json (prof_trace.c) and
+ * frees the context. v5 descriptors are copied into the v6 layout (same members, same
+ * offsets) so one code path serves both.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "param_lite.h"
+#include "plugin_log.h"
+#include "prof.h"
+
+#include "check.h"
+
+#define BR_LITE_PARAM BR_LITE_PARAM_DEFINE
+#include "prof_params.def"
+#undef BR_LITE_PARAM
+
+/* What we ask for by default: every event type except ProxyCtrl (one event per proxy
+ * thread wake-up adds volume, not insight) and, for v5, the v6-only CE types. */
+#define PROF_DEFAULT_MASK_V5 (NCCL_PROFILER_EVENT_MASK_V5 & ~ncclProfileProxyCtrl)
+#define PROF_DEFAULT_MASK_V6 (NCCL_PROFILER_EVENT_MASK_V6 & ~ncclProfileProxyCtrl)
+#define PROF_MAX_EVENTS (1 << 26)
+
+static uint64_t realtime_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The event types to ask for: BRAID_PROFILER_MASK, or the default of the ABI version. */
+static int wanted_mask(int version)
+{
+    int64_t m = prof_param_mask();
+    int all = version >= 6 ? NCCL_PROFILER_EVENT_MASK_V6 : NCCL_PROFILER_EVENT_MASK_V5;
+
+    if (m == -1) {
+        return version >= 6 ? PROF_DEFAULT_MASK_V6 : PROF_DEFAULT_MASK_V5;
+    }
+    return (int)(m & all);
+}
+
+static ncclResult_t alloc_ctx(int version, uint64_t comm_hash, const char *comm_name,
+                              prof_ctx_t **ctx_p)
+{
+    int64_t cap = prof_param_events();
+    const char *dir = br_lite_param_str("BRAID_PROFILER_DIR");
+    prof_ctx_t *ctx;
+
+    if (cap < 1 || cap > PROF_MAX_EVENTS) {
+        BR_WARN(NCCL_INIT, "profiler: BRAID_PROFILER_EVENTS %lld is outside 1..%d", (long long)cap,
+                PROF_MAX_EVENTS);
+        return ncclInvalidUsage;
+    }
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) {
+        BR_WARN(NCCL_INIT, "profiler: out of memory");
+        return ncclSystemError;
+    }
+    /* calloc: pages of the pool are only touched as events arrive. */
+    ctx->events = calloc((size_t)cap, sizeof(prof_event_t));
+    if (ctx->events == NULL) {
+        BR_WARN(NCCL_INIT, "profiler: cannot allocate %lld events", (long long)cap);
+        free(ctx);
+        return ncclSystemError;
+    }
+    ctx->capacity = (size_t)cap;
+    ctx->version = version;
+    ctx->comm_hash = comm_hash;
+    ctx->pid = getpid();
+    snprintf(ctx->comm_name, sizeof(ctx->comm_name), "%s", comm_name != NULL ? comm_name : "");
+    snprintf(ctx->dir, sizeof(ctx->dir), "%s", dir != NULL ? dir : ".");
+    ctx->clock_base_mono_ns = prof_now_ns();
+    ctx->clock_base_real_ns = realtime_ns();
+    *ctx_p = ctx;
+    return ncclSuccess;
+}
+
+static ncclResult_t prof_init(int version, void **context, uint64_t comm_hash, int *mask,
+                              const char *comm_name, int nnodes, int nranks, int rank,
+                              ncclDebugLogger_t logger)
+{
+    prof_ctx_t *ctx = NULL;
+    int want;
+
+    /* Every init of one core passes the same logger; skip the needless racing write. */
+    if (logger != NULL && br_plugin_logger != logger) {
+        br_plugin_logger = logger;
+    }
+    if (context == NULL || mask == NULL) {
+        BR_WARN(NCCL_INIT, "profiler: init called without a context or mask pointer");
+        return ncclInternalError;
+    }
+    BR_CHECK(alloc_ctx(version, comm_hash, comm_name, &ctx));
+    ctx->rank = rank;
+    ctx->nranks = nranks;
+    ctx->nnodes = nnodes;
+    want = wanted_mask(version);
+    /* The mask is one process-wide int the core reads with relaxed loads. */
+    __atomic_store_n(mask, want, __ATOMIC_RELAXED);
+    BR_INFO(NCCL_INIT,
+            "profiler Braid trace (v%d): comm 0x%llx rank %d/%d, mask 0x%x, "
+            "up to %zu events, trace in %s",
+            version, (unsigned long long)comm_hash, rank, nranks, want, ctx->capacity, ctx->dir);
+    *context = ctx;
+    return ncclSuccess;
+}
+
+static ncclResult_t prof_init_v6(void **context, uint64_t comm_id, int *mask, const char *comm_name,
+                                 int nnodes, int nranks, int rank, ncclDebugLogger_t logger)
+{
+    return prof_init(6, context, comm_id, mask, comm_name, nnodes, nranks, rank, logger);
+}
+
+static ncclResult_t prof_init_v5(void **context, uint64_t comm_id, int *mask, const char *comm_name,
+                                 int nnodes, int nranks, int rank, ncclDebugLogger_t logger)
+{
+    return prof_init(5, context, comm_id, mask, comm_name, nnodes, nranks, rank, logger);
+}
+
+static ncclResult_t prof_start_v6(void *context, void **handle, ncclProfilerEventDescr_v6_t *d)
+{
+    if (handle == NULL) {
+        return ncclSuccess;
+    }
+    if (context == NULL || d == NULL) {
+        *handle = NULL;
+        return ncclSuccess;
+    }
+    return prof_start_event(context, handle, d);
+}
+
+static ncclResult_t prof_start_v5(void *context, void **handle, ncclProfilerEventDescr_v5_t *d)
+{
+    ncclProfilerEventDescr_v6_t d6;
+
+    if (d == NULL) {
+        return prof_start_v6(context, handle, NULL);
+    }
+    /* v6 only appends union members: every v5 member has the same offset. */
+    _Static_assert(sizeof(d6) == sizeof(*d), "v5 and v6 descriptors have one size");
+    memcpy(&d6, d, sizeof(d6));
+    return prof_start_v6(context, handle, &d6);
+}
+
+static ncclResult_t prof_stop(void *handle)
+{
+    return prof_stop_event(handle);
+}
+
+static ncclResult_t prof_record_v6(void *handle, ncclProfilerEventState_v6_t state,
+                                   ncclProfilerEventStateArgs_v6_t *args)
+{
+    return prof_record_state(handle, (int)state, args);
+}
+
+static ncclResult_t prof_record_v5(void *handle, ncclProfilerEventState_v5_t state,
+                                   ncclProfilerEventStateArgs_v5_t *args)
+{
+    ncclProfilerEventStateArgs_v6_t a6;
+
+    if (args == NULL) {
+        return prof_record_state(handle, (int)state, NULL);
+    }
+    _Static_assert(sizeof(a6) == sizeof(*args), "v5 and v6 state args have one layout");
+    memcpy(&a6, args, sizeof(a6));
+    return prof_record_state(handle, (int)state, &a6);
+}
+
+static ncclResult_t prof_finalize(void *context)
+{
+    prof_ctx_t *ctx = context;
+
+    if (ctx == NULL) {
+        return ncclSuccess;
+    }
+    /* A failed write was logged; the communicator's teardown goes on regardless. */
+    (void)prof_trace_write(ctx, NULL, 0);
+    free(ctx->events);
+    free(ctx);
+    return ncclSuccess;
+}
+
+__attribute__((visibility("default"))) const ncclProfiler_v6_t ncclProfiler_v6 = {
+    .name = "Braid trace",
+    .init = prof_init_v6,
+    .startEvent = prof_start_v6,
+    .stopEvent = prof_stop,
+    .recordEventState = prof_record_v6,
+    .finalize = prof_finalize,
+};
+
+__attribute__((visibility("default"))) const ncclProfiler_v5_t ncclProfiler_v5 = {
+    .name = "Braid trace",
+    .init = prof_init_v5,
+    .startEvent = prof_start_v5,
+    .stopEvent = prof_stop,
+    .recordEventState = prof_record_v5,
+    .finalize = prof_finalize,
+};
