@@ -16,6 +16,7 @@
 
 #include "nccl.h"
 #include "plugin_api/net/net.h"
+#include "plugin_api/profiler/profiler.h"
 
 typedef struct br_net br_net_t;
 
@@ -77,5 +78,136 @@ void br_plugin_net_close(br_net_t *net);
 
 /* The directory Braid's own plugins live in (BRAID_PLUGIN_PATH, else libbraid's). */
 const char *br_plugin_dir(void);
+
+/* ---- Tuner ---- */
+
+typedef struct br_tuner br_tuner_t;
+
+/* What a communicator's tuner is opened with. */
+typedef struct {
+    const char *plugin;     /* NCCL_TUNER_PLUGIN (BR_PARAM_STR(TUNER_PLUGIN)): name, file
+                             * name, path, "none", or NULL for unset */
+    const br_net_t *net;    /* the comm's net plugin, whose library is searched for tuner
+                             * symbols when no tuner library is found; may be NULL */
+    uint64_t comm_hash;
+    size_t nranks, nnodes;
+    int nvl_domains;        /* ncclNvlDomainInfo: NCCL passes (nodes, min and max local */
+    int min_ranks_per_nvl;  /* ranks) */
+    int max_ranks_per_nvl;
+    void *constants;        /* tuning constants in ncclTunerConstants_v6_t's layout (1152
+                             * bytes, e.g. br_plan_tune_constants()), which a v5/v6 tuner
+                             * may edit in its init; NULL: the tuner gets a zeroed copy */
+} br_tuner_request_t;
+
+/* A tuner loaded and initialized for one communicator. */
+struct br_tuner {
+    char name[64];  /* the plugin's name */
+    char path[256]; /* the library it came from */
+    int version;    /* ABI version found (6 .. 2) */
+    void *priv;     /* loader/adapter state */
+};
+
+/*
+ * Load and init a tuner for one communicator. Search (plugin-abi.md 5.3): the library
+ * NCCL_TUNER_PLUGIN names (else libnccl-tuner.so), then, unless a plugin was named, the
+ * net plugin's library; ncclTunerPlugin_v6 .. _v2 are probed newest first. No tuner
+ * ("none", or nothing found without a name) is success with *tuner_p = NULL. A named
+ * tuner that cannot be loaded fails with ncclInvalidUsage (no silent fallback); a tuner
+ * whose init fails fails the communicator with the tuner's error.
+ */
+ncclResult_t br_plugin_tuner_open(const br_tuner_request_t *req, br_tuner_t **tuner_p);
+
+/*
+ * Ask the tuner about one collective, in tuner v6 semantics whatever the plugin's
+ * version: `table` is the contiguous float[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS]
+ * (7 x 3, algorithm-major) cost table in microseconds, -1.0 for unavailable entries; the
+ * tuner may lower entries (0.0 forces a choice) or set them to -1.0, and may set
+ * *nchannels (preset it to 0: 0 on return means "keep the core's"). Older tuners are
+ * adapted as NCCL does (v2's algorithm/protocol choice becomes a 0.0 entry). An error
+ * should fail the collective. Called from the thread that plans the collective.
+ */
+ncclResult_t br_plugin_tuner_get_coll_info(br_tuner_t *tuner, int func, size_t bytes,
+                                           int num_pipe_ops, float *table, int reg_buff,
+                                           int *nchannels);
+
+/* The same as a br_tune_hook_t (core/plan/plan.h): ctx is the br_tuner_t; one pipelined
+ * op, unregistered buffers. */
+ncclResult_t br_plugin_tuner_hook(void *ctx, int func, size_t bytes, float *table,
+                                  int *nchannels);
+
+/* Tuner v6's getChunkSize: may change *chunk_size (in/out). Success without a change for
+ * tuners that have none. */
+ncclResult_t br_plugin_tuner_get_chunk_size(br_tuner_t *tuner, int func, size_t bytes, int algo,
+                                            int proto, int nchannels, size_t *chunk_size);
+
+/* Finalize the tuner's context, drop the library reference, free. */
+void br_plugin_tuner_close(br_tuner_t *tuner);
+
+/* ---- Profiler ---- */
+
+typedef struct br_profiler br_profiler_t;
+
+typedef struct {
+    const char *plugin;    /* NCCL_PROFILER_PLUGIN (BR_PARAM_STR(PROFILER_PLUGIN)) or NULL */
+    const br_net_t *net;   /* searched for profiler symbols as for the tuner; may be NULL */
+    uint64_t comm_hash;
+    const char *comm_name; /* ncclConfig_t.commName, or NULL */
+    int nnodes, nranks, rank;
+} br_profiler_request_t;
+
+struct br_profiler {
+    char name[64];
+    char path[256];
+    int version; /* 6, 5 or 4 */
+    void *priv;
+};
+
+/*
+ * Load and init a profiler for one communicator; search as for the tuner with
+ * ncclProfiler_v6, _v5, _v4. No profiler is success with *prof_p = NULL; a named one that
+ * cannot be loaded fails with ncclInvalidUsage; an init failure only disables profiling
+ * for this communicator (WARN, success, NULL), as in NCCL.
+ */
+ncclResult_t br_plugin_profiler_open(const br_profiler_request_t *req, br_profiler_t **prof_p);
+
+/* The process-wide activation mask (ncclProfile* bits) that profilers write through the
+ * pointer their init got; read with a relaxed load. Snapshot it at each group start. */
+int br_plugin_profiler_mask(void);
+
+/*
+ * Events in profiler v6 terms. start_event: *handle_p gets the plugin's handle, or NULL
+ * when the plugin (or the adapter: an event type its version lacks) drops the event;
+ * stop/record accept NULL handles and do nothing. For v4 plugins the descriptor is
+ * converted (8-bit type; Coll/P2p's parentObj becomes the legacy Group handle in
+ * coll/p2p.parentGroup, as NCCL does); v5 lacks only the copy-engine events. Callable
+ * from any thread; a plugin error is returned (callers normally log and go on).
+ */
+ncclResult_t br_plugin_profiler_start_event(br_profiler_t *prof,
+                                            ncclProfilerEventDescr_v6_t *descr,
+                                            void **handle_p);
+ncclResult_t br_plugin_profiler_stop_event(br_profiler_t *prof, void *handle);
+ncclResult_t br_plugin_profiler_record_event_state(br_profiler_t *prof, void *handle,
+                                                   ncclProfilerEventState_t state,
+                                                   ncclProfilerEventStateArgs_v6_t *args);
+
+/* Finalize the profiler's context, drop the library reference, free. */
+void br_plugin_profiler_close(br_profiler_t *prof);
+
+/* ---- Env ---- */
+
+/*
+ * Load the process-wide env plugin named by `plugin` (NCCL_ENV_PLUGIN: name, file, path;
+ * NULL or "none": no plugin) and call its init (ncclEnvPlugin_v2, then _v1). Once per
+ * process: later calls return the first result. A named plugin that cannot be loaded or
+ * whose init fails is ncclInvalidUsage.
+ */
+ncclResult_t br_plugin_env_open(const char *plugin);
+/* The plugin's value for `name` (NULL: not set); NULL too when no env plugin is loaded,
+ * so callers fall back to their own lookup. Valid until the next call for the same name. */
+const char *br_plugin_env_get(const char *name);
+/* Whether an env plugin is loaded. */
+int br_plugin_env_loaded(void);
+/* Finalize and unload it (at exit). */
+void br_plugin_env_close(void);
 
 #endif /* BR_PLUGIN_H_ */

@@ -65,6 +65,27 @@ ncclResult_t br_plugin_lib_resolve(const char *prefix, const char *value, int pi
                                    br_plugin_report_t *rep, br_plugin_lib_t **lib_p,
                                    int *not_found_p);
 
+/* A plugin kind searched like the tuner and profiler (plugin-abi.md 5.3). */
+typedef struct {
+    const char *tag;             /* log prefix, e.g. "TUNER/Plugin" */
+    const char *env;             /* selector variable, e.g. "NCCL_TUNER_PLUGIN" */
+    const char *prefix;          /* library prefix, e.g. "libnccl-tuner" */
+    unsigned long subsys;        /* log subsystems */
+    const char *const *symbols;  /* symbols, newest first */
+    int nsymbols;
+} br_plugin_kind_t;
+
+/*
+ * Find the library of a plugin kind: the one `value` names (else "<prefix>.so"), then,
+ * unless a plugin was named, `net_lib` (the net plugin's library, may be NULL). The first
+ * library exporting one of kind->symbols wins: *lib_p holds a reference and *which_p
+ * the symbol's index. Nothing found is success with *lib_p = NULL (INFO); "none" too. A
+ * named plugin that cannot be loaded or exports no symbol is ncclInvalidUsage, with one
+ * WARN listing what was tried.
+ */
+ncclResult_t br_plugin_find(const br_plugin_kind_t *kind, const char *value,
+                            br_plugin_lib_t *net_lib, br_plugin_lib_t **lib_p, int *which_p);
+
 /* Short name of a result code, for messages. */
 const char *br_plugin_result_str(ncclResult_t res);
 

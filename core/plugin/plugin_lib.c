@@ -243,6 +243,61 @@ ncclResult_t br_plugin_lib_resolve(const char *prefix, const char *value, int pi
     return ncclSystemError;
 }
 
+/* The first of kind's symbols lib exports, or -1. */
+static int find_symbol(const br_plugin_kind_t *kind, br_plugin_lib_t *lib)
+{
+    for (int i = 0; i < kind->nsymbols; i++) {
+        if (br_plugin_lib_sym(lib, kind->symbols[i]) != NULL) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+ncclResult_t br_plugin_find(const br_plugin_kind_t *kind, const char *value,
+                            br_plugin_lib_t *net_lib, br_plugin_lib_t **lib_p, int *which_p)
+{
+    br_plugin_report_t rep = {.len = 0, .count = 0};
+    br_plugin_lib_t *lib = NULL;
+    int named = value != NULL && value[0] != '\0';
+    int not_found = 0, which;
+
+    *lib_p = NULL;
+    if (named && strcasecmp(value, "none") == 0) {
+        BR_INFO(kind->subsys, "%s: %s=none, no plugin", kind->tag, kind->env);
+        return ncclSuccess;
+    }
+    if (br_plugin_lib_resolve(kind->prefix, value, 0, &rep, &lib, &not_found) == ncclSuccess) {
+        which = find_symbol(kind, lib);
+        if (which >= 0) {
+            *lib_p = lib;
+            *which_p = which;
+            return ncclSuccess;
+        }
+        br_plugin_report_add(&rep, lib->path, "no %s .. %s symbol", kind->symbols[0],
+                             kind->symbols[kind->nsymbols - 1]);
+        br_plugin_lib_close(lib);
+    }
+    if (named) {
+        BR_WARN(kind->subsys, "%s=%s: tried %s; no fallback because the plugin was named",
+                kind->env, value, rep.text);
+        return ncclInvalidUsage;
+    }
+    if (net_lib != NULL) {
+        which = find_symbol(kind, net_lib);
+        if (which >= 0) {
+            br_plugin_lib_ref(net_lib);
+            *lib_p = net_lib;
+            *which_p = which;
+            return ncclSuccess;
+        }
+        br_plugin_report_add(&rep, net_lib->path, "net plugin library: no %s symbol",
+                             kind->symbols[0]);
+    }
+    BR_INFO(kind->subsys, "%s: no plugin found: tried %s", kind->tag, rep.text);
+    return ncclSuccess;
+}
+
 /* ---- The directory of Braid's own plugins ---- */
 
 static pthread_once_t dir_once = PTHREAD_ONCE_INIT;

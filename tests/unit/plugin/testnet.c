@@ -232,6 +232,7 @@ static ncclResult_t tn_test(void *request, int *done, int *sizes)
     pthread_mutex_lock(&recv_lock);
     if (TESTNET_FAIL_AFTER > 0 && recvs_done >= TESTNET_FAIL_AFTER) {
         pthread_mutex_unlock(&recv_lock);
+        free(r); /* a failed request is dead */
         return ncclSystemError; /* the connection "broke" */
     }
     pthread_mutex_unlock(&recv_lock);
@@ -249,6 +250,7 @@ static ncclResult_t tn_test(void *request, int *done, int *sizes)
     }
     if (m->size > r->size) {
         free(m);
+        free(r);
         return ncclInternalError; /* message larger than the posted buffer */
     }
     if (m->size > 0) {
