@@ -197,9 +197,10 @@ void br_plugin_profiler_close(br_profiler_t *prof);
 
 /*
  * Load the process-wide env plugin named by `plugin` (NCCL_ENV_PLUGIN: name, file, path;
- * NULL or "none": no plugin) and call its init (ncclEnvPlugin_v2, then _v1). Once per
- * process: later calls return the first result. A named plugin that cannot be loaded or
- * whose init fails is ncclInvalidUsage.
+ * NULL: libnccl-env.so if there is one; "none": no plugin) and call its init
+ * (ncclEnvPlugin_v2, then _v1). Once per process: later calls return the first result.
+ * A named plugin that cannot be loaded, or any plugin whose init fails, is
+ * ncclInvalidUsage (NCCL 2.30 propagates an env init failure too).
  */
 ncclResult_t br_plugin_env_open(const char *plugin);
 /* The plugin's value for `name` (NULL: not set); NULL too when no env plugin is loaded,

@@ -18,11 +18,11 @@
  * dlopen handle) and refcounted; `net_init_refs` emulates the process-wide init of net
  * plugins up to v10. All fields but `dl` and `path` are guarded by br_plugin_lib_lock. */
 typedef struct br_plugin_lib {
-    void *dl;             /* dlopen handle (the main program for STATIC_PLUGIN) */
-    char path[512];       /* resolved path, for logs */
-    int refs;             /* references held by loaders */
-    int pinned;           /* never dlclose (NCCL_NET_PLUGIN_REF_COUNT) */
-    int net_init_refs;    /* comms holding an emulated (<= v10) net init */
+    void *dl;          /* dlopen handle (the main program for STATIC_PLUGIN) */
+    char path[512];    /* resolved path, for logs */
+    int refs;          /* references held by loaders */
+    int pinned;        /* never dlclose (NCCL_NET_PLUGIN_REF_COUNT) */
+    int net_init_refs; /* comms holding an emulated (<= v10) net init */
     struct br_plugin_lib *next;
 } br_plugin_lib_t;
 
@@ -67,11 +67,11 @@ ncclResult_t br_plugin_lib_resolve(const char *prefix, const char *value, int pi
 
 /* A plugin kind searched like the tuner and profiler (plugin-abi.md 5.3). */
 typedef struct {
-    const char *tag;             /* log prefix, e.g. "TUNER/Plugin" */
-    const char *env;             /* selector variable, e.g. "NCCL_TUNER_PLUGIN" */
-    const char *prefix;          /* library prefix, e.g. "libnccl-tuner" */
-    unsigned long subsys;        /* log subsystems */
-    const char *const *symbols;  /* symbols, newest first */
+    const char *tag;            /* log prefix, e.g. "TUNER/Plugin" */
+    const char *env;            /* selector variable, e.g. "NCCL_TUNER_PLUGIN" */
+    const char *prefix;         /* library prefix, e.g. "libnccl-tuner" */
+    unsigned long subsys;       /* log subsystems */
+    const char *const *symbols; /* symbols, newest first */
     int nsymbols;
 } br_plugin_kind_t;
 
@@ -94,22 +94,22 @@ const char *br_plugin_result_str(ncclResult_t res);
 /* Loader and adapter state of one br_net_t (net->priv). */
 typedef struct {
     br_plugin_lib_t *lib;
-    const void *exported;    /* the plugin's ncclNet_vN_t, as exported */
-    void *ctx;               /* v11+: the plugin's per-comm context */
-    int inited;              /* init succeeded; fini owes a finalize / refcount drop */
+    const void *exported; /* the plugin's ncclNet_vN_t, as exported */
+    void *ctx;            /* v11+: the plugin's per-comm context */
+    int inited;           /* init succeeded; fini owes a finalize / refcount drop */
     union {
         ncclNetCommConfig_v12_t v12;
         ncclNetCommConfig_v11_t v11;
         ncclNetCommConfig_v10_t v10;
-    } config;                /* lives as long as the comm: plugins may keep the pointer */
+    } config; /* lives as long as the comm: plugins may keep the pointer */
     union {
         ncclNet_v12_t v12;
         ncclNet_v11_t v11;
         ncclNet_v10_t v10;
         ncclNet_v9_t v9;
         ncclNet_v8_t v8;
-    } fn;                    /* the plugin's table, copied after its init succeeded */
-    br_net_ops_t ops;        /* this load's ops: the adapter's, minus absent optionals */
+    } fn;             /* the plugin's table, copied after its init succeeded */
+    br_net_ops_t ops; /* this load's ops: the adapter's, minus absent optionals */
 } br_net_state_t;
 
 /* One adapter per ABI version (plugin_net_vN.c). */
@@ -120,8 +120,8 @@ typedef struct {
     /* Initialize the plugin for this comm (per comm for v11+, emulated for <= v10), copy
      * its table into st->fn and check its required members. On failure writes the reason
      * into why and leaves nothing to undo. */
-    ncclResult_t (*init)(br_net_t *net, br_net_state_t *st, const br_net_request_t *req,
-                         char *why, size_t why_len);
+    ncclResult_t (*init)(br_net_t *net, br_net_state_t *st, const br_net_request_t *req, char *why,
+                         size_t why_len);
     /* Undo init. */
     ncclResult_t (*fini)(br_net_t *net, br_net_state_t *st);
     /* Whether the plugin provides the optional irecvConsumed. */
@@ -163,7 +163,10 @@ typedef struct {
 } br_net_member_t;
 const char *br_net_first_missing(const br_net_member_t *members);
 
-#define BR_NET_MEMBER(t, m) {#m, (t)->m != NULL ? (const void *)(t) : NULL}
+#define BR_NET_MEMBER(t, m)                                                                        \
+    {                                                                                              \
+#m, (t)->m != NULL ? (const void *)(t) : NULL                                              \
+    }
 
 #define BR_NET_MAX_RECVS 64 /* most buffers of one grouped irecv an adapter narrows */
 #define BR_NET_V8_MAX_SIZE ((size_t)1 << 30)

@@ -226,14 +226,12 @@ ncclResult_t br_plugin_lib_resolve(const char *prefix, const char *value, int pi
         if (is_bare(value) && dir != NULL) {
             snprintf(names[n++], sizeof(names[0]), "%.250s/%.250s", dir, value);
             if (prefixed) {
-                snprintf(names[n++], sizeof(names[0]), "%.200s/%s-%.200s.so", dir, prefix,
-                         value);
+                snprintf(names[n++], sizeof(names[0]), "%.200s/%s-%.200s.so", dir, prefix, value);
             }
         }
     }
     for (int i = 0; i < n; i++) {
-        if (br_plugin_lib_open(names[i], pin, lib_p, &not_found, why, sizeof(why)) ==
-            ncclSuccess) {
+        if (br_plugin_lib_open(names[i], pin, lib_p, &not_found, why, sizeof(why)) == ncclSuccess) {
             return ncclSuccess;
         }
         all_not_found &= not_found;
@@ -260,7 +258,7 @@ ncclResult_t br_plugin_find(const br_plugin_kind_t *kind, const char *value,
     br_plugin_report_t rep = {.len = 0, .count = 0};
     br_plugin_lib_t *lib = NULL;
     int named = value != NULL && value[0] != '\0';
-    int not_found = 0, which;
+    int not_found = 0, broken = 0, which;
 
     *lib_p = NULL;
     if (named && strcasecmp(value, "none") == 0) {
@@ -277,6 +275,8 @@ ncclResult_t br_plugin_find(const br_plugin_kind_t *kind, const char *value,
         br_plugin_report_add(&rep, lib->path, "no %s .. %s symbol", kind->symbols[0],
                              kind->symbols[kind->nsymbols - 1]);
         br_plugin_lib_close(lib);
+    } else {
+        broken = !not_found;
     }
     if (named) {
         BR_WARN(kind->subsys, "%s=%s: tried %s; no fallback because the plugin was named",
@@ -294,7 +294,12 @@ ncclResult_t br_plugin_find(const br_plugin_kind_t *kind, const char *value,
         br_plugin_report_add(&rep, net_lib->path, "net plugin library: no %s symbol",
                              kind->symbols[0]);
     }
-    BR_INFO(kind->subsys, "%s: no plugin found: tried %s", kind->tag, rep.text);
+    if (broken) {
+        /* The default library exists but does not load: worth a warning. */
+        BR_WARN(kind->subsys, "%s: no plugin used: tried %s", kind->tag, rep.text);
+    } else {
+        BR_INFO(kind->subsys, "%s: no plugin found: tried %s", kind->tag, rep.text);
+    }
     return ncclSuccess;
 }
 

@@ -30,10 +30,8 @@ typedef struct {
 
 /* Probe order: newest first; the first symbol found wins. */
 static const net_probe_t net_probes[] = {
-    {12, "ncclNetPlugin_v12", &br_net_adapter_v12},
-    {11, "ncclNetPlugin_v11", &br_net_adapter_v11},
-    {10, "ncclNetPlugin_v10", &br_net_adapter_v10},
-    {9, "ncclNetPlugin_v9", &br_net_adapter_v9},
+    {12, "ncclNetPlugin_v12", &br_net_adapter_v12}, {11, "ncclNetPlugin_v11", &br_net_adapter_v11},
+    {10, "ncclNetPlugin_v10", &br_net_adapter_v10}, {9, "ncclNetPlugin_v9", &br_net_adapter_v9},
     {8, "ncclNetPlugin_v8", &br_net_adapter_v8},
 };
 #define NET_NPROBES (sizeof(net_probes) / sizeof(net_probes[0]))
@@ -122,8 +120,7 @@ typedef struct {
 static void net_log_skip(const net_walk_t *w, int failure, const char *what, const char *why)
 {
     if (failure && !w->strict) {
-        BR_WARN(NCCL_INIT | NCCL_NET, "NET/Plugin: %s: %s; trying the next candidate", what,
-                why);
+        BR_WARN(NCCL_INIT | NCCL_NET, "NET/Plugin: %s: %s; trying the next candidate", what, why);
     } else {
         BR_INFO(NCCL_INIT | NCCL_NET, "NET/Plugin: skipping %s: %s", what, why);
     }
@@ -141,8 +138,8 @@ static void net_skip_unloaded(net_walk_t *w, int failure, const char *what,
                               const br_plugin_report_t *tried)
 {
     size_t room = sizeof(w->rep.text) - w->rep.len;
-    int n = snprintf(w->rep.text + w->rep.len, room, "%s%s", w->rep.count > 0 ? ", " : "",
-                     tried->text);
+    int n =
+        snprintf(w->rep.text + w->rep.len, room, "%s%s", w->rep.count > 0 ? ", " : "", tried->text);
     w->rep.len += n > 0 && (size_t)n < room ? (size_t)n : room - 1;
     w->rep.count += tried->count;
     net_log_skip(w, failure, what, tried->text);
@@ -279,8 +276,7 @@ static ncclResult_t net_try_entry(net_walk_t *w, const char *value, int pin, br_
     br_plugin_lib_t *lib = NULL;
     int not_found = 0;
 
-    if (br_plugin_lib_resolve("libnccl-net", value, pin, &tried, &lib, &not_found) !=
-        ncclSuccess) {
+    if (br_plugin_lib_resolve("libnccl-net", value, pin, &tried, &lib, &not_found) != ncclSuccess) {
         /* Absent default library: normal (INFO), as in NCCL. */
         net_skip_unloaded(w, !not_found, value != NULL && value[0] ? value : "libnccl-net.so",
                           &tried);
@@ -302,8 +298,7 @@ static ncclResult_t net_try_internal(net_walk_t *w, br_net_t **net_p)
     int not_found = 0;
 
     snprintf(path, sizeof(path), "%s/libnccl-net-socket.so", br_plugin_dir());
-    if (br_plugin_lib_resolve("libnccl-net", path, 0, &tried, &lib, &not_found) !=
-        ncclSuccess) {
+    if (br_plugin_lib_resolve("libnccl-net", path, 0, &tried, &lib, &not_found) != ncclSuccess) {
         net_skip_unloaded(w, 1, "internal socket plugin", &tried);
         return ncclSystemError;
     }
@@ -371,8 +366,8 @@ ncclResult_t br_plugin_net_open(const br_net_request_t *req, br_net_t **net_p)
                 plugin, req->net_name, w.rep.text);
     } else if (named) {
         BR_WARN(NCCL_INIT | NCCL_NET,
-                "NCCL_NET_PLUGIN=%s: tried %s; no fallback because the plugin was named",
-                plugin, w.rep.text);
+                "NCCL_NET_PLUGIN=%s: tried %s; no fallback because the plugin was named", plugin,
+                w.rep.text);
     } else if (w.strict) {
         BR_WARN(NCCL_INIT | NCCL_NET,
                 "network %s (NCCL_NET or ncclConfig_t.netName): tried %s; no fallback because "

@@ -63,8 +63,7 @@ static ncclResult_t v10_listen(br_net_t *net, int dev, void *handle, void **list
 static ncclResult_t v10_connect(br_net_t *net, int dev, void *handle, void **send_comm)
 {
     ncclNetDeviceHandle_v10_t *dev_handle = NULL;
-    return V10(net)->connect(dev, &br_net_state(net)->config.v10, handle, send_comm,
-                             &dev_handle);
+    return V10(net)->connect(dev, &br_net_state(net)->config.v10, handle, send_comm, &dev_handle);
 }
 
 static ncclResult_t v10_accept(br_net_t *net, void *listen_comm, void **recv_comm)
@@ -167,10 +166,12 @@ static ncclResult_t v10_init(br_net_t *net, br_net_state_t *st, const br_net_req
     }
     st->fn.v10 = *exp;
     const br_net_member_t required[] = {
-        BR_NET_MEMBER(t, devices),   BR_NET_MEMBER(t, getProperties), BR_NET_MEMBER(t, listen),
-        BR_NET_MEMBER(t, connect),   BR_NET_MEMBER(t, accept),        BR_NET_MEMBER(t, regMr),
-        BR_NET_MEMBER(t, deregMr),   BR_NET_MEMBER(t, isend),         BR_NET_MEMBER(t, irecv),
-        BR_NET_MEMBER(t, test),      BR_NET_MEMBER(t, closeSend),     BR_NET_MEMBER(t, closeRecv),
+        BR_NET_MEMBER(t, devices),     BR_NET_MEMBER(t, getProperties),
+        BR_NET_MEMBER(t, listen),      BR_NET_MEMBER(t, connect),
+        BR_NET_MEMBER(t, accept),      BR_NET_MEMBER(t, regMr),
+        BR_NET_MEMBER(t, deregMr),     BR_NET_MEMBER(t, isend),
+        BR_NET_MEMBER(t, irecv),       BR_NET_MEMBER(t, test),
+        BR_NET_MEMBER(t, closeSend),   BR_NET_MEMBER(t, closeRecv),
         BR_NET_MEMBER(t, closeListen), {NULL, NULL},
     };
     missing = br_net_first_missing(required);

@@ -144,8 +144,7 @@ static ncclResult_t v11_init(br_net_t *net, br_net_state_t *st, const br_net_req
         return ncclInternalError;
     }
     st->config.v11.trafficClass = req->traffic_class;
-    res = exp->init(&st->ctx, req->comm_hash, &st->config.v11, br_log_plugin,
-                    br_net_prof_callback);
+    res = exp->init(&st->ctx, req->comm_hash, &st->config.v11, br_log_plugin, br_net_prof_callback);
     if (res != ncclSuccess) {
         snprintf(why, why_len, "init failed: %s", br_plugin_result_str(res));
         return res;
@@ -153,11 +152,11 @@ static ncclResult_t v11_init(br_net_t *net, br_net_state_t *st, const br_net_req
     /* Function pointers are read only now: a plugin may patch its table in init. */
     st->fn.v11 = *exp;
     const br_net_member_t required[] = {
-        BR_NET_MEMBER(t, devices),   BR_NET_MEMBER(t, getProperties), BR_NET_MEMBER(t, listen),
-        BR_NET_MEMBER(t, connect),   BR_NET_MEMBER(t, accept),        BR_NET_MEMBER(t, regMr),
-        BR_NET_MEMBER(t, deregMr),   BR_NET_MEMBER(t, isend),         BR_NET_MEMBER(t, irecv),
-        BR_NET_MEMBER(t, test),      BR_NET_MEMBER(t, closeSend),     BR_NET_MEMBER(t, closeRecv),
-        BR_NET_MEMBER(t, closeListen), BR_NET_MEMBER(t, finalize),    {NULL, NULL},
+        BR_NET_MEMBER(t, devices),     BR_NET_MEMBER(t, getProperties), BR_NET_MEMBER(t, listen),
+        BR_NET_MEMBER(t, connect),     BR_NET_MEMBER(t, accept),        BR_NET_MEMBER(t, regMr),
+        BR_NET_MEMBER(t, deregMr),     BR_NET_MEMBER(t, isend),         BR_NET_MEMBER(t, irecv),
+        BR_NET_MEMBER(t, test),        BR_NET_MEMBER(t, closeSend),     BR_NET_MEMBER(t, closeRecv),
+        BR_NET_MEMBER(t, closeListen), BR_NET_MEMBER(t, finalize),      {NULL, NULL},
     };
     missing = br_net_first_missing(required);
     if (missing != NULL) {

@@ -61,7 +61,7 @@ static ncclResult_t v8_accept(br_net_t *net, void *listen_comm, void **recv_comm
 }
 
 static ncclResult_t v8_reg_mr(br_net_t *net, void *comm, void *data, size_t size, int type,
-                               void **mhandle)
+                              void **mhandle)
 {
     return V8(net)->regMr(comm, data, size, type, mhandle);
 }
@@ -76,8 +76,10 @@ static ncclResult_t v8_isend(br_net_t *net, void *send_comm, void *data, size_t 
 {
     (void)phandle; /* v8 has no profiler handles */
     if (size > BR_NET_V8_MAX_SIZE) {
-        BR_WARN(NCCL_NET, "NET/Plugin: isend of %zu bytes exceeds the 1 GiB a v8 net plugin "
-                "(%s) accepts", size, net->name);
+        BR_WARN(NCCL_NET,
+                "NET/Plugin: isend of %zu bytes exceeds the 1 GiB a v8 net plugin "
+                "(%s) accepts",
+                size, net->name);
         return ncclInternalError;
     }
     return V8(net)->isend(send_comm, data, (int)size, tag, mhandle, request);
@@ -96,8 +98,10 @@ static ncclResult_t v8_irecv(br_net_t *net, void *recv_comm, int n, void **data,
     }
     for (int i = 0; i < n; i++) {
         if (sizes[i] > BR_NET_V8_MAX_SIZE) {
-            BR_WARN(NCCL_NET, "NET/Plugin: irecv buffer %d of %zu bytes exceeds the 1 GiB a v8 "
-                    "net plugin (%s) accepts", i, sizes[i], net->name);
+            BR_WARN(NCCL_NET,
+                    "NET/Plugin: irecv buffer %d of %zu bytes exceeds the 1 GiB a v8 "
+                    "net plugin (%s) accepts",
+                    i, sizes[i], net->name);
             return ncclInternalError;
         }
         isizes[i] = (int)sizes[i];
@@ -156,7 +160,7 @@ static ncclResult_t v8_call_init(const void *exported)
 }
 
 static ncclResult_t v8_init(br_net_t *net, br_net_state_t *st, const br_net_request_t *req,
-                             char *why, size_t why_len)
+                            char *why, size_t why_len)
 {
     const ncclNet_v8_t *exp = st->exported;
     const ncclNet_v8_t *t = &st->fn.v8;
@@ -176,10 +180,12 @@ static ncclResult_t v8_init(br_net_t *net, br_net_state_t *st, const br_net_requ
     }
     st->fn.v8 = *exp;
     const br_net_member_t required[] = {
-        BR_NET_MEMBER(t, devices),   BR_NET_MEMBER(t, getProperties), BR_NET_MEMBER(t, listen),
-        BR_NET_MEMBER(t, connect),   BR_NET_MEMBER(t, accept),        BR_NET_MEMBER(t, regMr),
-        BR_NET_MEMBER(t, deregMr),   BR_NET_MEMBER(t, isend),         BR_NET_MEMBER(t, irecv),
-        BR_NET_MEMBER(t, test),      BR_NET_MEMBER(t, closeSend),     BR_NET_MEMBER(t, closeRecv),
+        BR_NET_MEMBER(t, devices),     BR_NET_MEMBER(t, getProperties),
+        BR_NET_MEMBER(t, listen),      BR_NET_MEMBER(t, connect),
+        BR_NET_MEMBER(t, accept),      BR_NET_MEMBER(t, regMr),
+        BR_NET_MEMBER(t, deregMr),     BR_NET_MEMBER(t, isend),
+        BR_NET_MEMBER(t, irecv),       BR_NET_MEMBER(t, test),
+        BR_NET_MEMBER(t, closeSend),   BR_NET_MEMBER(t, closeRecv),
         BR_NET_MEMBER(t, closeListen), {NULL, NULL},
     };
     missing = br_net_first_missing(required);

@@ -65,7 +65,7 @@ static ncclResult_t v9_accept(br_net_t *net, void *listen_comm, void **recv_comm
 }
 
 static ncclResult_t v9_reg_mr(br_net_t *net, void *comm, void *data, size_t size, int type,
-                               void **mhandle)
+                              void **mhandle)
 {
     return V9(net)->regMr(comm, data, size, type, mhandle);
 }
@@ -76,14 +76,14 @@ static ncclResult_t v9_dereg_mr(br_net_t *net, void *comm, void *mhandle)
 }
 
 static ncclResult_t v9_isend(br_net_t *net, void *send_comm, void *data, size_t size, int tag,
-                              void *mhandle, void *phandle, void **request)
+                             void *mhandle, void *phandle, void **request)
 {
     (void)phandle; /* v9 has no profiler handles */
     return V9(net)->isend(send_comm, data, size, tag, mhandle, request);
 }
 
 static ncclResult_t v9_irecv(br_net_t *net, void *recv_comm, int n, void **data, size_t *sizes,
-                              int *tags, void **mhandles, void **phandles, void **request)
+                             int *tags, void **mhandles, void **phandles, void **request)
 {
     (void)phandles; /* v9 has no profiler handles */
     return V9(net)->irecv(recv_comm, n, data, sizes, tags, mhandles, request);
@@ -138,7 +138,7 @@ static ncclResult_t v9_call_init(const void *exported)
 }
 
 static ncclResult_t v9_init(br_net_t *net, br_net_state_t *st, const br_net_request_t *req,
-                             char *why, size_t why_len)
+                            char *why, size_t why_len)
 {
     const ncclNet_v9_t *exp = st->exported;
     const ncclNet_v9_t *t = &st->fn.v9;
@@ -158,10 +158,12 @@ static ncclResult_t v9_init(br_net_t *net, br_net_state_t *st, const br_net_requ
     }
     st->fn.v9 = *exp;
     const br_net_member_t required[] = {
-        BR_NET_MEMBER(t, devices),   BR_NET_MEMBER(t, getProperties), BR_NET_MEMBER(t, listen),
-        BR_NET_MEMBER(t, connect),   BR_NET_MEMBER(t, accept),        BR_NET_MEMBER(t, regMr),
-        BR_NET_MEMBER(t, deregMr),   BR_NET_MEMBER(t, isend),         BR_NET_MEMBER(t, irecv),
-        BR_NET_MEMBER(t, test),      BR_NET_MEMBER(t, closeSend),     BR_NET_MEMBER(t, closeRecv),
+        BR_NET_MEMBER(t, devices),     BR_NET_MEMBER(t, getProperties),
+        BR_NET_MEMBER(t, listen),      BR_NET_MEMBER(t, connect),
+        BR_NET_MEMBER(t, accept),      BR_NET_MEMBER(t, regMr),
+        BR_NET_MEMBER(t, deregMr),     BR_NET_MEMBER(t, isend),
+        BR_NET_MEMBER(t, irecv),       BR_NET_MEMBER(t, test),
+        BR_NET_MEMBER(t, closeSend),   BR_NET_MEMBER(t, closeRecv),
         BR_NET_MEMBER(t, closeListen), {NULL, NULL},
     };
     missing = br_net_first_missing(required);

@@ -41,8 +41,7 @@ typedef struct {
     } fn;
 } prof_state_t;
 
-static const char *const prof_symbols[] = {"ncclProfiler_v6", "ncclProfiler_v5",
-                                           "ncclProfiler_v4"};
+static const char *const prof_symbols[] = {"ncclProfiler_v6", "ncclProfiler_v5", "ncclProfiler_v4"};
 static const int prof_versions[] = {6, 5, 4};
 
 static const br_plugin_kind_t prof_kind = {
@@ -133,8 +132,10 @@ ncclResult_t br_plugin_profiler_open(const br_profiler_request_t *req, br_profil
     res = prof_init(st, exported, req);
     if (res != ncclSuccess) {
         /* As in NCCL: a profiler that fails init is off for this comm, not fatal. */
-        BR_WARN(NCCL_INIT, "PROFILER/Plugin: %s (%s): init failed: %s; profiling is off for "
-                "this communicator", lib->path, prof_symbols[which], br_plugin_result_str(res));
+        BR_WARN(NCCL_INIT,
+                "PROFILER/Plugin: %s (%s): init failed: %s; profiling is off for "
+                "this communicator",
+                lib->path, prof_symbols[which], br_plugin_result_str(res));
         res = ncclSuccess;
         goto err_free;
     }
@@ -201,9 +202,7 @@ static int prof_descr_v4(const ncclProfilerEventDescr_v6_t *d, ncclProfilerEvent
         o->proxyOp.chunkSize = d->proxyOp.chunkSize;
         o->proxyOp.isSend = d->proxyOp.isSend;
         break;
-    case ncclProfileProxyStep:
-        o->proxyStep.step = d->proxyStep.step;
-        break;
+    case ncclProfileProxyStep: o->proxyStep.step = d->proxyStep.step; break;
     case ncclProfileKernelCh:
         o->kernelCh.channelId = d->kernelCh.channelId;
         o->kernelCh.pTimer = d->kernelCh.pTimer;
@@ -212,22 +211,19 @@ static int prof_descr_v4(const ncclProfilerEventDescr_v6_t *d, ncclProfilerEvent
         o->netPlugin.id = d->netPlugin.id;
         o->netPlugin.data = d->netPlugin.data;
         break;
-    default: /* Group and ProxyCtrl carry no fields */
-        break;
+    default: /* Group and ProxyCtrl carry no fields */ break;
     }
     return 1;
 }
 
-ncclResult_t br_plugin_profiler_start_event(br_profiler_t *prof,
-                                            ncclProfilerEventDescr_v6_t *descr,
+ncclResult_t br_plugin_profiler_start_event(br_profiler_t *prof, ncclProfilerEventDescr_v6_t *descr,
                                             void **handle_p)
 {
     prof_state_t *st = prof->priv;
 
     *handle_p = NULL;
     switch (st->version) {
-    case 6:
-        return st->fn.v6.startEvent(st->ctx, handle_p, descr);
+    case 6: return st->fn.v6.startEvent(st->ctx, handle_p, descr);
     case 5: {
         ncclProfilerEventDescr_v5_t d5;
         if (descr->type >= ncclProfileCeColl) {
@@ -267,8 +263,7 @@ ncclResult_t br_plugin_profiler_record_event_state(br_profiler_t *prof, void *ha
         return ncclSuccess;
     }
     switch (st->version) {
-    case 6:
-        return st->fn.v6.recordEventState(handle, state, args);
+    case 6: return st->fn.v6.recordEventState(handle, state, args);
     case 5:
         if (state >= ncclProfilerCeCollStart) {
             return ncclSuccess;

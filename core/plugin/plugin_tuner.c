@@ -44,7 +44,7 @@ struct tuner_state {
     } fn;
 };
 
-#define TABLE_AT(table, a, p) ((table)[(a) * NCCL_NUM_PROTOCOLS + (p)])
+#define TABLE_AT(table, a, p) ((table)[(a)*NCCL_NUM_PROTOCOLS + (p)])
 
 /* ---- v6 and v5 ---- */
 
@@ -53,8 +53,8 @@ static ncclResult_t tuner_init_v6(tuner_state_t *st, const br_tuner_request_t *r
     const ncclTuner_v6_t *exp = st->exported;
     ncclTunerConstants_v6_t *constants =
         req->constants != NULL ? (ncclTunerConstants_v6_t *)req->constants : &st->scratch;
-    BR_CHECK(exp->init(&st->ctx, req->comm_hash, req->nranks, req->nnodes, br_log_plugin,
-                       &st->nvl, constants));
+    BR_CHECK(exp->init(&st->ctx, req->comm_hash, req->nranks, req->nnodes, br_log_plugin, &st->nvl,
+                       constants));
     st->fn.v6 = *exp;
     return ncclSuccess;
 }
@@ -63,9 +63,8 @@ static ncclResult_t tuner_coll_v6(tuner_state_t *st, int func, size_t bytes, int
                                   float *table, int reg_buff, int *nchannels)
 {
     /* float** is NCCL's spelling of "address of the first element" (plugin-abi.md 2.5). */
-    return st->fn.v6.getCollInfo(st->ctx, (ncclFunc_t)func, bytes, num_pipe_ops,
-                                 (float **)table, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS,
-                                 reg_buff, nchannels);
+    return st->fn.v6.getCollInfo(st->ctx, (ncclFunc_t)func, bytes, num_pipe_ops, (float **)table,
+                                 NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, reg_buff, nchannels);
 }
 
 static ncclResult_t tuner_fini_v6(tuner_state_t *st)
@@ -76,9 +75,9 @@ static ncclResult_t tuner_fini_v6(tuner_state_t *st)
 static ncclResult_t tuner_init_v5(tuner_state_t *st, const br_tuner_request_t *req)
 {
     const ncclTuner_v5_t *exp = st->exported;
-    ncclTunerConstants_v5_t *constants =
-        req->constants != NULL ? (ncclTunerConstants_v5_t *)req->constants
-                               : (ncclTunerConstants_v5_t *)(void *)&st->scratch;
+    ncclTunerConstants_v5_t *constants = req->constants != NULL
+                                             ? (ncclTunerConstants_v5_t *)req->constants
+                                             : (ncclTunerConstants_v5_t *)(void *)&st->scratch;
     ncclNvlDomainInfo_v5_t *nvl = (ncclNvlDomainInfo_v5_t *)(void *)&st->nvl;
     BR_CHECK(exp->init(&st->ctx, req->comm_hash, req->nranks, req->nnodes, br_log_plugin, nvl,
                        constants));
@@ -89,9 +88,8 @@ static ncclResult_t tuner_init_v5(tuner_state_t *st, const br_tuner_request_t *r
 static ncclResult_t tuner_coll_v5(tuner_state_t *st, int func, size_t bytes, int num_pipe_ops,
                                   float *table, int reg_buff, int *nchannels)
 {
-    return st->fn.v5.getCollInfo(st->ctx, (ncclFunc_t)func, bytes, num_pipe_ops,
-                                 (float **)table, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS,
-                                 reg_buff, nchannels);
+    return st->fn.v5.getCollInfo(st->ctx, (ncclFunc_t)func, bytes, num_pipe_ops, (float **)table,
+                                 NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, reg_buff, nchannels);
 }
 
 static ncclResult_t tuner_fini_v5(tuner_state_t *st)
@@ -112,9 +110,8 @@ static ncclResult_t tuner_init_v4(tuner_state_t *st, const br_tuner_request_t *r
 static ncclResult_t tuner_coll_v4(tuner_state_t *st, int func, size_t bytes, int num_pipe_ops,
                                   float *table, int reg_buff, int *nchannels)
 {
-    return st->fn.v4.getCollInfo(st->ctx, (ncclFunc_t)func, bytes, num_pipe_ops,
-                                 (float **)table, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS,
-                                 reg_buff, nchannels);
+    return st->fn.v4.getCollInfo(st->ctx, (ncclFunc_t)func, bytes, num_pipe_ops, (float **)table,
+                                 NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, reg_buff, nchannels);
 }
 
 static ncclResult_t tuner_fini_v4(tuner_state_t *st)
@@ -134,9 +131,8 @@ static ncclResult_t tuner_coll_v3(tuner_state_t *st, int func, size_t bytes, int
                                   float *table, int reg_buff, int *nchannels)
 {
     (void)reg_buff; /* v3 predates regBuff */
-    return st->fn.v3.getCollInfo(st->ctx, (ncclFunc_t)func, bytes, num_pipe_ops,
-                                 (float **)table, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS,
-                                 nchannels);
+    return st->fn.v3.getCollInfo(st->ctx, (ncclFunc_t)func, bytes, num_pipe_ops, (float **)table,
+                                 NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, nchannels);
 }
 
 static ncclResult_t tuner_fini_v3(tuner_state_t *st)
@@ -238,8 +234,10 @@ ncclResult_t br_plugin_tuner_open(const br_tuner_request_t *req, br_tuner_t **tu
     tuner->version = st->adapter->version;
     tuner->priv = st;
     if (!tuner_complete(st->exported)) {
-        BR_WARN(NCCL_INIT | NCCL_TUNING, "TUNER/Plugin: %s: %s lacks init, getCollInfo or "
-                "finalize", lib->path, tuner_symbols[which]);
+        BR_WARN(NCCL_INIT | NCCL_TUNING,
+                "TUNER/Plugin: %s: %s lacks init, getCollInfo or "
+                "finalize",
+                lib->path, tuner_symbols[which]);
         res = ncclInvalidUsage;
         goto err_free;
     }
@@ -256,8 +254,8 @@ ncclResult_t br_plugin_tuner_open(const br_tuner_request_t *req, br_tuner_t **tu
         res = ncclInvalidUsage;
         goto err_free;
     }
-    BR_INFO(NCCL_INIT | NCCL_TUNING, "TUNER/Plugin: loaded %s symbol %s (v%d), tuner %s",
-            lib->path, tuner_symbols[which], tuner->version, tuner->name);
+    BR_INFO(NCCL_INIT | NCCL_TUNING, "TUNER/Plugin: loaded %s symbol %s (v%d), tuner %s", lib->path,
+            tuner_symbols[which], tuner->version, tuner->name);
     *tuner_p = tuner;
     return ncclSuccess;
 
@@ -283,8 +281,7 @@ ncclResult_t br_plugin_tuner_get_coll_info(br_tuner_t *tuner, int func, size_t b
     return res;
 }
 
-ncclResult_t br_plugin_tuner_hook(void *ctx, int func, size_t bytes, float *table,
-                                  int *nchannels)
+ncclResult_t br_plugin_tuner_hook(void *ctx, int func, size_t bytes, float *table, int *nchannels)
 {
     return br_plugin_tuner_get_coll_info(ctx, func, bytes, 1, table, 0, nchannels);
 }

@@ -3,7 +3,7 @@
  * Tuner and profiler loader tests: search order (named library, default, the net plugin's
  * library), no silent fallback for a named plugin, and the adapters: a v2/v3 tuner's
  * choice reaching the v6-style cost table, v6 constants and chunk size, v4 profiler events
- * passing through with v4's descriptor.
+ * passing through with v4's descriptor; the env plugin (v1, v2).
  */
 #include <check.h>
 #include <dlfcn.h>
@@ -53,8 +53,7 @@ static br_tuner_t *tuner_open_ok(br_tuner_request_t *req)
 {
     br_tuner_t *tuner = NULL;
     ncclResult_t res = br_plugin_tuner_open(req, &tuner);
-    ck_assert_msg(res == ncclSuccess, "tuner open failed (%d): %s", (int)res,
-                  br_log_last_error());
+    ck_assert_msg(res == ncclSuccess, "tuner open failed (%d): %s", (int)res, br_log_last_error());
     ck_assert_ptr_nonnull(tuner);
     return tuner;
 }
@@ -65,8 +64,8 @@ static void fill_table(float table[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS])
 {
     for (int a = 0; a < NCCL_NUM_ALGORITHMS; a++) {
         for (int p = 0; p < NCCL_NUM_PROTOCOLS; p++) {
-            table[a][p] = (a == NCCL_ALGO_TREE || a == NCCL_ALGO_RING) ? 10.0f + (float)(a * 3 + p)
-                                                                       : -1.0f;
+            table[a][p] =
+                (a == NCCL_ALGO_TREE || a == NCCL_ALGO_RING) ? 10.0f + (float)(a * 3 + p) : -1.0f;
         }
     }
 }
@@ -269,8 +268,8 @@ START_TEST(test_profiler_v4_events_pass_through)
     ck_assert_str_eq(st->comm_name, "world");
     ck_assert_int_eq(st->nranks, 4);
     ck_assert_int_eq(st->rank, 2);
-    ck_assert_int_eq(br_plugin_profiler_mask(), ncclProfileGroup | ncclProfileColl |
-                                                    ncclProfileP2p | ncclProfileProxyStep);
+    ck_assert_int_eq(br_plugin_profiler_mask(),
+                     ncclProfileGroup | ncclProfileColl | ncclProfileP2p | ncclProfileProxyStep);
 
     /* A v5+ API event: v4 has none, the adapter drops it. */
     memset(&d, 0, sizeof(d));
@@ -309,15 +308,15 @@ START_TEST(test_profiler_v4_events_pass_through)
     ck_assert_ptr_eq(st->events[2].parent, coll);
     memset(&args, 0, sizeof(args));
     args.proxyStep.transSize = 4096;
-    ck_assert_int_eq(br_plugin_profiler_record_event_state(prof, step,
-                                                           ncclProfilerProxyStepSendWait, &args),
-                     ncclSuccess);
+    ck_assert_int_eq(
+        br_plugin_profiler_record_event_state(prof, step, ncclProfilerProxyStepSendWait, &args),
+        ncclSuccess);
     ck_assert_int_eq(st->last_state, ncclProfilerProxyStepSendWait);
     ck_assert(st->last_trans_size == 4096);
     /* A v5-only state is dropped; NULL handles are ignored. */
-    ck_assert_int_eq(br_plugin_profiler_record_event_state(prof, group,
-                                                           ncclProfilerGroupEndApiStart, NULL),
-                     ncclSuccess);
+    ck_assert_int_eq(
+        br_plugin_profiler_record_event_state(prof, group, ncclProfilerGroupEndApiStart, NULL),
+        ncclSuccess);
     ck_assert_int_eq(st->nstates, 1);
     ck_assert_int_eq(br_plugin_profiler_stop_event(prof, NULL), ncclSuccess);
     ck_assert_int_eq(br_plugin_profiler_stop_event(prof, step), ncclSuccess);
@@ -345,6 +344,60 @@ START_TEST(test_profiler_none_absent_and_named_missing)
 }
 END_TEST
 
+/* ---- Env ---- */
+
+static const struct {
+    const char *plugin;
+    const char *value;
+} env_cases[] = {
+    {"testv1", "from-plugin-v1"},
+    {"testv2", "from-plugin-v2"},
+};
+
+START_TEST(test_env_plugin_answers)
+{
+    const char *path;
+    int *init_calls, *fini_calls, *major;
+    void *dl;
+
+    ck_assert_int_eq(br_plugin_env_open(env_cases[_i].plugin), ncclSuccess);
+    ck_assert(br_plugin_env_loaded());
+    ck_assert_str_eq(br_plugin_env_get("BRAID_TEST_ENV_VAR"), env_cases[_i].value);
+    ck_assert_ptr_null(br_plugin_env_get("BRAID_TEST_OTHER"));
+    /* Once per process: a second open changes nothing. */
+    ck_assert_int_eq(br_plugin_env_open("none"), ncclSuccess);
+    ck_assert(br_plugin_env_loaded());
+    path = _i == 0 ? "libnccl-env-testv1.so" : "libnccl-env-testv2.so";
+    dl = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(dl);
+    init_calls = dlsym(dl, "testenv_init_calls");
+    fini_calls = dlsym(dl, "testenv_fini_calls");
+    major = dlsym(dl, "testenv_major");
+    ck_assert_int_eq(*init_calls, 1);
+    ck_assert_int_eq(*major, 2);
+    br_plugin_env_close();
+    ck_assert_int_eq(*fini_calls, 1); /* our own dlopen keeps it mapped */
+    dlclose(dl);
+    ck_assert(!br_plugin_env_loaded());
+    ck_assert_ptr_null(br_plugin_env_get("BRAID_TEST_ENV_VAR"));
+}
+END_TEST
+
+START_TEST(test_env_none_absent_and_named_missing)
+{
+    ck_assert_int_eq(br_plugin_env_open(NULL), ncclSuccess); /* no libnccl-env.so */
+    ck_assert(!br_plugin_env_loaded());
+    br_plugin_env_close();
+    ck_assert_int_eq(br_plugin_env_open("none"), ncclSuccess);
+    ck_assert(!br_plugin_env_loaded());
+    br_plugin_env_close();
+    ck_assert_int_eq(br_plugin_env_open("nosuchenv"), ncclInvalidUsage);
+    assert_error_has("NCCL_ENV_PLUGIN=nosuchenv");
+    assert_error_has("libnccl-env-nosuchenv.so");
+    ck_assert(!br_plugin_env_loaded());
+}
+END_TEST
+
 void br_plugin_tp_tcases(Suite *s)
 {
     TCase *tc = tcase_create("tuner");
@@ -360,5 +413,11 @@ void br_plugin_tp_tcases(Suite *s)
     tc = tcase_create("profiler");
     tcase_add_test(tc, test_profiler_v4_events_pass_through);
     tcase_add_test(tc, test_profiler_none_absent_and_named_missing);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("env");
+    tcase_add_loop_test(tc, test_env_plugin_answers, 0,
+                        (int)(sizeof(env_cases) / sizeof(env_cases[0])));
+    tcase_add_test(tc, test_env_none_absent_and_named_missing);
     suite_add_tcase(s, tc);
 }

@@ -232,7 +232,7 @@ static ncclResult_t tn_test(void *request, int *done, int *sizes)
     pthread_mutex_lock(&recv_lock);
     if (TESTNET_FAIL_AFTER > 0 && recvs_done >= TESTNET_FAIL_AFTER) {
         pthread_mutex_unlock(&recv_lock);
-        free(r); /* a failed request is dead */
+        free(r);                /* a failed request is dead */
         return ncclSystemError; /* the connection "broke" */
     }
     pthread_mutex_unlock(&recv_lock);

@@ -12,23 +12,23 @@
 typedef struct {
     int init_calls, fini_calls, coll_calls;
     size_t nranks, nnodes;
-    uint64_t comm_id;         /* v5+ */
-    int nvl[3];               /* v5+ NVL domain info */
+    uint64_t comm_id; /* v5+ */
+    int nvl[3];       /* v5+ NVL domain info */
     int last_func;
     size_t last_bytes;
     int last_collnet, last_nvls; /* v2's support flags */
-    int num_algo, num_proto;  /* v3+ table shape */
-    int last_reg_buff;        /* v4+ */
+    int num_algo, num_proto;     /* v3+ table shape */
+    int last_reg_buff;           /* v4+ */
 } testtuner_stats_t;
 
 #define TESTPROF_MAX_EVENTS 16
 
 typedef struct {
-    int type;           /* descriptor type as the plugin saw it */
-    void *parent;       /* parentObj */
-    const char *func;   /* coll.func / p2p.func */
-    int peer;           /* p2p.peer */
-    int step;           /* proxyStep.step */
+    int type;         /* descriptor type as the plugin saw it */
+    void *parent;     /* parentObj */
+    const char *func; /* coll.func / p2p.func */
+    int peer;         /* p2p.peer */
+    int step;         /* proxyStep.step */
 } testprof_event_t;
 
 typedef struct {
