@@ -36,7 +36,7 @@ typedef struct {
 
 /* Bytes per element of a type (0 for an invalid type). */
 size_t br_type_size(ncclDataType_t type);
-/* "float32", "bf16", ... for messages. */
+/* "float32", "bfloat16", ... for messages. */
 const char *br_type_name(ncclDataType_t type);
 /* "sum", "prod", ... for messages. */
 const char *br_red_kind_name(br_red_kind_t kind);

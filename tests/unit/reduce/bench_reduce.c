@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Throughput of br_reduce against memcpy, for the record (never run as a test, never
- * asserted): bench_reduce [MiB of output] [repetitions]. For each type it times
- * dst = recv + local with distinct buffers and in place (dst == recv), and prints GB/s
- * of output written, next to a memcpy of the same output size.
+ * asserted): bench_reduce [SIZE [REPETITIONS [PORTABLE]]], SIZE like 256K or 64M (default:
+ * both). For each type it times dst = recv (+) local with distinct buffers and in place
+ * (dst == recv), and prints GB/s of output written, next to a memcpy of the same size.
+ * PORTABLE=1 measures the portable C loops instead of the fastest for this CPU.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -48,20 +49,34 @@ static double time_memcpy(void *dst, const void *src, size_t bytes, int reps)
     return best;
 }
 
-int main(int argc, char **argv)
+/* "64M", "256K" or a byte count. */
+static size_t parse_size(const char *s)
 {
-    size_t mib = argc > 1 ? strtoul(argv[1], NULL, 0) : 64;
-    int reps = argc > 2 ? atoi(argv[2]) : 10;
-    size_t bytes = mib << 20;
+    char *end;
+    size_t v = strtoul(s, &end, 0);
+    switch (*end) {
+    case 'k':
+    case 'K': return v << 10;
+    case 'm':
+    case 'M': return v << 20;
+    case 'g':
+    case 'G': return v << 30;
+    default: return v;
+    }
+}
+
+static void bench_size(size_t bytes, int reps)
+{
     static const ncclDataType_t types[] = {ncclFloat32,    ncclFloat16,   ncclBfloat16,
                                            ncclFloat64,    ncclInt32,     ncclInt8,
                                            ncclFloat8e4m3, ncclFloat8e5m2};
     static const ncclRedOp_t ops[] = {ncclSum, ncclMax, ncclAvg};
+    static const char *const op_names[] = {"sum", "max", "avg"};
     unsigned char *a = malloc(bytes), *b = malloc(bytes), *d = malloc(bytes);
 
     if (a == NULL || b == NULL || d == NULL) {
-        fprintf(stderr, "bench_reduce: cannot allocate 3 x %zu MiB\n", mib);
-        return 1;
+        fprintf(stderr, "bench_reduce: cannot allocate 3 x %zu bytes\n", bytes);
+        exit(1);
     }
     /* Small positive values: no NaN or infinity in any type, no denormal slow paths. */
     for (size_t i = 0; i < bytes; i++) {
@@ -70,7 +85,8 @@ int main(int argc, char **argv)
     }
     memset(d, 0, bytes);
     double tm = time_memcpy(d, a, bytes, reps);
-    printf("%-11s %-4s %10.2f GB/s\n", "memcpy", "", (double)bytes / tm * 1e-9);
+    printf("%zu KiB per buffer; GB/s of output (best of %d)\n", bytes >> 10, reps);
+    printf("  %-11s %-4s %8.2f\n", "memcpy", "", (double)bytes / tm * 1e-9);
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
             br_redop_t op;
@@ -79,16 +95,27 @@ int main(int argc, char **argv)
             double t3 = time_reduce(d, a, b, n, &op, reps);
             memcpy(d, a, bytes);
             double t2 = time_reduce(d, d, b, n, &op, reps);
-            printf("%-11s %-4s %10.2f GB/s  in place %6.2f GB/s  (%.2f x memcpy)\n",
-                   br_type_name(types[t]),
-                   ops[o] == ncclSum   ? "sum"
-                   : ops[o] == ncclMax ? "max"
-                                       : "avg",
-                   (double)bytes / t3 * 1e-9, (double)bytes / t2 * 1e-9, tm / t3);
+            printf("  %-11s %-4s %8.2f  in place %6.2f  (%.2f x memcpy)\n", br_type_name(types[t]),
+                   op_names[o], (double)bytes / t3 * 1e-9, (double)bytes / t2 * 1e-9, tm / t3);
         }
     }
     free(a);
     free(b);
     free(d);
+}
+
+int main(int argc, char **argv)
+{
+    int reps = argc > 2 ? atoi(argv[2]) : 10;
+    int portable = argc > 3 ? atoi(argv[3]) : 0;
+
+    printf("loops: %s\n", br_reduce_use_portable(portable));
+    if (argc > 1) {
+        bench_size(parse_size(argv[1]), reps);
+        return 0;
+    }
+    /* Cache-resident (an executor chunk) and memory-bound. */
+    bench_size(256 << 10, reps * 20);
+    bench_size(64 << 20, reps);
     return 0;
 }
