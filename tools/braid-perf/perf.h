@@ -57,6 +57,7 @@ struct perf_opts {
     int nprocs;    /* -N: processes to fork (standalone mode) */
     int nthreads;  /* -t: ranks as threads in each process */
     int device;    /* --mem device: buffers in CUDA device memory */
+    int places;    /* --place: bit 0 out-of-place, bit 1 in-place (default both) */
     int timeout_s; /* -T: whole-run limit, 0 = none */
     const char *json_path;
 };

@@ -64,6 +64,7 @@ static void usage(FILE *f, const char *prog)
             "  -T, --timeout S        stop everything after S seconds (default: no limit)\n"
             "  -J, --json FILE        also write the results as JSON\n"
             "      --mem host|device  buffers in host memory (default) or CUDA device memory\n"
+            "      --place both|out|in  run out-of-place and/or in-place calls (default both)\n"
             "  -h, --help\n"
             "Under mpirun, braid-perf-mpi makes every MPI process a rank (times -t threads).\n",
             prog);
@@ -152,6 +153,7 @@ static void defaults(struct perf_opts *o, const char *argv0)
     o->avg_mode = 3;
     o->nprocs = 1;
     o->nthreads = 1;
+    o->places = 3;
     o->coll = PERF_ALLREDUCE;
     /* A link named after an nccl-tests binary selects that collective. */
     perf_coll_lookup(base != NULL ? base + 1 : argv0, &o->coll);
@@ -180,6 +182,12 @@ static int parse_opt(struct perf_opts *o, int c, const char *arg)
     case 'G': return parse_int(arg, 0, &graph) || graph != 0 ? -1 : 0;
     case 'T': return parse_int(arg, 0, &o->timeout_s);
     case 'J': o->json_path = arg; return 0;
+    case 'P':
+        o->places = strcmp(arg, "out") == 0    ? 1
+                    : strcmp(arg, "in") == 0   ? 2
+                    : strcmp(arg, "both") == 0 ? 3
+                                               : 0;
+        return o->places ? 0 : -1;
     case 'M':
         if (strcmp(arg, "host") != 0 && strcmp(arg, "device") != 0) {
             return -1;
@@ -213,6 +221,7 @@ static int parse_args(struct perf_opts *o, int argc, char **argv)
         {"timeout", required_argument, NULL, 'T'},
         {"json", required_argument, NULL, 'J'},
         {"mem", required_argument, NULL, 'M'},
+        {"place", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };

@@ -184,6 +184,10 @@ static void print_row(const struct perf_row *row)
            row->root);
     for (int ip = 0; ip < 2; ip++) {
         char tm[32], wr[32];
+        if (row->time_us[ip] < 0) { /* not run (--place) */
+            printf("  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+            continue;
+        }
         format_time(tm, sizeof(tm), row->time_us[ip]);
         format_wrong(wr, sizeof(wr), row->wrong[ip]);
         printf("  %s  %6.2f  %6.2f  %s", tm, row->algbw[ip], row->busbw[ip], wr);
@@ -220,9 +224,10 @@ static void run_size(const struct perf_rank *r, struct perf_bufs *b, struct perf
     struct perf_row row = {0};
 
     for (int ip = 0; ip < 2; ip++) {
-        double us = time_coll(r, b, count, type, op, ip);
-        int checked = o->check > 0 && (ip == 0 || info->check_in_place);
-        vals[2 * ip] = (o->avg_mode == 0 && r->rank != 0) ? 0.0 : us;
+        int run = (o->places >> ip) & 1;
+        double us = run ? time_coll(r, b, count, type, op, ip) : -1.0;
+        int checked = run && o->check > 0 && (ip == 0 || info->check_in_place);
+        vals[2 * ip] = (o->avg_mode == 0 && r->rank != 0 && run) ? 0.0 : us;
         vals[2 * ip + 1] = checked ? (double)check_coll(r, b, count, type, op, ip) : -1.0;
         ops[2 * ip] = time_op;
         ops[2 * ip + 1] = checked ? PERF_RED_SUM : PERF_RED_MAX;
@@ -237,6 +242,10 @@ static void run_size(const struct perf_rank *r, struct perf_bufs *b, struct perf
     for (int ip = 0; ip < 2; ip++) {
         double us = vals[2 * ip] / (o->avg_mode == 1 ? r->nranks : 1);
         row.time_us[ip] = us;
+        row.wrong[ip] = -1;
+        if (us < 0) {
+            continue; /* this half was not run */
+        }
         row.algbw[ip] = us > 0 ? (double)row.size / (us * 1e-6) / 1e9 : 0.0;
         row.busbw[ip] = row.algbw[ip] * perf_coll_busbw_factor(o->coll, r->nranks);
         row.wrong[ip] = (long)vals[2 * ip + 1];
@@ -309,6 +318,9 @@ static void write_json(const struct perf_rank *r, const struct perf_totals *tot,
                 row->root);
         for (int ip = 0; ip < 2; ip++) {
             const char *k = ip ? "in_place" : "out_of_place";
+            if (row->time_us[ip] < 0) {
+                continue;
+            }
             fprintf(f,
                     ", \"%s\": {\"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, "
                     "\"wrong\": %ld}",
