@@ -1,0 +1,662 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Check suite "mp_comm": communicator life cycle and groups with several ranks.
+ *   queries    ncclGetVersion, ncclCommCount/UserRank/CuDevice, ncclGetErrorString
+ *   groups     an AllReduce and a ring of sends/recvs in one group; every collective in
+ *              one group; 32 AllReduces in one group; several send/recv exchanges with
+ *              the same peers in one group (matched in order)
+ *   split      ncclCommSplit by parity with keys that reverse the order, NOCOLOR giving
+ *              NULL, a split of a split, collectives on the children checked against the
+ *              reference while the parent stays usable
+ *   lifecycle  a second communicator made from an id broadcast over the first, with the
+ *              ranks reversed, used interleaved with the first; finalize and destroy
+ *
+ *   check_mp_comm --mode proc|threads|initall --ranks 1,2,4
+ *
+ * proc and threads run one rank per process or thread (ncclCommInitRank); initall makes
+ * the ranks with ncclCommInitAll (or grouped ncclCommInitRank) and drives them all from
+ * this thread, with ncclGroupStart/End around the per-rank calls.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "brt_coll.h"
+#include "brt_launch.h"
+
+enum { MODE_PROC, MODE_THREADS, MODE_INITALL };
+
+static struct {
+    int mode;
+    int ranks[BRT_MAX_RANKS];
+    int nranks_list;
+} cfg;
+
+#define ERR_LEN 16384
+#define TIMEOUT 120.0
+
+static brt_case_t mk(brt_func_t f, ncclDataType_t t, int op, size_t count, int root, int inplace,
+                     uint32_t seed)
+{
+    brt_case_t c = {.func = f, .type = t, .op = op, .count = count, .root = root,
+                    .inplace = inplace, .null_unused = 0, .seed = seed};
+    return c;
+}
+
+/* The groups of the "groups" TCase for n ranks; returns how many lists, each in lists[k]
+ * with count counts[k]. */
+#define NGROUPS 4
+#define GROUP_MAX 40
+static int group_lists(int n, brt_case_t lists[NGROUPS][GROUP_MAX], size_t counts[NGROUPS])
+{
+    /* An AllReduce and a ring exchange. */
+    lists[0][0] = mk(BRT_ALLREDUCE, ncclInt32, BRT_SUM, 4097, 0, 0, 11);
+    lists[0][1] = mk(BRT_SENDRECV, ncclFloat32, BRT_SUM, 1000, 1 % n, 0, 12);
+    counts[0] = 2;
+    /* Every collective at once, sizes around and above a 64 KiB FIFO. */
+    lists[1][0] = mk(BRT_ALLREDUCE, ncclBfloat16, BRT_AVG, 7, 0, 0, 21);
+    lists[1][1] = mk(BRT_BROADCAST, ncclInt64, BRT_SUM, 70001, n - 1, 0, 22);
+    lists[1][2] = mk(BRT_REDUCE, ncclFloat16, BRT_MAX, 4097, 1 % n, 1, 23);
+    lists[1][3] = mk(BRT_ALLGATHER, ncclUint8, BRT_SUM, 100003, 0, 1, 24);
+    lists[1][4] = mk(BRT_REDUCESCATTER, ncclFloat64, BRT_PREMULSUM, 513, 0, 0, 25);
+    lists[1][5] = mk(BRT_ALLTOALL, ncclInt8, BRT_SUM, 1001, 0, 0, 26);
+    lists[1][6] = mk(BRT_GATHER, ncclFloat8e4m3, BRT_SUM, 333, 0, 1, 27);
+    lists[1][7] = mk(BRT_SCATTER, ncclFloat8e5m2, BRT_SUM, 4097, n / 2, 0, 28);
+    lists[1][8] = mk(BRT_SENDRECV, ncclUint32, BRT_SUM, 77, BRT_SHIFT_ALL, 0, 29);
+    lists[1][9] = mk(BRT_BCAST, ncclUint64, BRT_SUM, 9, 0, 0, 30);
+    lists[1][10] = mk(BRT_REDUCE, ncclInt32, BRT_PROD, 65539, n - 1, 0, 31);
+    lists[1][11] = mk(BRT_ALLREDUCE, ncclFloat8e5m2, BRT_MIN, 200000, 0, 1, 32);
+    counts[1] = 12;
+    /* Many small AllReduces. */
+    for (int k = 0; k < 32; k++) {
+        lists[2][k] = mk(BRT_ALLREDUCE, ncclFloat32, BRT_SUM, (size_t)k * 37 + 1, 0, k & 1,
+                         (uint32_t)(100 + k));
+    }
+    counts[2] = 32;
+    /* The same peers several times: sends and receives match in the order they were made. */
+    lists[3][0] = mk(BRT_SENDRECV, ncclInt8, BRT_SUM, 10, 1 % n, 0, 41);
+    lists[3][1] = mk(BRT_SENDRECV, ncclInt8, BRT_SUM, 4097, 1 % n, 0, 42);
+    lists[3][2] = mk(BRT_SENDRECV, ncclInt64, BRT_SUM, 3, BRT_SHIFT_ALL, 0, 43);
+    lists[3][3] = mk(BRT_SENDRECV, ncclFloat64, BRT_SUM, 70000, (n - 1) % n, 0, 44);
+    counts[3] = 4;
+    return NGROUPS;
+}
+
+static int run_groups(ncclComm_t *comms, int nlocal, int n, char *err, size_t errlen)
+{
+    static brt_case_t lists[NGROUPS][GROUP_MAX];
+    size_t counts[NGROUPS];
+    int ng = group_lists(n, lists, counts);
+    for (int g = 0; g < ng; g++) {
+        int ret = brt_group_run(comms, nlocal, lists[g], counts[g], err, errlen);
+        if (ret != 0) {
+            size_t used = strlen(err);
+            snprintf(err + used, errlen - used, " [group %d]", g);
+            return ret;
+        }
+    }
+    return 0;
+}
+
+/* ---- per-rank bodies (proc and threads modes) ---- */
+
+static int body_queries(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    int v = 0, count = -1, rank = -1, dev = -7, bad = 0;
+    ncclResult_t res;
+
+    if (ncclGetVersion(&v) != ncclSuccess || v != 22809 || v != NCCL_VERSION_CODE) {
+        brt_fail(ctx, "ncclGetVersion gave %d, expected 22809", v);
+        bad = 1;
+    }
+    if (ncclCommCount(comm, &count) != ncclSuccess || count != ctx->nranks) {
+        brt_fail(ctx, "ncclCommCount gave %d, expected %d", count, ctx->nranks);
+        bad = 1;
+    }
+    if (ncclCommUserRank(comm, &rank) != ncclSuccess || rank != ctx->rank) {
+        brt_fail(ctx, "ncclCommUserRank gave %d, expected %d", rank, ctx->rank);
+        bad = 1;
+    }
+    res = ncclCommCuDevice(comm, &dev);
+    if (res != ncclSuccess || dev == -7) {
+        brt_fail(ctx, "ncclCommCuDevice returned %d and device %d", (int)res, dev);
+        bad = 1;
+    }
+    ncclResult_t async = ncclInternalError;
+    if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async != ncclSuccess) {
+        brt_fail(ctx, "ncclCommGetAsyncError on a healthy communicator gave %d", (int)async);
+        bad = 1;
+    }
+    return bad;
+}
+
+static int body_groups(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    char *err = malloc(ERR_LEN);
+    int ret;
+    if (err == NULL) {
+        return 1;
+    }
+    brt_doing(ctx, "grouped collectives");
+    ret = run_groups(&comm, 1, ctx->nranks, err, ERR_LEN);
+    if (ret != 0) {
+        brt_fail(ctx, "%s", err);
+    }
+    free(err);
+    return ret;
+}
+
+/* AllReduce (sum, int64) of v over comm; 0 and the result in *out, or 1. */
+static int allreduce_i64(brt_rank_ctx_t *ctx, ncclComm_t comm, int64_t v, int64_t *out,
+                         const char *what)
+{
+    int64_t in = v;
+    ncclResult_t res = ncclAllReduce(&in, out, 1, ncclInt64, ncclSum, comm, NULL);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "%s: ncclAllReduce returned %d: %s", what, (int)res,
+                 ncclGetLastError(comm));
+        return 1;
+    }
+    return 0;
+}
+
+static int check_comm_shape(brt_rank_ctx_t *ctx, ncclComm_t c, int want_n, int want_r,
+                            const char *what)
+{
+    int n = -1, r = -1;
+    if (ncclCommCount(c, &n) != ncclSuccess || ncclCommUserRank(c, &r) != ncclSuccess ||
+        n != want_n || r != want_r) {
+        brt_fail(ctx, "%s: child has %d ranks and rank %d, expected %d and %d", what, n, r, want_n,
+                 want_r);
+        return 1;
+    }
+    return 0;
+}
+
+/* Split by parity with keys n - rank: the child ranks run in reverse parent order. */
+static int split_parity(brt_rank_ctx_t *ctx, ncclComm_t comm, char *err, size_t errlen)
+{
+    const int n = ctx->nranks, r = ctx->rank;
+    ncclComm_t child = NULL;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    int want_n = 0, want_r = 0, bad = 0;
+    brt_case_t *cases = NULL;
+
+    config.commName = "parity";
+    for (int q = 0; q < n; q++) {
+        want_n += q % 2 == r % 2;
+        want_r += q % 2 == r % 2 && q > r;
+    }
+    brt_doing(ctx, "ncclCommSplit by parity");
+    ncclResult_t res = ncclCommSplit(comm, r % 2, n - r, &child, &config);
+    if (res != ncclSuccess || child == NULL) {
+        brt_fail(ctx, "ncclCommSplit(color %d, key %d) returned %d, comm %p: %s", r % 2, n - r,
+                 (int)res, (void *)child, ncclGetLastError(comm));
+        return 1;
+    }
+    bad |= check_comm_shape(ctx, child, want_n, want_r, "parity split");
+    /* AllGather of the parent ranks shows the order the keys asked for. */
+    int32_t mine = r, all[BRT_MAX_RANKS];
+    brt_doing(ctx, "AllGather on the parity child");
+    res = ncclAllGather(&mine, all, 1, ncclInt32, child, NULL);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "AllGather on the child returned %d: %s", (int)res, ncclGetLastError(child));
+        ncclCommAbort(child);
+        return 1;
+    }
+    for (int k = 0, q = n - 1; k < want_n && !bad; k++, q--) {
+        q -= q % 2 != r % 2; /* next parent rank of our parity, going down */
+        if (all[k] != q) {
+            brt_fail(ctx, "parity child: rank %d is parent rank %d, expected %d (keys n - rank)",
+                     k, all[k], q);
+            bad = 1;
+        }
+    }
+    /* The whole thin matrix on the child; both children run at the same time. */
+    size_t ncases = brt_cases_build(BRT_MATRIX_THIN, want_n, &cases);
+    int ret = brt_cases_run(&child, 1, cases, ncases, ctx, err, errlen);
+    free(cases);
+    if (ret != 0) {
+        brt_fail(ctx, "on the parity child: %s", err);
+        bad = 1;
+    }
+    if (ret == 2) {
+        ncclCommAbort(child);
+        return 1;
+    }
+    res = ncclCommDestroy(child);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "ncclCommDestroy of the parity child returned %d", (int)res);
+        bad = 1;
+    }
+    return bad;
+}
+
+/* Rank 0 opts out with NCCL_SPLIT_NOCOLOR; the rest split again into two halves. */
+static int split_nocolor(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    const int n = ctx->nranks, r = ctx->rank;
+    ncclComm_t child = NULL, grand = NULL;
+    int64_t sum = 0;
+    int bad = 0;
+
+    brt_doing(ctx, "ncclCommSplit with NOCOLOR on rank 0");
+    child = (ncclComm_t)&sum; /* must be overwritten with NULL on rank 0 */
+    ncclResult_t res = ncclCommSplit(comm, r == 0 ? NCCL_SPLIT_NOCOLOR : 7, 0, &child, NULL);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "ncclCommSplit (rank 0 NOCOLOR) returned %d: %s", (int)res,
+                 ncclGetLastError(comm));
+        return 1;
+    }
+    if (r == 0) {
+        if (child != NULL) {
+            brt_fail(ctx, "ncclCommSplit with NCCL_SPLIT_NOCOLOR gave comm %p, expected NULL",
+                     (void *)child);
+            return 1;
+        }
+        return 0;
+    }
+    if (child == NULL || check_comm_shape(ctx, child, n - 1, r - 1, "NOCOLOR split")) {
+        brt_fail(ctx, "NOCOLOR split: rank %d got comm %p", r, (void *)child);
+        return 1;
+    }
+    if (allreduce_i64(ctx, child, r, &sum, "NOCOLOR child")) {
+        ncclCommAbort(child);
+        return 1;
+    }
+    if (sum != (int64_t)n * (n - 1) / 2) {
+        brt_fail(ctx, "NOCOLOR child: AllReduce of parent ranks 1..%d gave %lld", n - 1,
+                 (long long)sum);
+        bad = 1;
+    }
+    /* A split of the split: halves by child rank, negative keys reversing each half. */
+    int cr = r - 1, half = (n - 1) / 2, color = cr < half ? 0 : 1;
+    int size = color == 0 ? half : n - 1 - half;
+    int pos = color == 0 ? half - 1 - cr : (n - 2) - cr;
+    brt_doing(ctx, "ncclCommSplit of the NOCOLOR child");
+    res = ncclCommSplit(child, color, -cr, &grand, NULL);
+    if (res != ncclSuccess || grand == NULL) {
+        brt_fail(ctx, "second-level ncclCommSplit returned %d: %s", (int)res,
+                 ncclGetLastError(child));
+        ncclCommAbort(child);
+        return 1;
+    }
+    bad |= check_comm_shape(ctx, grand, size, pos, "split of a split");
+    if (allreduce_i64(ctx, grand, r, &sum, "grandchild") == 0) {
+        int64_t want = 0;
+        for (int q = 1; q < n; q++) {
+            want += ((q - 1 < half ? 0 : 1) == color) ? q : 0;
+        }
+        if (sum != want) {
+            brt_fail(ctx, "grandchild: AllReduce gave %lld, expected %lld", (long long)sum,
+                     (long long)want);
+            bad = 1;
+        }
+    } else {
+        bad = 1;
+    }
+    /* Destroy the parent of grand first: each communicator stands alone. */
+    bad |= ncclCommDestroy(child) != ncclSuccess;
+    bad |= ncclCommDestroy(grand) != ncclSuccess;
+    return bad;
+}
+
+static int body_split(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    char *err = malloc(ERR_LEN);
+    int64_t sum = 0;
+    int bad;
+    if (err == NULL) {
+        return 1;
+    }
+    bad = split_parity(ctx, comm, err, ERR_LEN);
+    free(err);
+    if (bad) {
+        return 1;
+    }
+    bad = split_nocolor(ctx, comm);
+    /* The parent still works after its children are gone. */
+    brt_doing(ctx, "AllReduce on the parent after the splits");
+    if (!bad && allreduce_i64(ctx, comm, ctx->rank + 1, &sum, "parent after splits") == 0) {
+        int64_t n = ctx->nranks;
+        if (sum != n * (n + 1) / 2) {
+            brt_fail(ctx, "parent after splits: AllReduce gave %lld", (long long)sum);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+
+/* A second communicator from an id that rank 0 makes and broadcasts over the first. */
+static int body_lifecycle(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    const int n = ctx->nranks, r = ctx->rank;
+    ncclUniqueId id2;
+    ncclComm_t comm2 = NULL;
+    ncclResult_t res;
+    int64_t a = 0, b = 0;
+    int bad = 0;
+
+    memset(&id2, 0, sizeof(id2));
+    if (r == 0 && ncclGetUniqueId(&id2) != ncclSuccess) {
+        brt_fail(ctx, "ncclGetUniqueId in rank 0: %s", ncclGetLastError(NULL));
+        return 1;
+    }
+    brt_doing(ctx, "Broadcast of a second unique id");
+    res = ncclBroadcast(&id2, &id2, sizeof(id2), ncclUint8, 0, comm, NULL);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "Broadcast of the id returned %d: %s", (int)res, ncclGetLastError(comm));
+        return 1;
+    }
+    brt_doing(ctx, "ncclCommInitRank of a second communicator (ranks reversed)");
+    res = ncclCommInitRank(&comm2, n, id2, n - 1 - r);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "second ncclCommInitRank returned %d: %s", (int)res, ncclGetLastError(NULL));
+        return 1;
+    }
+    bad |= check_comm_shape(ctx, comm2, n, n - 1 - r, "second communicator");
+    for (int it = 0; it < 20 && !bad; it++) {
+        brt_doing(ctx, "interleaved AllReduces, iteration %d", it);
+        if (allreduce_i64(ctx, it % 2 ? comm : comm2, r * 10 + it, &a, "interleaved") ||
+            allreduce_i64(ctx, it % 2 ? comm2 : comm, r, &b, "interleaved")) {
+            return 1;
+        }
+        if (a != 10LL * n * (n - 1) / 2 + (int64_t)it * n || b != (int64_t)n * (n - 1) / 2) {
+            brt_fail(ctx, "interleaved iteration %d: sums %lld and %lld", it, (long long)a,
+                     (long long)b);
+            bad = 1;
+        }
+    }
+    brt_doing(ctx, "ncclCommFinalize/Destroy of the second communicator");
+    res = ncclCommFinalize(comm2);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "ncclCommFinalize returned %d: %s", (int)res, ncclGetLastError(comm2));
+        bad = 1;
+    }
+    res = ncclCommDestroy(comm2);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "ncclCommDestroy returned %d", (int)res);
+        bad = 1;
+    }
+    if (!bad && allreduce_i64(ctx, comm, 1, &a, "first communicator after the second") == 0 &&
+        a != n) {
+        brt_fail(ctx, "first communicator after destroying the second: sum %lld", (long long)a);
+        bad = 1;
+    }
+    return bad;
+}
+
+typedef int (*body_fn_t)(brt_rank_ctx_t *ctx, ncclComm_t comm);
+
+/* Init, run the body, finalize and destroy: one rank of the proc and threads modes. */
+static int rank_main(brt_rank_ctx_t *ctx)
+{
+    body_fn_t body = (body_fn_t)ctx->arg;
+    ncclComm_t comm = NULL;
+    int bad;
+
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    bad = body(ctx, comm);
+    if (bad) {
+        ncclCommAbort(comm);
+        return 1;
+    }
+    brt_doing(ctx, "ncclCommFinalize/ncclCommDestroy");
+    if (ncclCommFinalize(comm) != ncclSuccess || ncclCommDestroy(comm) != ncclSuccess) {
+        brt_fail(ctx, "finalize/destroy failed: %s", ncclGetLastError(NULL));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- initall mode: every rank driven by this thread ---- */
+
+static void initall_make(ncclComm_t *comms, int n, int grouped_initrank)
+{
+    ncclResult_t res;
+    if (grouped_initrank) {
+        ncclUniqueId id;
+        ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+        ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+        for (int r = 0; r < n; r++) {
+            res = ncclCommInitRank(&comms[r], n, id, r);
+            ck_assert_msg(res == ncclSuccess, "grouped ncclCommInitRank(rank %d) returned %d: %s",
+                          r, (int)res, ncclGetLastError(NULL));
+        }
+        res = ncclGroupEnd();
+    } else {
+        res = ncclCommInitAll(comms, n, NULL);
+    }
+    ck_assert_msg(res == ncclSuccess, "%s of %d ranks returned %d: %s",
+                  grouped_initrank ? "grouped ncclCommInitRank" : "ncclCommInitAll", n, (int)res,
+                  ncclGetLastError(NULL));
+    for (int r = 0; r < n; r++) {
+        int c = -1, u = -1;
+        ck_assert_int_eq(ncclCommCount(comms[r], &c), ncclSuccess);
+        ck_assert_int_eq(ncclCommUserRank(comms[r], &u), ncclSuccess);
+        ck_assert_int_eq(c, n);
+        ck_assert_int_eq(u, r);
+    }
+}
+
+static void initall_destroy(ncclComm_t *comms, int n)
+{
+    for (int r = 0; r < n; r++) {
+        ck_assert_int_eq(ncclCommFinalize(comms[r]), ncclSuccess);
+        ck_assert_int_eq(ncclCommDestroy(comms[r]), ncclSuccess);
+    }
+}
+
+static void initall_groups(int n, int grouped_initrank)
+{
+    ncclComm_t comms[BRT_MAX_RANKS];
+    char *err = malloc(ERR_LEN);
+    brt_report_t rep;
+    memset(&rep, 0, sizeof(rep));
+    snprintf(rep.doing, sizeof(rep.doing), "grouped collectives over %d ranks in one thread", n);
+    brt_watchdog_start(TIMEOUT * brt_time_scale(), &rep);
+    initall_make(comms, n, grouped_initrank);
+    int ret = run_groups(comms, n, n, err, ERR_LEN);
+    ck_assert_msg(ret == 0, "%d ranks, one thread: %s", n, brt_clip(err, 3000));
+    brt_case_t *cases = NULL;
+    size_t ncases = brt_cases_build(BRT_MATRIX_THIN, n, &cases);
+    ret = brt_cases_run(comms, n, cases, ncases, NULL, err, ERR_LEN);
+    free(cases);
+    ck_assert_msg(ret == 0, "%d ranks, one thread, thin matrix: %s", n, brt_clip(err, 3000));
+    initall_destroy(comms, n);
+    brt_watchdog_stop();
+    free(err);
+}
+
+static void initall_split(int n)
+{
+    ncclComm_t comms[BRT_MAX_RANKS], child[BRT_MAX_RANKS], part[2][BRT_MAX_RANKS];
+    int npart[2] = {0, 0};
+    char *err = malloc(ERR_LEN);
+    brt_report_t rep;
+    memset(&rep, 0, sizeof(rep));
+    snprintf(rep.doing, sizeof(rep.doing), "grouped ncclCommSplit over %d ranks", n);
+    brt_watchdog_start(TIMEOUT * brt_time_scale(), &rep);
+    initall_make(comms, n, 0);
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n; r++) {
+        int color = r == n - 1 && n > 2 ? NCCL_SPLIT_NOCOLOR : r % 2;
+        ck_assert_int_eq(ncclCommSplit(comms[r], color, n - r, &child[r], NULL), ncclSuccess);
+    }
+    ncclResult_t res = ncclGroupEnd();
+    ck_assert_msg(res == ncclSuccess, "grouped ncclCommSplit returned %d: %s", (int)res,
+                  ncclGetLastError(NULL));
+    /* Child ranks in reverse parent order (keys n - r). */
+    for (int r = n - 1; r >= 0; r--) {
+        if (r == n - 1 && n > 2) {
+            ck_assert_msg(child[r] == NULL, "NOCOLOR rank %d got a communicator", r);
+            continue;
+        }
+        part[r % 2][npart[r % 2]++] = child[r];
+    }
+    for (int p = 0; p < 2; p++) {
+        for (int k = 0; k < npart[p]; k++) {
+            int c = -1, u = -1;
+            ncclCommCount(part[p][k], &c);
+            ncclCommUserRank(part[p][k], &u);
+            ck_assert_msg(c == npart[p] && u == k, "child %d of color %d: %d ranks, rank %d", k, p,
+                          c, u);
+        }
+        if (npart[p] == 0) {
+            continue;
+        }
+        brt_case_t *cases = NULL;
+        size_t ncases = brt_cases_build(BRT_MATRIX_THIN, npart[p], &cases);
+        int ret = brt_cases_run(part[p], npart[p], cases, ncases, NULL, err, ERR_LEN);
+        free(cases);
+        ck_assert_msg(ret == 0, "color %d child of %d ranks: %s", p, npart[p], brt_clip(err, 3000));
+        initall_destroy(part[p], npart[p]);
+    }
+    initall_destroy(comms, n);
+    brt_watchdog_stop();
+    free(err);
+}
+
+/* ---- tests ---- */
+
+static void run_body(body_fn_t body, int n)
+{
+    char *out = malloc(4 * ERR_LEN);
+    int bad;
+    ck_assert_ptr_nonnull(out);
+    if (cfg.mode == MODE_PROC) {
+        bad = brt_procs_run(n, rank_main, (void *)body, TIMEOUT * brt_time_scale(), out,
+                            4 * ERR_LEN);
+    } else {
+        bad = brt_threads_run(n, rank_main, (void *)body, TIMEOUT * brt_time_scale(), out,
+                              4 * ERR_LEN);
+    }
+    ck_assert_msg(!bad, "%d ranks (%s):\n%s", n, cfg.mode == MODE_PROC ? "processes" : "threads",
+                  brt_clip(out, 3000));
+    free(out);
+}
+
+START_TEST(test_queries)
+{
+    int n = cfg.ranks[_i];
+    if (cfg.mode == MODE_INITALL) {
+        ncclComm_t comms[BRT_MAX_RANKS];
+        int dev = -7;
+        initall_make(comms, n, 0);
+        for (int r = 0; r < n; r++) {
+            ck_assert_int_eq(ncclCommCuDevice(comms[r], &dev), ncclSuccess);
+        }
+        initall_destroy(comms, n);
+        return;
+    }
+    run_body(body_queries, n);
+}
+END_TEST
+
+START_TEST(test_groups)
+{
+    int n = cfg.ranks[_i];
+    if (cfg.mode == MODE_INITALL) {
+        initall_groups(n, 0);
+        initall_groups(n, 1);
+        return;
+    }
+    run_body(body_groups, n);
+}
+END_TEST
+
+START_TEST(test_split)
+{
+    int n = cfg.ranks[_i];
+    if (cfg.mode == MODE_INITALL) {
+        initall_split(n);
+        return;
+    }
+    run_body(body_split, n);
+}
+END_TEST
+
+START_TEST(test_lifecycle)
+{
+    int n = cfg.ranks[_i];
+    if (cfg.mode == MODE_INITALL) {
+        /* Two sets of communicators alive at once, each grouped on its own. */
+        ncclComm_t a[BRT_MAX_RANKS], b[BRT_MAX_RANKS];
+        initall_make(a, n, 0);
+        initall_make(b, n, 1);
+        char *err = malloc(ERR_LEN);
+        brt_case_t c = mk(BRT_ALLREDUCE, ncclInt64, BRT_SUM, 4097, 0, 0, 5);
+        for (int it = 0; it < 6; it++) {
+            c.seed = (uint32_t)it;
+            int ret = brt_cases_run(it % 2 ? a : b, n, &c, 1, NULL, err, ERR_LEN);
+            ck_assert_msg(ret == 0, "iteration %d: %s", it, brt_clip(err, 3000));
+        }
+        initall_destroy(b, n);
+        int ret = brt_cases_run(a, n, &c, 1, NULL, err, ERR_LEN);
+        ck_assert_msg(ret == 0, "after destroying the second set: %s", brt_clip(err, 3000));
+        initall_destroy(a, n);
+        free(err);
+        return;
+    }
+    run_body(body_lifecycle, n);
+}
+END_TEST
+
+static int parse_args(int argc, char **argv)
+{
+    cfg.mode = MODE_PROC;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (strcmp(k, "--mode") == 0) {
+            cfg.mode = strcmp(v, "threads") == 0   ? MODE_THREADS
+                       : strcmp(v, "initall") == 0 ? MODE_INITALL
+                                                   : MODE_PROC;
+        } else if (strcmp(k, "--ranks") == 0) {
+            for (char *s = (char *)v; *s && cfg.nranks_list < BRT_MAX_RANKS;) {
+                cfg.ranks[cfg.nranks_list++] = (int)strtol(s, &s, 10);
+                s += *s == ',';
+            }
+        } else {
+            fprintf(stderr, "unknown option %s\n", k);
+            return -1;
+        }
+    }
+    if (cfg.nranks_list == 0) {
+        cfg.ranks[cfg.nranks_list++] = 2;
+    }
+    return 0;
+}
+
+static Suite *mp_comm_suite(void)
+{
+    Suite *s = suite_create("mp_comm");
+    struct {
+        const char *name;
+        const TTest *test;
+    } cases[] = {{"queries", test_queries},
+                 {"groups", test_groups},
+                 {"split", test_split},
+                 {"lifecycle", test_lifecycle}};
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        TCase *tc = tcase_create(cases[k].name);
+        tcase_set_timeout(tc, TIMEOUT * brt_time_scale() + 60);
+        tcase_add_loop_test(tc, cases[k].test, 0, cfg.nranks_list);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    if (parse_args(argc, argv) != 0) {
+        return 2;
+    }
+    SRunner *sr = srunner_create(mp_comm_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
