@@ -54,7 +54,6 @@ const abi_fact_table_t *abi_alone_tables(size_t *n_p);
 /* The parameter list of every function member (abi_signatures.c), and the mismatches
  * known in frozen headers we do not own (run as a separate, tagged case). */
 const abi_fact_table_t *abi_signature_tables(size_t *n_p);
-const abi_fact_table_t *abi_known_defect_tables(size_t *n_p);
 
 /* Check every fact of a table; print each mismatch to stderr; return the count. */
 size_t abi_check_table(const abi_fact_table_t *table);

@@ -2,9 +2,7 @@
 /*
  * Signature facts: the type of every function member of every table, compared with the
  * parameter list plugin-abi.md gives (GCC/Clang __builtin_types_compatible_p). Sizes
- * and slots cannot see a wrong parameter list; these facts can. A mismatch that is a
- * known defect of a frozen header we do not own is listed in its own table, which the
- * test binary runs as a separate case tagged "known_defect".
+ * and slots cannot see a wrong parameter list; these facts can.
  */
 #include "nccl.h"
 #include "plugin_api/collnet/collnet.h"
@@ -79,7 +77,7 @@ static const abi_fact_t net_sigs[] = {
     SIG(ncclNet_v9_t, isend, res_t (*)(void *, void *, size_t, int, void *, void **)),
     SIG(ncclNet_v9_t, irecv, res_t (*)(void *, int, void **, size_t *, int *, void **, void **)),
     SIG(ncclNet_v9_t, makeVDevice, res_t (*)(int *, ncclNetVDeviceProps_v9_t *)),
-    /* v10: every member but init and connect (those are in the known-defect table) */
+    /* v10: every member but init and connect (those are in net_v10_calls) */
     NET_SIG_STABLE(ncclNet_v10_t),
     NET_SIG_DEV(ncclNet_v10_t),
     SIG(ncclNet_v10_t, getProperties, res_t (*)(int, ncclNetProperties_v10_t *)),
@@ -114,10 +112,9 @@ static const abi_fact_t net_new_sigs[] = {
     NET_SIG_NEW(ncclNet_v12_t, v12),
 };
 
-/* plugin-abi.md 1.6: v10 init is process-wide, (logger, profiler callback); the frozen
- * net_v10.h declares v11's per-communicator init instead. (Its connect, with the
- * traffic-class config second, is right and is kept here as the control.) */
-static const abi_fact_t net_v10_defects[] = {
+/* plugin-abi.md 1.6: v10 init is process-wide (logger, profiler callback), and connect
+ * takes the traffic-class config second. */
+static const abi_fact_t net_v10_calls[] = {
     SIG(ncclNet_v10_t, init, res_t (*)(log_t, ncclProfilerCallback_t)),
     SIG(ncclNet_v10_t, connect,
         res_t (*)(int, ncclNetCommConfig_v10_t *, void *, void **, ncclNetDeviceHandle_v10_t **)),
@@ -232,14 +229,11 @@ static const abi_fact_t profiler_env_sigs[] = {
 
 static const abi_fact_table_t sig_tables[] = {
     ABI_TABLE("net v6-v10 signatures", net_sigs),
+    ABI_TABLE("net v10 init/connect signatures", net_v10_calls),
     ABI_TABLE("net v11-v12 signatures", net_new_sigs),
     ABI_TABLE("collnet signatures", collnet_sigs),
     ABI_TABLE("tuner signatures", tuner_sigs),
     ABI_TABLE("profiler and env signatures", profiler_env_sigs),
-};
-
-static const abi_fact_table_t defect_tables[] = {
-    ABI_TABLE("net v10 init/connect signatures", net_v10_defects),
 };
 
 const abi_fact_table_t *abi_signature_tables(size_t *n_p)
@@ -248,8 +242,3 @@ const abi_fact_table_t *abi_signature_tables(size_t *n_p)
     return sig_tables;
 }
 
-const abi_fact_table_t *abi_known_defect_tables(size_t *n_p)
-{
-    *n_p = sizeof(defect_tables) / sizeof(defect_tables[0]);
-    return defect_tables;
-}

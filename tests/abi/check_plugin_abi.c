@@ -8,7 +8,6 @@
  *   signatures    the parameter list of every function member (abi_signatures.c)
  *   exports       each plugin library under BR_ABI_LIB_DIR exports exactly its tables;
  *                 BR_ABI_REQUIRED lists the libraries that must exist (comma-separated)
- *   known_defect  mismatches of frozen headers owned elsewhere (tagged; run separately)
  *
  * Each case reports every mismatch of its table on stderr before failing.
  */
@@ -82,13 +81,6 @@ START_TEST(test_abi_signature_matches_document)
 }
 END_TEST
 
-START_TEST(test_abi_known_defect_is_still_there)
-{
-    size_t n;
-    check_one_table(&abi_known_defect_tables(&n)[_i]);
-}
-END_TEST
-
 /* Is `file` in the comma-separated BR_ABI_REQUIRED list? */
 static int plugin_is_required(const char *file)
 {
@@ -146,11 +138,6 @@ static Suite *abi_suite(void)
     tcase_add_loop_test(tc, test_abi_plugin_exports_exactly_its_tables, 0, abi_nplugins);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("known_defect");
-    tcase_set_tags(tc, "known_defect");
-    abi_known_defect_tables(&n);
-    tcase_add_loop_test(tc, test_abi_known_defect_is_still_there, 0, (int)n);
-    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -64,10 +64,9 @@ typedef struct {
 typedef struct {
     /* Name of the network; matched case-insensitively against NCCL_NET. */
     const char *name;
-    /* Called once per communicator: create a per-comm context in *ctx. commId is the
-     * communicator hash, config->trafficClass -1 unless set. Added in v10. */
-    ncclResult_t (*init)(void **ctx, uint64_t commId, ncclNetCommConfig_v10_t *config,
-                         ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
+    /* Process-wide initialisation with the core's logger and profiler callback (called
+     * once, whatever the number of communicators). */
+    ncclResult_t (*init)(ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
     /* Number of physical devices. 0 disables the plugin. */
     ncclResult_t (*devices)(int *ndev);
     /* Fill the properties of device dev (physical or virtual). Callable any time. */

@@ -496,7 +496,7 @@ EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
 /* ---- v10: process-wide init(logger, profiler callback), config with connect ---- */
 
 #ifdef TESTNET_V10
-/* NCCL's v10 init; the slot's declared type in net_v10.h differs (see plugin_net_v10.c). */
+/* NCCL's v10 init: process-wide. */
 static ncclResult_t tn_init_v10(ncclDebugLogger_t log, ncclProfilerCallback_t prof)
 {
     (void)log;
@@ -549,8 +549,7 @@ static ncclResult_t tn_irecv_v10(void *recv_comm, int n, void **data, size_t *si
 
 EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
     .name = TESTNET_NAME,
-    .init = (ncclResult_t(*)(void **, uint64_t, ncclNetCommConfig_v10_t *, ncclDebugLogger_t,
-                             ncclProfilerCallback_t))(void (*)(void))tn_init_v10,
+    .init = tn_init_v10,
     .devices = tn_devices,
     .getProperties = tn_props_v10,
     .listen = tn_listen,
