@@ -36,6 +36,7 @@ struct ncclComm {
     br_transport_comm_t *tc;
     br_exec_comm_t *ec;
     br_tune_t *tune;            /* the cost model and the tuner hook */
+    br_tuner_t *tuner;          /* tuner plugin, or NULL */
     br_user_op_t user_ops[BR_MAX_USER_OPS];
     pthread_mutex_t lock;       /* user ops */
     int finalized;

@@ -224,7 +224,40 @@ static ncclResult_t tune_setup(ncclComm_t comm)
         topo.hw = any_shm ? BR_HW_PCI : BR_HW_NVLINK;
         topo.link_gbps = any_shm ? 6.0 : 10.0; /* one core's copy rate through the FIFO */
     }
-    return br_plan_tune_create(&topo, &comm->tune);
+    BR_CHECK(br_plan_tune_create(&topo, &comm->tune));
+
+    /* The tuner plugin edits the constants at its init, then sees every cost table. */
+    br_tuner_request_t treq;
+    memset(&treq, 0, sizeof(treq));
+    treq.plugin = BR_PARAM_STR(TUNER_PLUGIN);
+    treq.net = tc->net;
+    treq.comm_hash = comm->comm_hash;
+    treq.nranks = (size_t)comm->nranks;
+    treq.nnodes = (size_t)topo.nnodes;
+    treq.nvl_domains = topo.nnodes;
+    treq.min_ranks_per_nvl = treq.max_ranks_per_nvl = 1;
+    treq.constants = br_plan_tune_constants(comm->tune);
+    BR_CHECK(br_plugin_tuner_open(&treq, &comm->tuner));
+    if (comm->tuner != NULL) {
+        br_plan_tune_set_hook(comm->tune, br_plugin_tuner_hook, comm->tuner, comm->tuner->name);
+        BR_INFO(NCCL_INIT | NCCL_TUNING, "tuner %s (v%d) from %s", comm->tuner->name,
+                comm->tuner->version, comm->tuner->path);
+    }
+
+    br_profiler_request_t preq;
+    memset(&preq, 0, sizeof(preq));
+    preq.plugin = BR_PARAM_STR(PROFILER_PLUGIN);
+    preq.net = tc->net;
+    preq.comm_hash = comm->comm_hash;
+    preq.comm_name = comm->name[0] ? comm->name : NULL;
+    preq.nnodes = topo.nnodes;
+    preq.nranks = comm->nranks;
+    preq.rank = comm->rank;
+    BR_CHECK(br_plugin_profiler_open(&preq, &comm->ec->prof));
+    if (comm->ec->prof != NULL && tc->proxy != NULL) {
+        br_proxy_set_profiler(tc->proxy, comm->ec->prof);
+    }
+    return ncclSuccess;
 }
 
 static void config_apply(ncclComm_t comm, const ncclConfig_t *config)
@@ -393,6 +426,9 @@ void br_comm_free(ncclComm_t comm, int flush)
     registry_remove(comm);
     comm->magic = 0;
     br_plan_tune_free(comm->tune);
+    if (comm->tuner != NULL) {
+        br_plugin_tuner_close(comm->tuner);
+    }
     if (comm->tc != NULL) {
         br_transport_close_all(comm->tc, flush);
         if (comm->tc->net != NULL) {
@@ -405,6 +441,9 @@ void br_comm_free(ncclComm_t comm, int flush)
         free(comm->tc);
     }
     if (comm->ec != NULL) {
+        if (comm->ec->prof != NULL) {
+            br_plugin_profiler_close(comm->ec->prof);
+        }
         free(comm->ec->p2p_send);
         free(comm->ec->p2p_recv);
         free(comm->ec->send_seq);

@@ -47,6 +47,8 @@ typedef struct br_exec_comm {
     uint64_t *send_seq, *recv_seq;         /* messages per peer */
     int has_net;                           /* some connection goes through the proxy */
     int oversubscribed;                    /* more ranks on this host than CPU cores */
+    br_profiler_t *prof;                   /* profiler plugin, or NULL */
+    uint64_t prof_seq[BR_NUM_FUNCS];       /* per-function counters for its events */
     ncclResult_t error;                    /* sticky: the first failure */
     char error_msg[1024];
 } br_exec_comm_t;
@@ -63,10 +65,19 @@ typedef struct {
     const char *wait_what;  /* "data from" / "space at" */
 } br_exec_queue_t;
 
+/* A profiler event that stops when its last work item finishes. */
+typedef struct {
+    br_exec_comm_t *ec;
+    void *handle;
+    int remaining;
+} br_exec_event_t;
+
 /* A group's worth of queues across communicators. */
 typedef struct {
     br_exec_queue_t *queues;
     int n, cap;
+    br_exec_event_t *events;  /* Coll/P2p events, and one GroupApi per profiled comm */
+    int nevents, events_cap;
 } br_exec_batch_t;
 
 /* Append the work of one operation to the batch (queues are found or created per

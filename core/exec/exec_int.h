@@ -23,6 +23,7 @@ struct br_work {
     /* Send/recv progress, in bytes. */
     size_t bytes, off;
     const void *copy_src; /* copy: source (self send) */
+    int event;            /* index in the batch's events, or -1 */
 };
 
 /* Do as many steps of w as the FIFOs allow. Returns >0 steps done, 0 if blocked (with

@@ -33,6 +33,7 @@ struct br_proxy {
     int stop;
     br_net_conn_t *conns;
     _Atomic int error;         /* ncclResult_t of the first failure */
+    br_profiler_t *prof;       /* ProxyStep events, or NULL */
     char error_msg[512];
 };
 
@@ -47,6 +48,47 @@ static void proxy_fail(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, c
                  (unsigned long long)nc->done, (unsigned long long)nc->posted);
         BR_WARN(NCCL_NET | NCCL_PROXY, "rank %d: %s", proxy->rank, proxy->error_msg);
     }
+}
+
+/* ProxyStep events: one per network transfer, started when it is posted and stopped when
+ * the plugin reports it complete. */
+static void step_start(br_proxy_t *proxy, br_net_conn_t *nc, int slot, size_t bytes)
+{
+    ncclProfilerEventDescr_v6_t d;
+    ncclProfilerEventStateArgs_v6_t args;
+
+    nc->ev[slot] = NULL;
+    if (proxy->prof == NULL || (br_plugin_profiler_mask() & ncclProfileProxyStep) == 0) {
+        return;
+    }
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileProxyStep;
+    d.rank = proxy->rank;
+    d.proxyStep.step = (int)(nc->posted % 0x7fffffff);
+    if (br_plugin_profiler_start_event(proxy->prof, &d, &nc->ev[slot]) != ncclSuccess) {
+        nc->ev[slot] = NULL;
+        return;
+    }
+    memset(&args, 0, sizeof(args));
+    args.proxyStep.transSize = bytes;
+    (void)br_plugin_profiler_record_event_state(
+        proxy->prof, nc->ev[slot],
+        nc->is_send ? ncclProfilerProxyStepSendWait : ncclProfilerProxyStepRecvWait, &args);
+}
+
+static void step_stop(br_proxy_t *proxy, br_net_conn_t *nc, int slot)
+{
+    if (nc->ev[slot] != NULL) {
+        (void)br_plugin_profiler_stop_event(proxy->prof, nc->ev[slot]);
+        nc->ev[slot] = NULL;
+    }
+}
+
+void br_proxy_set_profiler(br_proxy_t *proxy, br_profiler_t *prof)
+{
+    pthread_mutex_lock(&proxy->lock);
+    proxy->prof = prof;
+    pthread_mutex_unlock(&proxy->lock);
 }
 
 /* Move one send connection; returns the number of state changes. */
@@ -71,6 +113,7 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
             break; /* the plugin is full: retry later */
         }
         nc->req[slot] = req;
+        step_start(proxy, nc, slot, nc->ctrl->slot[slot].bytes);
         nc->posted++;
         moved++;
     }
@@ -85,6 +128,7 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
             break;
         }
         nc->req[slot] = NULL;
+        step_stop(proxy, nc, slot);
         nc->done++;
         /* Release: the executor may now overwrite the slot. */
         atomic_store_explicit(&nc->ctrl->head, nc->done, memory_order_release);
@@ -117,6 +161,7 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
             break;
         }
         nc->req[slot] = req;
+        step_start(proxy, nc, slot, nc->step_size);
         nc->posted++;
         moved++;
     }
@@ -131,6 +176,7 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
             break;
         }
         nc->req[slot] = NULL;
+        step_stop(proxy, nc, slot);
         /* The descriptor says only how many bytes came: the network carries no call
          * identity, so seq 0 tells the executor not to check it. */
         memset(&nc->ctrl->slot[slot], 0, sizeof(nc->ctrl->slot[slot]));
@@ -320,6 +366,9 @@ void br_proxy_destroy(br_proxy_t *proxy, int flush)
     while (proxy->conns != NULL) {
         br_net_conn_t *nc = proxy->conns;
         proxy->conns = nc->next;
+        for (int i = 0; i < BR_STEPS; i++) {
+            step_stop(proxy, nc, i);
+        }
         if (nc->mhandle != NULL) {
             (void)net->ops->dereg_mr(net, nc->comm, nc->mhandle);
         }

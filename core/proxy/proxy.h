@@ -29,6 +29,7 @@ typedef struct br_net_conn {
     void *comm;            /* the plugin's send or recv comm */
     void *mhandle;         /* registration of buf */
     void *req[BR_STEPS];
+    void *ev[BR_STEPS];    /* ProxyStep profiler handles */
     uint64_t posted, done;
     struct br_net_conn *next;
 } br_net_conn_t;
@@ -41,6 +42,9 @@ ncclResult_t br_proxy_add(br_proxy_t *proxy, br_net_conn_t *nc);
 
 /* The executor enters (+1) or leaves (-1) a phase that uses net connections. */
 void br_proxy_active(br_proxy_t *proxy, int delta);
+
+/* Emit a ProxyStep profiler event around every network transfer. */
+void br_proxy_set_profiler(br_proxy_t *proxy, br_profiler_t *prof);
 
 /* Progress from the executor's wait loop if the proxy lock is free; returns >0 when
  * something moved. */
