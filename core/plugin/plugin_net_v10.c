@@ -5,9 +5,6 @@
  * any comm holds it and later comms only count; the comm's traffic class lives in this
  * load's state and travels with every connect; properties gain maxMultiRequestSize 1
  * and railId/planeId -1. There is no finalize.
- *
- * Note: include/plugin_api/net/net_v10.h declares init with v11's per-comm parameters,
- * which is not NCCL's v10 ABI; the slot is called here through NCCL's v10 signature.
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,10 +13,6 @@
 #include "plugin_int.h"
 
 #define V10(net) (&br_net_state(net)->fn.v10)
-
-/* NCCL's v10 init: process-wide, no context. */
-typedef ncclResult_t (*v10_init_fn_t)(ncclDebugLogger_t logFunction,
-                                      ncclProfilerCallback_t profFunction);
 
 static ncclResult_t v10_devices(br_net_t *net, int *ndev)
 {
@@ -140,9 +133,7 @@ static const br_net_ops_t v10_ops = {
 static ncclResult_t v10_call_init(const void *exported)
 {
     const ncclNet_v10_t *exp = exported;
-    /* Through void (*)(void), the one function type GCC lets convert to any other. */
-    v10_init_fn_t init = (v10_init_fn_t)(void (*)(void))exp->init;
-    return init(br_log_plugin, br_net_prof_callback);
+    return exp->init(br_log_plugin, br_net_prof_callback);
 }
 
 static ncclResult_t v10_init(br_net_t *net, br_net_state_t *st, const br_net_request_t *req,
