@@ -49,13 +49,14 @@ static void copy_name(char *dst, const char *src)
  * handle of another context or of another process's proxy (PXN). */
 static const prof_event_t *own_parent(const prof_ctx_t *ctx, const void *p)
 {
-    const prof_event_t *e = p;
+    uintptr_t a = (uintptr_t)p, base = (uintptr_t)ctx->events;
 
-    if (e == NULL || e < ctx->events || e >= ctx->events + ctx->capacity ||
-        (size_t)((const char *)e - (const char *)ctx->events) % sizeof(*e) != 0) {
+    /* Integer comparisons: p may point anywhere, even into another process. */
+    if (a < base || a >= base + ctx->capacity * sizeof(prof_event_t) ||
+        (a - base) % sizeof(prof_event_t) != 0) {
         return NULL;
     }
-    return e;
+    return p;
 }
 
 /* Decode the payload of NCCL's own net plugins (Socket and IB, payload version 1):

@@ -167,6 +167,7 @@ static void state(rank_t *r, void *h, ncclProfilerEventState_t s, uint64_t arg)
 typedef struct {
     void *coll, *p2p;
     int seq;
+    int mask; /* the group's mask snapshot travels with its work, as in the core */
 } work_t;
 
 typedef struct {
@@ -258,7 +259,9 @@ static void run_ctrl(rank_t *r)
 static void *proxy_main(void *arg)
 {
     proxy_t *p = arg;
-    rank_t *r = p->rank;
+    /* The proxy's own view: the API thread rewrites its mask snapshot per group. */
+    rank_t self = {p->rank->kit, p->rank->ctx, p->rank->rank, 0, p->rank->stats};
+    rank_t *r = &self;
     int peer = (r->rank + 1) % 2;
 
     for (;;) {
@@ -274,7 +277,10 @@ static void *proxy_main(void *arg)
         w = p->items[p->head++ % QUEUE_LEN];
         pthread_cond_broadcast(&p->cond);
         pthread_mutex_unlock(&p->lock);
+        /* ProxyCtrl uses the live mask (3.7); the rest the group's snapshot. */
+        r->mask = __atomic_load_n(&prof_kit_mask, __ATOMIC_RELAXED);
         run_ctrl(r);
+        r->mask = w.mask;
         run_op(r, w.coll, w.seq % 2, peer, 1);
         run_op(r, w.coll, w.seq % 2, peer, 0);
         run_kernel_ch(r, w.coll, w.seq % 2);
@@ -347,7 +353,7 @@ static void run_group(rank_t *r, proxy_t *p, int seq)
     d.p2p.nChannels = 1;
     d.p2p.parentGroup = group;
     p2p = start(r, &d, papi);
-    proxy_push(p, (work_t){coll, p2p, seq});
+    proxy_push(p, (work_t){coll, p2p, seq, r->mask});
     /* Coll/P2p stop once their proxy work is posted, not when it completes (3.7). */
     stop(r, coll);
     stop(r, p2p);
