@@ -205,6 +205,9 @@ ncclResult_t netsock_listen(int dev, void *handle, void **listen_comm)
     BR_SYS_GOTO(lc->fd =
                     socket(d->addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
                 res, err_free);
+    /* Accepted sockets inherit the options; a receive buffer must be set before the
+     * handshake for the window scale to match it. */
+    BR_CHECK_GOTO(netsock_socket_setup(lc->fd), res, err_close);
     BR_SYS_GOTO(bind(lc->fd, &d->addr.sa, netsock_addr_len(&d->addr)), res, err_close);
     BR_SYS_GOTO(listen(lc->fd, SOMAXCONN), res, err_close);
     len = sizeof(lc->h.addr);
