@@ -51,8 +51,7 @@ typedef struct {
 const abi_fact_table_t *abi_net_tables(size_t *n_p);
 const abi_fact_table_t *abi_other_tables(size_t *n_p);
 const abi_fact_table_t *abi_alone_tables(size_t *n_p);
-/* The parameter list of every function member (abi_signatures.c), and the mismatches
- * known in frozen headers we do not own (run as a separate, tagged case). */
+/* The parameter list of every function member (abi_signatures.c). */
 const abi_fact_table_t *abi_signature_tables(size_t *n_p);
 
 /* Check every fact of a table; print each mismatch to stderr; return the count. */
