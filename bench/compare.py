@@ -282,17 +282,19 @@ class Bench:
             active.append((peer, label))
         # Each round measures every peer once; later rounds keep the best time per size,
         # so a burst of background load in one round does not decide a comparison. Sizes
-        # of 16 MiB and more take most of the time and vary least: one round only.
+        # of 16 MiB and more take most of the time and vary least: one round only. The
+        # peers run back to back for each segment, so the ratios compare measurements
+        # taken minutes apart at most, under the same background load.
         for rnd in range(self.args.repeat):
             segs = self.segments if rnd == 0 else [s for s in self.segments if s[0] < 16 * MiB]
-            for peer, label in active:
-                t0 = time.time()
-                for coll in self.args.colls:
-                    for n in self.args.ranks:
-                        for seg in segs:
+            t0 = time.time()
+            for coll in self.args.colls:
+                for n in self.args.ranks:
+                    for seg in segs:
+                        for peer, _ in active:
                             self.measure_one(peer, coll, n, seg)
-                log("%-12s round %d/%d done in %.0f s" % (label, rnd + 1, self.args.repeat,
-                                                          time.time() - t0))
+                    log("round %d: %s at %d ranks measured (%.0f s so far)" %
+                        (rnd + 1, coll, n, time.time() - t0))
 
     def measure_one(self, peer, coll, n, seg):
         cmd, env = self.command(peer, coll, n, seg)
