@@ -393,11 +393,74 @@ static int launch_fork(struct perf_proc *p)
     return ret;
 }
 
+/* Under mpirun: every MPI process is a rank (times -t); rank 0 makes the unique id. */
+static int launch_mpi(struct perf_proc *p)
+{
+    struct {
+        ncclResult_t res;
+        ncclUniqueId id;
+    } msg;
+    int ret;
+    memset(&msg, 0, sizeof(msg));
+    if (p->proc == 0) {
+        msg.res = ncclGetUniqueId(&msg.id);
+    }
+    perf_sync_mpi_bcast(&msg, sizeof(msg)); /* the result too, so every rank stops on error */
+    if (msg.res != ncclSuccess) {
+        fprintf(stderr, "braid-perf: ncclGetUniqueId failed: %s\n", ncclGetErrorString(msg.res));
+        perf_sync_mpi_finalize(0);
+        return 2;
+    }
+    p->id = msg.id;
+    p->sync = perf_sync_create(p->opts->nthreads, 0, 1);
+    ret = p->sync ? run_process(p) : 2;
+    perf_sync_destroy(p->sync);
+    perf_sync_mpi_finalize(0);
+    return ret;
+}
+
+/* Standalone with -N: the parent makes the unique id, the forked children inherit it. */
+static int launch_standalone(struct perf_proc *p)
+{
+    ncclResult_t res = ncclGetUniqueId(&p->id);
+    int ret;
+    if (res != ncclSuccess) {
+        fprintf(stderr, "braid-perf: ncclGetUniqueId failed: %s\n", ncclGetErrorString(res));
+        return 2;
+    }
+    p->sync = perf_sync_create(p->nprocs * p->opts->nthreads, 1, 0);
+    ret = p->sync ? launch_fork(p) : 2;
+    perf_sync_destroy(p->sync);
+    return ret;
+}
+
+/* One process: every rank is a thread, made together by ncclCommInitAll. */
+static int launch_threads(struct perf_proc *p)
+{
+    int n = p->opts->nthreads, ret = 2;
+    ncclResult_t res;
+    p->comms = calloc((size_t)n, sizeof(*p->comms));
+    p->sync = perf_sync_create(n, 0, 0);
+    if (p->comms == NULL || p->sync == NULL) {
+        goto out;
+    }
+    res = ncclCommInitAll(p->comms, n, NULL);
+    if (res != ncclSuccess) {
+        fprintf(stderr, "braid-perf: ncclCommInitAll failed: %s\n", ncclGetErrorString(res));
+        goto out;
+    }
+    ret = run_process(p);
+out:
+    perf_sync_destroy(p->sync);
+    free(p->comms);
+    return ret;
+}
+
 int main(int argc, char **argv)
 {
     struct perf_opts opts;
     struct perf_proc p;
-    int mpi, wrank = 0, wsize = 1, ret;
+    int mpi, wrank = 0, wsize = 1;
     char why[256];
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -407,7 +470,7 @@ int main(int argc, char **argv)
     mpi = perf_sync_mpi_world(&wrank, &wsize);
     if (mpi && opts.nprocs > 1 && wsize > 1) {
         fprintf(stderr, "braid-perf: -N forks local ranks; under mpirun use -np instead\n");
-        perf_sync_mpi_finalize(2);
+        perf_sync_mpi_finalize(0);
         return 2;
     }
     memset(&p, 0, sizeof(p));
@@ -418,6 +481,7 @@ int main(int argc, char **argv)
     if (opts.root >= p.nprocs * opts.nthreads) {
         fprintf(stderr, "braid-perf: root %d is not a rank (%d ranks)\n", opts.root,
                 p.nprocs * opts.nthreads);
+        perf_sync_mpi_finalize(0);
         return 2;
     }
     if (opts.device && (p.ndev = perf_mem_device_available(why, sizeof(why))) == 0) {
@@ -427,51 +491,12 @@ int main(int argc, char **argv)
         perf_sync_mpi_finalize(0);
         return 77;
     }
-    if (opts.timeout_s > 0 && !(opts.nprocs > 1 && !mpi)) {
+    if (opts.timeout_s > 0 && (mpi || p.nprocs == 1)) {
         signal(SIGALRM, on_alarm); /* the fork parent enforces -T itself */
         alarm((unsigned)opts.timeout_s);
     }
-
     if (mpi) {
-        ncclResult_t res = ncclSuccess;
-        if (wrank == 0) {
-            res = ncclGetUniqueId(&p.id);
-        }
-        perf_sync_mpi_bcast(&p.id, sizeof(p.id));
-        if (res != ncclSuccess) {
-            fprintf(stderr, "braid-perf: ncclGetUniqueId failed: %s\n", ncclGetErrorString(res));
-            perf_sync_mpi_finalize(2);
-        }
-        p.sync = perf_sync_create(opts.nthreads, 0, 1);
-        ret = p.sync ? run_process(&p) : 2;
-        perf_sync_destroy(p.sync);
-        perf_sync_mpi_finalize(0);
-        return ret;
+        return launch_mpi(&p);
     }
-    if (p.nprocs > 1) {
-        ncclResult_t res = ncclGetUniqueId(&p.id);
-        if (res != ncclSuccess) {
-            fprintf(stderr, "braid-perf: ncclGetUniqueId failed: %s\n", ncclGetErrorString(res));
-            return 2;
-        }
-        p.sync = perf_sync_create(p.nprocs * opts.nthreads, 1, 0);
-        ret = p.sync ? launch_fork(&p) : 2;
-        perf_sync_destroy(p.sync);
-        return ret;
-    }
-    /* One process: every rank is a thread, made together by ncclCommInitAll. */
-    p.comms = calloc((size_t)opts.nthreads, sizeof(*p.comms));
-    p.sync = perf_sync_create(opts.nthreads, 0, 0);
-    if (p.comms == NULL || p.sync == NULL) {
-        return 2;
-    }
-    ncclResult_t res = ncclCommInitAll(p.comms, opts.nthreads, NULL);
-    if (res != ncclSuccess) {
-        fprintf(stderr, "braid-perf: ncclCommInitAll failed: %s\n", ncclGetErrorString(res));
-        return 2;
-    }
-    ret = run_process(&p);
-    perf_sync_destroy(p.sync);
-    free(p.comms);
-    return ret;
+    return p.nprocs > 1 ? launch_standalone(&p) : launch_threads(&p);
 }

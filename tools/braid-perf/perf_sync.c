@@ -181,6 +181,11 @@ void perf_sync_mpi_bcast(void *buf, size_t len)
 void perf_sync_mpi_finalize(int failed)
 {
 #ifdef BRAID_PERF_MPI
+    int up = 0;
+    MPI_Initialized(&up);
+    if (!up) {
+        return; /* a standalone run of braid-perf-mpi */
+    }
     if (failed) {
         MPI_Abort(MPI_COMM_WORLD, failed);
     }
