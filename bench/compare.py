@@ -204,7 +204,8 @@ class Bench:
         self.skipped = {}   # peer -> reason
         self.evidence = {}  # peer -> transport lines from an NCCL_DEBUG=INFO probe
         self.segments = QUICK if args.quick else FULL
-        self.segments = [s for s in self.segments if s[0] <= args.max_size]
+        self.segments = [(lo, min(hi, args.max_size)) + tuple(rest)
+                         for lo, hi, *rest in self.segments if lo <= args.max_size]
         self.runs = []
 
     # Environment of each Braid transport.
