@@ -353,6 +353,12 @@ static void describe_wait(const br_exec_queue_t *q, char *buf, size_t len)
              q->wait_peer);
 }
 
+/* Has the executor consumed everything the connection delivered? */
+static int recv_starved(const br_conn_t *c)
+{
+    return atomic_load_explicit(&c->ctrl->tail, memory_order_acquire) <= c->step;
+}
+
 /* The periodic checks of a blocked communicator. Returns nonzero on failure. */
 static int health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_ns)
 {
@@ -365,6 +371,28 @@ static int health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked
         if (b->queues[i].ec == ec && queue_head(&b->queues[i]) != NULL) {
             describe_wait(&b->queues[i], what, sizeof(what));
             break;
+        }
+    }
+    /* A blocked receive on a net connection the peer has closed will never complete. */
+    for (int i = 0; i < b->n; i++) {
+        const br_exec_queue_t *q = &b->queues[i];
+        const br_work_t *w = queue_head(q);
+        const br_conn_t *c = NULL;
+        if (q->ec != ec || w == NULL) {
+            continue;
+        }
+        if (w->kind == BR_WORK_RECV) {
+            c = w->conn;
+        } else if (w->kind == BR_WORK_RING) {
+            c = ec->ring_recv[w->ch];
+        }
+        if (c != NULL && c->net != NULL &&
+            atomic_load_explicit(&c->net->failed, memory_order_acquire) != ncclSuccess &&
+            recv_starved(c)) {
+            describe_wait(q, what, sizeof(what));
+            br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): %s; while in %s", ec->rank,
+                         br_host_name(), c->net->why, what);
+            return 1;
         }
     }
     if (tc->proxy != NULL && br_proxy_error(tc->proxy, msg, sizeof(msg)) != ncclSuccess) {

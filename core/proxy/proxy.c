@@ -40,6 +40,18 @@ struct br_proxy {
 static void proxy_fail(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, const char *what)
 {
     int expected = ncclSuccess;
+    if (!nc->is_send) {
+        /* A peer that finished and closed its end also ends our pre-posted receive:
+         * remember it; the executor decides whether it still needed that data. */
+        snprintf(nc->why, sizeof(nc->why),
+                 "network %s from rank %d failed (net plugin %s, error %d) after %llu steps: "
+                 "the peer process may have died or closed its communicator, or its network "
+                 "may be down", what, nc->peer, proxy->net->name, (int)res,
+                 (unsigned long long)nc->done);
+        atomic_store_explicit(&nc->failed, (int)res, memory_order_release);
+        BR_INFO(NCCL_NET | NCCL_PROXY, "rank %d: %s", proxy->rank, nc->why);
+        return;
+    }
     if (atomic_compare_exchange_strong(&proxy->error, &expected, (int)res)) {
         snprintf(proxy->error_msg, sizeof(proxy->error_msg),
                  "network %s %s rank %d failed (net plugin %s, error %d) after %llu of %llu "
@@ -196,7 +208,9 @@ static int progress_locked(br_proxy_t *proxy)
         return 0;
     }
     for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
-        moved += nc->is_send ? progress_send(proxy, nc) : progress_recv(proxy, nc);
+        if (atomic_load_explicit(&nc->failed, memory_order_relaxed) == ncclSuccess) {
+            moved += nc->is_send ? progress_send(proxy, nc) : progress_recv(proxy, nc);
+        }
     }
     return moved;
 }

@@ -31,6 +31,10 @@ typedef struct br_net_conn {
     void *req[BR_STEPS];
     void *ev[BR_STEPS];    /* ProxyStep profiler handles */
     uint64_t posted, done;
+    /* A receive connection that failed (the peer closed it or died). Receives are kept
+     * posted ahead of need, so this is an error only once the executor waits on it. */
+    _Atomic int failed;
+    char why[384];
     struct br_net_conn *next;
 } br_net_conn_t;
 
