@@ -373,6 +373,12 @@ static int health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked
             break;
         }
     }
+    /* Another rank's report names the root cause: check it before our own symptoms. */
+    if (br_bootstrap_poll_abort(tc->boot, &from, msg, sizeof(msg))) {
+        br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): rank %d reported a failure: %s",
+                     ec->rank, br_host_name(), from, msg);
+        return 1;
+    }
     /* A blocked receive on a net connection the peer has closed will never complete. */
     for (int i = 0; i < b->n; i++) {
         const br_exec_queue_t *q = &b->queues[i];
@@ -398,11 +404,6 @@ static int health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked
     if (tc->proxy != NULL && br_proxy_error(tc->proxy, msg, sizeof(msg)) != ncclSuccess) {
         br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): %s; while in %s", ec->rank,
                      br_host_name(), msg, what);
-        return 1;
-    }
-    if (br_bootstrap_poll_abort(tc->boot, &from, msg, sizeof(msg))) {
-        br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): rank %d reported a failure: %s",
-                     ec->rank, br_host_name(), from, msg);
         return 1;
     }
     for (int p = 0; p < ec->nranks; p++) {
