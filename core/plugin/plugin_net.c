@@ -298,7 +298,9 @@ static ncclResult_t net_try_internal(net_walk_t *w, br_net_t **net_p)
     int not_found = 0;
 
     snprintf(path, sizeof(path), "%s/libnccl-net-socket.so", br_plugin_dir());
-    if (br_plugin_lib_resolve("libnccl-net", path, 0, &tried, &lib, &not_found) != ncclSuccess) {
+    /* Pinned: like NCCL's internal plugins it stays loaded, so communicators created one
+     * after another do not reload it each time. */
+    if (br_plugin_lib_resolve("libnccl-net", path, 1, &tried, &lib, &not_found) != ncclSuccess) {
         net_skip_unloaded(w, 1, "internal socket plugin", &tried);
         return ncclSystemError;
     }
