@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Check suite "api_fail": what the other ranks see when one goes wrong. Ranks are
+ * forked processes; the parent watches them with deadlines, so a library that hangs
+ * fails the test with what each rank was doing.
+ *   kill      a rank is SIGKILLed in the middle of a loop of large AllReduces: every
+ *             other rank gets an error (not ncclSuccess) within 60 s, whose
+ *             ncclGetLastError text names the dead rank, and can then abort its
+ *             communicator (run with BRAID_TIMEOUT unset: detection must not rely on it)
+ *   missing   a rank never calls ncclCommInitRank: the others' init fails within
+ *             BRAID_BOOTSTRAP_TIMEOUT (set to 3 s by CTest) plus a margin, naming it
+ *   mismatch  ranks make different calls (count, collective, datatype): with
+ *             BRAID_TIMEOUT=5 every rank returns an error instead of hanging
+ * CTest runs each TCase on its own (CK_RUN_CASE), over shm and over the socket plugin.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "brt_launch.h"
+
+#define KILL_NRANKS 4
+#define KILL_RANK 2
+#define KILL_COUNT ((size_t)4 << 20) /* floats per AllReduce: 16 MiB */
+#define DETECT_LIMIT 60.0            /* seconds a survivor may take to see the death */
+
+/* Shared with the parent through the report slots: progress = iterations done,
+ * result = the failing call's code, t_mark = when it failed, msg = its text. */
+static int body_allreduce_loop(brt_rank_ctx_t *ctx)
+{
+    ncclComm_t comm;
+    float *buf;
+    double start;
+
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    buf = malloc(KILL_COUNT * sizeof(float));
+    if (buf == NULL) {
+        brt_fail(ctx, "out of memory");
+        return 1;
+    }
+    for (size_t i = 0; i < KILL_COUNT; i++) {
+        buf[i] = 1.0f;
+    }
+    start = brt_now();
+    for (int it = 0;; it++) {
+        brt_doing(ctx, "AllReduce iteration %d", it);
+        ncclResult_t res = ncclAllReduce(buf, buf, KILL_COUNT, ncclFloat, ncclMax, comm, NULL);
+        if (res != ncclSuccess) {
+            ctx->report->t_mark = brt_now();
+            ctx->report->result = res;
+            snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s", ncclGetLastError(comm));
+            break;
+        }
+        __atomic_store_n(&ctx->report->progress, it + 1, __ATOMIC_RELEASE);
+        if (brt_now() - start > 600) {
+            brt_fail(ctx, "no error after 600 s of AllReduces");
+            return 1;
+        }
+    }
+    brt_doing(ctx, "ncclCommAbort after the error");
+    double t0 = brt_now();
+    ncclCommAbort(comm);
+    if (brt_now() - t0 > 30) {
+        brt_fail(ctx, "ncclCommAbort after the error took %.1f s", brt_now() - t0);
+        return 1;
+    }
+    free(buf);
+    return 0;
+}
+
+START_TEST(test_rank_killed_mid_collective)
+{
+    brt_procs_t p;
+    char out[16384];
+    int started = 0;
+    double t_kill, deadline = brt_now() + 120 * brt_time_scale();
+
+    ck_assert_int_eq(brt_procs_start(&p, KILL_NRANKS, body_allreduce_loop, NULL, out, sizeof(out)),
+                     0);
+    /* Wait until every rank is into the loop, then kill one during a collective. */
+    while (!started && brt_now() < deadline) {
+        started = 1;
+        for (int r = 0; r < KILL_NRANKS; r++) {
+            started &= __atomic_load_n(&p.reports[r].progress, __ATOMIC_ACQUIRE) >= 2;
+            if (brt_procs_exited(&p, r)) {
+                started = 0;
+                deadline = 0; /* a rank ended early: report below */
+            }
+        }
+        brt_sleep_ms(5);
+    }
+    if (!started) {
+        brt_procs_wait(&p, brt_now(), 0, out, sizeof(out), 0);
+        ck_abort_msg("the ranks did not get going: %s", brt_clip(out, 3000));
+    }
+    brt_sleep_ms(20);
+    t_kill = brt_now();
+    brt_procs_kill(&p, KILL_RANK);
+    int bad = brt_procs_wait(&p, t_kill + DETECT_LIMIT, 1u << KILL_RANK, out, sizeof(out), 1);
+    ck_assert_msg(!bad, "after SIGKILL of rank %d: %s", KILL_RANK, brt_clip(out, 3000));
+    for (int r = 0; r < KILL_NRANKS; r++) {
+        if (r != KILL_RANK) {
+            fprintf(stderr, "rank %d: error %d after %.2f s: %s\n", r, p.reports[r].result,
+                    p.reports[r].t_mark - t_kill, p.reports[r].msg);
+        }
+    }
+    for (int r = 0; r < KILL_NRANKS; r++) {
+        const brt_report_t *rep = &p.reports[r];
+        if (r == KILL_RANK) {
+            continue;
+        }
+        ck_assert_msg(rep->result != ncclSuccess, "rank %d saw no error", r);
+        ck_assert_msg(rep->t_mark - t_kill < DETECT_LIMIT, "rank %d took %.1f s to see the death",
+                      r, rep->t_mark - t_kill);
+        ck_assert_msg(brt_text_names_rank(rep->msg, KILL_RANK),
+                      "rank %d's ncclGetLastError does not name rank %d: \"%s\"", r, KILL_RANK,
+                      rep->msg);
+    }
+    brt_procs_free(&p);
+}
+END_TEST
+
+#define MISSING_NRANKS 3
+#define MISSING_RANK 1
+
+static int body_missing(brt_rank_ctx_t *ctx)
+{
+    ncclComm_t comm;
+    if (ctx->rank == MISSING_RANK) {
+        brt_doing(ctx, "staying away from init");
+        for (;;) {
+            brt_sleep_ms(1000); /* killed by the parent */
+        }
+    }
+    double t0 = brt_now();
+    brt_doing(ctx, "ncclCommInitRank without rank %d", MISSING_RANK);
+    ncclResult_t res = ncclCommInitRank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    ctx->report->t_mark = brt_now() - t0;
+    ctx->report->result = res;
+    snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s", ncclGetLastError(NULL));
+    if (res == ncclSuccess) {
+        ncclCommAbort(comm);
+    }
+    return 0;
+}
+
+START_TEST(test_rank_never_joins)
+{
+    brt_procs_t p;
+    char out[16384];
+    const char *env = getenv("BRAID_BOOTSTRAP_TIMEOUT");
+    double limit = (env != NULL ? atof(env) : 60.0) + 20.0;
+
+    ck_assert_int_eq(brt_procs_start(&p, MISSING_NRANKS, body_missing, NULL, out, sizeof(out)), 0);
+    /* The others return by themselves; then the absent rank is killed. */
+    double deadline = brt_now() + limit * brt_time_scale();
+    for (int done = 0; !done && brt_now() < deadline;) {
+        done = 1;
+        for (int r = 0; r < MISSING_NRANKS; r++) {
+            done &= r == MISSING_RANK || brt_procs_exited(&p, r);
+        }
+        brt_sleep_ms(10);
+    }
+    brt_procs_kill(&p, MISSING_RANK);
+    int bad = brt_procs_wait(&p, brt_now() + 5, 1u << MISSING_RANK, out, sizeof(out), 1);
+    ck_assert_msg(!bad, "init without rank %d did not end within %.0f s: %s", MISSING_RANK,
+                  limit * brt_time_scale(), brt_clip(out, 3000));
+    for (int r = 0; r < MISSING_NRANKS; r++) {
+        if (r != MISSING_RANK) {
+            fprintf(stderr, "rank %d: init returned %d after %.1f s: %s\n", r,
+                    p.reports[r].result, p.reports[r].t_mark, p.reports[r].msg);
+        }
+    }
+    for (int r = 0; r < MISSING_NRANKS; r++) {
+        const brt_report_t *rep = &p.reports[r];
+        if (r == MISSING_RANK) {
+            continue;
+        }
+        ck_assert_msg(rep->result != ncclSuccess, "rank %d: init succeeded without rank %d", r,
+                      MISSING_RANK);
+        ck_assert_msg(brt_text_names_rank(rep->msg, MISSING_RANK),
+                      "rank %d: the error does not name the missing rank %d: \"%s\"", r,
+                      MISSING_RANK, rep->msg);
+    }
+    brt_procs_free(&p);
+}
+END_TEST
+
+/* Rank 0 and rank 1 make different calls; variant _i picks how they differ. */
+static int body_mismatch(brt_rank_ctx_t *ctx)
+{
+    const int variant = *(const int *)ctx->arg;
+    const size_t big = 300000;
+    ncclComm_t comm;
+    float *a = calloc(big, sizeof(float)), *b = calloc(big, sizeof(float));
+    ncclResult_t res;
+
+    if (a == NULL || b == NULL || brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    /* One good call first, so the connections are up. */
+    res = ncclAllReduce(a, b, 1000, ncclFloat, ncclSum, comm, NULL);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "the matched AllReduce failed: %s", ncclGetLastError(comm));
+        return 1;
+    }
+    double t0 = brt_now();
+    brt_doing(ctx, "the mismatched call (variant %d)", variant);
+    if (variant == 0) { /* counts differ */
+        res = ncclAllReduce(a, b, ctx->rank == 0 ? 1000 : big, ncclFloat, ncclSum, comm, NULL);
+    } else if (variant == 1) { /* collectives differ */
+        res = ctx->rank == 0 ? ncclAllReduce(a, b, 4096, ncclFloat, ncclSum, comm, NULL)
+                             : ncclBroadcast(a, b, 4096, ncclFloat, 0, comm, NULL);
+    } else { /* types differ, same byte count */
+        res = ncclAllReduce(a, b, ctx->rank == 0 ? 8192 : 4096,
+                            ctx->rank == 0 ? ncclFloat16 : ncclFloat, ncclSum, comm, NULL);
+    }
+    ctx->report->t_mark = brt_now() - t0;
+    ctx->report->result = res;
+    snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s", ncclGetLastError(comm));
+    brt_doing(ctx, "ncclCommAbort after the mismatched call");
+    ncclCommAbort(comm);
+    free(a);
+    free(b);
+    return 0;
+}
+
+START_TEST(test_mismatched_calls)
+{
+    static const char *const what[] = {"counts 1000 vs 300000", "AllReduce vs Broadcast",
+                                       "float16 x 8192 vs float32 x 4096"};
+    int variant = _i;
+    char out[16384];
+    brt_procs_t p;
+    double limit = 60 * brt_time_scale();
+
+    ck_assert_int_eq(brt_procs_start(&p, 2, body_mismatch, &variant, out, sizeof(out)), 0);
+    int bad = brt_procs_wait(&p, brt_now() + limit, 0, out, sizeof(out), 1);
+    ck_assert_msg(!bad, "mismatched calls (%s) did not return within %.0f s: %s", what[variant],
+                  limit, brt_clip(out, 3000));
+    for (int r = 0; r < 2; r++) {
+        fprintf(stderr, "mismatch (%s): rank %d returned %d after %.1f s: %s\n", what[variant], r,
+                p.reports[r].result, p.reports[r].t_mark, p.reports[r].msg);
+    }
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(p.reports[r].result != ncclSuccess,
+                      "mismatched calls (%s): rank %d returned ncclSuccess", what[variant], r);
+    }
+    brt_procs_free(&p);
+}
+END_TEST
+
+static Suite *api_fail_suite(void)
+{
+    Suite *s = suite_create("api_fail");
+    TCase *tc = tcase_create("kill");
+    tcase_set_timeout(tc, 200 * brt_time_scale());
+    tcase_add_test(tc, test_rank_killed_mid_collective);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("missing");
+    tcase_set_timeout(tc, 120 * brt_time_scale());
+    tcase_add_test(tc, test_rank_never_joins);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("mismatch");
+    tcase_set_timeout(tc, 90 * brt_time_scale());
+    tcase_add_loop_test(tc, test_mismatched_calls, 0, 3);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(api_fail_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
