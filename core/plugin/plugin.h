@@ -193,6 +193,19 @@ ncclResult_t br_plugin_profiler_record_event_state(br_profiler_t *prof, void *ha
 /* Finalize the profiler's context, drop the library reference, free. */
 void br_plugin_profiler_close(br_profiler_t *prof);
 
+/*
+ * What the core passes as a net plugin's phandle (isend's phandle, irecv's phandles[i]) so
+ * that the plugin's own events, reported through the profiler callback its init got (net
+ * v10+), become NetPlugin events whose parent is the proxy step. It must stay valid until
+ * the request completes. A NULL phandle, profiler or step drops the plugin's events, as
+ * does a mask without ncclProfileNetPlugin.
+ */
+typedef struct {
+    br_profiler_t *prof; /* the communicator's profiler, or NULL */
+    void *step;          /* the ProxyStep event's handle, or NULL */
+    int rank;            /* the communicator's rank, for the descriptor */
+} br_net_phandle_t;
+
 /* ---- Env ---- */
 
 /*

@@ -139,8 +139,8 @@ static inline br_net_state_t *br_net_state(br_net_t *net)
     return (br_net_state_t *)net->priv;
 }
 
-/* The profiler callback handed to net plugins (v10+): drops every event until the
- * profiler is wired to the proxy steps' pHandles. */
+/* The profiler callback handed to net plugins (v10+): turns their events into NetPlugin
+ * events under the proxy step named by the br_net_phandle_t they were given. */
 ncclResult_t br_net_prof_callback(void **eHandle, int type, void *pHandle, int64_t pluginId,
                                   void *extData);
 

@@ -44,15 +44,70 @@ static pthread_mutex_t net_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- Helpers shared by the adapters ---- */
 
+/* A NetPlugin event handed to the net plugin as its eHandle: stop and update calls carry
+ * only that, so it remembers its profiler. */
+typedef struct {
+    br_profiler_t *prof;
+    void *handle;
+} net_prof_event_t;
+
+static ncclResult_t net_prof_start(void **eHandle, void *pHandle, int64_t pluginId, void *extData)
+{
+    br_net_phandle_t *ph = pHandle;
+    ncclProfilerEventDescr_v6_t d;
+    net_prof_event_t *ev;
+    void *h = NULL;
+
+    *eHandle = NULL;
+    if (ph == NULL || ph->prof == NULL || ph->step == NULL ||
+        (br_plugin_profiler_mask() & ncclProfileNetPlugin) == 0) {
+        return ncclSuccess; /* not recorded: the plugin gets a NULL handle */
+    }
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileNetPlugin;
+    d.parentObj = ph->step;
+    d.rank = ph->rank;
+    d.netPlugin.id = pluginId;
+    d.netPlugin.data = extData;
+    ev = malloc(sizeof(*ev));
+    if (ev == NULL) {
+        return ncclSuccess; /* profiling is best effort */
+    }
+    if (br_plugin_profiler_start_event(ph->prof, &d, &h) != ncclSuccess || h == NULL) {
+        free(ev);
+        return ncclSuccess;
+    }
+    ev->prof = ph->prof;
+    ev->handle = h;
+    *eHandle = ev;
+    return ncclSuccess;
+}
+
 ncclResult_t br_net_prof_callback(void **eHandle, int type, void *pHandle, int64_t pluginId,
                                   void *extData)
 {
-    (void)pHandle;
-    (void)pluginId;
-    (void)extData;
-    /* A NULL event handle tells the plugin the event is not recorded; later Stop and
-     * Update calls then pass that NULL back, which is ignored here. */
-    if (eHandle != NULL && type == 0 /* ncclProfilerNetEventStart */) {
+    net_prof_event_t *ev;
+    ncclProfilerEventStateArgs_v6_t args;
+
+    if (eHandle == NULL) {
+        return ncclSuccess;
+    }
+    if (type == ncclProfilerNetEventStart) {
+        return net_prof_start(eHandle, pHandle, pluginId, extData);
+    }
+    ev = *eHandle;
+    if (ev == NULL) {
+        return ncclSuccess; /* an event that was not recorded */
+    }
+    if (type == ncclProfilerNetEventUpdate || type == ncclProfilerNetEventUpdateAndStop) {
+        memset(&args, 0, sizeof(args));
+        args.netPlugin.data = extData;
+        (void)br_plugin_profiler_record_event_state(ev->prof, ev->handle,
+                                                    ncclProfilerNetPluginUpdate, &args);
+    }
+    if (type == ncclProfilerNetEventStop || type == ncclProfilerNetEventUpdateAndStop) {
+        (void)br_plugin_profiler_stop_event(ev->prof, ev->handle);
+        free(ev);
         *eHandle = NULL;
     }
     return ncclSuccess;

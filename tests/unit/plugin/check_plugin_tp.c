@@ -268,8 +268,9 @@ START_TEST(test_profiler_v4_events_pass_through)
     ck_assert_str_eq(st->comm_name, "world");
     ck_assert_int_eq(st->nranks, 4);
     ck_assert_int_eq(st->rank, 2);
-    ck_assert_int_eq(br_plugin_profiler_mask(),
-                     ncclProfileGroup | ncclProfileColl | ncclProfileP2p | ncclProfileProxyStep);
+    ck_assert_int_eq(br_plugin_profiler_mask(), ncclProfileGroup | ncclProfileColl |
+                                                    ncclProfileP2p | ncclProfileProxyStep |
+                                                    ncclProfileNetPlugin);
 
     /* A v5+ API event: v4 has none, the adapter drops it. */
     memset(&d, 0, sizeof(d));
@@ -323,6 +324,70 @@ START_TEST(test_profiler_v4_events_pass_through)
     ck_assert_int_eq(br_plugin_profiler_stop_event(prof, coll), ncclSuccess);
     ck_assert_int_eq(br_plugin_profiler_stop_event(prof, group), ncclSuccess);
     ck_assert_int_eq(st->nstops, 3);
+    br_plugin_profiler_close(prof);
+}
+END_TEST
+
+/* A net plugin's own events (profiler callback, phandle from the proxy step) reach the
+ * profiler as NetPlugin events under the step. */
+START_TEST(test_profiler_net_plugin_events)
+{
+    br_profiler_request_t preq = prof_request("testv4");
+    br_net_request_t nreq;
+    br_profiler_t *prof = NULL;
+    br_net_t *net = NULL;
+    ncclProfilerEventDescr_v6_t d;
+    br_net_phandle_t ph;
+    testprof_stats_t *st;
+    char handle[NCCL_NET_HANDLE_MAXSIZE], buf[64] = "data";
+    void *lc = NULL, *sc = NULL, *rc = NULL, *mh = NULL, *req = NULL, *step = NULL;
+    int done = 0;
+
+    ck_assert_int_eq(br_plugin_profiler_open(&preq, &prof), ncclSuccess);
+    ck_assert_ptr_nonnull(prof);
+    st = stats_sym(prof->path, "testprof_stats");
+    memset(&nreq, 0, sizeof(nreq));
+    nreq.plugin = "testprofevents";
+    nreq.traffic_class = -1;
+    ck_assert_int_eq(br_plugin_net_open(&nreq, &net), ncclSuccess);
+
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileProxyStep;
+    d.proxyStep.step = 1;
+    ck_assert_int_eq(br_plugin_profiler_start_event(prof, &d, &step), ncclSuccess);
+    ck_assert_ptr_nonnull(step);
+
+    ck_assert_int_eq(net->ops->listen(net, 0, handle, &lc), ncclSuccess);
+    ck_assert_int_eq(net->ops->connect(net, 0, handle, &sc), ncclSuccess);
+    ck_assert_int_eq(net->ops->accept(net, lc, &rc), ncclSuccess);
+    ck_assert_int_eq(net->ops->reg_mr(net, sc, buf, sizeof(buf), NCCL_PTR_HOST, &mh), ncclSuccess);
+    ph.prof = prof;
+    ph.step = step;
+    ph.rank = 2;
+    ck_assert_int_eq(net->ops->isend(net, sc, buf, sizeof(buf), 0, mh, &ph, &req), ncclSuccess);
+    ck_assert_int_eq(net->ops->test(net, req, &done, NULL), ncclSuccess);
+    ck_assert(done);
+
+    ck_assert_int_eq(st->nevents, 2);
+    ck_assert_int_eq(st->events[1].type, ncclProfileNetPlugin);
+    ck_assert_ptr_eq(st->events[1].parent, step);
+    ck_assert(st->events[1].net_id == (int64_t)(NCCL_PROFILER_NET_TYPE_SOCK | 1));
+    ck_assert_ptr_nonnull(st->events[1].net_data);
+    ck_assert_int_eq(st->last_state, ncclProfilerNetPluginUpdate);
+    ck_assert_ptr_nonnull(st->last_net_data);
+    ck_assert_int_eq(st->nstops, 1); /* the NetPlugin event */
+
+    /* Without a phandle the plugin's events are dropped. */
+    ck_assert_int_eq(net->ops->isend(net, sc, buf, sizeof(buf), 0, mh, NULL, &req), ncclSuccess);
+    ck_assert_int_eq(net->ops->test(net, req, &done, NULL), ncclSuccess);
+    ck_assert_int_eq(st->nevents, 2);
+
+    ck_assert_int_eq(br_plugin_profiler_stop_event(prof, step), ncclSuccess);
+    ck_assert_int_eq(net->ops->dereg_mr(net, sc, mh), ncclSuccess);
+    ck_assert_int_eq(net->ops->close_send(net, sc), ncclSuccess);
+    ck_assert_int_eq(net->ops->close_recv(net, rc), ncclSuccess);
+    ck_assert_int_eq(net->ops->close_listen(net, lc), ncclSuccess);
+    br_plugin_net_close(net);
     br_plugin_profiler_close(prof);
 }
 END_TEST
@@ -412,6 +477,7 @@ void br_plugin_tp_tcases(Suite *s)
 
     tc = tcase_create("profiler");
     tcase_add_test(tc, test_profiler_v4_events_pass_through);
+    tcase_add_test(tc, test_profiler_net_plugin_events);
     tcase_add_test(tc, test_profiler_none_absent_and_named_missing);
     suite_add_tcase(s, tc);
 

@@ -8,6 +8,8 @@
  *   TESTNET_NDEV               devices reported (default 1)
  *   TESTNET_FAIL_AFTER         test() fails once this many receives completed (0: never)
  *   TESTNET_MINIMAL            every optional member NULL
+ *   TESTNET_PROF_EVENTS        (v12) each isend with a phandle reports a NetPlugin event
+ *                              (start, update, stop) through the profiler callback
  * Connections live in this process: the listen handle carries the listen comm's address.
  * Each isend copies its data into a queue that the matching irecv drains, in order.
  */
@@ -17,6 +19,7 @@
 #include <string.h>
 
 #include "plugin_api/net/net.h"
+#include "plugin_api/profiler/profiler_common.h"
 #include "testnet.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -331,6 +334,8 @@ static ncclResult_t tn_irecv_consumed(void *recv_comm, int n, void *request)
 #if defined(TESTNET_V12) || defined(TESTNET_V11)
 static int tn_ctx_marker;
 
+static __attribute__((unused)) ncclProfilerCallback_t tn_prof_cb; /* set by v12 init */
+
 static ncclResult_t tn_init_percomm(void **ctx, uint64_t comm_id, int traffic_class)
 {
     testnet_stats.last_comm_id = comm_id;
@@ -360,6 +365,15 @@ static ncclResult_t tn_isend_ph(void *send_comm, void *data, size_t size, int ta
     (void)tag;
     (void)mhandle;
     testnet_stats.last_phandle = phandle;
+#ifdef TESTNET_PROF_EVENTS
+    if (phandle != NULL && tn_prof_cb != NULL) {
+        void *ev = NULL;
+        int64_t id = (int64_t)(NCCL_PROFILER_NET_TYPE_SOCK | 1);
+        tn_prof_cb(&ev, ncclProfilerNetEventStart, phandle, id, &testnet_stats);
+        tn_prof_cb(&ev, ncclProfilerNetEventUpdate, phandle, id, &testnet_stats.isend_calls);
+        tn_prof_cb(&ev, ncclProfilerNetEventStop, phandle, id, NULL);
+    }
+#endif
     return tn_isend(send_comm, data, size, request);
 }
 
@@ -378,7 +392,7 @@ static ncclResult_t tn_init_v12(void **ctx, uint64_t comm_id, ncclNetCommConfig_
                                 ncclDebugLogger_t log, ncclProfilerCallback_t prof)
 {
     (void)log;
-    (void)prof;
+    tn_prof_cb = prof;
     return tn_init_percomm(ctx, comm_id, config != NULL ? config->trafficClass : -2);
 }
 

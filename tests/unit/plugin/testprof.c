@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A test profiler exporting ncclProfiler_v4 only: it asks for Coll, P2p, ProxyStep and
- * Group events and records what it receives, so tests see what the v4 adapter passes.
+ * A test profiler exporting ncclProfiler_v4 only: it asks for Group, Coll, P2p, ProxyStep
+ * and NetPlugin events and records what it receives, so tests see what the v4 adapter
+ * passes.
  */
 #include <stdio.h>
 #include <string.h>
@@ -25,7 +26,8 @@ static ncclResult_t tp_init(void **ctx, int *mask, const char *comm_name, uint64
     testprof_stats.nnodes = nnodes;
     testprof_stats.nranks = nranks;
     testprof_stats.rank = rank;
-    *mask = ncclProfileGroup | ncclProfileColl | ncclProfileP2p | ncclProfileProxyStep;
+    *mask = ncclProfileGroup | ncclProfileColl | ncclProfileP2p | ncclProfileProxyStep |
+            ncclProfileNetPlugin;
     *ctx = &tp_ctx;
     return ncclSuccess;
 }
@@ -46,6 +48,9 @@ static ncclResult_t tp_start(void *ctx, void **handle, ncclProfilerEventDescr_v4
         e->peer = d->p2p.peer;
     } else if (d->type == ncclProfileProxyStep) {
         e->step = d->proxyStep.step;
+    } else if (d->type == ncclProfileNetPlugin) {
+        e->net_id = d->netPlugin.id;
+        e->net_data = d->netPlugin.data;
     }
     *handle = e;
     return ncclSuccess;
@@ -65,6 +70,7 @@ static ncclResult_t tp_record(void *handle, ncclProfilerEventState_v4_t state,
     testprof_stats.nstates++;
     testprof_stats.last_state = (int)state;
     testprof_stats.last_trans_size = args != NULL ? args->proxyStep.transSize : 0;
+    testprof_stats.last_net_data = args != NULL ? args->netPlugin.data : NULL;
     return ncclSuccess;
 }
 

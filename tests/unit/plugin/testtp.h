@@ -29,6 +29,8 @@ typedef struct {
     const char *func; /* coll.func / p2p.func */
     int peer;         /* p2p.peer */
     int step;         /* proxyStep.step */
+    int64_t net_id;   /* netPlugin.id */
+    void *net_data;   /* netPlugin.data */
 } testprof_event_t;
 
 typedef struct {
@@ -42,6 +44,7 @@ typedef struct {
     int nstates;
     int last_state;
     size_t last_trans_size;
+    void *last_net_data; /* args->netPlugin.data of the last state */
 } testprof_stats_t;
 
 #endif /* BR_TESTTP_H_ */
