@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 jobs=$(nproc)
-export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} FI_TCP_IFACE=${FI_TCP_IFACE:-lo}
 
 echo "== build (Release, -Werror)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBRAID_WERROR=ON > /dev/null
