@@ -5,13 +5,11 @@
  * process-wide for v10), where connect finds its traffic-class config, and the layout of
  * the properties struct, so each member is a thin wrapper around one shared function.
  * Host memory only: regMr refuses GPU memory and iflush has nothing to do.
- * ncclNetPlugin_v10 uses netsock_net_v10_t (NCCL's v10 init), see netsock_abi_v10.h.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "netsock.h"
-#include "netsock_abi_v10.h"
 #include "plugin_log.h"
 
 #include "check.h"
@@ -389,7 +387,7 @@ __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
     .setNetAttr = netsock_set_net_attr_v11,
 };
 
-__attribute__((visibility("default"))) const netsock_net_v10_t ncclNetPlugin_v10 = {
+__attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
     .name = "Socket",
     .init = netsock_init_v10,
     .devices = netsock_devices,

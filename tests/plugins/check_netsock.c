@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "net_kit.h"
-#include "netsock_abi_v10.h"
 #include "netsock_handle.h"
 
 #define TIMEOUT 20.0
@@ -298,7 +297,7 @@ START_TEST(test_properties_every_version)
     void *lib = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
     const ncclNet_v12_t *n12;
     const ncclNet_v11_t *n11;
-    const netsock_net_v10_t *n10;
+    const ncclNet_v10_t *n10;
     ncclNetProperties_v12_t p12;
     ncclNetProperties_v11_t p11;
     ncclNetProperties_v10_t p10;

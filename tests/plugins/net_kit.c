@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * net_kit: dlopen a net plugin, find its newest table (v12, v11, v10) and adapt every
- * call to one surface. v10's table is netsock_abi_v10.h's (NCCL's process-wide init).
- * The logger given to init prints to stderr and keeps the WARN lines for assertions.
+ * call to one surface. The logger given to init prints to stderr and keeps the WARN lines
+ * for assertions.
  */
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -11,7 +11,6 @@
 #include <time.h>
 
 #include "net_kit.h"
-#include "netsock_abi_v10.h"
 
 static struct {
     void *lib;
@@ -19,7 +18,7 @@ static struct {
     const char *symbol;
     const ncclNet_v12_t *v12;
     const ncclNet_v11_t *v11;
-    const netsock_net_v10_t *v10;
+    const ncclNet_v10_t *v10;
     void *ctx;
     int verbose;
     int nwarn;
