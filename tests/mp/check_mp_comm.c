@@ -10,6 +10,8 @@
  *              reference while the parent stays usable
  *   lifecycle  a second communicator made from an id broadcast over the first, with the
  *              ranks reversed, used interleaved with the first; finalize and destroy
+ *   late_receiver  ranks send to rank 0 and leave at once (destroy, exit) before rank 0
+ *              posts its receives: the data they sent must still arrive
  *
  *   check_mp_comm --mode proc|threads|initall --ranks 1,2,4
  *
@@ -387,6 +389,86 @@ static int body_lifecycle(brt_rank_ctx_t *ctx, ncclComm_t comm)
     return bad;
 }
 
+/* Ranks 1..n-1 send to rank 0 and leave (finalize, destroy, exit) at once; rank 0 posts
+ * its receives only later. Data already sent must still arrive: a peer that finished and
+ * went away is not an error for the operations it completed. Connections are warmed up
+ * by one exchange first, so the late round finds them made. */
+static int body_late_receiver(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    static const size_t counts[] = {1, 4097, 100003};
+    const int n = ctx->nranks, r = ctx->rank;
+    char err[1024];
+
+    for (int round = 0; round < 2; round++) {
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+            const size_t cnt = counts[k];
+            const uint32_t seed = (uint32_t)(round * 10 + k);
+            unsigned char *buf = malloc(cnt * (size_t)(n > 1 ? n - 1 : 1) + 1);
+            ncclResult_t res = ncclGroupStart();
+            if (round == 1 && r == 0) {
+                brt_doing(ctx, "sleeping before the late receives");
+                brt_sleep_ms(1000); /* everyone else has sent and is leaving */
+            }
+            brt_doing(ctx, "late-receiver round %d, count %zu", round, cnt);
+            for (int p = 1; p < n && res == ncclSuccess; p++) {
+                if (r == 0) {
+                    res = ncclRecv(buf + (size_t)(p - 1) * cnt, cnt, ncclInt8, p, comm, NULL);
+                } else if (p == r) {
+                    brt_fill_bytes(seed, r, 0, buf, 0, cnt);
+                    res = ncclSend(buf, cnt, ncclInt8, 0, comm, NULL);
+                }
+            }
+            ncclResult_t end = ncclGroupEnd();
+            res = res != ncclSuccess ? res : end;
+            if (res != ncclSuccess) {
+                brt_fail(ctx, "late-receiver round %d count %zu: returned %d: %s", round, cnt,
+                         (int)res, ncclGetLastError(comm));
+                free(buf);
+                return 1;
+            }
+            for (int p = 1; p < n && r == 0; p++) {
+                if (brt_check_bytes(seed, p, 0, buf + (size_t)(p - 1) * cnt, 0, cnt, err,
+                                    sizeof(err))) {
+                    brt_fail(ctx, "late-receiver round %d count %zu from rank %d: %s", round, cnt,
+                             p, err);
+                    free(buf);
+                    return 1;
+                }
+            }
+            free(buf);
+        }
+    }
+    /* Rank 0 waits for rank 1 (which takes its time) while the other ranks, done with
+     * everything, leave: their closing connections must not fail the wait on rank 1. */
+    if (n > 2 && r <= 1) {
+        const size_t big = (size_t)1048576 + 3;
+        int32_t *b = malloc(big * sizeof(int32_t));
+        ncclResult_t res;
+        if (r == 1) {
+            brt_doing(ctx, "sleeping before the big send to rank 0");
+            brt_sleep_ms(1500);
+            brt_fill_bytes(77, 1, 0, b, 0, big * sizeof(int32_t));
+            res = ncclSend(b, big, ncclInt32, 0, comm, NULL);
+        } else {
+            brt_doing(ctx, "receiving from rank 1 while ranks 2..%d leave", n - 1);
+            res = ncclRecv(b, big, ncclInt32, 1, comm, NULL);
+        }
+        if (res != ncclSuccess) {
+            brt_fail(ctx, "big transfer from rank 1 to rank 0 while the other ranks left: "
+                     "returned %d: %s", (int)res, ncclGetLastError(comm));
+            free(b);
+            return 1;
+        }
+        if (r == 0 && brt_check_bytes(77, 1, 0, b, 0, big * sizeof(int32_t), err, sizeof(err))) {
+            brt_fail(ctx, "big transfer from rank 1: %s", err);
+            free(b);
+            return 1;
+        }
+        free(b);
+    }
+    return 0;
+}
+
 typedef int (*body_fn_t)(brt_rank_ctx_t *ctx, ncclComm_t comm);
 
 /* Init, run the body, finalize and destroy: one rank of the proc and threads modes. */
@@ -579,6 +661,16 @@ START_TEST(test_split)
 }
 END_TEST
 
+START_TEST(test_late_receiver)
+{
+    int n = cfg.ranks[_i];
+    if (cfg.mode == MODE_INITALL) {
+        return; /* one thread drives every rank: no rank can leave early */
+    }
+    run_body(body_late_receiver, n);
+}
+END_TEST
+
 START_TEST(test_lifecycle)
 {
     int n = cfg.ranks[_i];
@@ -639,7 +731,8 @@ static Suite *mp_comm_suite(void)
     } cases[] = {{"queries", test_queries},
                  {"groups", test_groups},
                  {"split", test_split},
-                 {"lifecycle", test_lifecycle}};
+                 {"lifecycle", test_lifecycle},
+                 {"late_receiver", test_late_receiver}};
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         TCase *tc = tcase_create(cases[k].name);
         tcase_set_timeout(tc, TIMEOUT * brt_time_scale() + 60);
