@@ -20,9 +20,10 @@ typedef struct {
     void *recvbuff;
     size_t count;
     ncclDataType_t type;
-    ncclRedOp_t op;      /* -1: no reduction */
-    int root;            /* -1: none */
-    int peer;            /* -1: none */
+    ncclRedOp_t op;
+    int root;
+    int peer;
+    int has_op, has_root, has_peer; /* which of op, root and peer the call takes */
     size_t send_mult;    /* elements of sendbuff per count (AllGather: 1, ReduceScatter: n) */
     size_t recv_mult;
     int send_needed;     /* does this rank read sendbuff / write recvbuff */
@@ -76,12 +77,10 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_exec_op_t *o
         ARG_FAIL(comm, c, "invalid datatype %d", (int)c->type);
     }
     tsize = br_type_size(c->type);
-    if (c->root != -1 || c->func == BR_FUNC_BROADCAST || c->func == BR_FUNC_REDUCE) {
-        if (c->root < 0 || c->root >= comm->nranks) {
-            ARG_FAIL(comm, c, "invalid root %d (nranks %d)", c->root, comm->nranks);
-        }
+    if (c->has_root && (c->root < 0 || c->root >= comm->nranks)) {
+        ARG_FAIL(comm, c, "invalid root %d (nranks %d)", c->root, comm->nranks);
     }
-    if (c->peer != -1 && (c->peer < 0 || c->peer >= comm->nranks)) {
+    if (c->has_peer && (c->peer < 0 || c->peer >= comm->nranks)) {
         ARG_FAIL(comm, c, "invalid peer %d (nranks %d)", c->peer, comm->nranks);
     }
     size_t mult = c->send_mult > c->recv_mult ? c->send_mult : c->recv_mult;
@@ -96,7 +95,7 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_exec_op_t *o
         ARG_FAIL(comm, c, "recvbuff is NULL (count %zu)", c->count);
     }
     memset(op, 0, sizeof(*op));
-    if ((int)c->op != -1) {
+    if (c->has_op) {
         BR_CHECK(resolve_op(comm, c, &op->redop));
     } else {
         op->redop.type = c->type;
@@ -106,8 +105,8 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_exec_op_t *o
     op->recvbuff = c->recvbuff;
     op->count = c->count;
     op->type = c->type;
-    op->root = c->root < 0 ? 0 : c->root;
-    op->peer = c->peer;
+    op->root = c->has_root ? c->root : 0;
+    op->peer = c->has_peer ? c->peer : -1;
     return ncclSuccess;
 }
 
@@ -129,8 +128,8 @@ static call_t call_init(const char *fn, br_func_t func, const void *sb, void *rb
     c.recvbuff = rb;
     c.count = count;
     c.type = type;
-    c.op = (ncclRedOp_t)-1;
-    c.root = -1;
+    c.op = ncclSum;
+    c.root = 0;
     c.peer = -1;
     c.send_mult = c.recv_mult = 1;
     c.send_needed = c.recv_needed = 1;
@@ -144,6 +143,7 @@ BR_API(ncclResult_t, ncclAllReduce,
     (void)stream;
     call_t c = call_init("ncclAllReduce", BR_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype);
     c.op = op;
+    c.has_op = 1;
     return submit(comm, &c);
 }
 
@@ -154,6 +154,7 @@ BR_API(ncclResult_t, ncclBroadcast,
     (void)stream;
     call_t c = call_init("ncclBroadcast", BR_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype);
     c.root = root;
+    c.has_root = 1;
     /* Only the root reads sendbuff. */
     c.send_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
     return submit(comm, &c);
@@ -173,7 +174,9 @@ BR_API(ncclResult_t, ncclReduce,
     (void)stream;
     call_t c = call_init("ncclReduce", BR_FUNC_REDUCE, sendbuff, recvbuff, count, datatype);
     c.op = op;
+    c.has_op = 1;
     c.root = root;
+    c.has_root = 1;
     /* Only the root writes recvbuff. */
     c.recv_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
     return submit(comm, &c);
@@ -198,6 +201,7 @@ BR_API(ncclResult_t, ncclReduceScatter,
     call_t c = call_init("ncclReduceScatter", BR_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount,
                          datatype);
     c.op = op;
+    c.has_op = 1;
     c.send_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
     return submit(comm, &c);
 }
@@ -209,6 +213,7 @@ BR_API(ncclResult_t, ncclSend,
     (void)stream;
     call_t c = call_init("ncclSend", BR_FUNC_SEND, sendbuff, NULL, count, datatype);
     c.peer = peer;
+    c.has_peer = 1;
     c.recv_needed = 0;
     return submit(comm, &c);
 }
@@ -220,6 +225,7 @@ BR_API(ncclResult_t, ncclRecv,
     (void)stream;
     call_t c = call_init("ncclRecv", BR_FUNC_RECV, NULL, recvbuff, count, datatype);
     c.peer = peer;
+    c.has_peer = 1;
     c.send_needed = 0;
     return submit(comm, &c);
 }
@@ -277,6 +283,7 @@ BR_API(ncclResult_t, ncclGather,
     (void)stream;
     call_t c = call_init("ncclGather", BR_FUNC_GATHER, sendbuff, recvbuff, count, datatype);
     c.root = root;
+    c.has_root = 1;
     c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
     c.recv_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
     return p2p_pattern(comm, &c);
@@ -289,6 +296,7 @@ BR_API(ncclResult_t, ncclScatter,
     (void)stream;
     call_t c = call_init("ncclScatter", BR_FUNC_SCATTER, sendbuff, recvbuff, count, datatype);
     c.root = root;
+    c.has_root = 1;
     c.send_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
     c.send_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
     return p2p_pattern(comm, &c);
