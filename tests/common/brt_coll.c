@@ -585,10 +585,12 @@ int brt_cases_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t
         }
         n = bufs[i].nranks;
     }
+    const int timing = getenv("BRT_TIMING") != NULL; /* per-case times on stderr */
     for (size_t k = 0; k < ncases && !stop; k++) {
         const brt_case_t *c = &cases[k];
         ncclResult_t res = ncclSuccess, end = ncclSuccess;
         int failed_at = -1, set = 0;
+        double t0 = brt_now(), t1 = t0, t2 = t0;
 
         brt_case_name(c, n, name, sizeof(name));
         if (ctx != NULL) {
@@ -603,6 +605,7 @@ int brt_cases_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t
             }
         }
         if (set == nlocal) {
+            t1 = brt_now();
             if (nlocal > 1) {
                 res = ncclGroupStart();
             }
@@ -629,6 +632,7 @@ int brt_cases_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t
                 }
                 stop = 1;
             }
+            t2 = brt_now();
             for (int i = 0; i < nlocal && res == ncclSuccess; i++) {
                 if (brt_case_verify(c, &bufs[i], why, sizeof(why)) != 0 &&
                     fails++ < MAX_FAILS) {
@@ -639,6 +643,10 @@ int brt_cases_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t
         }
         for (int i = 0; i < set; i++) {
             brt_case_teardown(&bufs[i]);
+        }
+        if (timing) {
+            fprintf(stderr, "[rank %d] %s: setup %.1f ms, call %.1f ms, verify %.1f ms\n",
+                    bufs[0].rank, name, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (brt_now() - t2) * 1e3);
         }
     }
     if (fails > MAX_FAILS) {
@@ -806,9 +814,9 @@ static void build_thin(case_list_t *l)
     }
 }
 
-/* Above NCCL_BUFFSIZE for every type when the FIFO is small, and 1M+3 elements for a few
- * (type, op) pairs per collective whatever the FIFO size. */
-static void build_big(case_list_t *l)
+/* Big: above NCCL_BUFFSIZE for every type when the FIFO is small. Huge: 1M+3 elements for
+ * a few (type, op) pairs per collective, whatever the FIFO size. */
+static void build_big(case_list_t *l, int with_huge)
 {
     static const struct {
         brt_func_t f;
@@ -824,14 +832,19 @@ static void build_big(case_list_t *l)
         {BRT_SCATTER, ncclUint8, BRT_SUM},         {BRT_SENDRECV, ncclInt32, BRT_SUM},
     };
     size_t bs = brt_buffsize();
-    if (bs <= 512 * 1024) {
-        for (int f = 0; f < BRT_NFUNCS; f++) {
-            for (int ti = 0; ti < BRT_NTYPES; ti++) {
-                ncclDataType_t t = brt_type_at(ti);
-                size_t count = bs * 3 / 2 / brt_type_info(t)->size + 3;
-                add_case(l, (brt_func_t)f, t, (ti + f) % BRT_NOPS, count, ti & 1);
+    if (!with_huge) {
+        /* Above the FIFO for every type when it is small; a default 4 MiB FIFO leaves
+         * this to the huge list. */
+        if (bs <= 512 * 1024) {
+            for (int f = 0; f < BRT_NFUNCS; f++) {
+                for (int ti = 0; ti < BRT_NTYPES; ti++) {
+                    ncclDataType_t t = brt_type_at(ti);
+                    size_t count = bs * 3 / 2 / brt_type_info(t)->size + 3;
+                    add_case(l, (brt_func_t)f, t, (ti + f) % BRT_NOPS, count, ti & 1);
+                }
             }
         }
+        return;
     }
     for (size_t k = 0; k < sizeof(huge) / sizeof(huge[0]); k++) {
         add_case(l, huge[k].f, huge[k].t, huge[k].op, HUGE_COUNT, (int)(k & 1));
@@ -844,7 +857,8 @@ size_t brt_cases_build(brt_matrix_t m, int nranks, brt_case_t **out)
     switch (m) {
     case BRT_MATRIX_FULL: build_full(&l); break;
     case BRT_MATRIX_THIN: build_thin(&l); break;
-    default: build_big(&l); break;
+    case BRT_MATRIX_BIG: build_big(&l, 0); break;
+    default: build_big(&l, 1); break;
     }
     *out = l.v;
     return l.n;

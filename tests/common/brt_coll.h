@@ -99,7 +99,8 @@ int brt_group_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t
 typedef enum {
     BRT_MATRIX_FULL, /* every collective x type x op x {0, 1, 7, 4097} x placement */
     BRT_MATRIX_THIN, /* every collective x type, ops and sizes rotating */
-    BRT_MATRIX_BIG   /* counts above NCCL_BUFFSIZE and 1M+3, types and ops rotating */
+    BRT_MATRIX_BIG,  /* counts above a small NCCL_BUFFSIZE, every type, ops rotating */
+    BRT_MATRIX_HUGE  /* 1M+3 elements, a few (type, op) pairs per collective */
 } brt_matrix_t;
 
 /* Build a case list (malloc'd in *out) for nranks; identical on every rank. */

@@ -40,6 +40,13 @@ static const char *const op_names[BRT_NOPS] = {"sum", "prod", "max", "min", "avg
 /* Per type: inputs for sum/avg/premulsum, and for max/min. */
 static brt_val_t sum_table[BRT_NTYPES][BRT_PERIOD];
 static brt_val_t minmax_table[BRT_NTYPES][BRT_PERIOD];
+/* The same values encoded in their type, so filling a buffer is a copy per element. */
+static unsigned char sum_bits[BRT_NTYPES][BRT_PERIOD][8];
+static unsigned char minmax_bits[BRT_NTYPES][BRT_PERIOD][8];
+/* Product inputs -4..4 encoded (index m + 4). */
+static unsigned char prod_bits[BRT_NTYPES][9][8];
+/* Decoding of every 16- and 8-bit float pattern, so checking reads a table. */
+static double fp16_dec[65536], bf16_dec[65536], e4m3_dec[256], e5m2_dec[256];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 uint64_t brt_mix64(uint64_t x)
@@ -146,13 +153,35 @@ static brt_val_t minmax_value(ncclDataType_t t, uint64_t r)
     return v;
 }
 
+static void store_slow(ncclDataType_t t, void *buf, size_t i, brt_val_t v);
+
 static void tables_build(void)
 {
+    for (uint32_t b = 0; b < 65536; b++) {
+        fp16_dec[b] = brt_fp16_to_double((uint16_t)b);
+        bf16_dec[b] = brt_bf16_to_double((uint16_t)b);
+    }
+    for (uint32_t b = 0; b < 256; b++) {
+        e4m3_dec[b] = brt_e4m3_to_double((uint8_t)b);
+        e5m2_dec[b] = brt_e5m2_to_double((uint8_t)b);
+    }
     for (int ti = 0; ti < BRT_NTYPES; ti++) {
+        ncclDataType_t t = type_infos[ti].type;
         for (int k = 0; k < BRT_PERIOD; k++) {
             uint64_t r = brt_mix64(((uint64_t)ti << 32) ^ (uint64_t)k);
-            sum_table[ti][k] = sum_value(type_infos[ti].type, r);
-            minmax_table[ti][k] = minmax_value(type_infos[ti].type, brt_mix64(r ^ 0x5bd1e995));
+            sum_table[ti][k] = sum_value(t, r);
+            minmax_table[ti][k] = minmax_value(t, brt_mix64(r ^ 0x5bd1e995));
+            store_slow(t, sum_bits[ti][k], 0, sum_table[ti][k]);
+            store_slow(t, minmax_bits[ti][k], 0, minmax_table[ti][k]);
+        }
+        for (int m = -4; m <= 4; m++) {
+            brt_val_t v;
+            if (type_infos[ti].kind == BRT_KIND_FLOAT) {
+                v.f = m;
+            } else {
+                v.i = m; /* the unsigned types only ever see 1, 2 and 4 */
+            }
+            store_slow(t, prod_bits[ti][m + 4], 0, v);
         }
     }
 }
@@ -160,6 +189,7 @@ static void tables_build(void)
 brt_val_t brt_load(ncclDataType_t t, const void *buf, size_t i)
 {
     brt_val_t v;
+    pthread_once(&tables_once, tables_build);
     switch (t) {
     case ncclInt8: v.i = ((const int8_t *)buf)[i]; break;
     case ncclUint8: v.u = ((const uint8_t *)buf)[i]; break;
@@ -167,18 +197,23 @@ brt_val_t brt_load(ncclDataType_t t, const void *buf, size_t i)
     case ncclUint32: v.u = ((const uint32_t *)buf)[i]; break;
     case ncclInt64: v.i = ((const int64_t *)buf)[i]; break;
     case ncclUint64: v.u = ((const uint64_t *)buf)[i]; break;
-    case ncclFloat16: v.f = brt_fp16_to_double(((const uint16_t *)buf)[i]); break;
+    case ncclFloat16: v.f = fp16_dec[((const uint16_t *)buf)[i]]; break;
     case ncclFloat32: v.f = ((const float *)buf)[i]; break;
     case ncclFloat64: v.f = ((const double *)buf)[i]; break;
-    case ncclBfloat16: v.f = brt_bf16_to_double(((const uint16_t *)buf)[i]); break;
-    case ncclFloat8e4m3: v.f = brt_e4m3_to_double(((const uint8_t *)buf)[i]); break;
-    case ncclFloat8e5m2: v.f = brt_e5m2_to_double(((const uint8_t *)buf)[i]); break;
+    case ncclBfloat16: v.f = bf16_dec[((const uint16_t *)buf)[i]]; break;
+    case ncclFloat8e4m3: v.f = e4m3_dec[((const uint8_t *)buf)[i]]; break;
+    case ncclFloat8e5m2: v.f = e5m2_dec[((const uint8_t *)buf)[i]]; break;
     default: v.u = 0; break;
     }
     return v;
 }
 
 void brt_store(ncclDataType_t t, void *buf, size_t i, brt_val_t v)
+{
+    store_slow(t, buf, i, v);
+}
+
+static void store_slow(ncclDataType_t t, void *buf, size_t i, brt_val_t v)
 {
     switch (t) {
     case ncclInt8: ((int8_t *)buf)[i] = (int8_t)v.i; break;
@@ -239,15 +274,21 @@ static brt_val_t prod_value(ncclDataType_t t, uint32_t seed, int nranks, int ran
     return v;
 }
 
+/* Where rank's element i of a table-driven input sits in the tables. */
+static size_t table_index(uint32_t seed, int rank, size_t i)
+{
+    return (size_t)((i * (uint64_t)(2 * rank + 1) + (uint64_t)rank * 7919 +
+                     (uint64_t)seed * 131) %
+                    BRT_PERIOD);
+}
+
 brt_val_t brt_input(ncclDataType_t t, int op, uint32_t seed, int nranks, int rank, size_t i)
 {
     pthread_once(&tables_once, tables_build);
     if (op == BRT_PROD) {
         return prod_value(t, seed, nranks, rank, i);
     }
-    size_t k = (size_t)((i * (uint64_t)(2 * rank + 1) + (uint64_t)rank * 7919 +
-                         (uint64_t)seed * 131) %
-                        BRT_PERIOD);
+    size_t k = table_index(seed, rank, i);
     if (op == BRT_MAX || op == BRT_MIN) {
         return minmax_table[(int)t][k];
     }
@@ -257,19 +298,34 @@ brt_val_t brt_input(ncclDataType_t t, int op, uint32_t seed, int nranks, int ran
 void brt_fill_inputs(ncclDataType_t t, int op, uint32_t seed, int nranks, int rank, void *buf,
                      size_t first, size_t count)
 {
-    for (size_t j = 0; j < count; j++) {
-        brt_store(t, buf, j, brt_input(t, op, seed, nranks, rank, first + j));
+    const size_t ts = brt_type_info(t)->size;
+    const int ti = (int)t;
+    unsigned char *p = buf;
+    pthread_once(&tables_once, tables_build);
+    for (size_t j = 0; j < count; j++, p += ts) {
+        const unsigned char *src;
+        if (op == BRT_PROD) {
+            brt_val_t v = prod_value(t, seed, nranks, rank, first + j);
+            int m = brt_type_info(t)->kind == BRT_KIND_FLOAT ? (int)v.f : (int)v.i;
+            src = prod_bits[ti][m + 4];
+        } else if (op == BRT_MAX || op == BRT_MIN) {
+            src = minmax_bits[ti][table_index(seed, rank, first + j)];
+        } else {
+            src = sum_bits[ti][table_index(seed, rank, first + j)];
+        }
+        memcpy(p, src, ts);
     }
 }
 
 /* Reference of element i in exact arithmetic; *abs_sum gets sum |x_r| (for avg). */
 static brt_val_t reference(ncclDataType_t t, int op, uint32_t seed, int nranks, size_t i,
-                           double *abs_sum)
+                           brt_val_t s, double *abs_sum)
 {
     const brt_kind_t kind = brt_type_info(t)->kind;
-    char scalar_bytes[8];
-    brt_val_t s = brt_premul_scalar(t, scalar_bytes);
-    brt_val_t acc = brt_input(t, op, seed, nranks, 0, i);
+    const brt_val_t *table = op == BRT_MAX || op == BRT_MIN ? minmax_table[(int)t]
+                                                            : sum_table[(int)t];
+    brt_val_t acc = op == BRT_PROD ? prod_value(t, seed, nranks, 0, i)
+                                   : table[table_index(seed, 0, i)];
     brt_val_t x;
 
     *abs_sum = kind == BRT_KIND_FLOAT ? fabs(acc.f) : 0.0;
@@ -283,7 +339,7 @@ static brt_val_t reference(ncclDataType_t t, int op, uint32_t seed, int nranks, 
         }
     }
     for (int r = 1; r < nranks; r++) {
-        x = brt_input(t, op, seed, nranks, r, i);
+        x = op == BRT_PROD ? prod_value(t, seed, nranks, r, i) : table[table_index(seed, r, i)];
         if (kind == BRT_KIND_FLOAT) {
             *abs_sum += fabs(x.f);
         }
@@ -337,7 +393,7 @@ static void val_format(ncclDataType_t t, brt_val_t v, char *buf, size_t len)
 /* Does got match the reference? Floats compare as values (so -0 == +0; NaN never
  * matches); avg of a float type within its rounding bound. */
 static int val_matches(ncclDataType_t t, int op, int nranks, brt_val_t ref, double abs_sum,
-                       brt_val_t got)
+                       double avg_factor, brt_val_t got)
 {
     const brt_type_info_t *ti = brt_type_info(t);
     if (ti->kind == BRT_KIND_SINT) {
@@ -347,12 +403,10 @@ static int val_matches(ncclDataType_t t, int op, int nranks, brt_val_t ref, doub
         return got.u == ref.u;
     }
     if (op != BRT_AVG) {
-        return got.f == round_to_type(t, ref.f);
+        /* The inputs make every exact result representable (check_brt_common checks it). */
+        return got.f == ref.f;
     }
-    /* Each input may be scaled by a rounded 1/n, then n-1 rounded additions and a final
-     * rounding: the relative error compounds at most (1 + u)^(n + 2) - 1. */
-    double bound = expm1((nranks + 2) * log1p(ti->unit_roundoff)) * abs_sum / nranks +
-                   nranks * ti->min_subnormal;
+    double bound = avg_factor * abs_sum / nranks + nranks * ti->min_subnormal;
     return fabs(got.f - ref.f) <= bound;
 }
 
@@ -361,12 +415,19 @@ int brt_check_reduced(ncclDataType_t t, int op, uint32_t seed, int nranks, const
 {
     size_t bad = 0, first_bad = 0;
     brt_val_t bad_ref = {0}, bad_got = {0};
+    unsigned char scalar_bytes[8];
+    const brt_val_t scalar = brt_premul_scalar(t, scalar_bytes);
+    /* Float avg: each input may be scaled by a rounded 1/n, then n-1 rounded additions and
+     * a final rounding; the relative error compounds to at most (1 + u)^(n + 2) - 1. */
+    const double avg_factor = expm1((nranks + 2) * log1p(brt_type_info(t)->unit_roundoff));
+
+    pthread_once(&tables_once, tables_build);
 
     for (size_t j = 0; j < count; j++) {
         double abs_sum;
-        brt_val_t ref = reference(t, op, seed, nranks, first + j, &abs_sum);
+        brt_val_t ref = reference(t, op, seed, nranks, first + j, scalar, &abs_sum);
         brt_val_t g = brt_load(t, got, j);
-        if (!val_matches(t, op, nranks, ref, abs_sum, g)) {
+        if (!val_matches(t, op, nranks, ref, abs_sum, avg_factor, g)) {
             if (bad++ == 0) {
                 first_bad = j;
                 bad_ref = ref;
@@ -392,18 +453,39 @@ int brt_check_reduced(ncclDataType_t t, int op, uint32_t seed, int nranks, const
     return 1;
 }
 
-static unsigned char byte_at(uint32_t seed, int src, int dst, size_t pos)
+/* Byte pos of the stream of (seed, src, dst): byte pos % 8 of a word made per 8 bytes;
+ * *cache keeps the last word so a sequential walk mixes once per word. */
+typedef struct {
+    uint64_t key;
+    size_t word_index;
+    uint64_t word;
+    int valid;
+} byte_stream_t;
+
+static void stream_init(byte_stream_t *bs, uint32_t seed, int src, int dst)
 {
     uint64_t key = ((uint64_t)seed << 40) ^ ((uint64_t)(src + 1) << 20) ^ (uint64_t)(dst + 7);
-    uint64_t w = brt_mix64(brt_mix64(key) ^ (pos >> 3));
-    return (unsigned char)(w >> ((pos & 7) * 8));
+    bs->key = brt_mix64(key);
+    bs->valid = 0;
+}
+
+static unsigned char stream_byte(byte_stream_t *bs, size_t pos)
+{
+    if (!bs->valid || bs->word_index != pos >> 3) {
+        bs->word_index = pos >> 3;
+        bs->word = brt_mix64(bs->key ^ (pos >> 3));
+        bs->valid = 1;
+    }
+    return (unsigned char)(bs->word >> ((pos & 7) * 8));
 }
 
 void brt_fill_bytes(uint32_t seed, int src, int dst, void *buf, size_t first, size_t nbytes)
 {
     unsigned char *p = buf;
+    byte_stream_t bs;
+    stream_init(&bs, seed, src, dst);
     for (size_t j = 0; j < nbytes; j++) {
-        p[j] = byte_at(seed, src, dst, first + j);
+        p[j] = stream_byte(&bs, first + j);
     }
 }
 
@@ -413,9 +495,11 @@ int brt_check_bytes(uint32_t seed, int src, int dst, const void *buf, size_t fir
     const unsigned char *p = buf;
     size_t bad = 0, first_bad = 0;
     unsigned char want = 0;
+    byte_stream_t bs;
 
+    stream_init(&bs, seed, src, dst);
     for (size_t j = 0; j < nbytes; j++) {
-        unsigned char b = byte_at(seed, src, dst, first + j);
+        unsigned char b = stream_byte(&bs, first + j);
         if (p[j] != b && bad++ == 0) {
             first_bad = j;
             want = b;

@@ -5,7 +5,8 @@
  * whole case list. How the ranks run comes from the command line, so CTest can run the
  * same binary over each transport and rank layout:
  *
- *   check_mp_coll --mode proc|threads|initall --ranks 1,2,3 --matrix full,big [--timeout s]
+ *   check_mp_coll --mode proc|threads|initall --ranks 1,2,3 --matrix full,thin,big,huge
+ *                 [--timeout s]
  *
  *   proc      one forked process per rank, ncclCommInitRank (shm, or the net plugin when
  *             the environment disables shm and p2p)
@@ -42,7 +43,7 @@ static int run_matrices(ncclComm_t *comms, int nlocal, int nranks, brt_rank_ctx_
     int bad = 0;
     size_t used = 0;
     err[0] = '\0';
-    for (int m = BRT_MATRIX_FULL; m <= BRT_MATRIX_BIG; m++) {
+    for (int m = BRT_MATRIX_FULL; m <= BRT_MATRIX_HUGE; m++) {
         brt_case_t *cases = NULL;
         size_t ncases;
         if (!(cfg.matrices >> m & 1u)) {
@@ -182,6 +183,7 @@ static int parse_args(int argc, char **argv)
             cfg.matrices |= strstr(v, "full") ? 1u << BRT_MATRIX_FULL : 0;
             cfg.matrices |= strstr(v, "thin") ? 1u << BRT_MATRIX_THIN : 0;
             cfg.matrices |= strstr(v, "big") ? 1u << BRT_MATRIX_BIG : 0;
+            cfg.matrices |= strstr(v, "huge") ? 1u << BRT_MATRIX_HUGE : 0;
         } else if (strcmp(k, "--timeout") == 0) {
             cfg.timeout = atof(v);
         } else {
