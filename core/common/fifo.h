@@ -23,6 +23,10 @@ typedef struct {
     uint32_t type;   /* data type | (reduction kind << 8) | (root << 16) */
 } br_slot_desc_t;
 
+/* On net connections each message carries its slot descriptor after the payload; the
+ * slot stride leaves this much room for it. */
+#define BR_NET_DESC_ROOM 64
+
 /* The shared control block; each counter on its own cache line. */
 typedef struct {
     _Alignas(64) _Atomic uint64_t tail; /* written by the sender (or the receiving proxy) */

@@ -211,7 +211,7 @@ static inline int send_ready(br_conn_t *c)
 
 static inline char *slot_of(br_conn_t *c)
 {
-    return c->buf + (size_t)(c->step % BR_STEPS) * c->step_size;
+    return c->buf + (size_t)(c->step % BR_STEPS) * c->stride;
 }
 
 static inline void send_post(br_conn_t *c, const br_slot_desc_t *d)

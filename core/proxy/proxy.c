@@ -114,9 +114,13 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
     while (nc->posted < tail) {
         int slot = (int)(nc->posted % BR_STEPS);
         void *req = NULL;
-        ncclResult_t res = net->ops->isend(net, nc->comm, nc->buf + (size_t)slot * nc->step_size,
-                                           nc->ctrl->slot[slot].bytes, proxy->rank, nc->mhandle,
-                                           NULL, &req);
+        char *data = nc->buf + (size_t)slot * nc->stride;
+        size_t bytes = nc->ctrl->slot[slot].bytes;
+        /* The call descriptor travels right after the payload, so the receiver can check
+         * it as it does on shared memory. */
+        memcpy(data + bytes, &nc->ctrl->slot[slot], sizeof(br_slot_desc_t));
+        ncclResult_t res = net->ops->isend(net, nc->comm, data, bytes + sizeof(br_slot_desc_t),
+                                           proxy->rank, nc->mhandle, NULL, &req);
         if (res != ncclSuccess) {
             proxy_fail(proxy, nc, res, "send");
             return moved;
@@ -159,8 +163,8 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
 
     while (nc->posted < head + BR_STEPS) {
         int slot = (int)(nc->posted % BR_STEPS);
-        void *data = nc->buf + (size_t)slot * nc->step_size;
-        size_t size = nc->step_size;
+        void *data = nc->buf + (size_t)slot * nc->stride;
+        size_t size = nc->step_size + sizeof(br_slot_desc_t);
         int tag = nc->peer;
         void *req = NULL;
         ncclResult_t res = net->ops->irecv(net, nc->comm, 1, &data, &size, &tag, &nc->mhandle,
@@ -173,7 +177,7 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
             break;
         }
         nc->req[slot] = req;
-        step_start(proxy, nc, slot, nc->step_size);
+        step_start(proxy, nc, slot, size);
         nc->posted++;
         moved++;
     }
@@ -189,10 +193,18 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
         }
         nc->req[slot] = NULL;
         step_stop(proxy, nc, slot);
-        /* The descriptor says only how many bytes came: the network carries no call
-         * identity, so seq 0 tells the executor not to check it. */
-        memset(&nc->ctrl->slot[slot], 0, sizeof(nc->ctrl->slot[slot]));
-        nc->ctrl->slot[slot].bytes = (uint64_t)size;
+        /* The sender's descriptor is the message's last bytes. */
+        br_slot_desc_t d;
+        if ((size_t)size < sizeof(d)) {
+            proxy_fail(proxy, nc, ncclRemoteError, "receive (message without a descriptor)");
+            return moved;
+        }
+        memcpy(&d, nc->buf + (size_t)slot * nc->stride + (size_t)size - sizeof(d), sizeof(d));
+        if (d.bytes != (uint64_t)size - sizeof(d)) {
+            proxy_fail(proxy, nc, ncclRemoteError, "receive (descriptor and size disagree)");
+            return moved;
+        }
+        nc->ctrl->slot[slot] = d;
         nc->done++;
         /* Release: the slot's bytes and descriptor before the new tail. */
         atomic_store_explicit(&nc->ctrl->tail, nc->done, memory_order_release);

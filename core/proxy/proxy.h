@@ -24,6 +24,7 @@ typedef struct br_net_conn {
     br_fifo_ctrl_t *ctrl;
     char *buf;
     size_t step_size;
+    size_t stride;         /* slot stride: step_size + BR_NET_DESC_ROOM */
     int is_send;
     int peer;              /* rank at the other end, for messages */
     void *comm;            /* the plugin's send or recv comm */

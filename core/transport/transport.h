@@ -34,6 +34,8 @@ typedef struct br_conn {
     br_fifo_ctrl_t *ctrl;
     char *buf;             /* BR_STEPS * step_size bytes */
     size_t step_size;
+    size_t stride;         /* bytes between slots: step_size, plus room for the call
+                            * descriptor that travels after the payload on net links */
     uint64_t step;         /* executor-local: next slot to fill (send) or consume (recv) */
     int peer;              /* rank at the other end */
     int is_send;

@@ -72,11 +72,17 @@ static ncclResult_t conn_track(br_transport_comm_t *tc, br_conn_t *conn)
 }
 
 /* Lay the control block and the slots out in one mapping. */
+static size_t conn_stride(const br_conn_t *conn)
+{
+    return conn->kind == BR_TRANSPORT_NET ? conn->step_size + BR_NET_DESC_ROOM : conn->step_size;
+}
+
 static void conn_layout(br_conn_t *conn, void *base, size_t step_size)
 {
     conn->ctrl = base;
     conn->buf = (char *)base + ctrl_bytes();
     conn->step_size = step_size;
+    conn->stride = conn_stride(conn);
 }
 
 static ncclResult_t recv_prepare_mem(br_transport_comm_t *tc, br_conn_t *conn, conn_blob_t *blob)
@@ -156,7 +162,7 @@ static ncclResult_t send_attach_shm(br_transport_comm_t *tc, br_conn_t *conn,
 /* Net: a local FIFO on each side, registered with the plugin. */
 static ncclResult_t net_local_fifo(br_transport_comm_t *tc, br_conn_t *conn)
 {
-    size_t size = ctrl_bytes() + BR_STEPS * conn->step_size;
+    size_t size = ctrl_bytes() + BR_STEPS * conn_stride(conn);
     void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) {
         BR_WARN(NCCL_ALLOC, "rank %d: cannot allocate a %zu-byte net FIFO: %s", tc->rank, size,
@@ -198,10 +204,11 @@ static ncclResult_t net_finish(br_transport_comm_t *tc, net_pending_t *np)
     nc->ctrl = np->conn->ctrl;
     nc->buf = np->conn->buf;
     nc->step_size = np->conn->step_size;
+    nc->stride = np->conn->stride;
     nc->is_send = np->conn->is_send;
     nc->peer = np->conn->peer;
     nc->comm = np->comm;
-    res = net->ops->reg_mr(net, np->comm, nc->buf, BR_STEPS * nc->step_size, NCCL_PTR_HOST,
+    res = net->ops->reg_mr(net, np->comm, nc->buf, BR_STEPS * nc->stride, NCCL_PTR_HOST,
                            &nc->mhandle);
     if (res != ncclSuccess) {
         BR_WARN(NCCL_NET, "rank %d: net plugin %s failed to register a FIFO for rank %d",
