@@ -7,7 +7,8 @@
  * - netofi_ep.c owns the endpoints: per device, one fabric, domain, address vector,
  *   completion queue and FI_EP_RDM endpoint, shared by every connection of the process
  *   on that device (so any call's progress moves every connection, whoever polls).
- * - netofi_comm.c implements listen/connect/accept, isend/irecv/test and close on top.
+ * - netofi_conn.c makes and closes connections (the handshake, control messages).
+ * - netofi_data.c is the data path: registration, isend/irecv/test, completions.
  * - netofi_plugin.c holds the per-communicator contexts and the exported ABI tables.
  *
  * Tags. Every connection owns an id on the receiving endpoint; a message is matched by the
@@ -46,8 +47,9 @@
 #define NETOFI_MAGIC 0x4f464931u                  /* "OFI1" */
 
 /* Control message types, carried in the chunk field of a control tag. */
-#define NETOFI_CTRL_CONN 1u /* connector -> listener: "here is my address and id" */
-#define NETOFI_CTRL_ACK 2u  /* acceptor -> connector: "send to this id" */
+#define NETOFI_CTRL_CONN 1u  /* connector -> listener: "here is my address and id" */
+#define NETOFI_CTRL_ACK 2u   /* acceptor -> connector: "send to this id" */
+#define NETOFI_CTRL_CLOSE 3u /* either side: "closed; messages from seq on never match" */
 
 /* One libfabric domain of the chosen provider. Immutable after netofi_fabric_init. */
 typedef struct {
@@ -111,6 +113,7 @@ struct netofi_req {
     uint8_t op;         /* netofi_op_t */
     uint8_t state;      /* netofi_req_state_t */
     uint32_t chunk;     /* index of the chunk in flight (control: the message type) */
+    uint32_t seq;       /* the message's sequence number on its connection */
     char *buf;
     size_t size;      /* send: message length; receive: buffer capacity */
     size_t done;      /* bytes of completed chunks */
@@ -121,11 +124,12 @@ struct netofi_req {
     ncclResult_t err;
 };
 
-/* Control message (connection request or acknowledgement). Same byte order on both ends. */
+/* Control message. Same byte order on both ends (as NCCL's own plugins assume). */
 typedef struct {
     uint32_t magic;
     uint32_t type; /* NETOFI_CTRL_* */
     uint32_t id;   /* CONN: the connector's id; ACK: the acceptor's id */
+    uint32_t seq;  /* CLOSE: the first sequence number that will not complete */
     uint32_t addr_format;
     uint16_t name_len;
     uint16_t reserved;
@@ -134,22 +138,31 @@ typedef struct {
 
 typedef enum { NETOFI_COMM_LISTEN = 1, NETOFI_COMM_SEND, NETOFI_COMM_RECV } netofi_comm_type_t;
 
+/* Control requests of a connection. */
+enum { NETOFI_CTRL_RX = 0, NETOFI_CTRL_TX, NETOFI_CTRL_TX_CLOSE, NETOFI_CTRL_NREQ };
+
 /* A listening, sending or receiving connection. Guarded by ep->lock. */
 struct netofi_comm {
     netofi_ep_t *ep;
-    int type;         /* netofi_comm_type_t */
-    uint32_t id;      /* this connection's id on ep (tags it receives) */
-    uint32_t peer_id; /* send: the receiver's id, valid once acked */
-    fi_addr_t peer;   /* send: the receiver; recv: the sender */
-    uint32_t seq;     /* sequence number of the next message */
-    int acked;        /* send: the ACK arrived, data may flow */
-    int closed;       /* closed by the user; freed when inflight drops to 0 */
-    int inflight;     /* provider operations posted and not yet completed */
-    ncclResult_t err; /* sticky connection error */
+    int type;          /* netofi_comm_type_t */
+    uint32_t id;       /* this connection's id on ep (tags it receives) */
+    uint32_t peer_id;  /* the peer connection's id (send: known once acked) */
+    fi_addr_t peer;    /* send: the receiver; recv: the sender */
+    uint32_t seq;      /* sequence number of the next message */
+    uint32_t peer_seq; /* after the peer's CLOSE: messages from this seq on fail */
+    int acked;         /* send: the ACK arrived, data may flow */
+    int peer_closed;   /* the peer's CLOSE arrived */
+    int close_on_ack;  /* send: closed before the ACK; send CLOSE once it arrives */
+    int closed;        /* closed by the user; freed when inflight drops to 0 */
+    int inflight;      /* provider operations posted and not yet completed */
+    int queued;        /* requests on the endpoint's pending FIFO */
+    ncclResult_t err;  /* sticky connection error */
     netofi_comm_t *zombie_next;
-    struct fid_mr *ctrl_mr;        /* registration of ctrl_msg (FI_MR_LOCAL only) */
-    netofi_req_t ctrl_req[2];      /* [0] receive, [1] send */
-    netofi_ctrl_msg_t ctrl_msg[2]; /* their buffers */
+    struct fid_mr *ctrl_mr; /* registration of ctrl_msg (FI_MR_LOCAL only) */
+    /* RX receives CONN (listen), ACK then CLOSE (send) or CLOSE (recv); TX sends CONN or
+     * ACK; TX_CLOSE sends CLOSE. */
+    netofi_req_t ctrl_req[NETOFI_CTRL_NREQ];
+    netofi_ctrl_msg_t ctrl_msg[NETOFI_CTRL_NREQ];
     netofi_req_t *free_reqs;
     netofi_req_t reqs[NETOFI_MAX_REQUESTS];
 };
@@ -249,25 +262,54 @@ static inline uint64_t netofi_tag_ctrl(const netofi_dev_t *dev, uint32_t id)
     return dev->ctrl_bit | ((uint64_t)id << (dev->chunk_bits + NETOFI_SEQ_BITS));
 }
 
-/* netofi_comm.c -------------------------------------------------------------------------- */
+/* Take a request from c's pool (NULL when all are in use) / give one back. Lock held. */
+static inline netofi_req_t *netofi_req_get(netofi_comm_t *c)
+{
+    netofi_req_t *req = c->free_reqs;
 
-ncclResult_t netofi_comm_listen(netofi_ep_t *ep, void *handle, void **listen_comm);
-ncclResult_t netofi_comm_connect(netofi_ep_t *ep, const void *handle, void **send_comm);
-ncclResult_t netofi_comm_accept(void *listen_comm, void **recv_comm);
-ncclResult_t netofi_comm_close(void *comm);
-ncclResult_t netofi_comm_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
-ncclResult_t netofi_comm_dereg_mr(void *comm, void *mhandle);
-ncclResult_t netofi_comm_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
-                               void **request);
-ncclResult_t netofi_comm_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
-                               void **mhandles, void **request);
-ncclResult_t netofi_comm_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
-                                void **request);
-ncclResult_t netofi_comm_test(void *request, int *done, int *sizes);
-/* Completion dispatch, called by netofi_ep_progress with the lock held. */
-void netofi_comm_complete(netofi_ep_t *ep, netofi_req_t *req, size_t len);
-void netofi_comm_fail(netofi_ep_t *ep, netofi_req_t *req, const struct fi_cq_err_entry *e);
+    if (req != NULL) {
+        c->free_reqs = req->next;
+        req->next = NULL;
+    }
+    return req;
+}
+
+static inline void netofi_req_put(netofi_comm_t *c, netofi_req_t *req)
+{
+    req->state = NETOFI_REQ_FREE;
+    req->next = c->free_reqs;
+    c->free_reqs = req;
+}
+
+/* netofi_conn.c -------------------------------------------------------------------------- */
+
+/* listen/connect/accept/close of the ABI; connect and accept never block. */
+ncclResult_t netofi_conn_listen(netofi_ep_t *ep, void *handle, void **listen_comm);
+ncclResult_t netofi_conn_connect(netofi_ep_t *ep, const void *handle, void **send_comm);
+ncclResult_t netofi_conn_accept(void *listen_comm, void **recv_comm);
+ncclResult_t netofi_conn_close(void *comm);
+/* A control request completed (e NULL) or failed. Lock held. */
+void netofi_conn_ctrl_done(netofi_ep_t *ep, netofi_req_t *req, const struct fi_cq_err_entry *e);
+/* Free c if it is closed and nothing of it is in flight or queued. Lock held. */
+void netofi_conn_reap(netofi_ep_t *ep, netofi_comm_t *c);
 /* Free a connection (its registration, id and memory). Lock held. */
-void netofi_comm_free(netofi_comm_t *comm);
+void netofi_conn_free(netofi_comm_t *c);
+
+/* netofi_data.c -------------------------------------------------------------------------- */
+
+ncclResult_t netofi_data_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
+ncclResult_t netofi_data_dereg_mr(void *comm, void *mhandle);
+ncclResult_t netofi_data_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                               void **request);
+ncclResult_t netofi_data_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                               void **mhandles, void **request);
+ncclResult_t netofi_data_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
+                                void **request);
+ncclResult_t netofi_data_test(void *request, int *done, int *sizes);
+/* Completion dispatch, called by netofi_ep_progress. Lock held. */
+void netofi_data_complete(netofi_ep_t *ep, netofi_req_t *req, size_t len);
+void netofi_data_fail(netofi_ep_t *ep, netofi_req_t *req, const struct fi_cq_err_entry *e);
+/* The peer's CLOSE arrived: fail c's requests from c->peer_seq on. Lock held. */
+void netofi_data_peer_closed(netofi_ep_t *ep, netofi_comm_t *c);
 
 #endif /* NETOFI_H_ */

@@ -12,14 +12,17 @@
  * Threading: ep->lock guards the endpoint and everything reached through it; callers of
  * the functions marked "lock held" own it. The reference count is changed under it too.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "netofi.h"
 
 #define NETOFI_CQ_BATCH 16
 #define NETOFI_CQ_ROUNDS 8 /* batches read per progress call, so one call stays short */
 #define NETOFI_AV_INIT 64
+#define NETOFI_DRAIN_SECONDS 1.0 /* how long a closing endpoint waits for zombies */
 
 /* The process's endpoints, one per device; lock order: table, then endpoint. */
 static pthread_mutex_t netofi_ep_table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -141,15 +144,49 @@ static void close_fid(struct fid *fid, const char *what)
     }
 }
 
+static double now_seconds(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Let closed connections' operations finish before the endpoint goes: tcp;ofi_rxm 1.17
+ * crashes in fi_close when a rendezvous transfer is still running. Bounded, and only at
+ * the end of the last user, so a peer that is gone costs at most NETOFI_DRAIN_SECONDS. */
+static void ep_drain(netofi_ep_t *ep)
+{
+    double end = now_seconds() + NETOFI_DRAIN_SECONDS;
+
+    pthread_mutex_lock(&ep->lock);
+    while (ep->zombies != NULL && ep->err == ncclSuccess && now_seconds() < end) {
+        (void)netofi_ep_progress(ep);
+        pthread_mutex_unlock(&ep->lock);
+        sched_yield();
+        pthread_mutex_lock(&ep->lock);
+    }
+    if (ep->zombies != NULL) {
+        BR_INFO(NCCL_NET,
+                "net-ofi: closing the endpoint on %s with operations of closed connections "
+                "still in flight",
+                ep->dev->name);
+    }
+    pthread_mutex_unlock(&ep->lock);
+}
+
 static void ep_destroy(netofi_ep_t *ep)
 {
+    if (ep->ep != NULL && ep->cq != NULL) {
+        ep_drain(ep);
+    }
     /* Closing the endpoint ends every operation still posted, so the connections that
      * were waiting for completions (zombies) can go after it, before their domain. */
     close_fid(ep->ep ? &ep->ep->fid : NULL, "endpoint");
     while (ep->zombies != NULL) {
         netofi_comm_t *c = ep->zombies;
         ep->zombies = c->zombie_next;
-        netofi_comm_free(c);
+        netofi_conn_free(c);
     }
     close_fid(ep->av ? &ep->av->fid : NULL, "address vector");
     close_fid(ep->cq ? &ep->cq->fid : NULL, "completion queue");
@@ -250,6 +287,7 @@ ncclResult_t netofi_ep_post_or_queue(netofi_ep_t *ep, netofi_req_t *req)
     /* Behind a queue, post nothing directly: the queue keeps its order. */
     if (res == ncclSuccess && !posted) {
         req->state = NETOFI_REQ_PENDING;
+        req->comm->queued++;
         req->next = NULL;
         if (ep->pending_tail != NULL) {
             ep->pending_tail->next = req;
@@ -278,6 +316,7 @@ void netofi_ep_unqueue(netofi_ep_t *ep, netofi_req_t *req)
             ep->pending_tail = prev;
         }
         req->next = NULL;
+        req->comm->queued--;
     }
 }
 
@@ -296,12 +335,14 @@ static void retry_pending(netofi_ep_t *ep)
             ep->pending_tail = NULL;
         }
         req->next = NULL;
+        req->comm->queued--;
         if (res != ncclSuccess) {
             req->state = NETOFI_REQ_ERROR;
             req->err = res;
             if (req->op == NETOFI_OP_CTRL_SEND || req->op == NETOFI_OP_CTRL_RECV) {
                 req->comm->err = res;
             }
+            netofi_conn_reap(ep, req->comm);
         }
     }
 }
@@ -337,7 +378,7 @@ static void read_cq_error(netofi_ep_t *ep)
                 fi_cq_strerror(ep->cq, e.prov_errno, e.err_data, buf, sizeof(buf)));
         return;
     }
-    netofi_comm_fail(ep, (netofi_req_t *)e.op_context, &e);
+    netofi_data_fail(ep, (netofi_req_t *)e.op_context, &e);
 }
 
 ncclResult_t netofi_ep_progress(netofi_ep_t *ep)
@@ -365,7 +406,7 @@ ncclResult_t netofi_ep_progress(netofi_ep_t *ep)
         }
         /* The op_context is the fi_context2 at the start of our request. */
         for (ssize_t i = 0; i < n; i++) {
-            netofi_comm_complete(ep, (netofi_req_t *)cqe[i].op_context, cqe[i].len);
+            netofi_data_complete(ep, (netofi_req_t *)cqe[i].op_context, cqe[i].len);
         }
         if (n < NETOFI_CQ_BATCH) {
             break;

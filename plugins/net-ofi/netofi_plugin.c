@@ -112,7 +112,7 @@ static ncclResult_t netofi_listen(void *ctx, int dev, void *handle, void **liste
 
     *listen_comm = NULL;
     BR_CHECK(ctx_ep(ctx, dev, &ep));
-    return netofi_comm_listen(ep, handle, listen_comm);
+    return netofi_conn_listen(ep, handle, listen_comm);
 }
 
 static ncclResult_t netofi_connect(void *ctx, int dev, void *handle, void **send_comm)
@@ -121,21 +121,21 @@ static ncclResult_t netofi_connect(void *ctx, int dev, void *handle, void **send
 
     *send_comm = NULL;
     BR_CHECK(ctx_ep(ctx, dev, &ep));
-    return netofi_comm_connect(ep, handle, send_comm);
+    return netofi_conn_connect(ep, handle, send_comm);
 }
 
 static ncclResult_t netofi_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
                                  void *phandle, void **request)
 {
     (void)phandle; /* no profiler events of our own */
-    return netofi_comm_isend(send_comm, data, size, tag, mhandle, request);
+    return netofi_data_isend(send_comm, data, size, tag, mhandle, request);
 }
 
 static ncclResult_t netofi_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                                  void **mhandles, void **phandles, void **request)
 {
     (void)phandles;
-    return netofi_comm_irecv(recv_comm, n, data, sizes, tags, mhandles, request);
+    return netofi_data_irecv(recv_comm, n, data, sizes, tags, mhandles, request);
 }
 
 /* The fields every properties version shares, copied from the v12 layout. */
@@ -186,7 +186,7 @@ static ncclResult_t netofi_accept_v12(void *listen_comm, void **recv_comm,
                                       ncclNetDeviceHandle_v12_t **dev_comm)
 {
     (void)dev_comm;
-    return netofi_comm_accept(listen_comm, recv_comm);
+    return netofi_conn_accept(listen_comm, recv_comm);
 }
 
 __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
@@ -197,16 +197,16 @@ __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
     .listen = netofi_listen,
     .connect = netofi_connect_v12,
     .accept = netofi_accept_v12,
-    .regMr = netofi_comm_reg_mr,
+    .regMr = netofi_data_reg_mr,
     .regMrDmaBuf = NULL,
-    .deregMr = netofi_comm_dereg_mr,
+    .deregMr = netofi_data_dereg_mr,
     .isend = netofi_isend,
     .irecv = netofi_irecv,
-    .iflush = netofi_comm_iflush,
-    .test = netofi_comm_test,
-    .closeSend = netofi_comm_close,
-    .closeRecv = netofi_comm_close,
-    .closeListen = netofi_comm_close,
+    .iflush = netofi_data_iflush,
+    .test = netofi_data_test,
+    .closeSend = netofi_conn_close,
+    .closeRecv = netofi_conn_close,
+    .closeListen = netofi_conn_close,
     .getDeviceMr = NULL,
     .irecvConsumed = NULL,
     .makeVDevice = NULL,
@@ -246,7 +246,7 @@ static ncclResult_t netofi_accept_v11(void *listen_comm, void **recv_comm,
                                       ncclNetDeviceHandle_v11_t **dev_comm)
 {
     (void)dev_comm;
-    return netofi_comm_accept(listen_comm, recv_comm);
+    return netofi_conn_accept(listen_comm, recv_comm);
 }
 
 __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
@@ -257,16 +257,16 @@ __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
     .listen = netofi_listen,
     .connect = netofi_connect_v11,
     .accept = netofi_accept_v11,
-    .regMr = netofi_comm_reg_mr,
+    .regMr = netofi_data_reg_mr,
     .regMrDmaBuf = NULL,
-    .deregMr = netofi_comm_dereg_mr,
+    .deregMr = netofi_data_dereg_mr,
     .isend = netofi_isend,
     .irecv = netofi_irecv,
-    .iflush = netofi_comm_iflush,
-    .test = netofi_comm_test,
-    .closeSend = netofi_comm_close,
-    .closeRecv = netofi_comm_close,
-    .closeListen = netofi_comm_close,
+    .iflush = netofi_data_iflush,
+    .test = netofi_data_test,
+    .closeSend = netofi_conn_close,
+    .closeRecv = netofi_conn_close,
+    .closeListen = netofi_conn_close,
     .getDeviceMr = NULL,
     .irecvConsumed = NULL,
     .makeVDevice = NULL,
@@ -335,7 +335,7 @@ static ncclResult_t netofi_accept_v10(void *listen_comm, void **recv_comm,
                                       ncclNetDeviceHandle_v10_t **dev_comm)
 {
     (void)dev_comm;
-    return netofi_comm_accept(listen_comm, recv_comm);
+    return netofi_conn_accept(listen_comm, recv_comm);
 }
 
 __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
@@ -346,16 +346,16 @@ __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
     .listen = netofi_listen_v10,
     .connect = netofi_connect_v10,
     .accept = netofi_accept_v10,
-    .regMr = netofi_comm_reg_mr,
+    .regMr = netofi_data_reg_mr,
     .regMrDmaBuf = NULL,
-    .deregMr = netofi_comm_dereg_mr,
+    .deregMr = netofi_data_dereg_mr,
     .isend = netofi_isend,
     .irecv = netofi_irecv,
-    .iflush = netofi_comm_iflush,
-    .test = netofi_comm_test,
-    .closeSend = netofi_comm_close,
-    .closeRecv = netofi_comm_close,
-    .closeListen = netofi_comm_close,
+    .iflush = netofi_data_iflush,
+    .test = netofi_data_test,
+    .closeSend = netofi_conn_close,
+    .closeRecv = netofi_conn_close,
+    .closeListen = netofi_conn_close,
     .getDeviceMr = NULL,
     .irecvConsumed = NULL,
     .makeVDevice = NULL,

@@ -24,9 +24,6 @@
 #define TEST_TIMEOUT 120
 #define POLL_SECONDS 60.0
 
-/* What NCCL 2.26 calls (the tree's net_v10.h declares the slot with v11's parameters). */
-typedef ncclResult_t (*v10_init_t)(ncclDebugLogger_t logger, ncclProfilerCallback_t prof);
-
 static const char *g_path;
 static void *g_dl;
 static const ncclNet_v12_t *g_net;
@@ -253,7 +250,7 @@ START_TEST(test_properties)
     for (size_t i = sizeof(ncclNetProperties_v11_t); i < sizeof(buf); i++) {
         ck_assert_int_eq(buf[i], 0xa5);
     }
-    ck_assert_int_eq(((v10_init_t)(void (*)(void))v10->init)(test_logger, NULL), ncclSuccess);
+    ck_assert_int_eq(v10->init(test_logger, NULL), ncclSuccess);
     memset(buf, 0xa5, sizeof(buf));
     ck_assert_int_eq(v10->getProperties(0, (ncclNetProperties_v10_t *)buf), ncclSuccess);
     ck_assert_uint_eq(p10->maxCollBytes, p.maxCollBytes);
@@ -566,7 +563,7 @@ START_TEST(test_v11_v10)
     ck_assert_int_eq(v11->finalize(ctx), ncclSuccess);
 
     memset(&p, 0, sizeof(p));
-    ck_assert_int_eq(((v10_init_t)(void (*)(void))v10->init)(test_logger, NULL), ncclSuccess);
+    ck_assert_int_eq(v10->init(test_logger, NULL), ncclSuccess);
     ck_assert_int_eq(v10->listen(0, handle, &p.lc), ncclSuccess);
     while ((!p.sc || !p.rc) && now() < end) {
         if (!p.sc) {
