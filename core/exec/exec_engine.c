@@ -406,13 +406,21 @@ static int health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked
                      br_host_name(), msg, what);
         return 1;
     }
-    for (int p = 0; p < ec->nranks; p++) {
+    /* Only a peer that a blocked operation waits for matters: a rank that finished its
+     * work and left is no error. Ranks blocked further away learn through abort notices. */
+    for (int i = 0; i < b->n; i++) {
+        const br_exec_queue_t *q = &b->queues[i];
+        int p = q->wait_peer;
+        if (q->ec != ec || queue_head(q) == NULL || p < 0 || p >= ec->nranks || p == ec->rank) {
+            continue;
+        }
         const br_peer_info_t *pi = &tc->peers[p];
-        if (p == ec->rank || pi->host_hash != tc->peers[ec->rank].host_hash ||
+        if (pi->host_hash != tc->peers[ec->rank].host_hash ||
             pi->pid_hash == tc->peers[ec->rank].pid_hash) {
             continue;
         }
         if (pid_is_dead(pi->pid)) {
+            describe_wait(q, what, sizeof(what));
             br_exec_fail(ec, ncclRemoteError,
                          "rank %d (pid %d on host %s) died while rank %d was in %s", p, pi->pid,
                          pi->host, ec->rank, what);
