@@ -45,6 +45,7 @@
 #define NETOFI_MIN_TAG_BITS 40                    /* 1 control + id + seq + >= 3 chunk bits */
 #define NETOFI_NAME_MAX 108                       /* endpoint name bytes a handle carries */
 #define NETOFI_MAGIC 0x4f464931u                  /* "OFI1" */
+#define NETOFI_CLOSE_WAIT_SECONDS 5.0 /* close waits this long for transfers in flight */
 
 /* Control message types, carried in the chunk field of a control tag. */
 #define NETOFI_CTRL_CONN 1u  /* connector -> listener: "here is my address and id" */
@@ -154,6 +155,7 @@ struct netofi_comm {
     int peer_closed;   /* the peer's CLOSE arrived */
     int close_on_ack;  /* send: closed before the ACK; send CLOSE once it arrives */
     int closed;        /* closed by the user; freed when inflight drops to 0 */
+    int closing;       /* close() still waits on it: not to be freed yet */
     int inflight;      /* provider operations posted and not yet completed */
     int queued;        /* requests on the endpoint's pending FIFO */
     ncclResult_t err;  /* sticky connection error */
@@ -226,6 +228,8 @@ uint32_t netofi_hash(const void *data, size_t len);
 /* A reference to the process's endpoint on device dev, opened on first use (which may
  * take milliseconds: it opens a fabric and a domain). Thread-safe. */
 ncclResult_t netofi_ep_get(int dev, netofi_ep_t **ep_p);
+/* CLOCK_MONOTONIC in seconds. */
+double netofi_now(void);
 /* Drop a reference; the last one closes every libfabric object and frees. Thread-safe;
  * call without ep->lock. */
 void netofi_ep_release(netofi_ep_t *ep);

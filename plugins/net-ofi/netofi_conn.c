@@ -21,6 +21,7 @@
  * their completions arrive (or the endpoint closes), since the provider still owns them.
  * Threading: every function runs under the endpoint's lock (taken here or by the caller).
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -327,7 +328,7 @@ void netofi_conn_reap(netofi_ep_t *ep, netofi_comm_t *c)
 {
     netofi_comm_t **pp = &ep->zombies;
 
-    if (!c->closed || c->inflight > 0 || c->queued > 0) {
+    if (!c->closed || c->closing || c->inflight > 0 || c->queued > 0) {
         return;
     }
     while (*pp != NULL && *pp != c) {
@@ -339,10 +340,42 @@ void netofi_conn_reap(netofi_ep_t *ep, netofi_comm_t *c)
     netofi_conn_free(c);
 }
 
+/* Operations of closing connection c that may still touch the user's buffers: sends the
+ * peer has not ruled out, and receives (cancelled ones complete at once). Lock held. */
+static int user_ops_in_flight(const netofi_comm_t *c)
+{
+    int n = 0;
+
+    for (int i = 0; i < NETOFI_MAX_REQUESTS; i++) {
+        const netofi_req_t *req = &c->reqs[i];
+        int aborted = c->peer_closed && (int32_t)(req->seq - c->peer_seq) >= 0;
+        n += req->state == NETOFI_REQ_POSTED && (req->op == NETOFI_OP_RECV || !aborted);
+    }
+    return n;
+}
+
+/* Retire c's requests: drop queued ones, cancel posted receives. Lock held. */
+static void retire_requests(netofi_ep_t *ep, netofi_comm_t *c)
+{
+    for (int i = 0; i < NETOFI_CTRL_NREQ + NETOFI_MAX_REQUESTS; i++) {
+        netofi_req_t *req = i < NETOFI_CTRL_NREQ ? &c->ctrl_req[i] : &c->reqs[i - NETOFI_CTRL_NREQ];
+        /* An unacknowledged sender keeps its ACK receive: its CLOSE needs the peer's id. */
+        int awaiting_ack = c->type == NETOFI_COMM_SEND && !c->acked && i == NETOFI_CTRL_RX;
+
+        if (req->state == NETOFI_REQ_PENDING) {
+            netofi_ep_unqueue(ep, req);
+            req->state = NETOFI_REQ_ERROR;
+        } else if (req->op == NETOFI_OP_RECV || (req->op == NETOFI_OP_CTRL_RECV && !awaiting_ack)) {
+            netofi_ep_cancel(ep, req);
+        }
+    }
+}
+
 ncclResult_t netofi_conn_close(void *comm)
 {
     netofi_comm_t *c = comm;
     netofi_ep_t *ep;
+    double end = netofi_now() + NETOFI_CLOSE_WAIT_SECONDS;
     uint32_t seq;
 
     if (c == NULL) {
@@ -351,17 +384,9 @@ ncclResult_t netofi_conn_close(void *comm)
     ep = c->ep;
     pthread_mutex_lock(&ep->lock);
     c->closed = 1;
-    seq = close_seq(c); /* before the loop below retires queued requests */
-    for (int i = 0; i < NETOFI_CTRL_NREQ + NETOFI_MAX_REQUESTS; i++) {
-        netofi_req_t *req = i < NETOFI_CTRL_NREQ ? &c->ctrl_req[i] : &c->reqs[i - NETOFI_CTRL_NREQ];
-        int awaiting_ack = c->type == NETOFI_COMM_SEND && !c->acked && i == NETOFI_CTRL_RX;
-        if (req->state == NETOFI_REQ_PENDING) {
-            netofi_ep_unqueue(ep, req);
-            req->state = NETOFI_REQ_ERROR;
-        } else if (req->op == NETOFI_OP_RECV || (req->op == NETOFI_OP_CTRL_RECV && !awaiting_ack)) {
-            netofi_ep_cancel(ep, req);
-        }
-    }
+    c->closing = 1;     /* not reaped while we wait below */
+    seq = close_seq(c); /* before retire_requests drops queued ones */
+    retire_requests(ep, c);
     if (c->type != NETOFI_COMM_LISTEN && !c->peer_closed) {
         if (c->type == NETOFI_COMM_RECV || c->acked) {
             send_close(ep, c, seq);
@@ -369,12 +394,30 @@ ncclResult_t netofi_conn_close(void *comm)
             c->close_on_ack = 1; /* the receiver's id comes with the ACK */
         }
     }
+    /* The caller may free its buffers once we return, so wait (bounded) for what the
+     * provider could still read or write: a receive matched before it could be cancelled,
+     * a send the peer may still be pulling. */
+    while (user_ops_in_flight(c) > 0 && ep->err == ncclSuccess && netofi_now() < end) {
+        (void)netofi_ep_progress(ep);
+        pthread_mutex_unlock(&ep->lock);
+        sched_yield();
+        pthread_mutex_lock(&ep->lock);
+    }
+    if (user_ops_in_flight(c) > 0) {
+        BR_WARN(NCCL_NET,
+                "net-ofi: connection %#x (%s) closed with %d transfers still in flight after "
+                "%.0f s; the provider may still access their buffers (provider %s)",
+                c->id, ep->dev->name, user_ops_in_flight(c), NETOFI_CLOSE_WAIT_SECONDS,
+                netofi_fabric_prov());
+    }
+    c->closing = 0;
     if (c->inflight == 0 && c->queued == 0) {
         netofi_conn_free(c);
     } else {
+        /* Control messages (CLOSE, an awaited ACK) or aborted sends remain: the endpoint
+         * keeps c until they complete or it closes. */
         c->zombie_next = ep->zombies;
         ep->zombies = c;
-        (void)netofi_ep_progress(ep); /* may already reap it */
     }
     pthread_mutex_unlock(&ep->lock);
     netofi_ep_release(ep); /* the connection's reference */

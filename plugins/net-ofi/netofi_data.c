@@ -282,11 +282,10 @@ void netofi_data_peer_closed(netofi_ep_t *ep, netofi_comm_t *c)
         if (req->state == NETOFI_REQ_PENDING) {
             netofi_ep_unqueue(ep, req);
             req->state = NETOFI_REQ_ERROR;
-        } else if (req->op == NETOFI_OP_RECV) {
-            netofi_ep_cancel(ep, req); /* its completion marks it ERROR */
         }
-        /* A posted send stays with the provider until it completes or the endpoint
-         * closes; test() reports the error meanwhile. */
+        /* A posted request stays with the provider, uncancelled: a receive may be halfway
+         * through a rendezvous the closing sender is waiting on (and cancelling that
+         * confuses tcp;ofi_rxm). test() reports the error meanwhile; close cancels. */
     }
     if (failed > 0) {
         BR_WARN(NCCL_NET,
@@ -328,6 +327,7 @@ void netofi_data_complete(netofi_ep_t *ep, netofi_req_t *req, size_t len)
     if (req->op == NETOFI_OP_CTRL_SEND || req->op == NETOFI_OP_CTRL_RECV) {
         netofi_conn_ctrl_done(ep, req, NULL);
     } else if (c->closed) {
+        req->state = NETOFI_REQ_DONE; /* close() may be waiting for exactly this */
         netofi_conn_reap(ep, c);
     } else {
         chunk_done(ep, req, len);
@@ -346,11 +346,11 @@ void netofi_data_fail(netofi_ep_t *ep, netofi_req_t *req, const struct fi_cq_err
         netofi_conn_ctrl_done(ep, req, e);
         return;
     }
+    req->state = NETOFI_REQ_ERROR;
     if (c->closed) {
         netofi_conn_reap(ep, c); /* FI_ECANCELED from close, or a failure nobody awaits */
         return;
     }
-    req->state = NETOFI_REQ_ERROR;
     if (req->err != ncclSuccess) {
         return; /* failed already (the peer closed); this is its cancellation */
     }

@@ -144,7 +144,7 @@ static void close_fid(struct fid *fid, const char *what)
     }
 }
 
-static double now_seconds(void)
+double netofi_now(void)
 {
     struct timespec ts;
 
@@ -157,10 +157,10 @@ static double now_seconds(void)
  * the end of the last user, so a peer that is gone costs at most NETOFI_DRAIN_SECONDS. */
 static void ep_drain(netofi_ep_t *ep)
 {
-    double end = now_seconds() + NETOFI_DRAIN_SECONDS;
+    double end = netofi_now() + NETOFI_DRAIN_SECONDS;
 
     pthread_mutex_lock(&ep->lock);
-    while (ep->zombies != NULL && ep->err == ncclSuccess && now_seconds() < end) {
+    while (ep->zombies != NULL && ep->err == ncclSuccess && netofi_now() < end) {
         (void)netofi_ep_progress(ep);
         pthread_mutex_unlock(&ep->lock);
         sched_yield();

@@ -543,6 +543,95 @@ START_TEST(test_close_outstanding)
 }
 END_TEST
 
+/* Poll req until it completes or fails (bounded); returns the result, *done_p the flag. */
+static ncclResult_t settle(void *req, int *done_p)
+{
+    ncclResult_t res = ncclSuccess;
+    double end = now() + 20.0;
+
+    *done_p = 0;
+    while (res == ncclSuccess && !*done_p && now() < end) {
+        res = g_net->test(req, done_p, NULL);
+    }
+    return res;
+}
+
+/* One side closes mid-way through a 64 MiB message and frees its buffer at once (ASan
+ * watches): close must not return while the provider can still touch that buffer, and
+ * the other side's request must fail (ncclRemoteError) or complete, never hang. */
+START_TEST(test_close_mid_message)
+{
+    size_t big = (size_t)64 << 20;
+    uint8_t *s = malloc(big), *r = malloc(big);
+    void *sreq = NULL, *rreq = NULL, *smh, *rmh, *rb = r;
+    int sdone = 0, rdone = 0, tag = 0;
+    double end = now() + POLL_SECONDS;
+    ncclResult_t res;
+    pair_t p;
+
+    ck_assert(s != NULL && r != NULL);
+    memset(s, 5, big);
+    pair_open(g_net, g_ctx, g_ctx, &p, 0);
+    ck_assert_int_eq(g_net->regMr(p.sc, s, big, NCCL_PTR_HOST, &smh), ncclSuccess);
+    ck_assert_int_eq(g_net->regMr(p.rc, r, big, NCCL_PTR_HOST, &rmh), ncclSuccess);
+    ck_assert_int_eq(g_net->irecv(p.rc, 1, &rb, &big, &tag, &rmh, NULL, &rreq), ncclSuccess);
+    while (sreq == NULL && now() < end) {
+        ck_assert_int_eq(g_net->isend(p.sc, s, big, tag, smh, NULL, &sreq), ncclSuccess);
+    }
+    ck_assert_ptr_nonnull(sreq);
+    for (int i = 0; i < 2; i++) {
+        if (!sdone) {
+            ck_assert_int_eq(g_net->test(sreq, &sdone, NULL), ncclSuccess);
+        }
+        if (!rdone) {
+            ck_assert_int_eq(g_net->test(rreq, &rdone, NULL), ncclSuccess);
+        }
+    }
+    if (_i == 0) { /* the receiver goes */
+        ck_assert_int_eq(g_net->deregMr(p.rc, rmh), ncclSuccess);
+        ck_assert_int_eq(g_net->closeRecv(p.rc), ncclSuccess);
+        free(r);
+        res = sdone ? ncclSuccess : settle(sreq, &sdone);
+        ck_assert_msg(sdone || res == ncclRemoteError, "send after the receiver closed: %d", res);
+        ck_assert_int_eq(g_net->deregMr(p.sc, smh), ncclSuccess);
+        ck_assert_int_eq(g_net->closeSend(p.sc), ncclSuccess);
+        free(s);
+    } else { /* the sender goes */
+        ck_assert_int_eq(g_net->deregMr(p.sc, smh), ncclSuccess);
+        ck_assert_int_eq(g_net->closeSend(p.sc), ncclSuccess);
+        free(s);
+        res = rdone ? ncclSuccess : settle(rreq, &rdone);
+        ck_assert_msg(rdone || res == ncclRemoteError, "receive after the sender closed: %d", res);
+        ck_assert_int_eq(g_net->deregMr(p.rc, rmh), ncclSuccess);
+        ck_assert_int_eq(g_net->closeRecv(p.rc), ncclSuccess);
+        free(r);
+    }
+    ck_assert_int_eq(g_net->closeListen(p.lc), ncclSuccess);
+}
+END_TEST
+
+/* A receive posted before the sender closes without sending fails, in bounded time. */
+START_TEST(test_peer_close_fails_pending)
+{
+    uint8_t buf[64];
+    void *mh, *req = NULL, *rb = buf;
+    size_t cap = sizeof(buf);
+    int tag = 0, done = 0;
+    pair_t p;
+
+    pair_open(g_net, g_ctx, g_ctx, &p, 1);
+    ck_assert_int_eq(g_net->regMr(p.rc, buf, cap, NCCL_PTR_HOST, &mh), ncclSuccess);
+    ck_assert_int_eq(g_net->irecv(p.rc, 1, &rb, &cap, &tag, &mh, NULL, &req), ncclSuccess);
+    ck_assert_int_eq(g_net->closeSend(p.sc), ncclSuccess); /* maybe before its ACK came */
+    g_warn[0] = '\0';
+    ck_assert_int_eq(settle(req, &done), ncclRemoteError);
+    ck_assert_ptr_nonnull(strstr(g_warn, "closed"));
+    ck_assert_int_eq(g_net->deregMr(p.rc, mh), ncclSuccess);
+    ck_assert_int_eq(g_net->closeRecv(p.rc), ncclSuccess);
+    ck_assert_int_eq(g_net->closeListen(p.lc), ncclSuccess);
+}
+END_TEST
+
 /* The older tables end to end: v11 (per-comm init) and v10 (process-wide init). */
 START_TEST(test_v11_v10)
 {
@@ -706,6 +795,8 @@ static Suite *netofi_suite(void)
     tcase_set_timeout(data, TEST_TIMEOUT);
     tcase_add_loop_test(data, test_sizes, 0, (int)nsizes);
     tcase_add_test(data, test_outstanding);
+    tcase_add_loop_test(data, test_close_mid_message, 0, 2);
+    tcase_add_test(data, test_peer_close_fails_pending);
     tcase_add_loop_test(data, test_truncation, 0, 4);
     suite_add_tcase(s, data);
 
