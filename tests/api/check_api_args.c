@@ -392,8 +392,13 @@ START_TEST(test_bad_nranks_rank)
     EXPECT_REFUSED(ncclCommInitRank(NULL, 1, id, 0), "comm");
     EXPECT_REFUSED(ncclCommInitAll(cs, 0, NULL), "0");
     EXPECT_REFUSED(ncclCommInitAll(NULL, 2, NULL), "comm");
+    EXPECT_REFUSED(ncclCommInitRankScalable(&c, 1, 0, 0, &id, NULL), "0");
+    EXPECT_REFUSED(ncclCommInitRankScalable(&c, 1, 0, 1, NULL, NULL), "id");
     /* The id was not spent by the refusals: a good init with it still works. */
     ck_assert_int_eq(ncclCommInitRank(&c, 1, id, 0), ncclSuccess);
+    ck_assert_int_eq(ncclCommDestroy(c), ncclSuccess);
+    ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+    ck_assert_int_eq(ncclCommInitRankScalable(&c, 1, 0, 1, &id, NULL), ncclSuccess);
     ck_assert_int_eq(ncclCommDestroy(c), ncclSuccess);
     EXPECT_NO_FAILS();
 }
@@ -464,6 +469,16 @@ START_TEST(test_redops)
     ck_assert_int_eq(ncclRedOpDestroy(op, one), ncclSuccess);
     EXPECT_REFUSED(ncclRedOpDestroy(op, one), "op");
     EXPECT_REFUSED(ncclAllReduce(fbuf, gbuf, 4, ncclFloat, op, one, NULL), "op");
+    /* ncclScalarDevice: the scalar is read when the collective runs, not at creation. */
+    float live = 2.0f;
+    ck_assert_int_eq(ncclRedOpCreatePreMulSum(&op, &live, ncclFloat, ncclScalarDevice, one),
+                     ncclSuccess);
+    live = 5.0f;
+    fbuf[0] = 3.0f;
+    ck_assert_int_eq(ncclAllReduce(fbuf, gbuf, 1, ncclFloat, op, one, NULL), ncclSuccess);
+    ck_assert_msg(gbuf[0] == 15.0f, "ncclScalarDevice scalar read at creation: got %g",
+                  (double)gbuf[0]);
+    ck_assert_int_eq(ncclRedOpDestroy(op, one), ncclSuccess);
     /* Ops are per communicator and get reused after destruction. */
     ck_assert_int_eq(ncclRedOpCreatePreMulSum(&op2, &s, ncclFloat, ncclScalarHostImmediate, one),
                      ncclSuccess);

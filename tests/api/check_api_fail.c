@@ -5,8 +5,9 @@
  * fails the test with what each rank was doing.
  *   kill      a rank is SIGKILLed in the middle of a loop of large AllReduces: every
  *             other rank gets an error (not ncclSuccess) within 60 s, whose
- *             ncclGetLastError text names the dead rank, and can then abort its
- *             communicator (run with BRAID_TIMEOUT unset: detection must not rely on it)
+ *             ncclGetLastError text names the dead rank; the failure sticks
+ *             (ncclCommGetAsyncError, the next call fails at once) and the communicator
+ *             can be aborted (BRAID_TIMEOUT unset: detection must not rely on it)
  *   missing   a rank never calls ncclCommInitRank: the others' init fails within
  *             BRAID_BOOTSTRAP_TIMEOUT (set to 3 s by CTest) plus a margin, naming it
  *   mismatch  ranks make different calls (count, collective, datatype): with
@@ -61,8 +62,22 @@ static int body_allreduce_loop(brt_rank_ctx_t *ctx)
             return 1;
         }
     }
-    brt_doing(ctx, "ncclCommAbort after the error");
+    /* The failure sticks: the communicator reports it, and the next call fails at once. */
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async == ncclSuccess) {
+        brt_fail(ctx, "ncclCommGetAsyncError after the failure reports %d", (int)async);
+        return 1;
+    }
+    brt_doing(ctx, "an AllReduce on the failed communicator");
     double t0 = brt_now();
+    ncclResult_t again = ncclAllReduce(buf, buf, 16, ncclFloat, ncclSum, comm, NULL);
+    if (again == ncclSuccess || brt_now() - t0 > 10) {
+        brt_fail(ctx, "AllReduce on the failed communicator returned %d after %.1f s", (int)again,
+                 brt_now() - t0);
+        return 1;
+    }
+    brt_doing(ctx, "ncclCommAbort after the error");
+    t0 = brt_now();
     ncclCommAbort(comm);
     if (brt_now() - t0 > 30) {
         brt_fail(ctx, "ncclCommAbort after the error took %.1f s", brt_now() - t0);

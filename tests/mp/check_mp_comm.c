@@ -215,6 +215,23 @@ static int split_parity(brt_rank_ctx_t *ctx, ncclComm_t comm, char *err, size_t 
             bad = 1;
         }
     }
+    /* One group with calls on the parent and the child: progressed together. */
+    int64_t gin[2] = {r, 1}, gout[2] = {-1, -1};
+    brt_doing(ctx, "one group over the parent and the parity child");
+    res = ncclGroupStart();
+    if (res == ncclSuccess) {
+        ncclResult_t a = ncclAllReduce(&gin[0], &gout[0], 1, ncclInt64, ncclSum, comm, NULL);
+        ncclResult_t b = ncclAllReduce(&gin[1], &gout[1], 1, ncclInt64, ncclSum, child, NULL);
+        res = ncclGroupEnd();
+        res = a != ncclSuccess ? a : b != ncclSuccess ? b : res;
+    }
+    if (res != ncclSuccess || gout[0] != (int64_t)n * (n - 1) / 2 || gout[1] != want_n) {
+        brt_fail(ctx, "group over parent and child: returned %d, sums %lld (want %lld) and %lld "
+                 "(want %d): %s", (int)res, (long long)gout[0], (long long)n * (n - 1) / 2,
+                 (long long)gout[1], want_n, ncclGetLastError(NULL));
+        ncclCommAbort(child);
+        return 1;
+    }
     /* The whole thin matrix on the child; both children run at the same time. */
     size_t ncases = brt_cases_build(BRT_MATRIX_THIN, want_n, &cases);
     int ret = brt_cases_run(&child, 1, cases, ncases, ctx, err, errlen);
