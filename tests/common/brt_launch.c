@@ -387,7 +387,9 @@ double brt_time_scale(void)
 #endif
 #endif
 #ifndef __OPTIMIZE__
-    scale *= 2.0; /* a Debug build: the library is unoptimised too */
+    if (scale == 1.0) {
+        scale = 2.0; /* a Debug build: the library is unoptimised too */
+    }
 #endif
     return scale;
 }
