@@ -46,7 +46,6 @@ static void comms_teardown(void)
     ncclCommDestroy(two[1]);
 }
 
-
 static void soft_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void soft_fail(const char *fmt, ...)
 {
@@ -195,8 +194,7 @@ START_TEST(test_bad_root)
         snprintf(note, sizeof(note), "[root %d of 2 ranks] ", r);
         EXPECT_REFUSED(ncclBroadcast(fbuf, gbuf, 4, ncclFloat, r, two[0], NULL), "root", num);
         EXPECT_REFUSED(ncclBcast(fbuf, 4, ncclFloat, r, two[0], NULL), "root", num);
-        EXPECT_REFUSED(ncclReduce(fbuf, gbuf, 4, ncclFloat, ncclSum, r, two[0], NULL), "root",
-                       num);
+        EXPECT_REFUSED(ncclReduce(fbuf, gbuf, 4, ncclFloat, ncclSum, r, two[0], NULL), "root", num);
         EXPECT_REFUSED(ncclGather(fbuf, gbuf, 4, ncclFloat, r, two[0], NULL), "root", num);
         EXPECT_REFUSED(ncclScatter(fbuf, gbuf, 4, ncclFloat, r, two[0], NULL), "root", num);
     }

@@ -186,8 +186,8 @@ START_TEST(test_rank_never_joins)
                   limit * brt_time_scale(), brt_clip(out, 3000));
     for (int r = 0; r < MISSING_NRANKS; r++) {
         if (r != MISSING_RANK) {
-            fprintf(stderr, "rank %d: init returned %d after %.1f s: %s\n", r,
-                    p.reports[r].result, p.reports[r].t_mark, p.reports[r].msg);
+            fprintf(stderr, "rank %d: init returned %d after %.1f s: %s\n", r, p.reports[r].result,
+                    p.reports[r].t_mark, p.reports[r].msg);
         }
     }
     for (int r = 0; r < MISSING_NRANKS; r++) {

@@ -21,8 +21,8 @@
 #define MAX_FAILS 8
 
 static const char *const func_names[BRT_NFUNCS] = {
-    "AllReduce", "Broadcast",     "Bcast",    "Reduce", "AllGather",
-    "ReduceScatter", "AlltoAll", "Gather", "Scatter", "SendRecv"};
+    "AllReduce",     "Broadcast", "Bcast",  "Reduce",  "AllGather",
+    "ReduceScatter", "AlltoAll",  "Gather", "Scatter", "SendRecv"};
 
 const char *brt_func_name(brt_func_t f)
 {
@@ -252,8 +252,9 @@ static int layout(const brt_case_t *c, brt_buf_t *b)
         }
         for (int p = 0; p < n; p++) {
             if (c->root == BRT_SHIFT_ALL) {
-                brt_fill_bytes(c->seed, r, p, payload(b->send_mem) + pair_offset(c, n, r, p, 1) * ts,
-                               0, pair_count(c, r, p) * ts);
+                brt_fill_bytes(c->seed, r, p,
+                               payload(b->send_mem) + pair_offset(c, n, r, p, 1) * ts, 0,
+                               pair_count(c, r, p) * ts);
             } else if (p == sendrecv_peer(c, n, r, 1)) {
                 brt_fill_bytes(c->seed, r, p, payload(b->send_mem), 0, sb);
             }
@@ -282,8 +283,8 @@ int brt_case_setup(const brt_case_t *c, brt_buf_t *b, char *err, size_t errlen)
     if (brt_func_reduces(c->func) && c->op == BRT_PREMULSUM) {
         unsigned char scalar[8];
         brt_premul_scalar(c->type, scalar);
-        ncclResult_t res = ncclRedOpCreatePreMulSum(&b->ncop, scalar, c->type,
-                                                    ncclScalarHostImmediate, b->comm);
+        ncclResult_t res =
+            ncclRedOpCreatePreMulSum(&b->ncop, scalar, c->type, ncclScalarHostImmediate, b->comm);
         /* HostImmediate: the value is read at creation, so changing it now must not matter. */
         memset(scalar, 0x7f, sizeof(scalar));
         if (res != ncclSuccess) {
@@ -342,8 +343,7 @@ ncclResult_t brt_case_issue(const brt_case_t *c, brt_buf_t *b)
         return ncclAllReduce(b->sendbuff, b->recvbuff, c->count, c->type, b->ncop, b->comm, NULL);
     case BRT_BROADCAST:
         return ncclBroadcast(b->sendbuff, b->recvbuff, c->count, c->type, c->root, b->comm, NULL);
-    case BRT_BCAST:
-        return ncclBcast(b->recvbuff, c->count, c->type, c->root, b->comm, NULL);
+    case BRT_BCAST: return ncclBcast(b->recvbuff, c->count, c->type, c->root, b->comm, NULL);
     case BRT_REDUCE:
         return ncclReduce(b->sendbuff, b->recvbuff, c->count, c->type, b->ncop, c->root, b->comm,
                           NULL);
@@ -358,8 +358,7 @@ ncclResult_t brt_case_issue(const brt_case_t *c, brt_buf_t *b)
         return ncclGather(b->sendbuff, b->recvbuff, c->count, c->type, c->root, b->comm, NULL);
     case BRT_SCATTER:
         return ncclScatter(b->sendbuff, b->recvbuff, c->count, c->type, c->root, b->comm, NULL);
-    default:
-        return issue_sendrecv(c, b);
+    default: return issue_sendrecv(c, b);
     }
 }
 
@@ -494,8 +493,7 @@ static int verify_move(const brt_case_t *c, brt_buf_t *b, char *err, size_t errl
             }
         }
         return 0;
-    default:
-        break;
+    default: break;
     }
     /* Send/recv. */
     for (int p = 0; p < n; p++) {
@@ -634,8 +632,7 @@ int brt_cases_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t
             }
             t2 = brt_now();
             for (int i = 0; i < nlocal && res == ncclSuccess; i++) {
-                if (brt_case_verify(c, &bufs[i], why, sizeof(why)) != 0 &&
-                    fails++ < MAX_FAILS) {
+                if (brt_case_verify(c, &bufs[i], why, sizeof(why)) != 0 && fails++ < MAX_FAILS) {
                     snprintf(line, sizeof(line), "rank %d: %s: %s", bufs[i].rank, name, why);
                     used = err_append(err, errlen, used, line);
                 }
@@ -656,8 +653,8 @@ int brt_cases_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t
     return stop ? 2 : fails > 0;
 }
 
-int brt_group_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t ncases,
-                  char *err, size_t errlen)
+int brt_group_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t ncases, char *err,
+                  size_t errlen)
 {
     const size_t nb = (size_t)nlocal * ncases;
     brt_buf_t *bufs = calloc(nb ? nb : 1, sizeof(*bufs));
@@ -708,8 +705,8 @@ int brt_group_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t
     for (size_t i = 0; i < nb; i++) {
         if (brt_case_verify(&cases[i / (size_t)nlocal], &bufs[i], why, sizeof(why)) != 0) {
             brt_case_name(&cases[i / (size_t)nlocal], bufs[i].nranks, name, sizeof(name));
-            snprintf(line, sizeof(line), "rank %d: in a group of %zu calls: %s: %s",
-                     bufs[i].rank, ncases, name, why);
+            snprintf(line, sizeof(line), "rank %d: in a group of %zu calls: %s: %s", bufs[i].rank,
+                     ncases, name, why);
             used = err_append(err, errlen, used, line);
             ret = 1;
         }
@@ -738,9 +735,12 @@ size_t brt_buffsize(void)
         return 4194304;
     }
     switch (*end) {
-    case 'k': case 'K': x <<= 10; break;
-    case 'm': case 'M': x <<= 20; break;
-    case 'g': case 'G': x <<= 30; break;
+    case 'k':
+    case 'K': x <<= 10; break;
+    case 'm':
+    case 'M': x <<= 20; break;
+    case 'g':
+    case 'G': x <<= 30; break;
     default: break;
     }
     return (size_t)x;
@@ -823,13 +823,13 @@ static void build_big(case_list_t *l, int with_huge)
         ncclDataType_t t;
         int op;
     } huge[] = {
-        {BRT_ALLREDUCE, ncclFloat32, BRT_SUM},     {BRT_ALLREDUCE, ncclBfloat16, BRT_AVG},
-        {BRT_ALLREDUCE, ncclUint64, BRT_MAX},      {BRT_ALLREDUCE, ncclFloat8e4m3, BRT_PREMULSUM},
-        {BRT_BROADCAST, ncclFloat64, BRT_SUM},     {BRT_BCAST, ncclInt8, BRT_SUM},
-        {BRT_REDUCE, ncclInt32, BRT_PROD},         {BRT_REDUCE, ncclFloat16, BRT_MIN},
-        {BRT_ALLGATHER, ncclUint8, BRT_SUM},       {BRT_REDUCESCATTER, ncclFloat8e5m2, BRT_SUM},
-        {BRT_ALLTOALL, ncclUint8, BRT_SUM},        {BRT_GATHER, ncclInt8, BRT_SUM},
-        {BRT_SCATTER, ncclUint8, BRT_SUM},         {BRT_SENDRECV, ncclInt32, BRT_SUM},
+        {BRT_ALLREDUCE, ncclFloat32, BRT_SUM}, {BRT_ALLREDUCE, ncclBfloat16, BRT_AVG},
+        {BRT_ALLREDUCE, ncclUint64, BRT_MAX},  {BRT_ALLREDUCE, ncclFloat8e4m3, BRT_PREMULSUM},
+        {BRT_BROADCAST, ncclFloat64, BRT_SUM}, {BRT_BCAST, ncclInt8, BRT_SUM},
+        {BRT_REDUCE, ncclInt32, BRT_PROD},     {BRT_REDUCE, ncclFloat16, BRT_MIN},
+        {BRT_ALLGATHER, ncclUint8, BRT_SUM},   {BRT_REDUCESCATTER, ncclFloat8e5m2, BRT_SUM},
+        {BRT_ALLTOALL, ncclUint8, BRT_SUM},    {BRT_GATHER, ncclInt8, BRT_SUM},
+        {BRT_SCATTER, ncclUint8, BRT_SUM},     {BRT_SENDRECV, ncclInt32, BRT_SUM},
     };
     size_t bs = brt_buffsize();
     if (!with_huge) {

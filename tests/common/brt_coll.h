@@ -93,8 +93,8 @@ int brt_cases_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t
  * Every case of the list in ONE group: set up all of them on every local comm, then
  * ncclGroupStart, every call, ncclGroupEnd, then verify. Returns like brt_cases_run.
  */
-int brt_group_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t ncases,
-                  char *err, size_t errlen);
+int brt_group_run(ncclComm_t *comms, int nlocal, const brt_case_t *cases, size_t ncases, char *err,
+                  size_t errlen);
 
 typedef enum {
     BRT_MATRIX_FULL, /* every collective x type x op x {0, 1, 7, 4097} x placement */

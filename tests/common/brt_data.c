@@ -100,7 +100,7 @@ static brt_val_t sum_value(ncclDataType_t t, uint64_t r)
 {
     brt_val_t v;
     switch (t) {
-    case ncclInt8: v.i = pick_range(r, -4, 4); break;       /* 8 * 4 * 3 <= 127 */
+    case ncclInt8: v.i = pick_range(r, -4, 4); break;           /* 8 * 4 * 3 <= 127 */
     case ncclUint8: v.u = (uint64_t)pick_range(r, 0, 8); break; /* 8 * 8 * 3 <= 255 */
     case ncclInt32: v.i = pick_range(r, -(1LL << 26), 1LL << 26); break;
     case ncclUint32: v.u = (uint64_t)pick_range(r, 0, 1LL << 27); break;
@@ -135,12 +135,36 @@ static brt_val_t minmax_value(ncclDataType_t t, uint64_t r)
         return v;
     }
     switch (t) {
-    case ncclFloat8e4m3: emin = -9; emax = 8; maxfinite = 448.0; break;
-    case ncclFloat8e5m2: emin = -16; emax = 15; maxfinite = 57344.0; break;
-    case ncclFloat16: emin = -24; emax = 15; maxfinite = 65504.0; break;
-    case ncclBfloat16: emin = -130; emax = 126; maxfinite = 0x1.fep127; break;
-    case ncclFloat32: emin = -140; emax = 126; maxfinite = 0x1.fffffep127; break;
-    default: emin = -1000; emax = 1000; maxfinite = 0x1.fffffffffffffp1023; break;
+    case ncclFloat8e4m3:
+        emin = -9;
+        emax = 8;
+        maxfinite = 448.0;
+        break;
+    case ncclFloat8e5m2:
+        emin = -16;
+        emax = 15;
+        maxfinite = 57344.0;
+        break;
+    case ncclFloat16:
+        emin = -24;
+        emax = 15;
+        maxfinite = 65504.0;
+        break;
+    case ncclBfloat16:
+        emin = -130;
+        emax = 126;
+        maxfinite = 0x1.fep127;
+        break;
+    case ncclFloat32:
+        emin = -140;
+        emax = 126;
+        maxfinite = 0x1.fffffep127;
+        break;
+    default:
+        emin = -1000;
+        emax = 1000;
+        maxfinite = 0x1.fffffffffffffp1023;
+        break;
     }
     int e = (int)pick_range(r >> 8, emin, emax);
     double m = 1.0 + (double)(r >> 12 & 0xfffffffffffULL) * 0x1p-44;
@@ -277,8 +301,7 @@ static brt_val_t prod_value(ncclDataType_t t, uint32_t seed, int nranks, int ran
 /* Where rank's element i of a table-driven input sits in the tables. */
 static size_t table_index(uint32_t seed, int rank, size_t i)
 {
-    return (size_t)((i * (uint64_t)(2 * rank + 1) + (uint64_t)rank * 7919 +
-                     (uint64_t)seed * 131) %
+    return (size_t)((i * (uint64_t)(2 * rank + 1) + (uint64_t)rank * 7919 + (uint64_t)seed * 131) %
                     BRT_PERIOD);
 }
 
@@ -322,10 +345,10 @@ static brt_val_t reference(ncclDataType_t t, int op, uint32_t seed, int nranks, 
                            brt_val_t s, double *abs_sum)
 {
     const brt_kind_t kind = brt_type_info(t)->kind;
-    const brt_val_t *table = op == BRT_MAX || op == BRT_MIN ? minmax_table[(int)t]
-                                                            : sum_table[(int)t];
-    brt_val_t acc = op == BRT_PROD ? prod_value(t, seed, nranks, 0, i)
-                                   : table[table_index(seed, 0, i)];
+    const brt_val_t *table =
+        op == BRT_MAX || op == BRT_MIN ? minmax_table[(int)t] : sum_table[(int)t];
+    brt_val_t acc =
+        op == BRT_PROD ? prod_value(t, seed, nranks, 0, i) : table[table_index(seed, 0, i)];
     brt_val_t x;
 
     *abs_sum = kind == BRT_KIND_FLOAT ? fabs(acc.f) : 0.0;
@@ -346,37 +369,55 @@ static brt_val_t reference(ncclDataType_t t, int op, uint32_t seed, int nranks, 
         switch (op) {
         case BRT_SUM:
         case BRT_AVG:
-            if (kind == BRT_KIND_SINT) acc.i += x.i;
-            else if (kind == BRT_KIND_UINT) acc.u += x.u;
-            else acc.f += x.f;
+            if (kind == BRT_KIND_SINT)
+                acc.i += x.i;
+            else if (kind == BRT_KIND_UINT)
+                acc.u += x.u;
+            else
+                acc.f += x.f;
             break;
         case BRT_PREMULSUM:
-            if (kind == BRT_KIND_SINT) acc.i += x.i * s.i;
-            else if (kind == BRT_KIND_UINT) acc.u += x.u * s.u;
-            else acc.f += x.f * s.f;
+            if (kind == BRT_KIND_SINT)
+                acc.i += x.i * s.i;
+            else if (kind == BRT_KIND_UINT)
+                acc.u += x.u * s.u;
+            else
+                acc.f += x.f * s.f;
             break;
         case BRT_PROD:
-            if (kind == BRT_KIND_SINT) acc.i *= x.i;
-            else if (kind == BRT_KIND_UINT) acc.u *= x.u;
-            else acc.f *= x.f;
+            if (kind == BRT_KIND_SINT)
+                acc.i *= x.i;
+            else if (kind == BRT_KIND_UINT)
+                acc.u *= x.u;
+            else
+                acc.f *= x.f;
             break;
         case BRT_MAX:
-            if (kind == BRT_KIND_SINT) acc.i = x.i > acc.i ? x.i : acc.i;
-            else if (kind == BRT_KIND_UINT) acc.u = x.u > acc.u ? x.u : acc.u;
-            else acc.f = x.f > acc.f ? x.f : acc.f;
+            if (kind == BRT_KIND_SINT)
+                acc.i = x.i > acc.i ? x.i : acc.i;
+            else if (kind == BRT_KIND_UINT)
+                acc.u = x.u > acc.u ? x.u : acc.u;
+            else
+                acc.f = x.f > acc.f ? x.f : acc.f;
             break;
         default: /* BRT_MIN */
-            if (kind == BRT_KIND_SINT) acc.i = x.i < acc.i ? x.i : acc.i;
-            else if (kind == BRT_KIND_UINT) acc.u = x.u < acc.u ? x.u : acc.u;
-            else acc.f = x.f < acc.f ? x.f : acc.f;
+            if (kind == BRT_KIND_SINT)
+                acc.i = x.i < acc.i ? x.i : acc.i;
+            else if (kind == BRT_KIND_UINT)
+                acc.u = x.u < acc.u ? x.u : acc.u;
+            else
+                acc.f = x.f < acc.f ? x.f : acc.f;
             break;
         }
     }
     if (op == BRT_AVG) {
         /* Integers as NCCL: the sum divided by nranks, truncated toward zero. */
-        if (kind == BRT_KIND_SINT) acc.i /= nranks;
-        else if (kind == BRT_KIND_UINT) acc.u /= (uint64_t)nranks;
-        else acc.f /= nranks;
+        if (kind == BRT_KIND_SINT)
+            acc.i /= nranks;
+        else if (kind == BRT_KIND_UINT)
+            acc.u /= (uint64_t)nranks;
+        else
+            acc.f /= nranks;
     }
     return acc;
 }
@@ -508,7 +549,7 @@ int brt_check_bytes(uint32_t seed, int src, int dst, const void *buf, size_t fir
     if (bad == 0) {
         return 0;
     }
-    snprintf(err, errlen, "byte %zu: expected 0x%02x got 0x%02x; %zu of %zu bytes wrong",
-             first_bad, want, p[first_bad], bad, nbytes);
+    snprintf(err, errlen, "byte %zu: expected 0x%02x got 0x%02x; %zu of %zu bytes wrong", first_bad,
+             want, p[first_bad], bad, nbytes);
     return 1;
 }

@@ -106,8 +106,7 @@ int brt_procs_start(brt_procs_t *p, int nranks, brt_rank_fn_t fn, void *arg, cha
     }
     res = ncclGetUniqueId(&id);
     if (res != ncclSuccess) {
-        snprintf(err, errlen, "ncclGetUniqueId returned %d: %s", (int)res,
-                 ncclGetLastError(NULL));
+        snprintf(err, errlen, "ncclGetUniqueId returned %d: %s", (int)res, ncclGetLastError(NULL));
         return -1;
     }
     fflush(NULL); /* nothing buffered may be written twice */
@@ -122,8 +121,12 @@ int brt_procs_start(brt_procs_t *p, int nranks, brt_rank_fn_t fn, void *arg, cha
             return -1;
         }
         if (pid == 0) {
-            brt_rank_ctx_t ctx = {.rank = r, .nranks = nranks, .id = id,
-                                  .report = &p->reports[r], .all = p->reports, .arg = arg};
+            brt_rank_ctx_t ctx = {.rank = r,
+                                  .nranks = nranks,
+                                  .id = id,
+                                  .report = &p->reports[r],
+                                  .all = p->reports,
+                                  .arg = arg};
             int ret = fn(&ctx);
             fflush(NULL);
             _exit(ret == 0 ? 0 : 1);
@@ -166,8 +169,8 @@ static size_t out_append(char *out, size_t outlen, size_t used, const char *fmt,
     return n < 0 ? used : used + (size_t)n;
 }
 
-int brt_procs_wait(brt_procs_t *p, double deadline_s, unsigned killed_ok, char *out,
-                   size_t outlen, int keep_reports)
+int brt_procs_wait(brt_procs_t *p, double deadline_s, unsigned killed_ok, char *out, size_t outlen,
+                   int keep_reports)
 {
     int hung[BRT_MAX_RANKS] = {0};
     int all, bad = 0;
@@ -197,8 +200,7 @@ int brt_procs_wait(brt_procs_t *p, double deadline_s, unsigned killed_ok, char *
         const brt_report_t *rep = &p->reports[r];
         if (hung[r]) {
             used = out_append(out, outlen, used, "rank %d/%d hung past the deadline while %s%s%s\n",
-                              r, p->nranks, rep->doing, rep->msg[0] ? "; earlier: " : "",
-                              rep->msg);
+                              r, p->nranks, rep->doing, rep->msg[0] ? "; earlier: " : "", rep->msg);
             bad = 1;
         } else if (WIFSIGNALED(st)) {
             if (WTERMSIG(st) == SIGKILL && (killed_ok >> r & 1u)) {
@@ -280,9 +282,14 @@ int brt_threads_run(int nranks, brt_rank_fn_t fn, void *arg, double timeout_s, c
         return 1;
     }
     for (int r = 0; r < nranks; r++) {
-        jobs[r] = (thread_job_t){.ctx = {.rank = r, .nranks = nranks, .id = id,
-                                         .report = &reports[r], .all = reports, .arg = arg},
-                                 .fn = fn, .ret = -1};
+        jobs[r] = (thread_job_t){.ctx = {.rank = r,
+                                         .nranks = nranks,
+                                         .id = id,
+                                         .report = &reports[r],
+                                         .all = reports,
+                                         .arg = arg},
+                                 .fn = fn,
+                                 .ret = -1};
         if (pthread_create(&tids[r], NULL, thread_main, &jobs[r]) != 0) {
             used = out_append(out, outlen, used, "pthread_create for rank %d failed\n", r);
             bad = 1;
@@ -307,9 +314,11 @@ int brt_threads_run(int nranks, brt_rank_fn_t fn, void *arg, double timeout_s, c
             ts.tv_nsec -= 1000000000L;
         }
         if (pthread_timedjoin_np(tids[r], NULL, &ts) != 0) {
-            used = out_append(out, outlen, used, "rank %d/%d (thread) hung past the deadline "
-                              "while %s%s%s\n", r, nranks, reports[r].doing,
-                              reports[r].msg[0] ? "; earlier: " : "", reports[r].msg);
+            used = out_append(out, outlen, used,
+                              "rank %d/%d (thread) hung past the deadline "
+                              "while %s%s%s\n",
+                              r, nranks, reports[r].doing, reports[r].msg[0] ? "; earlier: " : "",
+                              reports[r].msg);
             bad = 1;
             leave_running = 1;
             continue;

@@ -76,8 +76,8 @@ void brt_procs_kill(brt_procs_t *p, int r);
  * Returns 0 if every other rank exited 0, else 1 with one line per bad rank in out.
  * Frees the shared reports unless keep_reports is set (then brt_procs_free does).
  */
-int brt_procs_wait(brt_procs_t *p, double deadline_s, unsigned killed_ok, char *out,
-                   size_t outlen, int keep_reports);
+int brt_procs_wait(brt_procs_t *p, double deadline_s, unsigned killed_ok, char *out, size_t outlen,
+                   int keep_reports);
 void brt_procs_free(brt_procs_t *p);
 
 /* brt_procs_start + brt_procs_wait with a deadline timeout_s from now. */

@@ -31,9 +31,9 @@ START_TEST(test_fp16_known_values)
     ck_assert_uint_eq(brt_fp16_from_double(65520.0), 0x7c00); /* tie goes to even: infinity */
     ck_assert_uint_eq(brt_fp16_from_double(INFINITY), 0x7c00);
     ck_assert_uint_eq(brt_fp16_from_double(0x1p-24), 0x0001);
-    ck_assert_uint_eq(brt_fp16_from_double(0x1p-25), 0x0000);     /* tie to even: zero */
-    ck_assert_uint_eq(brt_fp16_from_double(0x3p-25), 0x0002);     /* 1.5 quanta: to 2 */
-    ck_assert_uint_eq(brt_fp16_from_double(0x1p-14), 0x0400);     /* smallest normal */
+    ck_assert_uint_eq(brt_fp16_from_double(0x1p-25), 0x0000);       /* tie to even: zero */
+    ck_assert_uint_eq(brt_fp16_from_double(0x3p-25), 0x0002);       /* 1.5 quanta: to 2 */
+    ck_assert_uint_eq(brt_fp16_from_double(0x1p-14), 0x0400);       /* smallest normal */
     ck_assert_uint_eq(brt_fp16_from_double(1.0 + 0x1p-11), 0x3c00); /* tie to even */
     ck_assert_uint_eq(brt_fp16_from_double(1.0 + 0x3p-11), 0x3c02);
     ck_assert_uint_eq(brt_fp16_from_double(1.0 + 0x1p-11 + 0x1p-40), 0x3c01);

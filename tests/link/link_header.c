@@ -38,8 +38,8 @@ LINK_ASSERT(constants, NCCL_SPLIT_NOCOLOR == -1 && NCCL_CONFIG_UNDEF_INT == INT_
                            NCCL_WIN_REQUIRED_ALIGNMENT == 4096 && NCCL_SHRINK_ABORT == 1 &&
                            NCCL_CTA_POLICY_ZERO == 2);
 
-typedef ncclResult_t (*link_allreduce_fn)(const void *, void *, size_t, ncclDataType_t,
-                                          ncclRedOp_t, ncclComm_t, cudaStream_t);
+typedef ncclResult_t (*link_allreduce_fn)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                                          ncclComm_t, cudaStream_t);
 typedef ncclResult_t (*link_init_fn)(ncclComm_t *, int, ncclUniqueId, int);
 
 int link_header_use(void);

@@ -36,7 +36,7 @@
 #define NCCLCHECK(call)                                                                            \
     do {                                                                                           \
         ncclResult_t r_ = (call);                                                                  \
-        CHECK(r_ == ncclSuccess, "%s failed: %s (%s)", #call, ncclGetErrorString(r_),             \
+        CHECK(r_ == ncclSuccess, "%s failed: %s (%s)", #call, ncclGetErrorString(r_),              \
               ncclGetLastError(NULL));                                                             \
     } while (0)
 
@@ -52,8 +52,7 @@ static int run_rank(ncclUniqueId id, int rank, int nranks)
 
     CHECK(isend && irecv && fbuf && gathered && bc, "out of memory");
     NCCLCHECK(ncclGetVersion(&version));
-    CHECK(version == NCCL_VERSION_CODE, "ncclGetVersion %d, header %d", version,
-          NCCL_VERSION_CODE);
+    CHECK(version == NCCL_VERSION_CODE, "ncclGetVersion %d, header %d", version, NCCL_VERSION_CODE);
     /* Every field of the initializer is "undefined", the last one included. */
     CHECK(config.nvlinkCentricSched == NCCL_CONFIG_UNDEF_INT && config.blocking == INT_MIN,
           "NCCL_CONFIG_INITIALIZER leaves nvlinkCentricSched %d, blocking %d",
@@ -76,8 +75,8 @@ static int run_rank(ncclUniqueId id, int rank, int nranks)
 
     const int32_t tri = nranks * (nranks + 1) / 2;
     for (int i = 0; i < COUNT; i++) {
-        CHECK(irecv[i] == tri * (i % 1000), "AllReduce int32 [%d] = %d, expected %d", i,
-              irecv[i], tri * (i % 1000));
+        CHECK(irecv[i] == tri * (i % 1000), "AllReduce int32 [%d] = %d, expected %d", i, irecv[i],
+              tri * (i % 1000));
         CHECK(fbuf[i] == (float)tri * 0.5f, "AllReduce float [%d] = %g, expected %g", i,
               (double)fbuf[i], (double)tri * 0.5);
         CHECK(bc[i] == (double)i * 0.25, "Broadcast [%d] = %g", i, bc[i]);
@@ -130,8 +129,7 @@ int main(int argc, char **argv)
         if (w > 0) {
             left--;
             if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                fprintf(stderr, "link_prog: a rank (pid %d) failed, status 0x%x\n", (int)w,
-                        status);
+                fprintf(stderr, "link_prog: a rank (pid %d) failed, status 0x%x\n", (int)w, status);
                 failed = 1;
             }
             continue;

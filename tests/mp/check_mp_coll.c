@@ -37,8 +37,8 @@ static struct {
 #define ERR_LEN 16384
 
 /* Run every selected matrix on comms (nlocal of them driven by this thread). */
-static int run_matrices(ncclComm_t *comms, int nlocal, int nranks, brt_rank_ctx_t *ctx,
-                        char *err, size_t errlen)
+static int run_matrices(ncclComm_t *comms, int nlocal, int nranks, brt_rank_ctx_t *ctx, char *err,
+                        size_t errlen)
 {
     int bad = 0;
     size_t used = 0;

@@ -41,8 +41,14 @@ static struct {
 static brt_case_t mk(brt_func_t f, ncclDataType_t t, int op, size_t count, int root, int inplace,
                      uint32_t seed)
 {
-    brt_case_t c = {.func = f, .type = t, .op = op, .count = count, .root = root,
-                    .inplace = inplace, .null_unused = 0, .seed = seed};
+    brt_case_t c = {.func = f,
+                    .type = t,
+                    .op = op,
+                    .count = count,
+                    .root = root,
+                    .inplace = inplace,
+                    .null_unused = 0,
+                    .seed = seed};
     return c;
 }
 
@@ -156,8 +162,7 @@ static int allreduce_i64(brt_rank_ctx_t *ctx, ncclComm_t comm, int64_t v, int64_
     int64_t in = v;
     ncclResult_t res = ncclAllReduce(&in, out, 1, ncclInt64, ncclSum, comm, NULL);
     if (res != ncclSuccess) {
-        brt_fail(ctx, "%s: ncclAllReduce returned %d: %s", what, (int)res,
-                 ncclGetLastError(comm));
+        brt_fail(ctx, "%s: ncclAllReduce returned %d: %s", what, (int)res, ncclGetLastError(comm));
         return 1;
     }
     return 0;
@@ -210,8 +215,8 @@ static int split_parity(brt_rank_ctx_t *ctx, ncclComm_t comm, char *err, size_t 
     for (int k = 0, q = n - 1; k < want_n && !bad; k++, q--) {
         q -= q % 2 != r % 2; /* next parent rank of our parity, going down */
         if (all[k] != q) {
-            brt_fail(ctx, "parity child: rank %d is parent rank %d, expected %d (keys n - rank)",
-                     k, all[k], q);
+            brt_fail(ctx, "parity child: rank %d is parent rank %d, expected %d (keys n - rank)", k,
+                     all[k], q);
             bad = 1;
         }
     }
@@ -226,9 +231,11 @@ static int split_parity(brt_rank_ctx_t *ctx, ncclComm_t comm, char *err, size_t 
         res = a != ncclSuccess ? a : b != ncclSuccess ? b : res;
     }
     if (res != ncclSuccess || gout[0] != (int64_t)n * (n - 1) / 2 || gout[1] != want_n) {
-        brt_fail(ctx, "group over parent and child: returned %d, sums %lld (want %lld) and %lld "
-                 "(want %d): %s", (int)res, (long long)gout[0], (long long)n * (n - 1) / 2,
-                 (long long)gout[1], want_n, ncclGetLastError(NULL));
+        brt_fail(ctx,
+                 "group over parent and child: returned %d, sums %lld (want %lld) and %lld "
+                 "(want %d): %s",
+                 (int)res, (long long)gout[0], (long long)n * (n - 1) / 2, (long long)gout[1],
+                 want_n, ncclGetLastError(NULL));
         ncclCommAbort(child);
         return 1;
     }
@@ -471,8 +478,10 @@ static int body_late_receiver(brt_rank_ctx_t *ctx, ncclComm_t comm)
             res = ncclRecv(b, big, ncclInt32, 1, comm, NULL);
         }
         if (res != ncclSuccess) {
-            brt_fail(ctx, "big transfer from rank 1 to rank 0 while the other ranks left: "
-                     "returned %d: %s", (int)res, ncclGetLastError(comm));
+            brt_fail(ctx,
+                     "big transfer from rank 1 to rank 0 while the other ranks left: "
+                     "returned %d: %s",
+                     (int)res, ncclGetLastError(comm));
             free(b);
             return 1;
         }
@@ -627,8 +636,8 @@ static void run_body(body_fn_t body, int n)
     int bad;
     ck_assert_ptr_nonnull(out);
     if (cfg.mode == MODE_PROC) {
-        bad = brt_procs_run(n, rank_main, (void *)body, TIMEOUT * brt_time_scale(), out,
-                            4 * ERR_LEN);
+        bad =
+            brt_procs_run(n, rank_main, (void *)body, TIMEOUT * brt_time_scale(), out, 4 * ERR_LEN);
     } else {
         bad = brt_threads_run(n, rank_main, (void *)body, TIMEOUT * brt_time_scale(), out,
                               4 * ERR_LEN);
