@@ -8,8 +8,11 @@
  *   split      ncclCommSplit by parity with keys that reverse the order, NOCOLOR giving
  *              NULL, a split of a split, collectives on the children checked against the
  *              reference while the parent stays usable
- *   lifecycle  a second communicator made from an id broadcast over the first, with the
+ *   lifecycle  a second, nonblocking communicator (ncclInProgress polled through
+ *              ncclCommGetAsyncError) made from an id broadcast over the first, with the
  *              ranks reversed, used interleaved with the first; finalize and destroy
+ *   concurrent two threads per rank, each with its own communicator, run the thin matrix
+ *              at the same time
  *   late_receiver  ranks send to rank 0 and leave at once (destroy, exit) before rank 0
  *              posts its receives: the data they sent must still arrive
  *
@@ -20,6 +23,7 @@
  * this thread, with ncclGroupStart/End around the per-rank calls.
  */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +41,8 @@ static struct {
 
 #define ERR_LEN 16384
 #define TIMEOUT 120.0
+
+static ncclResult_t wait_done(ncclComm_t comm, ncclResult_t res);
 
 static brt_case_t mk(brt_func_t f, ncclDataType_t t, int op, size_t count, int root, int inplace,
                      uint32_t seed)
@@ -160,7 +166,7 @@ static int allreduce_i64(brt_rank_ctx_t *ctx, ncclComm_t comm, int64_t v, int64_
                          const char *what)
 {
     int64_t in = v;
-    ncclResult_t res = ncclAllReduce(&in, out, 1, ncclInt64, ncclSum, comm, NULL);
+    ncclResult_t res = wait_done(comm, ncclAllReduce(&in, out, 1, ncclInt64, ncclSum, comm, NULL));
     if (res != ncclSuccess) {
         brt_fail(ctx, "%s: ncclAllReduce returned %d: %s", what, (int)res, ncclGetLastError(comm));
         return 1;
@@ -354,15 +360,27 @@ static int body_split(brt_rank_ctx_t *ctx, ncclComm_t comm)
     return bad;
 }
 
-/* A second communicator from an id that rank 0 makes and broadcasts over the first. */
-static int body_lifecycle(brt_rank_ctx_t *ctx, ncclComm_t comm)
+/* A nonblocking call may answer ncclInProgress: poll the communicator until it is done. */
+static ncclResult_t wait_done(ncclComm_t comm, ncclResult_t res)
 {
-    const int n = ctx->nranks, r = ctx->rank;
+    double deadline = brt_now() + 60 * brt_time_scale();
+    while (res == ncclInProgress && brt_now() < deadline) {
+        if (ncclCommGetAsyncError(comm, &res) != ncclSuccess) {
+            return ncclInternalError;
+        }
+    }
+    return res;
+}
+
+/* A second communicator over the same ranks, from an id that rank 0 makes and broadcasts
+ * over the first; rank order reversed if asked; nonblocking config if asked. */
+static int second_comm(brt_rank_ctx_t *ctx, ncclComm_t comm, int reversed, int nonblocking,
+                       ncclComm_t *comm2)
+{
+    const int n = ctx->nranks, r = ctx->rank, r2 = reversed ? n - 1 - r : r;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     ncclUniqueId id2;
-    ncclComm_t comm2 = NULL;
     ncclResult_t res;
-    int64_t a = 0, b = 0;
-    int bad = 0;
 
     memset(&id2, 0, sizeof(id2));
     if (r == 0 && ncclGetUniqueId(&id2) != ncclSuccess) {
@@ -375,13 +393,35 @@ static int body_lifecycle(brt_rank_ctx_t *ctx, ncclComm_t comm)
         brt_fail(ctx, "Broadcast of the id returned %d: %s", (int)res, ncclGetLastError(comm));
         return 1;
     }
-    brt_doing(ctx, "ncclCommInitRank of a second communicator (ranks reversed)");
-    res = ncclCommInitRank(&comm2, n, id2, n - 1 - r);
+    brt_doing(ctx, "init of a second communicator (%s, %s)", reversed ? "reversed" : "same order",
+              nonblocking ? "nonblocking" : "blocking");
+    config.blocking = nonblocking ? 0 : 1;
+    *comm2 = NULL;
+    res = ncclCommInitRankConfig(comm2, n, id2, r2, &config);
+    if (res == ncclInProgress) {
+        res = wait_done(*comm2, res);
+    }
     if (res != ncclSuccess) {
-        brt_fail(ctx, "second ncclCommInitRank returned %d: %s", (int)res, ncclGetLastError(NULL));
+        brt_fail(ctx, "second ncclCommInitRankConfig (blocking %d) returned %d: %s",
+                 config.blocking, (int)res, ncclGetLastError(NULL));
         return 1;
     }
-    bad |= check_comm_shape(ctx, comm2, n, n - 1 - r, "second communicator");
+    return check_comm_shape(ctx, *comm2, n, r2, "second communicator");
+}
+
+/* A second communicator, nonblocking and with the ranks reversed, used interleaved with
+ * the first; then finalized and destroyed while the first goes on. */
+static int body_lifecycle(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    const int n = ctx->nranks, r = ctx->rank;
+    ncclComm_t comm2 = NULL;
+    ncclResult_t res;
+    int64_t a = 0, b = 0;
+    int bad = 0;
+
+    if (second_comm(ctx, comm, 1, 1, &comm2) != 0) {
+        return 1;
+    }
     for (int it = 0; it < 20 && !bad; it++) {
         brt_doing(ctx, "interleaved AllReduces, iteration %d", it);
         if (allreduce_i64(ctx, it % 2 ? comm : comm2, r * 10 + it, &a, "interleaved") ||
@@ -395,7 +435,7 @@ static int body_lifecycle(brt_rank_ctx_t *ctx, ncclComm_t comm)
         }
     }
     brt_doing(ctx, "ncclCommFinalize/Destroy of the second communicator");
-    res = ncclCommFinalize(comm2);
+    res = wait_done(comm2, ncclCommFinalize(comm2));
     if (res != ncclSuccess) {
         brt_fail(ctx, "ncclCommFinalize returned %d: %s", (int)res, ncclGetLastError(comm2));
         bad = 1;
@@ -493,6 +533,66 @@ static int body_late_receiver(brt_rank_ctx_t *ctx, ncclComm_t comm)
         free(b);
     }
     return 0;
+}
+
+typedef struct {
+    brt_rank_ctx_t *ctx;
+    ncclComm_t comm;
+    int ret;
+    char err[ERR_LEN / 2];
+} worker_t;
+
+static void *worker_main(void *a)
+{
+    worker_t *w = a;
+    brt_case_t *cases = NULL;
+    size_t ncases = brt_cases_build(BRT_MATRIX_THIN, w->ctx->nranks, &cases);
+    for (int round = 0; round < 3 && w->ret == 0; round++) {
+        w->ret = brt_cases_run(&w->comm, 1, cases, ncases, NULL, w->err, sizeof(w->err));
+    }
+    free(cases);
+    return NULL;
+}
+
+/* Two threads of every rank, each with its own communicator over the same ranks, run
+ * the thin matrix at the same time (as frameworks with several process groups do). */
+static int body_concurrent(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    ncclComm_t comm2 = NULL;
+    worker_t *w = calloc(2, sizeof(*w));
+    pthread_t tid;
+    int bad = 0;
+
+    if (w == NULL || second_comm(ctx, comm, 0, 0, &comm2) != 0) {
+        free(w);
+        return 1;
+    }
+    w[0].ctx = w[1].ctx = ctx;
+    w[0].comm = comm;
+    w[1].comm = comm2;
+    brt_doing(ctx, "two threads, two communicators, thin matrix at once");
+    if (pthread_create(&tid, NULL, worker_main, &w[1]) != 0) {
+        brt_fail(ctx, "pthread_create failed");
+        ncclCommDestroy(comm2);
+        free(w);
+        return 1;
+    }
+    worker_main(&w[0]);
+    pthread_join(tid, NULL);
+    for (int k = 0; k < 2; k++) {
+        if (w[k].ret != 0) {
+            brt_fail(ctx, "thread %d (communicator %d): %s", k, k + 1, w[k].err);
+            bad = 1;
+        }
+    }
+    if (w[1].ret == 2) {
+        ncclCommAbort(comm2);
+    } else if (ncclCommDestroy(comm2) != ncclSuccess) {
+        brt_fail(ctx, "ncclCommDestroy of the second communicator failed");
+        bad = 1;
+    }
+    free(w);
+    return bad;
 }
 
 typedef int (*body_fn_t)(brt_rank_ctx_t *ctx, ncclComm_t comm);
@@ -687,6 +787,16 @@ START_TEST(test_split)
 }
 END_TEST
 
+START_TEST(test_concurrent)
+{
+    int n = cfg.ranks[_i];
+    if (cfg.mode == MODE_INITALL) {
+        return; /* one thread by definition */
+    }
+    run_body(body_concurrent, n);
+}
+END_TEST
+
 START_TEST(test_late_receiver)
 {
     int n = cfg.ranks[_i];
@@ -758,7 +868,8 @@ static Suite *mp_comm_suite(void)
                  {"groups", test_groups},
                  {"split", test_split},
                  {"lifecycle", test_lifecycle},
-                 {"late_receiver", test_late_receiver}};
+                 {"late_receiver", test_late_receiver},
+                 {"concurrent", test_concurrent}};
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         TCase *tc = tcase_create(cases[k].name);
         tcase_set_timeout(tc, TIMEOUT * brt_time_scale() + 60);
