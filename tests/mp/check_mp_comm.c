@@ -471,7 +471,7 @@ static int body_late_receiver(brt_rank_ctx_t *ctx, ncclComm_t comm)
             ncclResult_t res = ncclGroupStart();
             if (round == 1 && r == 0) {
                 brt_doing(ctx, "sleeping before the late receives");
-                brt_sleep_ms(1000); /* everyone else has sent and is leaving */
+                brt_sleep_ms(500); /* everyone else has sent and is leaving */
             }
             brt_doing(ctx, "late-receiver round %d, count %zu", round, cnt);
             for (int p = 1; p < n && res == ncclSuccess; p++) {
@@ -510,7 +510,7 @@ static int body_late_receiver(brt_rank_ctx_t *ctx, ncclComm_t comm)
         ncclResult_t res;
         if (r == 1) {
             brt_doing(ctx, "sleeping before the big send to rank 0");
-            brt_sleep_ms(1500);
+            brt_sleep_ms(700);
             brt_fill_bytes(77, 1, 0, b, 0, big * sizeof(int32_t));
             res = ncclSend(b, big, ncclInt32, 0, comm, NULL);
         } else {
