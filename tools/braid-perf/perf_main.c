@@ -468,7 +468,7 @@ int main(int argc, char **argv)
         return 2;
     }
     mpi = perf_sync_mpi_world(&wrank, &wsize);
-    if (mpi && opts.nprocs > 1 && wsize > 1) {
+    if (mpi && opts.nprocs > 1) {
         fprintf(stderr, "braid-perf: -N forks local ranks; under mpirun use -np instead\n");
         perf_sync_mpi_finalize(0);
         return 2;
