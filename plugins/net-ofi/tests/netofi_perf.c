@@ -10,6 +10,7 @@
  * The provider is whatever the plugin picks (set FI_PROVIDER to choose).
  */
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,11 +82,17 @@ static void *post_recv(conn_t *c, int slot, size_t size)
     return req;
 }
 
+/* Poll until done. Yield between unsuccessful polls: the host may have fewer cores than
+ * busy processes, and a spinning waiter would starve the peer it waits for. */
 static void wait_req(void *req)
 {
     int done = 0;
-    while (!done) {
+    for (;;) {
         CHECK(net->test(req, &done, NULL));
+        if (done) {
+            return;
+        }
+        sched_yield();
     }
 }
 
@@ -175,7 +182,7 @@ static void run(int rank, int wfd, int rfd, double seconds)
         if (rank == 0) {
             printf("device %s, plugin %s\n", props.name, net->name);
             printf("8-byte ping-pong latency: %.2f us (half round trip)\n", lat);
-            printf("%12s %12s %10s\n", "bytes", "GB/s", "messages");
+            printf("%12s %10s %12s %10s\n", "bytes", "GB/s", "us/message", "messages");
         }
     }
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -184,7 +191,7 @@ static void run(int rank, int wfd, int rfd, double seconds)
         iters = iters < 2 * WINDOW ? 2 * WINDOW : iters > 200000 ? 200000 : iters;
         double bw = bandwidth(&c, rank, sizes[i], iters);
         if (rank == 0) {
-            printf("%12zu %12.3f %10d\n", sizes[i], bw, iters);
+            printf("%12zu %10.3f %12.2f %10d\n", sizes[i], bw, (double)sizes[i] / bw / 1e3, iters);
         }
     }
     CHECK(net->deregMr(c.sc, c.smh));
