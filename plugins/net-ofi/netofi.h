@@ -145,20 +145,21 @@ enum { NETOFI_CTRL_RX = 0, NETOFI_CTRL_TX, NETOFI_CTRL_TX_CLOSE, NETOFI_CTRL_NRE
 /* A listening, sending or receiving connection. Guarded by ep->lock. */
 struct netofi_comm {
     netofi_ep_t *ep;
-    int type;          /* netofi_comm_type_t */
-    uint32_t id;       /* this connection's id on ep (tags it receives) */
-    uint32_t peer_id;  /* the peer connection's id (send: known once acked) */
-    fi_addr_t peer;    /* send: the receiver; recv: the sender */
-    uint32_t seq;      /* sequence number of the next message */
-    uint32_t peer_seq; /* after the peer's CLOSE: messages from this seq on fail */
-    int acked;         /* send: the ACK arrived, data may flow */
-    int peer_closed;   /* the peer's CLOSE arrived */
-    int close_on_ack;  /* send: closed before the ACK; send CLOSE once it arrives */
-    int closed;        /* closed by the user; freed when inflight drops to 0 */
-    int closing;       /* close() still waits on it: not to be freed yet */
-    int inflight;      /* provider operations posted and not yet completed */
-    int queued;        /* requests on the endpoint's pending FIFO */
-    ncclResult_t err;  /* sticky connection error */
+    int type;              /* netofi_comm_type_t */
+    uint32_t id;           /* this connection's id on ep (tags it receives) */
+    uint32_t peer_id;      /* the peer connection's id (send: known once acked) */
+    fi_addr_t peer;        /* send: the receiver; recv: the sender */
+    uint32_t seq;          /* sequence number of the next message */
+    uint32_t peer_seq;     /* after the peer's CLOSE: messages from this seq on fail */
+    int acked;             /* send: the ACK arrived, data may flow */
+    int peer_closed;       /* the peer's CLOSE arrived */
+    int peer_close_warned; /* a request failed by it was reported */
+    int close_on_ack;      /* send: closed before the ACK; send CLOSE once it arrives */
+    int closed;            /* closed by the user; freed when inflight drops to 0 */
+    int closing;           /* close() still waits on it: not to be freed yet */
+    int inflight;          /* provider operations posted and not yet completed */
+    int queued;            /* requests on the endpoint's pending FIFO */
+    ncclResult_t err;      /* sticky connection error */
     netofi_comm_t *zombie_next;
     struct fid_mr *ctrl_mr; /* registration of ctrl_msg (FI_MR_LOCAL only) */
     /* RX receives CONN (listen), ACK then CLOSE (send) or CLOSE (recv); TX sends CONN or
