@@ -11,7 +11,8 @@
  *   missing   a rank never calls ncclCommInitRank: the others' init fails within
  *             BRAID_BOOTSTRAP_TIMEOUT (set to 3 s by CTest) plus a margin, naming it
  *   mismatch  ranks make different calls (count, collective, datatype): with
- *             BRAID_TIMEOUT=5 every rank returns an error instead of hanging
+ *             BRAID_TIMEOUT=5 every rank returns an error instead of hanging; and a rank
+ *             that makes no call at all: the other fails after BRAID_TIMEOUT, naming it
  * CTest runs each TCase on its own (CK_RUN_CASE), over shm and over the socket plugin.
  */
 #include <check.h>
@@ -269,6 +270,65 @@ START_TEST(test_mismatched_calls)
 }
 END_TEST
 
+/* Rank 1 stays alive but makes no call: rank 0's AllReduce fails after BRAID_TIMEOUT,
+ * naming rank 1, instead of waiting forever. */
+static int body_silent_peer(brt_rank_ctx_t *ctx)
+{
+    ncclComm_t comm;
+    float a[1024] = {0};
+    ncclResult_t res;
+
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    if (ctx->rank == 1) {
+        brt_doing(ctx, "staying silent");
+        double until = brt_now() + 60 * brt_time_scale();
+        while (!__atomic_load_n(&ctx->all[0].done, __ATOMIC_ACQUIRE) && brt_now() < until) {
+            brt_sleep_ms(20);
+        }
+        ncclCommAbort(comm);
+        return 0;
+    }
+    double t0 = brt_now();
+    brt_doing(ctx, "AllReduce that rank 1 never joins");
+    res = ncclAllReduce(a, a, 1024, ncclFloat, ncclSum, comm, NULL);
+    ctx->report->t_mark = brt_now() - t0;
+    ctx->report->result = res;
+    snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s", ncclGetLastError(comm));
+    __atomic_store_n(&ctx->report->done, 1, __ATOMIC_RELEASE);
+    ncclCommAbort(comm);
+    return 0;
+}
+
+START_TEST(test_silent_peer)
+{
+    const char *env = getenv("BRAID_TIMEOUT");
+    double timeout = env != NULL ? atof(env) : 0.0;
+    char out[16384];
+    brt_procs_t p;
+
+    if (timeout <= 0) {
+        fprintf(stderr, "BRAID_TIMEOUT is not set: nothing bounds a wait on a silent peer\n");
+        return;
+    }
+    ck_assert_int_eq(brt_procs_start(&p, 2, body_silent_peer, NULL, out, sizeof(out)), 0);
+    int bad =
+        brt_procs_wait(&p, brt_now() + (timeout + 30) * brt_time_scale(), 0, out, sizeof(out), 1);
+    const brt_report_t *rep = &p.reports[0];
+    fprintf(stderr, "silent peer: rank 0 returned %d after %.1f s: %s\n", rep->result, rep->t_mark,
+            rep->msg);
+    ck_assert_msg(!bad, "a wait on a silent peer with BRAID_TIMEOUT=%g: %s", timeout,
+                  brt_clip(out, 3000));
+    ck_assert_msg(rep->result != ncclSuccess, "rank 0's AllReduce without rank 1 succeeded");
+    ck_assert_msg(rep->t_mark >= timeout - 0.5,
+                  "rank 0 gave up after %.1f s, before BRAID_TIMEOUT=%g", rep->t_mark, timeout);
+    ck_assert_msg(brt_text_names_rank(rep->msg, 1), "the timeout does not name rank 1: \"%s\"",
+                  rep->msg);
+    brt_procs_free(&p);
+}
+END_TEST
+
 static Suite *api_fail_suite(void)
 {
     Suite *s = suite_create("api_fail");
@@ -283,6 +343,7 @@ static Suite *api_fail_suite(void)
     tc = tcase_create("mismatch");
     tcase_set_timeout(tc, 90 * brt_time_scale());
     tcase_add_loop_test(tc, test_mismatched_calls, 0, 3);
+    tcase_add_test(tc, test_silent_peer);
     suite_add_tcase(s, tc);
     return s;
 }
