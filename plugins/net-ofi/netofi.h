@@ -14,7 +14,7 @@
  * Tags. Every connection owns an id on the receiving endpoint; a message is matched by the
  * tag (id, sequence number, chunk index), so sends and receives of one connection match in
  * posting order whatever order the provider delivers or completes them in. The top usable
- * tag bit marks control messages (connection requests and their acknowledgements).
+ * tag bit marks control messages (connection request, acknowledgement, close notice).
  *
  * Threading: everything reachable from an endpoint (its connections, requests, address
  * cache, libfabric objects) is guarded by that endpoint's mutex, and no libfabric object

@@ -757,7 +757,11 @@ START_TEST(test_err_excluded)
 {
     const char *prov = getenv("FI_PROVIDER");
 
-    setenv("NCCL_OFI_EXCLUDE_PROVIDERS", prov ? prov : "tcp", 1);
+    if (prov == NULL) { /* with every provider offered, excluding one picks another */
+        setenv("FI_PROVIDER", "tcp", 1);
+        prov = "tcp";
+    }
+    setenv("NCCL_OFI_EXCLUDE_PROVIDERS", prov, 1);
     expect_init_failure("NCCL_OFI_EXCLUDE_PROVIDERS");
 }
 END_TEST
@@ -766,6 +770,18 @@ START_TEST(test_err_fi_provider)
 {
     setenv("FI_PROVIDER", "nosuchprovider", 1);
     expect_init_failure("FI_PROVIDER=nosuchprovider");
+}
+END_TEST
+
+/* Only providers without reliable tagged endpoints left: the message names what each
+ * lacks (here udp, FI_EP_DGRAM only; a host without udp has nothing left at all). */
+START_TEST(test_err_no_capable_provider)
+{
+    setenv("FI_PROVIDER", "^ofi_rxd,ofi_rxm,shm,sm2,tcp,sockets,net,efa,verbs,psm2,psm3,cxi", 1);
+    expect_init_failure("net-ofi: ");
+    ck_assert_msg(strstr(g_warn, "lacks FI_EP_RDM") != NULL ||
+                      strstr(g_warn, "offers no provider at all") != NULL,
+                  "unexpected message: %s", g_warn);
 }
 END_TEST
 
@@ -818,6 +834,7 @@ static Suite *netofi_suite(void)
     tcase_add_test(err, test_err_no_provider);
     tcase_add_test(err, test_err_excluded);
     tcase_add_test(err, test_err_fi_provider);
+    tcase_add_test(err, test_err_no_capable_provider);
     suite_add_tcase(s, err);
     return s;
 }
