@@ -438,8 +438,10 @@ static void take_ack(netofi_ep_t *ep, netofi_comm_t *c)
     c->peer_id = ack->id;
     c->acked = 1;
     BR_TRACE(NCCL_NET, "net-ofi: connection %#x acknowledged by peer %#x", c->id, c->peer_id);
-    if (c->close_on_ack) {
-        send_close(ep, c, c->seq);
+    if (c->closed) {
+        if (c->close_on_ack) {
+            send_close(ep, c, c->seq); /* nothing was sent: the receiver fails all */
+        }
         return;
     }
     c->err = netofi_ep_post_or_queue(ep, ctrl_req(c, NETOFI_CTRL_RX, c->id, NETOFI_CTRL_CLOSE));
