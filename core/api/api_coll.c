@@ -113,8 +113,12 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_exec_op_t *o
 static ncclResult_t submit(ncclComm_t comm, const call_t *c)
 {
     br_exec_op_t op;
-    BR_CHECK(check_call(comm, c, &op));
-    return br_group_add_op(comm, &op);
+    ncclResult_t res = check_call(comm, c, &op);
+    if (res == ncclSuccess) {
+        res = br_group_add_op(comm, &op);
+    }
+    br_group_note_error(res);
+    return res;
 }
 
 static call_t call_init(const char *fn, br_func_t func, const void *sb, void *rb, size_t count,
@@ -238,7 +242,11 @@ static ncclResult_t p2p_pattern(ncclComm_t comm, const call_t *c)
     ncclResult_t res = ncclSuccess, end;
     size_t block;
 
-    BR_CHECK(check_call(comm, c, &op));
+    res = check_call(comm, c, &op);
+    if (res != ncclSuccess) {
+        br_group_note_error(res);
+        return res;
+    }
     block = c->count * br_type_size(c->type);
     BR_CHECK(br_group_start());
     for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) {

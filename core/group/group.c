@@ -27,12 +27,20 @@ typedef struct {
 } gcall_t;
 
 static _Thread_local int depth;
+static _Thread_local ncclResult_t group_error;
 static _Thread_local gcall_t *calls;
 static _Thread_local int ncalls, calls_cap;
 
 int br_group_depth(void)
 {
     return depth;
+}
+
+void br_group_note_error(ncclResult_t res)
+{
+    if (depth > 0 && res != ncclSuccess && group_error == ncclSuccess) {
+        group_error = res;
+    }
 }
 
 ncclResult_t br_group_start(void)
@@ -295,6 +303,14 @@ ncclResult_t br_group_end(void)
     n = ncalls;
     calls = NULL;
     ncalls = calls_cap = 0;
+    if (group_error != ncclSuccess) {
+        res = group_error;
+        group_error = ncclSuccess;
+        BR_WARN(NCCL_INIT, "ncclGroupEnd: a call inside the group failed (error %d); the group's "
+                "%d queued calls were not run", (int)res, n);
+        free(cs);
+        return res;
+    }
     res = run_creations(cs, n);
     if (res == ncclSuccess) {
         res = run_ops(cs, n);

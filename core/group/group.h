@@ -16,6 +16,10 @@ ncclResult_t br_group_start(void);
 ncclResult_t br_group_end(void);
 int br_group_depth(void);
 
+/* A call refused inside a group: the outermost ncclGroupEnd returns the first such error
+ * and runs nothing of the group, as NCCL does. No effect outside a group. */
+void br_group_note_error(ncclResult_t res);
+
 /* Queue an operation (assigns its sequence number) and, outside a group, run it. */
 ncclResult_t br_group_add_op(ncclComm_t comm, br_exec_op_t *op);
 
