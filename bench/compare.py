@@ -282,12 +282,11 @@ class Bench:
                 continue
             active.append((peer, label))
         # Each round measures every peer once; later rounds keep the best time per size,
-        # so a burst of background load in one round does not decide a comparison. Sizes
-        # of 16 MiB and more take most of the time and vary least: one round only. The
+        # so a burst of background load in one round does not decide a comparison. The
         # peers run back to back for each segment, so the ratios compare measurements
         # taken minutes apart at most, under the same background load.
         for rnd in range(self.args.repeat):
-            segs = self.segments if rnd == 0 else [s for s in self.segments if s[0] < 16 * MiB]
+            segs = self.segments
             t0 = time.time()
             for coll in self.args.colls:
                 for n in self.args.ranks:
@@ -571,8 +570,7 @@ def main():
     ap.add_argument("--skip-build", action="store_true", help="use what BUILD_DIR holds")
     ap.add_argument("--timeout", type=int, default=600, help="seconds allowed per run")
     ap.add_argument("--repeat", type=int, default=2,
-                    help="rounds over every peer; the best time per size is kept; sizes "
-                         "from 16 MiB get one round (default 2)")
+                    help="rounds over every peer; the best time per size is kept (default 2)")
     args = ap.parse_args()
     args.ranks = [int(x) for x in args.ranks.split(",") if x]
     args.colls = [c for c in args.colls.split(",") if c]
