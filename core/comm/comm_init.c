@@ -109,8 +109,8 @@ static ncclResult_t net_setup(ncclComm_t comm, int needed)
     requested = req.net_name != NULL || (plugin != NULL && strcmp(plugin, "none") != 0);
     res = br_plugin_net_open(&req, &tc->net);
     if (res == ncclSuccess) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "Using network %s (v%d, device %d of %d: %s)",
-                tc->net->name, tc->net->version, tc->net->dev, tc->net->ndev,
+        BR_INFO(NCCL_INIT | NCCL_NET, "Using network %s (v%d, device %d of %d: %s)", tc->net->name,
+                tc->net->version, tc->net->dev, tc->net->ndev,
                 tc->net->props.name != NULL ? tc->net->props.name : "?");
         return ncclSuccess;
     }
@@ -122,8 +122,10 @@ static ncclResult_t net_setup(ncclComm_t comm, int needed)
                           : "some peers can only be reached through the network");
         return res;
     }
-    BR_WARN(NCCL_INIT | NCCL_NET, "rank %d: continuing without a net plugin: every peer is "
-            "reachable through shared memory or in-process", comm->rank);
+    BR_WARN(NCCL_INIT | NCCL_NET,
+            "rank %d: continuing without a net plugin: every peer is "
+            "reachable through shared memory or in-process",
+            comm->rank);
     return ncclSuccess;
 }
 
@@ -185,8 +187,8 @@ static ncclResult_t ring_setup(ncclComm_t comm)
         send_peers[c] = ec->ring_next;
     }
     size_t step = ((size_t)tc->buffsize / BR_STEPS) & ~(size_t)63;
-    BR_CHECK(br_transport_connect(tc, nch, recv_peers, send_peers, step, BR_TAG_RING,
-                                  ec->ring_recv, ec->ring_send));
+    BR_CHECK(br_transport_connect(tc, nch, recv_peers, send_peers, step, BR_TAG_RING, ec->ring_recv,
+                                  ec->ring_send));
     for (int c = 0; c < nch; c++) {
         br_conn_t *s = ec->ring_send[c];
         ec->has_net |= s->kind == BR_TRANSPORT_NET || ec->ring_recv[c]->kind == BR_TRANSPORT_NET;
@@ -342,24 +344,31 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
             local += tc->peers[i].host_hash == tc->peers[rank].host_hash;
         }
         comm->ec->oversubscribed = cpus > 0 && local > cpus;
-        BR_INFO(NCCL_INIT, "comm %p rank %d nRanks %d localRanks %d cpus %ld%s", (void *)comm,
-                rank, nranks, local, cpus, comm->ec->oversubscribed ? " (oversubscribed: waiters yield instead of spinning)" : "");
+        BR_INFO(NCCL_INIT, "comm %p rank %d nRanks %d localRanks %d cpus %ld%s", (void *)comm, rank,
+                nranks, local, cpus,
+                comm->ec->oversubscribed ? " (oversubscribed: waiters yield instead of spinning)"
+                                         : "");
     }
     if (tc->buffsize < BR_STEPS * 64 || tc->p2p_chunk < 64) {
-        BR_WARN(NCCL_INIT, "NCCL_BUFFSIZE %lld or NCCL_P2P_NET_CHUNKSIZE %lld is too small "
-                "(at least %d and 64 bytes)", (long long)tc->buffsize, (long long)tc->p2p_chunk,
-                BR_STEPS * 64);
+        BR_WARN(NCCL_INIT,
+                "NCCL_BUFFSIZE %lld or NCCL_P2P_NET_CHUNKSIZE %lld is too small "
+                "(at least %d and 64 bytes)",
+                (long long)tc->buffsize, (long long)tc->p2p_chunk, BR_STEPS * 64);
         res = ncclInvalidUsage;
         goto fail;
     }
     BR_CHECK_GOTO(net_setup(comm, needed), res, fail);
     BR_CHECK_GOTO(ring_setup(comm), res, fail);
+    BR_CHECK_GOTO(br_transport_flat_setup(tc, (size_t)BR_PARAM_INT(ONESHOT_BYTES)), res, fail);
+    comm->ec->flat = tc->flat;
     BR_CHECK_GOTO(tune_setup(comm), res, fail);
     BR_CHECK_GOTO(br_bootstrap_barrier(tc->boot), res, fail);
     comm->magic = BR_COMM_MAGIC;
     BR_CHECK_GOTO(registry_add(comm), res, fail);
-    BR_INFO(NCCL_INIT, "ncclCommInitRank comm %p rank %d nranks %d commId 0x%llx - Init COMPLETE "
-            "(%.3f s)", (void *)comm, rank, nranks, (unsigned long long)comm->comm_hash,
+    BR_INFO(NCCL_INIT,
+            "ncclCommInitRank comm %p rank %d nranks %d commId 0x%llx - Init COMPLETE "
+            "(%.3f s)",
+            (void *)comm, rank, nranks, (unsigned long long)comm->comm_hash,
             (double)(br_time_ns() - t0) * 1e-9);
     *comm_p = comm;
     return ncclSuccess;
@@ -396,8 +405,9 @@ ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const c
         goto out;
     }
     size_t step = (size_t)tc->p2p_chunk;
-    BR_CHECK_GOTO(br_transport_connect(tc, n, recv_peers, send_peers, step, BR_TAG_P2P,
-                                       recv_conns, send_conns), res, out);
+    BR_CHECK_GOTO(br_transport_connect(tc, n, recv_peers, send_peers, step, BR_TAG_P2P, recv_conns,
+                                       send_conns),
+                  res, out);
     for (int p = 0; p < n; p++) {
         if (recv_conns[p] != NULL) {
             ec->p2p_recv[p] = recv_conns[p];
@@ -443,6 +453,10 @@ void br_comm_free(ncclComm_t comm, int flush)
     if (comm->ec != NULL) {
         if (comm->ec->prof != NULL) {
             br_plugin_profiler_close(comm->ec->prof);
+        }
+        if (comm->ec->solo != NULL) {
+            br_exec_batch_free(comm->ec->solo);
+            free(comm->ec->solo);
         }
         free(comm->ec->p2p_send);
         free(comm->ec->p2p_recv);

@@ -24,13 +24,13 @@ typedef struct {
     br_func_t func;
     const void *sendbuff;
     void *recvbuff;
-    size_t count;        /* NCCL's count argument (per rank for AllGather/ReduceScatter) */
+    size_t count; /* NCCL's count argument (per rank for AllGather/ReduceScatter) */
     ncclDataType_t type;
     br_redop_t redop;
-    int root;            /* Broadcast/Reduce */
-    int peer;            /* Send/Recv */
-    uint64_t seq;        /* collective number on the comm, or message number to/from peer */
-    int nchannels;       /* channels chosen by the planner (0: decide here) */
+    int root;      /* Broadcast/Reduce */
+    int peer;      /* Send/Recv */
+    uint64_t seq;  /* collective number on the comm, or message number to/from peer */
+    int nchannels; /* channels chosen by the planner (0: decide here) */
 } br_exec_op_t;
 
 /* What the executor needs of a communicator. */
@@ -40,16 +40,19 @@ typedef struct br_exec_comm {
     br_conn_t *ring_send[BR_MAX_CHANNELS]; /* to the ring's next rank */
     br_conn_t *ring_recv[BR_MAX_CHANNELS]; /* from the ring's previous rank */
     int ring_prev, ring_next;
-    br_conn_t **p2p_send;                  /* per peer, made on first use */
+    br_conn_t **p2p_send; /* per peer, made on first use */
     br_conn_t **p2p_recv;
     br_transport_comm_t *tc;
-    uint64_t coll_seq;                     /* collectives issued */
-    uint64_t *send_seq, *recv_seq;         /* messages per peer */
-    int has_net;                           /* some connection goes through the proxy */
-    int oversubscribed;                    /* more ranks on this host than CPU cores */
-    br_profiler_t *prof;                   /* profiler plugin, or NULL */
-    uint64_t prof_seq[BR_NUM_FUNCS];       /* per-function counters for its events */
-    ncclResult_t error;                    /* sticky: the first failure */
+    uint64_t coll_seq;               /* collectives issued */
+    uint64_t *send_seq, *recv_seq;   /* messages per peer */
+    struct br_exec_batch *solo;      /* reused for operations outside a group */
+    br_flat_t *flat;                 /* node arena for one-hop small collectives, or NULL */
+    uint64_t flat_seq;               /* operations run through the arena */
+    int has_net;                     /* some connection goes through the proxy */
+    int oversubscribed;              /* more ranks on this host than CPU cores */
+    br_profiler_t *prof;             /* profiler plugin, or NULL */
+    uint64_t prof_seq[BR_NUM_FUNCS]; /* per-function counters for its events */
+    ncclResult_t error;              /* sticky: the first failure */
     char error_msg[1024];
 } br_exec_comm_t;
 
@@ -58,11 +61,11 @@ typedef struct br_work br_work_t;
 /* An ordered queue of work items that share connections. */
 typedef struct {
     br_exec_comm_t *ec;
-    int key_type, key_idx;  /* which connection set: ring channel, send/recv peer, local */
+    int key_type, key_idx; /* which connection set: ring channel, send/recv peer, local */
     br_work_t *items;
     int n, cap, cur;
-    int wait_peer;          /* whom the head item last waited for, -1 none */
-    const char *wait_what;  /* "data from" / "space at" */
+    int wait_peer;         /* whom the head item last waited for, -1 none */
+    const char *wait_what; /* "data from" / "space at" */
 } br_exec_queue_t;
 
 /* A profiler event that stops when its last work item finishes. */
@@ -72,11 +75,13 @@ typedef struct {
     int remaining;
 } br_exec_event_t;
 
-/* A group's worth of queues across communicators. */
-typedef struct {
+/* A group's worth of queues across communicators. Queue slots keep their item arrays
+ * across br_exec_batch_reset(), so a reused batch allocates nothing. */
+typedef struct br_exec_batch {
     br_exec_queue_t *queues;
     int n, cap;
-    br_exec_event_t *events;  /* Coll/P2p events, and one GroupApi per profiled comm */
+    int ninit;               /* queue slots whose item arrays are initialised */
+    br_exec_event_t *events; /* Coll/P2p events, and one GroupApi per profiled comm */
     int nevents, events_cap;
 } br_exec_batch_t;
 
@@ -94,6 +99,13 @@ ncclResult_t br_exec_run(br_exec_batch_t *batch);
 
 /* Free the batch's queues (not the communicators). */
 void br_exec_batch_free(br_exec_batch_t *batch);
+
+/* Empty the batch for reuse, keeping its memory (open profiler events are stopped). */
+void br_exec_batch_reset(br_exec_batch_t *batch);
+
+/* Run one operation outside any group on its communicator's reusable batch: the path
+ * of a lone ncclAllReduce, which allocates nothing once the batch has grown. */
+ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_exec_op_t *op);
 
 /* Record a failure on the communicator (first one wins) and WARN it. */
 void br_exec_fail(br_exec_comm_t *ec, ncclResult_t res, const char *fmt, ...)

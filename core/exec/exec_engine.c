@@ -20,7 +20,7 @@
 #include "exec_int.h"
 #include "util.h"
 
-enum { Q_RING = 0, Q_SEND = 1, Q_RECV = 2, Q_LOCAL = 3 };
+enum { Q_RING = 0, Q_SEND = 1, Q_RECV = 2, Q_LOCAL = 3, Q_FLAT = 4 };
 
 void br_exec_fail(br_exec_comm_t *ec, ncclResult_t res, const char *fmt, ...)
 {
@@ -55,8 +55,19 @@ static ncclResult_t queue_get(br_exec_batch_t *b, br_exec_comm_t *ec, int type, 
         b->queues = nq;
         b->cap = cap;
     }
-    br_exec_queue_t *q = &b->queues[b->n++];
+    br_exec_queue_t *q = &b->queues[b->n];
+    br_work_t *items = NULL;
+    int items_cap = 0;
+    if (b->n < b->ninit) {
+        items = q->items; /* a slot from before a reset: keep its array */
+        items_cap = q->cap;
+    } else {
+        b->ninit++;
+    }
+    b->n++;
     memset(q, 0, sizeof(*q));
+    q->items = items;
+    q->cap = items_cap;
     q->ec = ec;
     q->key_type = type;
     q->key_idx = idx;
@@ -91,8 +102,8 @@ static int is_collective(br_func_t f)
 static const char *prof_type_name(ncclDataType_t t)
 {
     static const char *const names[ncclNumTypes] = {
-        "ncclInt8",    "ncclUint8",   "ncclInt32",   "ncclUint32",
-        "ncclInt64",   "ncclUint64",  "ncclFloat16", "ncclFloat32",
+        "ncclInt8",    "ncclUint8",    "ncclInt32",      "ncclUint32",
+        "ncclInt64",   "ncclUint64",   "ncclFloat16",    "ncclFloat32",
         "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
     return (unsigned)t < ncclNumTypes ? names[t] : "unknown";
 }
@@ -102,8 +113,8 @@ static int prof_wants(const br_exec_comm_t *ec, uint64_t bits)
     return ec->prof != NULL && (br_plugin_profiler_mask() & bits) != 0;
 }
 
-static ncclResult_t event_push(br_exec_batch_t *b, br_exec_comm_t *ec, void *handle,
-                               int remaining, int *idx_p)
+static ncclResult_t event_push(br_exec_batch_t *b, br_exec_comm_t *ec, void *handle, int remaining,
+                               int *idx_p)
 {
     if (b->nevents == b->events_cap) {
         int cap = b->events_cap ? 2 * b->events_cap : 16;
@@ -148,8 +159,7 @@ static void *prof_group(br_exec_batch_t *b, br_exec_comm_t *ec)
 }
 
 /* Start the Coll or P2p event of op; returns its index, or -1 when not profiled. */
-static int prof_op_start(br_exec_batch_t *b, br_exec_comm_t *ec, const br_exec_op_t *op,
-                         int nch)
+static int prof_op_start(br_exec_batch_t *b, br_exec_comm_t *ec, const br_exec_op_t *op, int nch)
 {
     ncclProfilerEventDescr_v6_t d;
     void *h = NULL;
@@ -247,6 +257,15 @@ ncclResult_t br_exec_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const br_ex
             BR_CHECK(queue_get(b, ec, Q_LOCAL, 0, &q));
             return queue_push(q, &w);
         }
+        if (br_work_flat_fits(ec, op)) {
+            if (w.event >= 0) {
+                b->events[w.event].remaining++;
+            }
+            w.kind = BR_WORK_FLAT;
+            w.flat_k = ec->flat_seq++;
+            BR_CHECK(queue_get(b, ec, Q_FLAT, 0, &q));
+            return queue_push(q, &w);
+        }
         for (int c = 0; c < nch; c++) {
             br_work_ring_init(&w, ec, c, nch);
             if (w.lo == w.hi) {
@@ -306,11 +325,37 @@ void br_exec_batch_free(br_exec_batch_t *b)
 {
     prof_batch_end(b);
     free(b->events);
-    for (int i = 0; i < b->n; i++) {
+    for (int i = 0; i < b->ninit; i++) {
         free(b->queues[i].items);
     }
     free(b->queues);
     memset(b, 0, sizeof(*b));
+}
+
+void br_exec_batch_reset(br_exec_batch_t *b)
+{
+    prof_batch_end(b);
+    b->nevents = 0;
+    b->n = 0;
+}
+
+ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_exec_op_t *op)
+{
+    ncclResult_t res;
+
+    if (ec->error != ncclSuccess) {
+        BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", ec->rank, ec->error_msg);
+        return ec->error;
+    }
+    if (ec->solo == NULL) {
+        BR_CHECK(br_calloc(&ec->solo, 1, "operation queue"));
+    }
+    res = br_exec_enqueue(ec->solo, ec, op);
+    if (res == ncclSuccess) {
+        res = br_exec_run(ec->solo);
+    }
+    br_exec_batch_reset(ec->solo);
+    return res;
 }
 
 /* Is a process of this host gone (exited, or a zombie nobody reaped yet)? */
@@ -378,6 +423,13 @@ static int health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked
         br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): rank %d reported a failure: %s",
                      ec->rank, br_host_name(), from, msg);
         return 1;
+    }
+    /* A peer that ran the same collective by the other path got other arguments. */
+    for (int i = 0; i < b->n; i++) {
+        const br_work_t *w = queue_head(&b->queues[i]);
+        if (b->queues[i].ec == ec && w != NULL && br_work_probe_mismatch(&b->queues[i], w)) {
+            return 1;
+        }
     }
     /* A blocked receive on a net connection the peer has closed will never complete. */
     for (int i = 0; i < b->n; i++) {

@@ -25,6 +25,11 @@ static int is_reduction(br_func_t func)
     return func == BR_FUNC_ALLREDUCE || func == BR_FUNC_REDUCESCATTER || func == BR_FUNC_REDUCE;
 }
 
+static int is_collective_func(br_func_t func)
+{
+    return func <= BR_FUNC_ALLREDUCE;
+}
+
 static int mod(int a, int n)
 {
     return ((a % n) + n) % n;
@@ -140,16 +145,15 @@ static void ring_chunk_place(const br_work_t *w, int k, size_t *in_p, size_t *ou
         *in_p = w->base;
         *out_p = (size_t)k * w->units + w->base;
         break;
-    default:
-        *in_p = *out_p = w->base;
-        break;
+    default: *in_p = *out_p = w->base; break;
     }
     *len_p = len;
 }
 
 static uint32_t desc_type_word(const br_exec_op_t *op)
 {
-    return (uint32_t)op->type | ((uint32_t)op->redop.kind << 8) | ((uint32_t)(op->root & 0xffff) << 16);
+    return (uint32_t)op->type | ((uint32_t)op->redop.kind << 8) |
+           ((uint32_t)(op->root & 0xffff) << 16);
 }
 
 static void desc_describe(char *buf, size_t len, const br_slot_desc_t *d)
@@ -178,9 +182,9 @@ static int check_desc(br_exec_queue_t *q, const br_work_t *w, const br_conn_t *r
             br_exec_fail(ec, ncclInvalidUsage,
                          "mismatched calls: rank %d is in %s #%llu (count %zu, %s, %s, root %d) "
                          "but rank %d sent data for %s%s",
-                         ec->rank, br_func_name(op->func), (unsigned long long)op->seq,
-                         op->count, br_type_name(op->type), br_red_kind_name(op->redop.kind),
-                         op->root, rc->peer, theirs,
+                         ec->rank, br_func_name(op->func), (unsigned long long)op->seq, op->count,
+                         br_type_name(op->type), br_red_kind_name(op->redop.kind), op->root,
+                         rc->peer, theirs,
                          p2p ? " (a send must match a recv of the same count and type)" : "");
             return -1;
         }
@@ -189,9 +193,8 @@ static int check_desc(br_exec_queue_t *q, const br_work_t *w, const br_conn_t *r
         br_exec_fail(ec, ncclInvalidUsage,
                      "mismatched calls: rank %d expected %zu bytes from rank %d for %s #%llu "
                      "(count %zu, %s) but received %llu",
-                     ec->rank, bytes, rc->peer, br_func_name(op->func),
-                     (unsigned long long)op->seq, op->count, br_type_name(op->type),
-                     (unsigned long long)d->bytes);
+                     ec->rank, bytes, rc->peer, br_func_name(op->func), (unsigned long long)op->seq,
+                     op->count, br_type_name(op->type), (unsigned long long)d->bytes);
         return -1;
     }
     return 0;
@@ -356,6 +359,228 @@ static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
     return moved;
 }
 
+/* ---- One hop through the node arena ----
+ * Every rank publishes its whole input for operation k in its buffer k % 2, then reads
+ * every other rank's and computes its output locally. Reductions fold the inputs in rank
+ * order 0..n-1 on every rank, so every rank gets bit-identical results. */
+
+#define BR_FLAT_TWO_RANK_MAX (16 * 1024)
+
+/* Bytes a rank publishes for op (0 when it contributes nothing). */
+static size_t flat_publish_bytes(const br_exec_comm_t *ec, const br_exec_op_t *op)
+{
+    size_t bytes = op->count * br_type_size(op->type);
+    switch (op->func) {
+    case BR_FUNC_BROADCAST: return ec->rank == op->root ? bytes : 0;
+    case BR_FUNC_REDUCESCATTER: return bytes * (size_t)ec->nranks;
+    default: return bytes;
+    }
+}
+
+int br_work_flat_fits(const br_exec_comm_t *ec, const br_exec_op_t *op)
+{
+    size_t bytes = op->count * br_type_size(op->type);
+    if (ec->flat == NULL || !is_collective_func(op->func)) {
+        return 0;
+    }
+    /* Decided on the call's arguments alone, so every rank decides alike. */
+    if (op->func == BR_FUNC_REDUCESCATTER) {
+        bytes *= (size_t)ec->nranks;
+    }
+    /* Two ranks' ring is already short: from 16 KiB up it moves data faster than the
+     * arena (measured; docs/performance.md). With more ranks every hop saved counts. */
+    if (ec->nranks == 2 && bytes > BR_FLAT_TWO_RANK_MAX) {
+        return 0;
+    }
+    return bytes <= ec->flat->max_bytes;
+}
+
+static int flat_check_desc(br_exec_queue_t *q, const br_work_t *w, int peer,
+                           const br_slot_desc_t *d)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_exec_op_t *op = &w->op;
+    size_t want = op->func == BR_FUNC_BROADCAST
+                      ? (peer == op->root ? op->count * br_type_size(op->type) : 0)
+                      : flat_publish_bytes(ec, op);
+    char theirs[160];
+
+    if (d->seq == op->seq + 1 && d->func == (uint32_t)op->func && d->count == op->count &&
+        d->type == desc_type_word(op) && d->bytes == want) {
+        return 0;
+    }
+    desc_describe(theirs, sizeof(theirs), d);
+    br_exec_fail(ec, ncclInvalidUsage,
+                 "mismatched calls: rank %d is in %s #%llu (count %zu, %s, %s, root %d) but rank "
+                 "%d published its input for %s",
+                 ec->rank, br_func_name(op->func), (unsigned long long)op->seq, op->count,
+                 br_type_name(op->type), br_red_kind_name(op->redop.kind), op->root, peer, theirs);
+    return -1;
+}
+
+/* dst = inputs of every rank folded in rank order (element offset `at` of each). */
+static void flat_fold(const br_exec_comm_t *ec, const br_work_t *w, void *dst, size_t at)
+{
+    const br_flat_t *f = ec->flat;
+    const br_exec_op_t *op = &w->op;
+    size_t off = at * br_type_size(op->type);
+    int n = ec->nranks;
+
+    int r = 1;
+    if (op->redop.kind == BR_RED_PREMULSUM) {
+        /* Every input is scaled, and br_reduce scales only its local operand. */
+        br_reduce(dst, NULL, br_flat_buf(f, 0, w->flat_k) + off, op->count, &op->redop, 0);
+    } else {
+        /* Ranks 0 and 1 in one pass (the ops are commutative, bit for bit). */
+        br_reduce(dst, br_flat_buf(f, 0, w->flat_k) + off, br_flat_buf(f, 1, w->flat_k) + off,
+                  op->count, &op->redop, n == 2 ? BR_REDUCE_POST : 0);
+        r = 2;
+    }
+    for (; r < n; r++) {
+        br_reduce(dst, dst, br_flat_buf(f, r, w->flat_k) + off, op->count, &op->redop,
+                  r == n - 1 ? BR_REDUCE_POST : 0);
+    }
+}
+
+static void flat_output(const br_exec_comm_t *ec, const br_work_t *w)
+{
+    const br_flat_t *f = ec->flat;
+    const br_exec_op_t *op = &w->op;
+    size_t bytes = op->count * br_type_size(op->type);
+    int n = ec->nranks, me = ec->rank;
+
+    switch (op->func) {
+    case BR_FUNC_ALLREDUCE: flat_fold(ec, w, op->recvbuff, 0); break;
+    case BR_FUNC_REDUCE:
+        if (me == op->root) {
+            flat_fold(ec, w, op->recvbuff, 0);
+        }
+        break;
+    case BR_FUNC_REDUCESCATTER: flat_fold(ec, w, op->recvbuff, (size_t)me * op->count); break;
+    case BR_FUNC_ALLGATHER:
+        for (int r = 0; r < n; r++) {
+            memcpy((char *)op->recvbuff + (size_t)r * bytes, br_flat_buf(f, r, w->flat_k), bytes);
+        }
+        break;
+    default: /* Broadcast */
+        if (op->recvbuff != op->sendbuff || me != op->root) {
+            memcpy(op->recvbuff, br_flat_buf(f, op->root, w->flat_k), bytes);
+        }
+        break;
+    }
+}
+
+static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_flat_t *f = ec->flat;
+    const br_exec_op_t *op = &w->op;
+    uint64_t k = w->flat_k;
+    int n = ec->nranks, moved = 0;
+
+    if (w->flat_phase == 0) {
+        /* Our buffer for k last held operation k - NBUF: everyone must be done reading it.
+         * Acquire pairs with each reader's release of done. */
+        if (f->min_done + BR_FLAT_NBUF <= k) {
+            uint64_t low = UINT64_MAX;
+            for (int r = 0; r < n; r++) {
+                uint64_t d = r == ec->rank ? k
+                                           : atomic_load_explicit(&br_flat_ctrl(f, r)->done,
+                                                                  memory_order_acquire);
+                if (d + BR_FLAT_NBUF <= k) {
+                    q->wait_peer = r;
+                    q->wait_what = "the node arena to be read by";
+                    return 0;
+                }
+                low = d < low ? d : low;
+            }
+            ec->flat->min_done = low;
+        }
+        br_flat_hdr_t *h = br_flat_hdr(f, ec->rank, k);
+        size_t bytes = flat_publish_bytes(ec, op);
+        if (bytes > 0) {
+            memcpy(br_flat_buf(f, ec->rank, k), op->sendbuff, bytes);
+        }
+        br_slot_desc_t d = {bytes, op->seq + 1, op->count, (uint32_t)op->func, desc_type_word(op)};
+        h->desc = d;
+        /* Release: the input and its descriptor are visible before the flag. */
+        atomic_store_explicit(&h->flag, k + 1, memory_order_release);
+        w->flat_phase = 1;
+        w->flat_next = 0;
+        moved = 1;
+    }
+    for (; w->flat_next < n; w->flat_next++) {
+        int r = w->flat_next;
+        /* Acquire pairs with the writer's release: its input and descriptor are complete.
+         * The flag only grows on a buffer, and cannot pass k + 1 before we set done. */
+        if (r != ec->rank &&
+            atomic_load_explicit(&br_flat_hdr(f, r, k)->flag, memory_order_acquire) != k + 1) {
+            q->wait_peer = r;
+            q->wait_what = "data from";
+            return moved;
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        if (r != ec->rank && flat_check_desc(q, w, r, &br_flat_hdr(f, r, k)->desc) != 0) {
+            return -1;
+        }
+    }
+    flat_output(ec, w);
+    /* Release: our reads of every buffer are done before writers may reuse them. */
+    atomic_store_explicit(&br_flat_ctrl(f, ec->rank)->done, k + 1, memory_order_release);
+    *done_p = 1;
+    return moved + 1;
+}
+
+/* Was collective `seq` run by a peer through the other path? (Different arguments made
+ * the ranks decide differently between ring and node arena.) */
+int br_work_probe_mismatch(br_exec_queue_t *q, const br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_exec_op_t *op = &w->op;
+    char theirs[160];
+
+    if (ec->flat == NULL || (w->kind != BR_WORK_RING && w->kind != BR_WORK_FLAT)) {
+        return 0;
+    }
+    if (w->kind == BR_WORK_RING) {
+        for (int r = 0; r < ec->nranks; r++) {
+            for (uint64_t p = 0; p < BR_FLAT_NBUF && r != ec->rank; p++) {
+                const br_flat_hdr_t *h = br_flat_hdr(ec->flat, r, p);
+                if (atomic_load_explicit(&h->flag, memory_order_acquire) == 0 ||
+                    h->desc.seq != op->seq + 1) {
+                    continue;
+                }
+                desc_describe(theirs, sizeof(theirs), &h->desc);
+                br_exec_fail(ec, ncclInvalidUsage,
+                             "mismatched calls: rank %d is in %s #%llu (count %zu, %s) but rank %d "
+                             "is in %s",
+                             ec->rank, br_func_name(op->func), (unsigned long long)op->seq,
+                             op->count, br_type_name(op->type), r, theirs);
+                return 1;
+            }
+        }
+        return 0;
+    }
+    for (int c = 0; c < ec->nchannels; c++) {
+        br_conn_t *rc = ec->ring_recv[c];
+        if (rc == NULL || !recv_ready(rc)) {
+            continue;
+        }
+        const br_slot_desc_t *d = &rc->ctrl->slot[rc->step % BR_STEPS];
+        if (d->seq == op->seq + 1) {
+            desc_describe(theirs, sizeof(theirs), d);
+            br_exec_fail(ec, ncclInvalidUsage,
+                         "mismatched calls: rank %d is in %s #%llu (count %zu, %s) but rank %d "
+                         "sent data for %s",
+                         ec->rank, br_func_name(op->func), (unsigned long long)op->seq, op->count,
+                         br_type_name(op->type), rc->peer, theirs);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* A rank's own part: single-rank collectives and sends to itself. */
 static int copy_work(br_work_t *w, int *done_p)
 {
@@ -375,6 +600,7 @@ int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p)
     case BR_WORK_RING: return ring_work(q, w, done_p);
     case BR_WORK_SEND: return send_work(q, w, done_p);
     case BR_WORK_RECV: return recv_work(q, w, done_p);
+    case BR_WORK_FLAT: return flat_work(q, w, done_p);
     default: return copy_work(w, done_p);
     }
 }

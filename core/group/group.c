@@ -16,9 +16,9 @@ typedef enum { G_OP, G_INIT, G_SPLIT } gkind_t;
 
 typedef struct {
     gkind_t kind;
-    ncclComm_t comm;      /* op: its comm; split: the parent */
+    ncclComm_t comm; /* op: its comm; split: the parent */
     br_exec_op_t op;
-    ncclComm_t *out;      /* init/split */
+    ncclComm_t *out; /* init/split */
     int nranks, rank, color, key;
     ncclUniqueId id;
     ncclConfig_t config;
@@ -221,15 +221,19 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
             ri++;
         }
         if (ri == n) {
-            BR_WARN(NCCL_P2P, "rank %d: ncclSend to itself has no matching ncclRecv from itself "
-                    "in the same group", comm->rank);
+            BR_WARN(NCCL_P2P,
+                    "rank %d: ncclSend to itself has no matching ncclRecv from itself "
+                    "in the same group",
+                    comm->rank);
             return ncclInvalidUsage;
         }
         const br_exec_op_t *r = &cs[ri++].op;
         size_t sb = s->count * br_type_size(s->type), rb = r->count * br_type_size(r->type);
         if (sb != rb) {
-            BR_WARN(NCCL_P2P, "rank %d: ncclSend to itself of %zu bytes does not match the "
-                    "ncclRecv from itself of %zu bytes", comm->rank, sb, rb);
+            BR_WARN(NCCL_P2P,
+                    "rank %d: ncclSend to itself of %zu bytes does not match the "
+                    "ncclRecv from itself of %zu bytes",
+                    comm->rank, sb, rb);
             return ncclInvalidUsage;
         }
         BR_CHECK(br_exec_enqueue_self(b, comm->ec, s->sendbuff, r->recvbuff, sb));
@@ -237,8 +241,10 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
     for (; ri < n; ri++) {
         if (cs[ri].kind == G_OP && cs[ri].comm == comm && cs[ri].op.func == BR_FUNC_RECV &&
             cs[ri].op.peer == comm->rank) {
-            BR_WARN(NCCL_P2P, "rank %d: ncclRecv from itself has no matching ncclSend to itself "
-                    "in the same group", comm->rank);
+            BR_WARN(NCCL_P2P,
+                    "rank %d: ncclRecv from itself has no matching ncclSend to itself "
+                    "in the same group",
+                    comm->rank);
             return ncclInvalidUsage;
         }
     }
@@ -272,8 +278,8 @@ static ncclResult_t run_ops(gcall_t *cs, int n)
     }
     for (int i = 0; i < n; i++) {
         const br_exec_op_t *op = &cs[i].op;
-        if (cs[i].kind != G_OP ||
-            ((op->func == BR_FUNC_SEND || op->func == BR_FUNC_RECV) && op->peer == cs[i].comm->rank)) {
+        if (cs[i].kind != G_OP || ((op->func == BR_FUNC_SEND || op->func == BR_FUNC_RECV) &&
+                                   op->peer == cs[i].comm->rank)) {
             continue;
         }
         BR_CHECK_GOTO(br_exec_enqueue(&batch, cs[i].comm->ec, op), res, out);
@@ -306,8 +312,10 @@ ncclResult_t br_group_end(void)
     if (group_error != ncclSuccess) {
         res = group_error;
         group_error = ncclSuccess;
-        BR_WARN(NCCL_INIT, "ncclGroupEnd: a call inside the group failed (error %d); the group's "
-                "%d queued calls were not run", (int)res, n);
+        BR_WARN(NCCL_INIT,
+                "ncclGroupEnd: a call inside the group failed (error %d); the group's "
+                "%d queued calls were not run",
+                (int)res, n);
         free(cs);
         return res;
     }
@@ -333,6 +341,10 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_exec_op_t *op)
         BR_CHECK(br_plan_choose(comm->tune, op->func, op->count * br_type_size(op->type), &choice));
         op->nchannels = choice.nchannels;
         op->seq = ec->coll_seq++;
+    }
+    if (depth == 0 && op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) {
+        /* A lone collective: no group bookkeeping, no allocation. */
+        return br_exec_run_solo(ec, op);
     }
     memset(&c, 0, sizeof(c));
     c.kind = G_OP;

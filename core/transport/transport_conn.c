@@ -21,8 +21,8 @@
 typedef struct {
     int32_t kind;
     uint64_t step_size;
-    uint64_t ptr;                            /* p2p */
-    char shm_name[64];                       /* shm */
+    uint64_t ptr;                             /* p2p */
+    char shm_name[64];                        /* shm */
     char net_handle[NCCL_NET_HANDLE_MAXSIZE]; /* net */
 } conn_blob_t;
 
@@ -109,8 +109,10 @@ static ncclResult_t recv_prepare_mem(br_transport_comm_t *tc, br_conn_t *conn, c
             return ncclSystemError;
         }
         if (ftruncate(fd, (off_t)size) != 0) {
-            BR_WARN(NCCL_SHM, "rank %d: cannot size shared memory %s to %zu bytes: %s "
-                    "(is /dev/shm large enough?)", tc->rank, conn->shm_name, size, strerror(errno));
+            BR_WARN(NCCL_SHM,
+                    "rank %d: cannot size shared memory %s to %zu bytes: %s "
+                    "(is /dev/shm large enough?)",
+                    tc->rank, conn->shm_name, size, strerror(errno));
             close(fd);
             shm_unlink(conn->shm_name);
             return ncclSystemError;
@@ -178,9 +180,10 @@ static ncclResult_t net_local_fifo(br_transport_comm_t *tc, br_conn_t *conn)
 static ncclResult_t net_require(br_transport_comm_t *tc, int peer)
 {
     if (tc->net == NULL) {
-        BR_WARN(NCCL_NET, "rank %d needs the network to reach rank %d (host %s) but no net "
-                "plugin could be loaded (see the earlier warning)", tc->rank, peer,
-                tc->peers[peer].host);
+        BR_WARN(NCCL_NET,
+                "rank %d needs the network to reach rank %d (host %s) but no net "
+                "plugin could be loaded (see the earlier warning)",
+                tc->rank, peer, tc->peers[peer].host);
         return ncclSystemError;
     }
     return ncclSuccess;
@@ -211,8 +214,8 @@ static ncclResult_t net_finish(br_transport_comm_t *tc, net_pending_t *np)
     res = net->ops->reg_mr(net, np->comm, nc->buf, BR_STEPS * nc->stride, NCCL_PTR_HOST,
                            &nc->mhandle);
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_NET, "rank %d: net plugin %s failed to register a FIFO for rank %d",
-                tc->rank, net->name, nc->peer);
+        BR_WARN(NCCL_NET, "rank %d: net plugin %s failed to register a FIFO for rank %d", tc->rank,
+                net->name, nc->peer);
         free(nc);
         return res;
     }
@@ -260,10 +263,11 @@ static ncclResult_t net_complete(br_transport_comm_t *tc, net_pending_t *pend, i
             if (br_time_ns() > deadline) {
                 for (int i = 0; i < npend; i++) {
                     if (pend[i].conn != NULL && pend[i].conn->net == NULL) {
-                        BR_WARN(NCCL_NET, "rank %d: net %s with rank %d (host %s) did not "
-                                "complete within %lld s", tc->rank,
-                                pend[i].conn->is_send ? "connect" : "accept", pend[i].conn->peer,
-                                tc->peers[pend[i].conn->peer].host,
+                        BR_WARN(NCCL_NET,
+                                "rank %d: net %s with rank %d (host %s) did not "
+                                "complete within %lld s",
+                                tc->rank, pend[i].conn->is_send ? "connect" : "accept",
+                                pend[i].conn->peer, tc->peers[pend[i].conn->peer].host,
                                 (long long)BR_PARAM_INT(BOOTSTRAP_TIMEOUT));
                         break;
                     }
@@ -315,14 +319,14 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
             net_pending_t *np = &pend[npend++];
             BR_CHECK_GOTO(net_require(tc, conn->peer), res, out);
             BR_CHECK_GOTO(net_local_fifo(tc, conn), res, out);
-            BR_CHECK_GOTO(tc->net->ops->listen(tc->net, tc->net->dev, blob.net_handle,
-                                               &np->listen_comm), res, out);
+            BR_CHECK_GOTO(
+                tc->net->ops->listen(tc->net, tc->net->dev, blob.net_handle, &np->listen_comm), res,
+                out);
             np->conn = conn;
         } else {
             BR_CHECK_GOTO(recv_prepare_mem(tc, conn, &blob), res, out);
         }
-        BR_CHECK_GOTO(br_bootstrap_send(tc->boot, conn->peer, tag, &blob, sizeof(blob)),
-                      res, out);
+        BR_CHECK_GOTO(br_bootstrap_send(tc->boot, conn->peer, tag, &blob, sizeof(blob)), res, out);
     }
     /* Then senders attach to what their receivers published. */
     for (int i = 0; i < n; i++) {
@@ -333,12 +337,13 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
         }
         BR_CHECK_GOTO(conn_new(tc, send_peers[i], 1, step_size, &conn), res, out);
         send_p[i] = conn;
-        BR_CHECK_GOTO(br_bootstrap_recv(tc->boot, conn->peer, tag, &blob, sizeof(blob)),
-                      res, out);
+        BR_CHECK_GOTO(br_bootstrap_recv(tc->boot, conn->peer, tag, &blob, sizeof(blob)), res, out);
         if (blob.kind != (int)conn->kind || blob.step_size != step_size) {
-            BR_WARN(NCCL_INIT, "rank %d and rank %d disagree on their connection (transport %d "
+            BR_WARN(NCCL_INIT,
+                    "rank %d and rank %d disagree on their connection (transport %d "
                     "vs %d, step %llu vs %zu): are they running the same Braid with the same "
-                    "settings?", tc->rank, conn->peer, (int)conn->kind, blob.kind,
+                    "settings?",
+                    tc->rank, conn->peer, (int)conn->kind, blob.kind,
                     (unsigned long long)blob.step_size, step_size);
             res = ncclInvalidUsage;
             goto out;
@@ -391,5 +396,10 @@ void br_transport_close_all(br_transport_comm_t *tc, int flush)
     }
     free(tc->conns);
     tc->conns = NULL;
+    if (tc->flat != NULL) {
+        munmap(tc->flat->base, tc->flat->size);
+        free(tc->flat);
+        tc->flat = NULL;
+    }
     tc->nconns = tc->conns_cap = 0;
 }

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The node arena (br_flat_t, see transport.h): one POSIX shared-memory segment that rank 0
+ * creates and every rank of a single-host communicator maps. Rank r's region holds its
+ * `done` counter and BR_FLAT_NBUF buffers, each a header (flag, call descriptor) and the data.
+ * Setup is collective and all-or-nothing: two allgathers carry the segment's name and then
+ * every rank's verdict, so the ranks agree on whether small operations use it.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "transport.h"
+#include "util.h"
+
+typedef struct {
+    char name[64];
+    int32_t ok;
+} flat_blob_t;
+
+static _Atomic unsigned flat_counter;
+
+/* Every rank on this host, and none has shared memory turned off. */
+static int flat_eligible(const br_transport_comm_t *tc)
+{
+    const br_peer_info_t *me = &tc->peers[tc->rank];
+    for (int i = 0; i < tc->nranks; i++) {
+        if (tc->peers[i].host_hash != me->host_hash || tc->peers[i].shm_disable) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Rank 0: make the segment; an empty name tells the others it failed. */
+static void *flat_create(const br_transport_comm_t *tc, size_t size, char *name, size_t len)
+{
+    void *base;
+    int fd;
+
+    snprintf(name, len, "/braid-flat-%d-%u", (int)getpid(), atomic_fetch_add(&flat_counter, 1));
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+        BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: no node arena: shm_open(%s) failed: %s", tc->rank,
+                name, strerror(errno));
+        name[0] = '\0';
+        return NULL;
+    }
+    if (ftruncate(fd, (off_t)size) != 0) {
+        BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: no node arena: cannot size %s to %zu bytes: %s",
+                tc->rank, name, size, strerror(errno));
+        close(fd);
+        shm_unlink(name);
+        name[0] = '\0';
+        return NULL;
+    }
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: no node arena: mmap of %s failed: %s", tc->rank,
+                name, strerror(errno));
+        shm_unlink(name);
+        name[0] = '\0';
+        return NULL;
+    }
+    return base;
+}
+
+static void *flat_attach(const br_transport_comm_t *tc, size_t size, const char *name)
+{
+    void *base;
+    int fd = shm_open(name, O_RDWR, 0600);
+
+    if (fd < 0) {
+        BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: cannot open rank 0's node arena %s: %s", tc->rank,
+                name, strerror(errno));
+        return NULL;
+    }
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: mmap of rank 0's node arena %s failed: %s",
+                tc->rank, name, strerror(errno));
+        return NULL;
+    }
+    return base;
+}
+
+ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes)
+{
+    ncclResult_t res = ncclSuccess;
+    flat_blob_t *blobs = NULL;
+    br_flat_t *flat = NULL;
+    void *base = NULL;
+    char name[64] = "";
+    int all_ok = 1;
+
+    tc->flat = NULL;
+    if (max_bytes == 0 || tc->nranks < 2 || !flat_eligible(tc)) {
+        return ncclSuccess;
+    }
+    _Static_assert(sizeof(br_flat_hdr_t) <= BR_FLAT_HDR_BYTES, "arena header too large");
+    max_bytes = (max_bytes + 63) & ~(size_t)63;
+    /* A cache line for `done`, then the buffers, each a header and the data; every
+     * rank's region on its own pages. */
+    size_t buf_stride = (BR_FLAT_HDR_BYTES + max_bytes + 63) & ~(size_t)63;
+    size_t stride = (64 + BR_FLAT_NBUF * buf_stride + 4095) & ~(size_t)4095;
+    size_t size = stride * (size_t)tc->nranks;
+
+    BR_CHECK(br_calloc(&blobs, (size_t)tc->nranks, "node arena setup"));
+    if (tc->rank == 0) {
+        base = flat_create(tc, size, name, sizeof(name));
+        memcpy(blobs[0].name, name, sizeof(name));
+    }
+    BR_CHECK_GOTO(br_bootstrap_allgather(tc->boot, blobs, sizeof(*blobs)), res, out);
+    if (tc->rank != 0 && blobs[0].name[0] != '\0') {
+        base = flat_attach(tc, size, blobs[0].name);
+    }
+    /* Second round: everyone's verdict, so nobody uses an arena a peer could not map. */
+    memset(blobs, 0, (size_t)tc->nranks * sizeof(*blobs));
+    blobs[tc->rank].ok = base != NULL;
+    res = br_bootstrap_allgather(tc->boot, blobs, sizeof(*blobs));
+    if (res != ncclSuccess) {
+        goto out;
+    }
+    for (int i = 0; i < tc->nranks; i++) {
+        all_ok &= blobs[i].ok;
+    }
+    if (!all_ok) {
+        BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: node arena off: a rank could not map it", tc->rank);
+        goto out;
+    }
+    BR_CHECK_GOTO(br_calloc(&flat, 1, "node arena"), res, out);
+    flat->nranks = tc->nranks;
+    flat->max_bytes = max_bytes;
+    flat->buf_stride = buf_stride;
+    flat->stride = stride;
+    flat->base = base;
+    flat->size = size;
+    tc->flat = flat;
+    base = NULL;
+    BR_INFO(NCCL_SHM | NCCL_INIT,
+            "rank %d: node arena of %zu bytes: operations up to %zu bytes "
+            "per rank take one hop",
+            tc->rank, size, max_bytes);
+out:
+    if (name[0] != '\0') {
+        shm_unlink(name); /* rank 0, after everyone mapped it or gave up */
+    }
+    if (base != NULL) {
+        munmap(base, size);
+    }
+    free(blobs);
+    return res;
+}
