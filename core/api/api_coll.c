@@ -71,8 +71,10 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_exec_op_t *o
 {
     size_t tsize;
 
-    br_api_enter(comm);
+    /* br_api_enter() without its own liveness lookup: one is enough per call. */
+    br_log_clear_last_error();
     BR_CHECK(br_api_check_comm(comm, c->fn));
+    br_log_set_rank(comm->rank);
     if ((int)c->type < 0 || (int)c->type >= (int)ncclNumTypes) {
         ARG_FAIL(comm, c, "invalid datatype %d", (int)c->type);
     }

@@ -27,6 +27,11 @@ struct br_tune {
     br_tune_hook_t hook;
     void *hook_ctx;
     char hook_name[64];
+    /* Without a tuner the model's answer depends on (func, bytes) only: the last answer
+     * per function is kept, so a loop of equal calls computes it once. */
+    size_t last_bytes[BR_FUNC_ALLREDUCE + 1];
+    br_plan_choice_t last[BR_FUNC_ALLREDUCE + 1];
+    char last_valid[BR_FUNC_ALLREDUCE + 1];
 };
 
 static const char *const algo_names[BR_NUM_ALGOS] = {"Tree",         "Ring", "CollNetDirect",
@@ -183,6 +188,7 @@ void br_plan_tune_set_hook(br_tune_t *tune, br_tune_hook_t hook, void *ctx, cons
     tune->hook = hook;
     tune->hook_ctx = ctx;
     snprintf(tune->hook_name, sizeof(tune->hook_name), "%s", name != NULL ? name : "tuner");
+    memset(tune->last_valid, 0, sizeof(tune->last_valid));
 }
 
 void br_plan_tune_free(br_tune_t *tune)
@@ -233,7 +239,12 @@ ncclResult_t br_plan_choose(br_tune_t *t, br_func_t func, size_t bytes, br_plan_
 {
     float table[BR_NUM_ALGOS * BR_NUM_PROTOS], before[BR_NUM_ALGOS * BR_NUM_PROTOS];
     int nch = br_plan_nchannels(bytes, t->topo.max_channels), tuner_nch = 0, best = -1;
+    int cacheable = t->hook == NULL && (unsigned)func <= BR_FUNC_ALLREDUCE;
 
+    if (cacheable && t->last_valid[func] && t->last_bytes[func] == bytes) {
+        *out = t->last[func];
+        return ncclSuccess;
+    }
     model_fill(t, func, bytes, table, nch);
     if (t->hook != NULL) {
         memcpy(before, table, sizeof(table));
@@ -279,5 +290,10 @@ ncclResult_t br_plan_choose(br_tune_t *t, br_func_t func, size_t bytes, br_plan_
             bytes, br_algo_name(out->algo), br_proto_name(out->proto), out->nchannels,
             out->nchannels == 1 ? "" : "s", t->hook != NULL ? t->hook_name : "model",
             out->predicted_us, tuner_nch > 0 ? ", channels set by the tuner" : "");
+    if (cacheable) {
+        t->last[func] = *out;
+        t->last_bytes[func] = bytes;
+        t->last_valid[func] = 1;
+    }
     return ncclSuccess;
 }
