@@ -458,6 +458,7 @@ void br_comm_free(ncclComm_t comm, int flush)
             br_exec_batch_free(comm->ec->solo);
             free(comm->ec->solo);
         }
+        free(comm->ec->gather_scratch);
         free(comm->ec->p2p_send);
         free(comm->ec->p2p_recv);
         free(comm->ec->send_seq);

@@ -48,6 +48,7 @@ typedef struct br_exec_comm {
     struct br_exec_batch *solo;      /* reused for operations outside a group */
     br_flat_t *flat;                 /* node arena for one-hop small collectives, or NULL */
     uint64_t flat_seq;               /* operations run through the arena */
+    char *gather_scratch;            /* ring one-shot inputs: nranks x BR_GATHER_MAX */
     int has_net;                     /* some connection goes through the proxy */
     int oversubscribed;              /* more ranks on this host than CPU cores */
     br_profiler_t *prof;             /* profiler plugin, or NULL */

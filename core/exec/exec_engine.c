@@ -266,6 +266,19 @@ ncclResult_t br_exec_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const br_ex
             BR_CHECK(queue_get(b, ec, Q_FLAT, 0, &q));
             return queue_push(q, &w);
         }
+        if (br_work_gather_fits(ec, op)) {
+            if (ec->gather_scratch == NULL) {
+                /* Sized for the largest one-shot once: queued items keep pointing at it. */
+                BR_CHECK(br_calloc(&ec->gather_scratch, (size_t)ec->nranks * BR_GATHER_MAX,
+                                   "one-shot buffer"));
+            }
+            if (w.event >= 0) {
+                b->events[w.event].remaining++;
+            }
+            br_work_gather_init(&w, ec, ec->gather_scratch);
+            BR_CHECK(queue_get(b, ec, Q_RING, 0, &q));
+            return queue_push(q, &w);
+        }
         for (int c = 0; c < nch; c++) {
             br_work_ring_init(&w, ec, c, nch);
             if (w.lo == w.hi) {

@@ -33,7 +33,11 @@ struct br_work {
     uint64_t flat_k; /* the operation's number in the arena */
     int flat_phase;  /* 0: input not published yet, 1: published, reading */
     int flat_next;   /* first rank whose input has not been seen yet */
-    int event;       /* index in the batch's events, or -1 */
+    /* Ring one-shot: every rank's whole input travels the ring (as an AllGather) into
+     * `scratch`, then each rank reduces them in rank order. */
+    int gather;
+    char *scratch;
+    int event; /* index in the batch's events, or -1 */
 };
 
 /* Do as many steps of w as the FIFOs allow. Returns >0 steps done, 0 if blocked (with
@@ -50,5 +54,14 @@ int br_work_probe_mismatch(br_exec_queue_t *q, const br_work_t *w);
 
 /* Initialise the ring state of a collective's work item for channel ch of nch. */
 void br_work_ring_init(br_work_t *w, const br_exec_comm_t *ec, int ch, int nch);
+
+#define BR_GATHER_MAX (16 * 1024) /* largest ring one-shot input per rank */
+
+/* Does op run as a ring one-shot (an AllReduce small enough that gathering every input
+ * costs fewer hops than reduce-scatter + all-gather; same answer on every rank)? */
+int br_work_gather_fits(const br_exec_comm_t *ec, const br_exec_op_t *op);
+
+/* Set w up as a ring one-shot on channel 0, gathering into scratch (nranks inputs). */
+void br_work_gather_init(br_work_t *w, const br_exec_comm_t *ec, char *scratch);
 
 #endif /* BR_EXEC_INT_H_ */

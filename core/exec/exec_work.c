@@ -30,6 +30,24 @@ static int is_collective_func(br_func_t func)
     return func <= BR_FUNC_ALLREDUCE;
 }
 
+/* dst = the inputs of every rank, rank r's at first + r * stride, folded in rank order. */
+static void fold_ranks(void *dst, const char *first, size_t stride, int n, const br_exec_op_t *op)
+{
+    int r = 1;
+    if (op->redop.kind == BR_RED_PREMULSUM) {
+        /* Every input is scaled, and br_reduce scales only its local operand. */
+        br_reduce(dst, NULL, first, op->count, &op->redop, 0);
+    } else {
+        /* Ranks 0 and 1 in one pass (the ops are commutative, bit for bit). */
+        br_reduce(dst, first, first + stride, op->count, &op->redop, n == 2 ? BR_REDUCE_POST : 0);
+        r = 2;
+    }
+    for (; r < n; r++) {
+        br_reduce(dst, dst, first + (size_t)r * stride, op->count, &op->redop,
+                  r == n - 1 ? BR_REDUCE_POST : 0);
+    }
+}
+
 static int mod(int a, int n)
 {
     return ((a % n) + n) % n;
@@ -59,11 +77,40 @@ void br_work_ring_init(br_work_t *w, const br_exec_comm_t *ec, int ch, int nch)
     w->chunk = 0;
 }
 
+int br_work_gather_fits(const br_exec_comm_t *ec, const br_exec_op_t *op)
+{
+    size_t bytes = op->count * br_type_size(op->type);
+    size_t cap = (size_t)BR_PARAM_INT(ONESHOT_BYTES);
+    if (op->func != BR_FUNC_ALLREDUCE || ec->nranks < 2 || ec->ring_send[0] == NULL) {
+        return 0;
+    }
+    /* Every rank forwards n - 1 inputs instead of 2(n - 1)/n of one: worth it while hops,
+     * not bytes, cost the time. One FIFO slot each keeps it to one iteration. */
+    cap = cap < BR_GATHER_MAX ? cap : BR_GATHER_MAX;
+    return bytes > 0 && bytes <= cap && bytes <= ec->ring_send[0]->step_size;
+}
+
+void br_work_gather_init(br_work_t *w, const br_exec_comm_t *ec, char *scratch)
+{
+    w->kind = BR_WORK_RING;
+    w->ch = 0;
+    w->gather = 1;
+    w->scratch = scratch;
+    w->esize = 1;
+    w->units = w->op.count * br_type_size(w->op.type);
+    w->lo = w->base = 0;
+    w->hi = w->units;
+    w->slice = ec->ring_send[0]->step_size;
+    w->j = 0;
+    w->nsteps = ec->nranks;
+    w->chunk = 0;
+}
+
 /* Chunk size of the iteration starting at w->base. */
 static void ring_iteration_begin(br_work_t *w, int n)
 {
     size_t left = w->hi - w->base;
-    if (w->op.func == BR_FUNC_ALLREDUCE) {
+    if (w->op.func == BR_FUNC_ALLREDUCE && !w->gather) {
         size_t per = (left + (size_t)n - 1) / (size_t)n;
         w->chunk = per < w->slice ? per : w->slice;
     } else {
@@ -74,7 +121,7 @@ static void ring_iteration_begin(br_work_t *w, int n)
 /* Which primitive step j is, and which rank's chunk it handles. */
 static int ring_step_kind(const br_work_t *w, int n, int r, int j, int *chunk_p)
 {
-    switch (w->op.func) {
+    switch (w->gather ? BR_FUNC_ALLGATHER : w->op.func) {
     case BR_FUNC_ALLREDUCE:
         if (j == 0) {
             *chunk_p = mod(r - 1, n);
@@ -126,7 +173,7 @@ static int ring_step_kind(const br_work_t *w, int n, int r, int j, int *chunk_p)
 static void ring_chunk_place(const br_work_t *w, int k, size_t *in_p, size_t *out_p, size_t *len_p)
 {
     size_t len = w->chunk, off;
-    switch (w->op.func) {
+    switch (w->gather ? BR_FUNC_ALLGATHER : w->op.func) {
     case BR_FUNC_ALLREDUCE:
         off = w->base + (size_t)k * w->chunk;
         if (off >= w->hi) {
@@ -253,7 +300,8 @@ static int ring_step(br_exec_queue_t *q, br_work_t *w)
     size_t bytes = len * w->esize;
     /* Ranks that do not read the input or write the output may pass NULL for them. */
     const char *in = op->sendbuff != NULL ? (const char *)op->sendbuff + in_off * w->esize : NULL;
-    char *out = op->recvbuff != NULL ? (char *)op->recvbuff + out_off * w->esize : NULL;
+    char *outbase = w->gather ? w->scratch : (char *)op->recvbuff;
+    char *out = outbase != NULL ? outbase + out_off * w->esize : NULL;
     char *rslot = (flags & P_RECV) ? slot_of(rc) : NULL;
     char *sslot = (flags & P_SEND) ? slot_of(sc) : NULL;
 
@@ -274,7 +322,7 @@ static int ring_step(br_exec_queue_t *q, br_work_t *w)
         if (sslot != NULL) {
             memcpy(sslot, rslot, bytes);
         }
-    } else if (is_reduction(op->func)) {
+    } else if (is_reduction(op->func) && !w->gather) {
         /* First contributor of a reduction chain: scaled input for PreMulSum. */
         br_reduce(sslot, NULL, in, len, &op->redop, 0);
     } else {
@@ -307,9 +355,13 @@ static int ring_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
         moved++;
         if (++w->j == w->nsteps) {
             w->j = 0;
-            w->base += w->op.func == BR_FUNC_ALLREDUCE ? (size_t)n * w->chunk : w->chunk;
+            w->base +=
+                w->op.func == BR_FUNC_ALLREDUCE && !w->gather ? (size_t)n * w->chunk : w->chunk;
             w->chunk = 0;
         }
+    }
+    if (w->gather) {
+        fold_ranks(w->op.recvbuff, w->scratch, w->units, n, &w->op);
     }
     *done_p = 1;
     return moved;
@@ -418,28 +470,14 @@ static int flat_check_desc(br_exec_queue_t *q, const br_work_t *w, int peer,
     return -1;
 }
 
-/* dst = inputs of every rank folded in rank order (element offset `at` of each). */
+/* dst = inputs of every rank in the arena folded in rank order (element offset `at`). */
 static void flat_fold(const br_exec_comm_t *ec, const br_work_t *w, void *dst, size_t at)
 {
     const br_flat_t *f = ec->flat;
     const br_exec_op_t *op = &w->op;
     size_t off = at * br_type_size(op->type);
-    int n = ec->nranks;
 
-    int r = 1;
-    if (op->redop.kind == BR_RED_PREMULSUM) {
-        /* Every input is scaled, and br_reduce scales only its local operand. */
-        br_reduce(dst, NULL, br_flat_buf(f, 0, w->flat_k) + off, op->count, &op->redop, 0);
-    } else {
-        /* Ranks 0 and 1 in one pass (the ops are commutative, bit for bit). */
-        br_reduce(dst, br_flat_buf(f, 0, w->flat_k) + off, br_flat_buf(f, 1, w->flat_k) + off,
-                  op->count, &op->redop, n == 2 ? BR_REDUCE_POST : 0);
-        r = 2;
-    }
-    for (; r < n; r++) {
-        br_reduce(dst, dst, br_flat_buf(f, r, w->flat_k) + off, op->count, &op->redop,
-                  r == n - 1 ? BR_REDUCE_POST : 0);
-    }
+    fold_ranks(dst, br_flat_buf(f, 0, w->flat_k) + off, f->stride, ec->nranks, op);
 }
 
 static void flat_output(const br_exec_comm_t *ec, const br_work_t *w)
