@@ -8,9 +8,11 @@
  * Requests complete in posting order on a connection (the ABI's ordering rule), so each
  * direction tests only its oldest request.
  *
- * Threading: one thread per proxy, sleeping on a condition variable while no executor is
- * active and no send is in flight. br_proxy_progress() lets the executor do the same
- * work while it waits; `lock` makes the two exclusive (the executor only try-locks).
+ * Threading: one thread per proxy. It is parked on a condition variable while an
+ * executor is active (the executor progresses inline through br_proxy_progress(), so a
+ * rank has one runnable thread), sleeps while nothing is pending, and runs only when an
+ * executor left with sends still in flight. `lock` makes the two paths exclusive (the
+ * executor only try-locks).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -32,8 +34,8 @@ struct br_proxy {
     int active;
     int stop;
     br_net_conn_t *conns;
-    _Atomic int error;         /* ncclResult_t of the first failure */
-    br_profiler_t *prof;       /* ProxyStep events, or NULL */
+    _Atomic int error;   /* ncclResult_t of the first failure */
+    br_profiler_t *prof; /* ProxyStep events, or NULL */
     char error_msg[512];
 };
 
@@ -46,8 +48,8 @@ static void proxy_fail(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, c
         snprintf(nc->why, sizeof(nc->why),
                  "network %s from rank %d failed (net plugin %s, error %d) after %llu steps: "
                  "the peer process may have died or closed its communicator, or its network "
-                 "may be down", what, nc->peer, proxy->net->name, (int)res,
-                 (unsigned long long)nc->done);
+                 "may be down",
+                 what, nc->peer, proxy->net->name, (int)res, (unsigned long long)nc->done);
         atomic_store_explicit(&nc->failed, (int)res, memory_order_release);
         BR_INFO(NCCL_NET | NCCL_PROXY, "rank %d: %s", proxy->rank, nc->why);
         return;
@@ -167,8 +169,8 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
         size_t size = nc->step_size + sizeof(br_slot_desc_t);
         int tag = nc->peer;
         void *req = NULL;
-        ncclResult_t res = net->ops->irecv(net, nc->comm, 1, &data, &size, &tag, &nc->mhandle,
-                                           NULL, &req);
+        ncclResult_t res =
+            net->ops->irecv(net, nc->comm, 1, &data, &size, &tag, &nc->mhandle, NULL, &req);
         if (res != ncclSuccess) {
             proxy_fail(proxy, nc, res, "receive");
             return moved;
@@ -232,12 +234,25 @@ static int progress_locked(br_proxy_t *proxy)
 static int has_pending_sends(br_proxy_t *proxy)
 {
     for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
-        if (nc->is_send &&
-            nc->done < atomic_load_explicit(&nc->ctrl->tail, memory_order_acquire)) {
+        if (nc->is_send && nc->done < atomic_load_explicit(&nc->ctrl->tail, memory_order_acquire)) {
             return 1;
         }
     }
     return 0;
+}
+
+/* Sleep on `wake` for at most ms milliseconds (wake_lock held). */
+static void wait_ms(br_proxy_t *proxy, long ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&proxy->wake, &proxy->wake_lock, &ts);
 }
 
 static void *proxy_main(void *arg)
@@ -247,32 +262,38 @@ static void *proxy_main(void *arg)
 
     br_log_set_rank(proxy->rank);
     for (;;) {
+        pthread_mutex_lock(&proxy->wake_lock);
+        /* Parked while an executor is active: it progresses inline from its wait loop
+         * (br_proxy_progress), so one thread per rank is runnable instead of two. On a
+         * machine where ranks outnumber cores a second spinning thread only steals the
+         * core from the peer it waits for. br_proxy_active(-1) wakes us. */
+        while (proxy->active > 0 && !proxy->stop) {
+            pthread_cond_wait(&proxy->wake, &proxy->wake_lock);
+            idle = 0;
+        }
+        if (proxy->stop) {
+            pthread_mutex_unlock(&proxy->wake_lock);
+            break;
+        }
+        pthread_mutex_unlock(&proxy->wake_lock);
+
         pthread_mutex_lock(&proxy->lock);
         int moved = progress_locked(proxy);
         int pending = has_pending_sends(proxy);
         pthread_mutex_unlock(&proxy->lock);
 
-        pthread_mutex_lock(&proxy->wake_lock);
-        if (proxy->stop) {
-            pthread_mutex_unlock(&proxy->wake_lock);
-            break;
-        }
-        if (proxy->active == 0 && !pending) {
-            /* Idle communicator: sleep until an executor becomes active. The timed wait
-             * also lets late network errors surface. */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
+        if (!pending) {
+            /* Idle communicator: sleep until an executor leaves with sends pending. The
+             * timed wait also lets late network errors surface. */
+            pthread_mutex_lock(&proxy->wake_lock);
+            if (proxy->active == 0 && !proxy->stop) {
+                wait_ms(proxy, 50);
             }
-            pthread_cond_timedwait(&proxy->wake, &proxy->wake_lock, &ts);
-            idle = 0;
             pthread_mutex_unlock(&proxy->wake_lock);
+            idle = 0;
             continue;
         }
-        pthread_mutex_unlock(&proxy->wake_lock);
+        /* Sends the executor left behind: the peer is waiting for them. */
         if (moved) {
             idle = 0;
         } else if (++idle > 64) {
@@ -330,7 +351,9 @@ void br_proxy_active(br_proxy_t *proxy, int delta)
 {
     pthread_mutex_lock(&proxy->wake_lock);
     proxy->active += delta;
-    if (delta > 0) {
+    /* Entering needs no wake-up: a running proxy thread parks at its next check. Leaving
+     * does: sends the executor filled may still wait for the network. */
+    if (proxy->active == 0) {
         pthread_cond_signal(&proxy->wake);
     }
     pthread_mutex_unlock(&proxy->wake_lock);
@@ -367,17 +390,21 @@ void br_proxy_destroy(br_proxy_t *proxy, int flush)
     if (flush) {
         /* The executor returns once data is in the FIFO; the peer still needs what the
          * proxy has not sent yet. Bounded: a peer that stopped reading must not hang us. */
-        uint64_t deadline = br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
+        uint64_t deadline =
+            br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
         br_proxy_active(proxy, 1);
         for (;;) {
+            /* The proxy thread is parked while we are active: progress from here. */
             pthread_mutex_lock(&proxy->lock);
+            (void)progress_locked(proxy);
             int pending = has_pending_sends(proxy);
             pthread_mutex_unlock(&proxy->lock);
             if (!pending || atomic_load(&proxy->error) != ncclSuccess) {
                 break;
             }
             if (br_time_ns() > deadline) {
-                BR_WARN(NCCL_PROXY, "rank %d: gave up flushing network sends at close", proxy->rank);
+                BR_WARN(NCCL_PROXY, "rank %d: gave up flushing network sends at close",
+                        proxy->rank);
                 break;
             }
             sched_yield();

@@ -3,10 +3,11 @@
  * proxy: drives the network side of net connections. For a send connection it ships
  * each slot the executor filled (isend, test) and returns the credit (head); for a
  * receive connection it keeps irecvs posted into free slots and publishes each completed
- * one (tail). One proxy per communicator: a thread that sleeps while the communicator is
- * idle, plus br_proxy_progress() which the executor calls while it waits, so a rank
- * whose thread would be waiting anyway moves its own network data without a context
- * switch. Both paths share one lock (the executor only try-locks).
+ * one (tail). One proxy per communicator: br_proxy_progress(), which the executor calls
+ * while it waits, so a rank whose thread would be waiting anyway moves its own network
+ * data without a context switch, plus a thread that is parked while an executor is
+ * active and finishes the sends an executor leaves behind. Both paths share one lock (the executor
+ * only try-locks).
  */
 #ifndef BR_PROXY_H_
 #define BR_PROXY_H_
@@ -24,13 +25,13 @@ typedef struct br_net_conn {
     br_fifo_ctrl_t *ctrl;
     char *buf;
     size_t step_size;
-    size_t stride;         /* slot stride: step_size + BR_NET_DESC_ROOM */
+    size_t stride; /* slot stride: step_size + BR_NET_DESC_ROOM */
     int is_send;
-    int peer;              /* rank at the other end, for messages */
-    void *comm;            /* the plugin's send or recv comm */
-    void *mhandle;         /* registration of buf */
+    int peer;      /* rank at the other end, for messages */
+    void *comm;    /* the plugin's send or recv comm */
+    void *mhandle; /* registration of buf */
     void *req[BR_STEPS];
-    void *ev[BR_STEPS];    /* ProxyStep profiler handles */
+    void *ev[BR_STEPS]; /* ProxyStep profiler handles */
     uint64_t posted, done;
     /* A receive connection that failed (the peer closed it or died). Receives are kept
      * posted ahead of need, so this is an error only once the executor waits on it. */
@@ -45,7 +46,10 @@ ncclResult_t br_proxy_create(br_net_t *net, int rank, br_proxy_t **proxy_p);
 /* Hand a connected, registered net connection to the proxy. */
 ncclResult_t br_proxy_add(br_proxy_t *proxy, br_net_conn_t *nc);
 
-/* The executor enters (+1) or leaves (-1) a phase that uses net connections. */
+/* The executor enters (+1) or leaves (-1) a phase that uses net connections. While any
+ * executor is active the proxy thread is parked and the executor must call
+ * br_proxy_progress() from its wait loop; leaving the last phase wakes the thread, which
+ * finishes the sends still in flight. */
 void br_proxy_active(br_proxy_t *proxy, int delta);
 
 /* Emit a ProxyStep profiler event around every network transfer. */
