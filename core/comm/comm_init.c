@@ -170,6 +170,13 @@ static ncclResult_t ring_setup(ncclComm_t comm)
     }
     ec->ring_prev = order[(pos + n - 1) % n];
     ec->ring_next = order[(pos + 1) % n];
+    ec->ring_pos = pos;
+    BR_CHECK(br_calloc(&ec->ring_rank, (size_t)n, "ring order"));
+    BR_CHECK(br_calloc(&ec->ring_pos_of, (size_t)n, "ring order"));
+    for (int i = 0; i < n; i++) {
+        ec->ring_rank[i] = order[i];
+        ec->ring_pos_of[order[i]] = i;
+    }
     if (comm->rank == 0) {
         size_t len = 0;
         for (int i = 0; i < n && len < sizeof(line) - 16; i++) {
@@ -459,6 +466,8 @@ void br_comm_free(ncclComm_t comm, int flush)
             free(comm->ec->solo);
         }
         free(comm->ec->gather_scratch);
+        free(comm->ec->ring_rank);
+        free(comm->ec->ring_pos_of);
         free(comm->ec->p2p_send);
         free(comm->ec->p2p_recv);
         free(comm->ec->send_seq);

@@ -40,6 +40,8 @@ typedef struct br_exec_comm {
     br_conn_t *ring_send[BR_MAX_CHANNELS]; /* to the ring's next rank */
     br_conn_t *ring_recv[BR_MAX_CHANNELS]; /* from the ring's previous rank */
     int ring_prev, ring_next;
+    int ring_pos;                          /* this rank's position on the ring */
+    int *ring_rank, *ring_pos_of;          /* rank at each position, position of each rank */
     br_conn_t **p2p_send; /* per peer, made on first use */
     br_conn_t **p2p_recv;
     br_transport_comm_t *tc;

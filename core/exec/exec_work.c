@@ -118,8 +118,10 @@ static void ring_iteration_begin(br_work_t *w, int n)
     }
 }
 
-/* Which primitive step j is, and which rank's chunk it handles. */
-static int ring_step_kind(const br_work_t *w, int n, int r, int j, int *chunk_p)
+/* Which primitive step j is, and which chunk it handles. r and the root are positions
+ * on the ring (the ring need not follow rank order: ranks of a host are adjacent), and so
+ * is the chunk index; ring_chunk_place() maps it to a rank's block where that matters. */
+static int ring_step_kind(const br_work_t *w, int n, int r, int root, int j, int *chunk_p)
 {
     switch (w->gather ? BR_FUNC_ALLGATHER : w->op.func) {
     case BR_FUNC_ALLREDUCE:
@@ -151,7 +153,7 @@ static int ring_step_kind(const br_work_t *w, int n, int r, int j, int *chunk_p)
         }
         return j < n - 1 ? (P_RECV | P_COPY | P_SEND) : (P_RECV | P_COPY);
     case BR_FUNC_BROADCAST: {
-        int pos = mod(r - w->op.root, n);
+        int pos = mod(r - root, n);
         *chunk_p = 0;
         if (pos == 0) {
             return P_LOCAL | P_SEND;
@@ -159,7 +161,7 @@ static int ring_step_kind(const br_work_t *w, int n, int r, int j, int *chunk_p)
         return pos < n - 1 ? (P_RECV | P_COPY | P_SEND) : (P_RECV | P_COPY);
     }
     default: { /* Reduce: the chain starts after the root and ends at it. */
-        int pos = mod(r - w->op.root - 1, n);
+        int pos = mod(r - root - 1, n);
         *chunk_p = 0;
         if (pos == 0) {
             return P_SEND;
@@ -170,7 +172,8 @@ static int ring_step_kind(const br_work_t *w, int n, int r, int j, int *chunk_p)
 }
 
 /* Input and output offsets (in units) and length of chunk k of this iteration. */
-static void ring_chunk_place(const br_work_t *w, int k, size_t *in_p, size_t *out_p, size_t *len_p)
+static void ring_chunk_place(const br_exec_comm_t *ec, const br_work_t *w, int k, size_t *in_p,
+                             size_t *out_p, size_t *len_p)
 {
     size_t len = w->chunk, off;
     switch (w->gather ? BR_FUNC_ALLGATHER : w->op.func) {
@@ -184,13 +187,13 @@ static void ring_chunk_place(const br_work_t *w, int k, size_t *in_p, size_t *ou
         }
         *in_p = *out_p = off;
         break;
-    case BR_FUNC_REDUCESCATTER:
-        *in_p = (size_t)k * w->units + w->base;
+    case BR_FUNC_REDUCESCATTER: /* chunk k is the block of the rank at position k */
+        *in_p = (size_t)ec->ring_rank[k] * w->units + w->base;
         *out_p = w->base;
         break;
     case BR_FUNC_ALLGATHER:
         *in_p = w->base;
-        *out_p = (size_t)k * w->units + w->base;
+        *out_p = (size_t)ec->ring_rank[k] * w->units + w->base;
         break;
     default: *in_p = *out_p = w->base; break;
     }
@@ -283,7 +286,7 @@ static int ring_step(br_exec_queue_t *q, br_work_t *w)
     br_exec_comm_t *ec = q->ec;
     br_conn_t *rc = ec->ring_recv[w->ch], *sc = ec->ring_send[w->ch];
     const br_exec_op_t *op = &w->op;
-    int k, flags = ring_step_kind(w, ec->nranks, ec->rank, w->j, &k);
+    int k, flags = ring_step_kind(w, ec->nranks, ec->ring_pos, ec->ring_pos_of[op->root], w->j, &k);
     size_t in_off, out_off, len;
 
     if ((flags & P_RECV) && !recv_ready(rc)) {
@@ -296,7 +299,7 @@ static int ring_step(br_exec_queue_t *q, br_work_t *w)
         q->wait_what = "free FIFO space at";
         return 0;
     }
-    ring_chunk_place(w, k, &in_off, &out_off, &len);
+    ring_chunk_place(ec, w, k, &in_off, &out_off, &len);
     size_t bytes = len * w->esize;
     /* Ranks that do not read the input or write the output may pass NULL for them. */
     const char *in = op->sendbuff != NULL ? (const char *)op->sendbuff + in_off * w->esize : NULL;
