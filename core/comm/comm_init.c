@@ -20,6 +20,11 @@
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static ncclComm_t *registry;
 static int registry_n, registry_cap;
+/* Bumped by every add and remove: a thread's last positive lookup stays valid while the
+ * generation is unchanged, so a loop of calls on one comm takes no lock. */
+static _Atomic uint64_t registry_gen = 1;
+static _Thread_local ncclComm_t live_comm;
+static _Thread_local uint64_t live_gen;
 
 static ncclResult_t registry_add(ncclComm_t comm)
 {
@@ -36,6 +41,7 @@ static ncclResult_t registry_add(ncclComm_t comm)
         registry_cap = cap;
     }
     registry[registry_n++] = comm;
+    atomic_fetch_add_explicit(&registry_gen, 1, memory_order_acq_rel);
     pthread_mutex_unlock(&registry_lock);
     return ncclSuccess;
 }
@@ -49,6 +55,7 @@ static void registry_remove(ncclComm_t comm)
             break;
         }
     }
+    atomic_fetch_add_explicit(&registry_gen, 1, memory_order_acq_rel);
     if (registry_n == 0) {
         free(registry);
         registry = NULL;
@@ -60,12 +67,22 @@ static void registry_remove(ncclComm_t comm)
 int br_comm_is_live(ncclComm_t comm)
 {
     int live = 0;
+    uint64_t gen = atomic_load_explicit(&registry_gen, memory_order_acquire);
+    if (comm != NULL && comm == live_comm && gen == live_gen) {
+        return comm->magic == BR_COMM_MAGIC; /* no comm was removed since we looked */
+    }
     pthread_mutex_lock(&registry_lock);
+    gen = atomic_load_explicit(&registry_gen, memory_order_relaxed);
     for (int i = 0; i < registry_n && !live; i++) {
         live = registry[i] == comm;
     }
     pthread_mutex_unlock(&registry_lock);
-    return live && comm->magic == BR_COMM_MAGIC;
+    live = live && comm->magic == BR_COMM_MAGIC;
+    if (live) {
+        live_comm = comm;
+        live_gen = gen;
+    }
+    return live;
 }
 
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
