@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "proxy.h"
 #include "util.h"
@@ -340,6 +341,11 @@ err_free:
 
 ncclResult_t br_proxy_add(br_proxy_t *proxy, br_net_conn_t *nc)
 {
+    /* Fault the FIFO in now rather than on the first collective. */
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t off = 0; off < BR_STEPS * nc->stride; off += (size_t)page) {
+        ((volatile char *)nc->buf)[off] = 0;
+    }
     pthread_mutex_lock(&proxy->lock);
     nc->next = proxy->conns;
     proxy->conns = nc;
@@ -349,14 +355,29 @@ ncclResult_t br_proxy_add(br_proxy_t *proxy, br_net_conn_t *nc)
 
 void br_proxy_active(br_proxy_t *proxy, int delta)
 {
+    int last, pending = 1;
+
     pthread_mutex_lock(&proxy->wake_lock);
     proxy->active += delta;
-    /* Entering needs no wake-up: a running proxy thread parks at its next check. Leaving
-     * does: sends the executor filled may still wait for the network. */
-    if (proxy->active == 0) {
-        pthread_cond_signal(&proxy->wake);
-    }
+    last = proxy->active == 0;
     pthread_mutex_unlock(&proxy->wake_lock);
+    /* Entering needs no wake-up: a running proxy thread parks at its next check. Leaving
+     * needs one only when sends the executor filled still wait for the network; a small
+     * collective has usually sent everything, and waking the thread for nothing would
+     * cost a context switch per call on a machine whose cores the ranks share. */
+    if (!last) {
+        return;
+    }
+    if (pthread_mutex_trylock(&proxy->lock) == 0) {
+        (void)progress_locked(proxy);
+        pending = has_pending_sends(proxy);
+        pthread_mutex_unlock(&proxy->lock);
+    }
+    if (pending) {
+        pthread_mutex_lock(&proxy->wake_lock);
+        pthread_cond_signal(&proxy->wake);
+        pthread_mutex_unlock(&proxy->wake_lock);
+    }
 }
 
 int br_proxy_progress(br_proxy_t *proxy)
