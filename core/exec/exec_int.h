@@ -33,6 +33,7 @@ struct br_work {
     uint64_t flat_k; /* the operation's number in the arena */
     int flat_phase;  /* 0: input not published yet, 1: published, reading */
     int flat_next;   /* first rank whose input has not been seen yet */
+    int flat_small;  /* the input goes in a small slot */
     /* Ring one-shot: every rank's whole input travels the ring (as an AllGather) into
      * `scratch`, then each rank reduces them in rank order. */
     int gather;

@@ -432,6 +432,13 @@ static size_t flat_publish_bytes(const br_exec_comm_t *ec, const br_exec_op_t *o
     }
 }
 
+/* The call's size as every rank sees it (ReduceScatter: the whole input). */
+static size_t flat_call_bytes(const br_exec_comm_t *ec, const br_exec_op_t *op)
+{
+    size_t bytes = op->count * br_type_size(op->type);
+    return op->func == BR_FUNC_REDUCESCATTER ? bytes * (size_t)ec->nranks : bytes;
+}
+
 int br_work_flat_fits(const br_exec_comm_t *ec, const br_exec_op_t *op)
 {
     size_t bytes = op->count * br_type_size(op->type);
@@ -480,7 +487,7 @@ static void flat_fold(const br_exec_comm_t *ec, const br_work_t *w, void *dst, s
     const br_exec_op_t *op = &w->op;
     size_t off = at * br_type_size(op->type);
 
-    fold_ranks(dst, br_flat_buf(f, 0, w->flat_k) + off, f->stride, ec->nranks, op);
+    fold_ranks(dst, br_flat_buf(f, 0, w->flat_k, w->flat_small) + off, f->stride, ec->nranks, op);
 }
 
 static void flat_output(const br_exec_comm_t *ec, const br_work_t *w)
@@ -500,14 +507,26 @@ static void flat_output(const br_exec_comm_t *ec, const br_work_t *w)
     case BR_FUNC_REDUCESCATTER: flat_fold(ec, w, op->recvbuff, (size_t)me * op->count); break;
     case BR_FUNC_ALLGATHER:
         for (int r = 0; r < n; r++) {
-            memcpy((char *)op->recvbuff + (size_t)r * bytes, br_flat_buf(f, r, w->flat_k), bytes);
+            memcpy((char *)op->recvbuff + (size_t)r * bytes,
+                   br_flat_buf(f, r, w->flat_k, w->flat_small), bytes);
         }
         break;
     default: /* Broadcast */
         if (op->recvbuff != op->sendbuff || me != op->root) {
-            memcpy(op->recvbuff, br_flat_buf(f, op->root, w->flat_k), bytes);
+            memcpy(op->recvbuff, br_flat_buf(f, op->root, w->flat_k, w->flat_small), bytes);
         }
         break;
+    }
+}
+
+/* Does this rank need rank r's input? Broadcast needs only the root's, and a Reduce's
+ * non-roots need nothing (they publish and go, as a root's send is eager). */
+static int flat_needs(const br_exec_comm_t *ec, const br_exec_op_t *op, int r)
+{
+    switch (op->func) {
+    case BR_FUNC_BROADCAST: return r == op->root;
+    case BR_FUNC_REDUCE: return ec->rank == op->root;
+    default: return 1;
     }
 }
 
@@ -518,17 +537,21 @@ static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
     const br_exec_op_t *op = &w->op;
     uint64_t k = w->flat_k;
     int n = ec->nranks, moved = 0;
+    /* Decided on the call's size alone, so writer and readers pick the same slot. */
+    int small = flat_call_bytes(ec, op) <= BR_FLAT_SMALL_MAX;
+    uint64_t window = small ? BR_FLAT_NSMALL : BR_FLAT_NBUF;
 
+    w->flat_small = small;
     if (w->flat_phase == 0) {
         /* Our buffer for k last held operation k - NBUF: everyone must be done reading it.
          * Acquire pairs with each reader's release of done. */
-        if (f->min_done + BR_FLAT_NBUF <= k) {
+        if (f->min_done + window <= k) {
             uint64_t low = UINT64_MAX;
             for (int r = 0; r < n; r++) {
                 uint64_t d = r == ec->rank ? k
                                            : atomic_load_explicit(&br_flat_ctrl(f, r)->done,
                                                                   memory_order_acquire);
-                if (d + BR_FLAT_NBUF <= k) {
+                if (d + window <= k) {
                     q->wait_peer = r;
                     q->wait_what = "the node arena to be read by";
                     return 0;
@@ -537,10 +560,10 @@ static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
             }
             ec->flat->min_done = low;
         }
-        br_flat_hdr_t *h = br_flat_hdr(f, ec->rank, k);
+        br_flat_hdr_t *h = br_flat_hdr(f, ec->rank, k, small);
         size_t bytes = flat_publish_bytes(ec, op);
         if (bytes > 0) {
-            memcpy(br_flat_buf(f, ec->rank, k), op->sendbuff, bytes);
+            memcpy(br_flat_buf(f, ec->rank, k, small), op->sendbuff, bytes);
         }
         br_slot_desc_t d = {bytes, op->seq + 1, op->count, (uint32_t)op->func, desc_type_word(op)};
         h->desc = d;
@@ -554,15 +577,17 @@ static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
         int r = w->flat_next;
         /* Acquire pairs with the writer's release: its input and descriptor are complete.
          * The flag only grows on a buffer, and cannot pass k + 1 before we set done. */
-        if (r != ec->rank &&
-            atomic_load_explicit(&br_flat_hdr(f, r, k)->flag, memory_order_acquire) != k + 1) {
+        if (r != ec->rank && flat_needs(ec, op, r) &&
+            atomic_load_explicit(&br_flat_hdr(f, r, k, small)->flag, memory_order_acquire) !=
+                k + 1) {
             q->wait_peer = r;
             q->wait_what = "data from";
             return moved;
         }
     }
     for (int r = 0; r < n; r++) {
-        if (r != ec->rank && flat_check_desc(q, w, r, &br_flat_hdr(f, r, k)->desc) != 0) {
+        if (r != ec->rank && flat_needs(ec, op, r) &&
+            flat_check_desc(q, w, r, &br_flat_hdr(f, r, k, small)->desc) != 0) {
             return -1;
         }
     }
@@ -586,8 +611,10 @@ int br_work_probe_mismatch(br_exec_queue_t *q, const br_work_t *w)
     }
     if (w->kind == BR_WORK_RING) {
         for (int r = 0; r < ec->nranks; r++) {
-            for (uint64_t p = 0; p < BR_FLAT_NBUF && r != ec->rank; p++) {
-                const br_flat_hdr_t *h = br_flat_hdr(ec->flat, r, p);
+            for (uint64_t p = 0; p < BR_FLAT_NBUF + BR_FLAT_NSMALL && r != ec->rank; p++) {
+                int small = p >= BR_FLAT_NBUF;
+                const br_flat_hdr_t *h =
+                    br_flat_hdr(ec->flat, r, small ? p - BR_FLAT_NBUF : p, small);
                 if (atomic_load_explicit(&h->flag, memory_order_acquire) == 0 ||
                     h->desc.seq != op->seq + 1) {
                     continue;

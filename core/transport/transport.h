@@ -79,7 +79,10 @@ typedef struct {
 } br_flat_hdr_t;
 
 #define BR_FLAT_HDR_BYTES 40 /* data follows the header, 8-byte aligned */
-#define BR_FLAT_NBUF 8       /* buffers per rank */
+#define BR_FLAT_NBUF 8       /* large buffers per rank */
+#define BR_FLAT_NSMALL 64    /* small slots per rank */
+#define BR_FLAT_SMALL_BYTES 128
+#define BR_FLAT_SMALL_MAX (BR_FLAT_SMALL_BYTES - BR_FLAT_HDR_BYTES)
 
 typedef struct {
     _Alignas(64) _Atomic uint64_t done; /* operations this rank finished reading */
@@ -95,21 +98,28 @@ typedef struct br_flat {
     uint64_t min_done; /* local: the lowest `done` of the other ranks when last looked at */
 } br_flat_t;
 
-/* Rank r's control block, and the header and data of its buffer for operation k. */
+/* Rank r's control block, and the header and data of its buffer for operation k: one of
+ * the BR_FLAT_NBUF large buffers, or for inputs of at most BR_FLAT_SMALL_MAX bytes one of
+ * BR_FLAT_NSMALL two-line slots (many, so a rank can run far ahead of a slow reader,
+ * e.g. a Broadcast root). */
 static inline br_flat_ctrl_t *br_flat_ctrl(const br_flat_t *f, int r)
 {
     return (br_flat_ctrl_t *)(f->base + (size_t)r * f->stride);
 }
 
-static inline br_flat_hdr_t *br_flat_hdr(const br_flat_t *f, int r, uint64_t k)
+static inline br_flat_hdr_t *br_flat_hdr(const br_flat_t *f, int r, uint64_t k, int small)
 {
-    return (br_flat_hdr_t *)(f->base + (size_t)r * f->stride + 64 +
-                             (size_t)(k % BR_FLAT_NBUF) * f->buf_stride);
+    char *region = f->base + (size_t)r * f->stride + 64;
+    if (small) {
+        return (br_flat_hdr_t *)(region + BR_FLAT_NBUF * f->buf_stride +
+                                 (size_t)(k % BR_FLAT_NSMALL) * BR_FLAT_SMALL_BYTES);
+    }
+    return (br_flat_hdr_t *)(region + (size_t)(k % BR_FLAT_NBUF) * f->buf_stride);
 }
 
-static inline char *br_flat_buf(const br_flat_t *f, int r, uint64_t k)
+static inline char *br_flat_buf(const br_flat_t *f, int r, uint64_t k, int small)
 {
-    return (char *)br_flat_hdr(f, r, k) + BR_FLAT_HDR_BYTES;
+    return (char *)br_flat_hdr(f, r, k, small) + BR_FLAT_HDR_BYTES;
 }
 
 /* The transport state of a communicator. */

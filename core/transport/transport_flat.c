@@ -2,7 +2,8 @@
 /*
  * The node arena (br_flat_t, see transport.h): one POSIX shared-memory segment that rank 0
  * creates and every rank of a single-host communicator maps. Rank r's region holds its
- * `done` counter and BR_FLAT_NBUF buffers, each a header (flag, call descriptor) and the data.
+ * `done` counter, BR_FLAT_NBUF large buffers and BR_FLAT_NSMALL small slots, each a header
+ * (flag, call descriptor) and the data.
  * Setup is collective and all-or-nothing: two allgathers carry the segment's name and then
  * every rank's verdict, so the ranks agree on whether small operations use it.
  */
@@ -108,7 +109,8 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes)
     /* A cache line for `done`, then the buffers, each a header and the data; every
      * rank's region on its own pages. */
     size_t buf_stride = (BR_FLAT_HDR_BYTES + max_bytes + 63) & ~(size_t)63;
-    size_t stride = (64 + BR_FLAT_NBUF * buf_stride + 4095) & ~(size_t)4095;
+    size_t stride = (64 + BR_FLAT_NBUF * buf_stride + BR_FLAT_NSMALL * BR_FLAT_SMALL_BYTES + 4095) &
+                    ~(size_t)4095;
     size_t size = stride * (size_t)tc->nranks;
 
     BR_CHECK(br_calloc(&blobs, (size_t)tc->nranks, "node arena setup"));
