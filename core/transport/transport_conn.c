@@ -71,6 +71,10 @@ static ncclResult_t conn_track(br_transport_comm_t *tc, br_conn_t *conn)
     return ncclSuccess;
 }
 
+/* Every FIFO mapping is populated (MAP_POPULATE) when it is made: a page's first touch
+ * costs microseconds (far more under a hypervisor), and touching a 512 KiB slot for the
+ * first time inside a collective made the first calls of each size several times slower. */
+
 /* Lay the control block and the slots out in one mapping. */
 static size_t conn_stride(const br_conn_t *conn)
 {
@@ -91,7 +95,8 @@ static ncclResult_t recv_prepare_mem(br_transport_comm_t *tc, br_conn_t *conn, c
     void *base = NULL;
 
     if (conn->kind == BR_TRANSPORT_P2P) {
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                    -1, 0);
         if (base == MAP_FAILED) {
             BR_WARN(NCCL_ALLOC, "rank %d: cannot allocate a %zu-byte FIFO from rank %d: %s",
                     tc->rank, size, conn->peer, strerror(errno));
@@ -117,7 +122,7 @@ static ncclResult_t recv_prepare_mem(br_transport_comm_t *tc, br_conn_t *conn, c
             shm_unlink(conn->shm_name);
             return ncclSystemError;
         }
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
         close(fd);
         if (base == MAP_FAILED) {
             BR_WARN(NCCL_SHM, "rank %d: mmap of %s failed: %s", tc->rank, conn->shm_name,
@@ -146,7 +151,7 @@ static ncclResult_t send_attach_shm(br_transport_comm_t *tc, br_conn_t *conn,
                 conn->peer, blob->shm_name, strerror(errno));
         return ncclSystemError;
     }
-    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     /* Both ends have it mapped (or we failed): the name is no longer needed. */
     shm_unlink(blob->shm_name);
@@ -165,7 +170,8 @@ static ncclResult_t send_attach_shm(br_transport_comm_t *tc, br_conn_t *conn,
 static ncclResult_t net_local_fifo(br_transport_comm_t *tc, br_conn_t *conn)
 {
     size_t size = ctrl_bytes() + BR_STEPS * conn_stride(conn);
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *base =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (base == MAP_FAILED) {
         BR_WARN(NCCL_ALLOC, "rank %d: cannot allocate a %zu-byte net FIFO: %s", tc->rank, size,
                 strerror(errno));
