@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "proxy.h"
 #include "util.h"
@@ -341,11 +340,6 @@ err_free:
 
 ncclResult_t br_proxy_add(br_proxy_t *proxy, br_net_conn_t *nc)
 {
-    /* Fault the FIFO in now rather than on the first collective. */
-    long page = sysconf(_SC_PAGESIZE);
-    for (size_t off = 0; off < BR_STEPS * nc->stride; off += (size_t)page) {
-        ((volatile char *)nc->buf)[off] = 0;
-    }
     pthread_mutex_lock(&proxy->lock);
     nc->next = proxy->conns;
     proxy->conns = nc;
