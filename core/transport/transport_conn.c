@@ -133,6 +133,9 @@ static ncclResult_t recv_prepare_mem(br_transport_comm_t *tc, br_conn_t *conn, c
         snprintf(blob->shm_name, sizeof(blob->shm_name), "%s", conn->shm_name);
     }
     memset(base, 0, ctrl_bytes());
+    /* Slots are written, not just mapped (see the note on MAP_POPULATE), and not with
+     * zeros, which a hypervisor may keep backed by one shared zero page. */
+    memset((char *)base + ctrl_bytes(), 0x5a, size - ctrl_bytes());
     conn->mapping = base;
     conn->mapping_size = size;
     conn_layout(conn, base, conn->step_size);
@@ -160,6 +163,11 @@ static ncclResult_t send_attach_shm(br_transport_comm_t *tc, br_conn_t *conn,
                 blob->shm_name, strerror(errno));
         return ncclSystemError;
     }
+    /* Write-touch every slot page (rewriting the byte it holds: nothing is in flight
+     * yet), so the first real sends do not take write faults. */
+    for (size_t off = ctrl_bytes(); off < size; off += 4096) {
+        ((volatile char *)base)[off] = ((volatile char *)base)[off];
+    }
     conn->mapping = base;
     conn->mapping_size = size;
     conn_layout(conn, base, conn->step_size);
@@ -177,6 +185,7 @@ static ncclResult_t net_local_fifo(br_transport_comm_t *tc, br_conn_t *conn)
                 strerror(errno));
         return ncclSystemError;
     }
+    memset((char *)base + ctrl_bytes(), 0x5a, size - ctrl_bytes()); /* as for shm slots */
     conn->mapping = base;
     conn->mapping_size = size;
     conn_layout(conn, base, conn->step_size);
