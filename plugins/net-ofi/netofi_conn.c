@@ -12,7 +12,8 @@
  *           the receive comm R, sends ACK{R} to S, posts RX for CLOSE on R and reposts L.
  *   ACK     tells the send comm R (isend answers "retry" until then); it then posts RX for
  *           CLOSE on S.
- *   close   sends CLOSE{seq} to the peer, seq being its first unfinished message: the peer
+ *   close   waits (bounded) for transfers in flight, then sends CLOSE{seq} to the peer,
+ *           seq being its first message still unfinished after that wait: the peer
  *           fails its requests from there on (closing aborts what is in flight, as a
  *           socket reset would; the provider may still finish it, unreported).
  * So connect never waits for accept, and a peer that closes fails what will never match.
@@ -311,6 +312,21 @@ static uint32_t close_seq(const netofi_comm_t *c)
     return first;
 }
 
+/* First sequence number among requests still queued (not given to the provider), or
+ * c->seq when none is. Lock held. */
+static uint32_t first_queued_seq(const netofi_comm_t *c)
+{
+    uint32_t first = c->seq;
+
+    for (int i = 0; i < NETOFI_MAX_REQUESTS; i++) {
+        const netofi_req_t *req = &c->reqs[i];
+        if (req->state == NETOFI_REQ_PENDING && (int32_t)(req->seq - first) < 0) {
+            first = req->seq;
+        }
+    }
+    return first;
+}
+
 /* Tell the peer that c closed at seq. Lock held. */
 static void send_close(netofi_ep_t *ep, netofi_comm_t *c, uint32_t seq)
 {
@@ -376,7 +392,7 @@ ncclResult_t netofi_conn_close(void *comm)
     netofi_comm_t *c = comm;
     netofi_ep_t *ep;
     double end = netofi_now() + NETOFI_CLOSE_WAIT_SECONDS;
-    uint32_t seq;
+    uint32_t seq, dropped;
 
     if (c == NULL) {
         return ncclSuccess;
@@ -384,16 +400,9 @@ ncclResult_t netofi_conn_close(void *comm)
     ep = c->ep;
     pthread_mutex_lock(&ep->lock);
     c->closed = 1;
-    c->closing = 1;     /* not reaped while we wait below */
-    seq = close_seq(c); /* before retire_requests drops queued ones */
+    c->closing = 1;                /* not reaped while we wait below */
+    dropped = first_queued_seq(c); /* before retire_requests drops queued ones */
     retire_requests(ep, c);
-    if (c->type != NETOFI_COMM_LISTEN && !c->peer_closed) {
-        if (c->type == NETOFI_COMM_RECV || c->acked) {
-            send_close(ep, c, seq);
-        } else if (c->ctrl_req[NETOFI_CTRL_RX].state == NETOFI_REQ_POSTED) {
-            c->close_on_ack = 1; /* the receiver's id comes with the ACK */
-        }
-    }
     /* The caller may free its buffers once we return, so wait (bounded) for what the
      * provider could still read or write: a receive matched before it could be cancelled,
      * a send the peer may still be pulling. */
@@ -402,6 +411,20 @@ ncclResult_t netofi_conn_close(void *comm)
         pthread_mutex_unlock(&ep->lock);
         sched_yield();
         pthread_mutex_lock(&ep->lock);
+    }
+    /* Only now tell the peer where we stopped: a send still posted when close began may
+     * have completed during the wait (the peer pulled it), and announcing its sequence
+     * number earlier made the peer fail a receive whose data then arrived. */
+    seq = close_seq(c);
+    if ((int32_t)(dropped - seq) < 0) {
+        seq = dropped;
+    }
+    if (c->type != NETOFI_COMM_LISTEN && !c->peer_closed) {
+        if (c->type == NETOFI_COMM_RECV || c->acked) {
+            send_close(ep, c, seq);
+        } else if (c->ctrl_req[NETOFI_CTRL_RX].state == NETOFI_REQ_POSTED) {
+            c->close_on_ack = 1; /* the receiver's id comes with the ACK */
+        }
     }
     if (user_ops_in_flight(c) > 0) {
         BR_WARN(NCCL_NET,
