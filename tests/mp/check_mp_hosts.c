@@ -130,8 +130,9 @@ START_TEST(test_round_robin_hosts)
     pid_t pids[NRANKS];
     int status[NRANKS], bad = 0;
 
-    /* A port of our own, away from other tests running at the same time. */
-    snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+    /* A port of our own, below the kernel's ephemeral range (32768 and up) so that no
+     * other test's connection holds it. */
+    snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", 20000 + (int)(getpid() % 12000));
     for (int r = 0; r < NRANKS; r++) {
         pids[r] = fork();
         ck_assert_int_ge(pids[r], 0);
