@@ -10,11 +10,14 @@
  * The test process itself never calls NCCL (its parameters would then be fixed before
  * the fork); the ranks report through their exit status and stderr.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -124,15 +127,30 @@ static int rank_run(int rank, const char *comm_id)
     return ncclCommDestroy(comm) == ncclSuccess ? 0 : 1;
 }
 
+/* A loopback port nobody holds now (the kernel picks it), for NCCL_COMM_ID. */
+static int free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    ck_assert_int_ge(fd, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
 START_TEST(test_round_robin_hosts)
 {
     char comm_id[64];
     pid_t pids[NRANKS];
     int status[NRANKS], bad = 0;
 
-    /* A port of our own, below the kernel's ephemeral range (32768 and up) so that no
-     * other test's connection holds it. */
-    snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", 20000 + (int)(getpid() % 12000));
+    snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", free_port());
     for (int r = 0; r < NRANKS; r++) {
         pids[r] = fork();
         ck_assert_int_ge(pids[r], 0);
