@@ -36,6 +36,9 @@ void br_log_set_rank(int rank);
 const char *br_log_last_error(void);
 /* Forget this thread's last error (at the start of an API call). */
 void br_log_clear_last_error(void);
+/* Make msg this thread's ncclGetLastError() text (the root cause of a failure, after
+ * consequences logged later in the same call). */
+void br_log_set_last_error(const char *msg);
 
 static inline int br_log_enabled(int level, unsigned long flags)
 {

@@ -40,9 +40,9 @@ typedef struct br_exec_comm {
     br_conn_t *ring_send[BR_MAX_CHANNELS]; /* to the ring's next rank */
     br_conn_t *ring_recv[BR_MAX_CHANNELS]; /* from the ring's previous rank */
     int ring_prev, ring_next;
-    int ring_pos;                          /* this rank's position on the ring */
-    int *ring_rank, *ring_pos_of;          /* rank at each position, position of each rank */
-    br_conn_t **p2p_send; /* per peer, made on first use */
+    int ring_pos;                 /* this rank's position on the ring */
+    int *ring_rank, *ring_pos_of; /* rank at each position, position of each rank */
+    br_conn_t **p2p_send;         /* per peer, made on first use */
     br_conn_t **p2p_recv;
     br_transport_comm_t *tc;
     uint64_t coll_seq;               /* collectives issued */
@@ -55,6 +55,7 @@ typedef struct br_exec_comm {
     int oversubscribed;              /* more ranks on this host than CPU cores */
     br_profiler_t *prof;             /* profiler plugin, or NULL */
     uint64_t prof_seq[BR_NUM_FUNCS]; /* per-function counters for its events */
+    uint64_t symptom_ns;             /* when a local network symptom was first seen */
     ncclResult_t error;              /* sticky: the first failure */
     char error_msg[1024];
 } br_exec_comm_t;

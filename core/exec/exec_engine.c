@@ -422,6 +422,19 @@ static int recv_starved(const br_conn_t *c)
     return atomic_load_explicit(&c->ctrl->tail, memory_order_acquire) <= c->step;
 }
 
+/* A connection that a peer closed is often the consequence of a failure elsewhere (the
+ * peer failed because a third rank died, and its abort notice is on the way). Wait a few
+ * health checks for that notice, which names the root cause, before failing with the
+ * local symptom. Returns nonzero while still waiting. */
+static int symptom_wait(br_exec_comm_t *ec)
+{
+    uint64_t now = br_time_ns();
+    if (ec->symptom_ns == 0) {
+        ec->symptom_ns = now;
+    }
+    return now - ec->symptom_ns < 300000000ull;
+}
+
 /* The periodic checks of a blocked communicator. Returns nonzero on failure. */
 static int health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_ns)
 {
@@ -464,14 +477,15 @@ static int health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked
         }
         if (c != NULL && c->net != NULL &&
             atomic_load_explicit(&c->net->failed, memory_order_acquire) != ncclSuccess &&
-            recv_starved(c)) {
+            recv_starved(c) && !symptom_wait(ec)) {
             describe_wait(q, what, sizeof(what));
             br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): %s; while in %s", ec->rank,
                          br_host_name(), c->net->why, what);
             return 1;
         }
     }
-    if (tc->proxy != NULL && br_proxy_error(tc->proxy, msg, sizeof(msg)) != ncclSuccess) {
+    if (tc->proxy != NULL && br_proxy_error(tc->proxy, msg, sizeof(msg)) != ncclSuccess &&
+        !symptom_wait(ec)) {
         br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): %s; while in %s", ec->rank,
                      br_host_name(), msg, what);
         return 1;
@@ -639,6 +653,9 @@ fail:
         if (ec->error != ncclSuccess) {
             /* Tell the other ranks, so they fail now instead of waiting for us. */
             br_bootstrap_abort_notify(ec->tc->boot, ec->error_msg);
+            /* Plugins may have logged consequences since: the cause is what the caller
+             * should read in ncclGetLastError(). */
+            br_log_set_last_error(ec->error_msg);
             break;
         }
     }

@@ -56,6 +56,8 @@ typedef struct {
     int64_t buffsize;
     int64_t p2p_chunk;
     int nchannels;
+    int channels_auto; /* nchannels is Braid's default, not set by the user */
+    int cpus;          /* online CPUs of the rank's host */
     int shm_disable;
     int p2p_disable;
     char host[64];

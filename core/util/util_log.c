@@ -36,12 +36,24 @@ static const struct {
     const char *name;
     unsigned long bit;
 } subsys_names[] = {
-    {"INIT", NCCL_INIT},         {"COLL", NCCL_COLL},     {"P2P", NCCL_P2P},
-    {"SHM", NCCL_SHM},           {"NET", NCCL_NET},       {"GRAPH", NCCL_GRAPH},
-    {"TUNING", NCCL_TUNING},     {"ENV", NCCL_ENV},       {"ALLOC", NCCL_ALLOC},
-    {"CALL", NCCL_CALL},         {"PROXY", NCCL_PROXY},   {"NVLS", NCCL_NVLS},
-    {"BOOTSTRAP", NCCL_BOOTSTRAP}, {"REG", NCCL_REG},     {"PROFILE", NCCL_PROFILE},
-    {"RAS", NCCL_RAS},           {"DESTROY", NCCL_DESTROY}, {"ALLOC_HOST", NCCL_ALLOC_HOST},
+    {"INIT", NCCL_INIT},
+    {"COLL", NCCL_COLL},
+    {"P2P", NCCL_P2P},
+    {"SHM", NCCL_SHM},
+    {"NET", NCCL_NET},
+    {"GRAPH", NCCL_GRAPH},
+    {"TUNING", NCCL_TUNING},
+    {"ENV", NCCL_ENV},
+    {"ALLOC", NCCL_ALLOC},
+    {"CALL", NCCL_CALL},
+    {"PROXY", NCCL_PROXY},
+    {"NVLS", NCCL_NVLS},
+    {"BOOTSTRAP", NCCL_BOOTSTRAP},
+    {"REG", NCCL_REG},
+    {"PROFILE", NCCL_PROFILE},
+    {"RAS", NCCL_RAS},
+    {"DESTROY", NCCL_DESTROY},
+    {"ALLOC_HOST", NCCL_ALLOC_HOST},
     {"ALL", (unsigned long)NCCL_ALL},
 };
 
@@ -175,6 +187,11 @@ void br_log_clear_last_error(void)
     thread_last_error[0] = '\0';
 }
 
+void br_log_set_last_error(const char *msg)
+{
+    snprintf(thread_last_error, sizeof(thread_last_error), "%s", msg);
+}
+
 static void log_vwrite(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
                        const char *fmt, va_list ap)
 {
@@ -196,8 +213,9 @@ static void log_vwrite(ncclDebugLogLevel level, unsigned long flags, const char 
         pthread_mutex_unlock(&log_lock);
     }
     cur = atomic_load_explicit(&br_log_level, memory_order_relaxed);
-    if ((int)level > cur || (level != NCCL_LOG_WARN && level != NCCL_LOG_VERSION &&
-                        (flags & atomic_load_explicit(&br_log_mask, memory_order_relaxed)) == 0)) {
+    if ((int)level > cur ||
+        (level != NCCL_LOG_WARN && level != NCCL_LOG_VERSION &&
+         (flags & atomic_load_explicit(&br_log_mask, memory_order_relaxed)) == 0)) {
         errno = saved_errno;
         return;
     }
