@@ -503,7 +503,10 @@ static int health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked
             pi->pid_hash == tc->peers[ec->rank].pid_hash) {
             continue;
         }
-        if (pid_is_dead(pi->pid)) {
+        /* Over the network, what a peer sent before exiting may still be on its way up
+         * through the plugin: keep progressing a little before calling it lost. */
+        if (pid_is_dead(pi->pid) &&
+            !(br_transport_select(tc, p) == BR_TRANSPORT_NET && symptom_wait(ec))) {
             describe_wait(q, what, sizeof(what));
             br_exec_fail(ec, ncclRemoteError,
                          "rank %d (pid %d on host %s) died while rank %d was in %s", p, pi->pid,
@@ -615,6 +618,11 @@ ncclResult_t br_exec_run(br_exec_batch_t *b)
             }
         }
         if (moved) {
+            if (blocked_since != 0) {
+                for (int i = 0; i < b->n; i++) {
+                    b->queues[i].ec->symptom_ns = 0; /* symptoms seen were transient */
+                }
+            }
             idle = 0;
             blocked_since = 0;
             continue;
