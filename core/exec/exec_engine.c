@@ -92,11 +92,6 @@ static ncclResult_t queue_push(br_exec_queue_t *q, const br_work_t *w)
     return ncclSuccess;
 }
 
-static int is_collective(br_func_t f)
-{
-    return f <= BR_FUNC_ALLREDUCE;
-}
-
 /* ---- Profiler events: GroupApi per comm and batch, Coll/P2p per operation ---- */
 
 static const char *prof_type_name(ncclDataType_t t)
@@ -239,7 +234,7 @@ ncclResult_t br_exec_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const br_ex
     memset(&w, 0, sizeof(w));
     w.op = *op;
     w.event = -1;
-    if (is_collective(op->func)) {
+    if (br_func_is_collective(op->func)) {
         int nch = op->nchannels > 0 && op->nchannels <= ec->nchannels
                       ? op->nchannels
                       : br_plan_nchannels(op->count * tsize, ec->nchannels);

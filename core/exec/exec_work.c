@@ -25,11 +25,6 @@ static int is_reduction(br_func_t func)
     return func == BR_FUNC_ALLREDUCE || func == BR_FUNC_REDUCESCATTER || func == BR_FUNC_REDUCE;
 }
 
-static int is_collective_func(br_func_t func)
-{
-    return func <= BR_FUNC_ALLREDUCE;
-}
-
 /* dst = the inputs of every rank, rank r's at first + r * stride, folded in rank order. */
 static void fold_ranks(void *dst, const char *first, size_t stride, int n, const br_exec_op_t *op)
 {
@@ -421,12 +416,12 @@ static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
 
 #define BR_FLAT_TWO_RANK_MAX (16 * 1024)
 
-/* Bytes a rank publishes for op (0 when it contributes nothing). */
-static size_t flat_publish_bytes(const br_exec_comm_t *ec, const br_exec_op_t *op)
+/* Bytes `rank` publishes for op (0 when it contributes nothing). */
+static size_t flat_publish_bytes(const br_exec_comm_t *ec, const br_exec_op_t *op, int rank)
 {
     size_t bytes = op->count * br_type_size(op->type);
     switch (op->func) {
-    case BR_FUNC_BROADCAST: return ec->rank == op->root ? bytes : 0;
+    case BR_FUNC_BROADCAST: return rank == op->root ? bytes : 0;
     case BR_FUNC_REDUCESCATTER: return bytes * (size_t)ec->nranks;
     default: return bytes;
     }
@@ -441,14 +436,11 @@ static size_t flat_call_bytes(const br_exec_comm_t *ec, const br_exec_op_t *op)
 
 int br_work_flat_fits(const br_exec_comm_t *ec, const br_exec_op_t *op)
 {
-    size_t bytes = op->count * br_type_size(op->type);
-    if (ec->flat == NULL || !is_collective_func(op->func)) {
+    if (ec->flat == NULL || !br_func_is_collective(op->func)) {
         return 0;
     }
     /* Decided on the call's arguments alone, so every rank decides alike. */
-    if (op->func == BR_FUNC_REDUCESCATTER) {
-        bytes *= (size_t)ec->nranks;
-    }
+    size_t bytes = flat_call_bytes(ec, op);
     /* Two ranks' ring is already short: from 16 KiB up it moves data faster than the
      * arena (measured; docs/performance.md). With more ranks every hop saved counts. */
     if (ec->nranks == 2 && bytes > BR_FLAT_TWO_RANK_MAX) {
@@ -462,9 +454,7 @@ static int flat_check_desc(br_exec_queue_t *q, const br_work_t *w, int peer,
 {
     br_exec_comm_t *ec = q->ec;
     const br_exec_op_t *op = &w->op;
-    size_t want = op->func == BR_FUNC_BROADCAST
-                      ? (peer == op->root ? op->count * br_type_size(op->type) : 0)
-                      : flat_publish_bytes(ec, op);
+    size_t want = flat_publish_bytes(ec, op, peer);
     char theirs[160];
 
     if (d->seq == op->seq + 1 && d->func == (uint32_t)op->func && d->count == op->count &&
@@ -561,7 +551,7 @@ static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
             ec->flat->min_done = low;
         }
         br_flat_hdr_t *h = br_flat_hdr(f, ec->rank, k, small);
-        size_t bytes = flat_publish_bytes(ec, op);
+        size_t bytes = flat_publish_bytes(ec, op, ec->rank);
         if (bytes > 0) {
             memcpy(br_flat_buf(f, ec->rank, k, small), op->sendbuff, bytes);
         }

@@ -40,6 +40,12 @@ typedef enum {
 #define BR_PROTO_SIMPLE 2
 #define BR_NUM_PROTOS 3
 
+/* Broadcast, Reduce, AllGather, ReduceScatter, AllReduce (not send/recv patterns). */
+static inline int br_func_is_collective(br_func_t func)
+{
+    return func <= BR_FUNC_ALLREDUCE;
+}
+
 /* "AllReduce", "Send", ... as NCCL names them in logs. */
 const char *br_func_name(br_func_t func);
 
@@ -55,8 +61,8 @@ void br_plan_channel_range(size_t units, int nch, int c, size_t *lo_p, size_t *h
 /* Tuning constants in the layout of ncclTunerConstants_v5/v6 (1152 bytes of doubles);
  * the tuner plugin may edit them at init, before the model uses them. */
 typedef struct {
-    double base_latencies[BR_NUM_ALGOS][BR_NUM_PROTOS];        /* us */
-    double hw_latencies[3][BR_NUM_ALGOS][BR_NUM_PROTOS];       /* us per hop: NVLINK, PCI, NET */
+    double base_latencies[BR_NUM_ALGOS][BR_NUM_PROTOS];  /* us */
+    double hw_latencies[3][BR_NUM_ALGOS][BR_NUM_PROTOS]; /* us per hop: NVLINK, PCI, NET */
     double ll_max_bws[4][3];
     double per_ch_max_ring_ll128_bws[4][3];
     double per_ch_max_tree_ll128_bws[4][3];
@@ -77,8 +83,8 @@ typedef ncclResult_t (*br_tune_hook_t)(void *ctx, int func, size_t bytes, float 
 typedef struct {
     int nranks, nnodes;
     int max_channels;
-    int hw;                /* BR_HW_*: the slowest link the ring crosses */
-    double link_gbps;      /* bandwidth of that link per channel, GB/s */
+    int hw;           /* BR_HW_*: the slowest link the ring crosses */
+    double link_gbps; /* bandwidth of that link per channel, GB/s */
 } br_tune_topo_t;
 
 typedef struct br_tune br_tune_t;
@@ -102,8 +108,7 @@ void br_plan_tune_free(br_tune_t *tune);
 /* Choose algorithm, protocol and channels for a collective of `bytes` (NCCL's size:
  * per-rank count times type size). Logged under NCCL_DEBUG_SUBSYS=TUNING, including
  * tuner choices that were rejected. */
-ncclResult_t br_plan_choose(br_tune_t *tune, br_func_t func, size_t bytes,
-                            br_plan_choice_t *out);
+ncclResult_t br_plan_choose(br_tune_t *tune, br_func_t func, size_t bytes, br_plan_choice_t *out);
 
 const char *br_algo_name(int algo);
 const char *br_proto_name(int proto);
