@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Check suite "bootstrap", failures and how they are reported: abort notices (threads,
+ * processes, and one that must skip a peer that already left), and the cases tagged
+ * "timeout" (a rank that never joins, a root that accepts but never answers, a root that
+ * is not there). The timeout cases run in their own CTest entry, check_bootstrap_timeout,
+ * with BRAID_BOOTSTRAP_TIMEOUT=3 so that they fail fast.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "bootstrap_int.h"
+#include "bootstrap_test_util.h"
+#include "util_socket.h"
+
+/* ---- abort ---- */
+
+START_TEST(test_abort_threads)
+{
+    bt_run_threads(4, bt_abort_body, NULL);
+}
+END_TEST
+
+START_TEST(test_abort_procs)
+{
+    bt_run_procs(3, bt_abort_body, NULL);
+}
+END_TEST
+
+/* Rank 2 leaves; rank 0's abort notice skips it quickly and still reaches rank 1. */
+static int abort_dead_body(br_bootstrap_t *boot, int rank, int nranks, void *arg)
+{
+    int ret = 0, v = 0, from = -1;
+    char reason[64];
+
+    (void)nranks;
+    (void)arg;
+    if (rank == 2) {
+        return br_bootstrap_send(boot, 0, 3, &v, sizeof(v)) != ncclSuccess;
+    }
+    if (rank == 1) {
+        BT_BODY_CHECK(br_bootstrap_send(boot, 0, 4, &v, sizeof(v)) == ncclSuccess, "ready");
+        for (double t0 = bt_now_s();
+             !br_bootstrap_poll_abort(boot, &from, reason, sizeof(reason));) {
+            BT_BODY_CHECK(bt_now_s() - t0 < 10.0, "no abort notice within 10 s");
+            bt_sleep_ms(1);
+        }
+        BT_BODY_CHECK(from == 0, "abort from %d", from);
+        goto out;
+    }
+    BT_BODY_CHECK(br_bootstrap_recv(boot, 1, 4, &v, sizeof(v)) == ncclSuccess, "ready");
+    BT_BODY_CHECK(br_bootstrap_recv(boot, 2, 3, &v, sizeof(v)) == ncclSuccess, "bye");
+    /* Once rank 2's connection has closed, its listener is gone too. */
+    for (double t0 = bt_now_s(); br_bootstrap_recv(boot, 2, 5, &v, sizeof(v)) != ncclRemoteError;) {
+        BT_BODY_CHECK(bt_now_s() - t0 < 10.0, "rank 2 never went away");
+    }
+    {
+        double t0 = bt_now_s();
+        br_bootstrap_abort_notify(boot, "rank 0 gives up");
+        BT_BODY_CHECK(bt_now_s() - t0 < 1.5, "abort_notify took %.2f s", bt_now_s() - t0);
+    }
+out:
+    return ret;
+}
+
+START_TEST(test_abort_dead_peer)
+{
+    bt_run_threads(3, abort_dead_body, NULL);
+}
+END_TEST
+
+/* ---- failures that take a timeout (BRAID_BOOTSTRAP_TIMEOUT=3) ---- */
+
+START_TEST(test_missing_rank)
+{
+    bt_rank_job_t jobs[3];
+    ncclUniqueId id;
+    int timeout = br_boot_timeout_s();
+
+    ck_assert_int_eq(br_bootstrap_get_unique_id(&id), ncclSuccess);
+    for (int r = 0; r < 3; r++) {
+        jobs[r] = (bt_rank_job_t){.id = id, .rank = r, .nranks = 4, .fn = bt_allgather_body};
+    }
+    bt_run_jobs(jobs, 3);
+    for (int r = 0; r < 3; r++) {
+        ck_assert_int_eq(jobs[r].init_res, ncclSystemError);
+        ck_assert_msg(strstr(jobs[r].err, "rank 3 of 4 did not join") != NULL, "rank %d: %s", r,
+                      jobs[r].err);
+        ck_assert_msg(jobs[r].secs >= timeout - 0.5 && jobs[r].secs < timeout + 5.0,
+                      "rank %d failed after %.1f s (timeout %d s)", r, jobs[r].secs, timeout);
+    }
+}
+END_TEST
+
+START_TEST(test_root_silent)
+{
+    br_socket_addr_t lo, bound;
+    br_boot_handle_t h;
+    bt_rank_job_t job;
+    int fd = -1;
+    int timeout = br_boot_timeout_s();
+
+    /* A listener that accepts (in the kernel) but never answers. */
+    memset(&lo, 0, sizeof(lo));
+    lo.sin.sin_family = AF_INET;
+    lo.sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(br_socket_listen(&lo, &fd, &bound), ncclSuccess);
+    memset(&h, 0, sizeof(h));
+    h.magic = BR_BOOT_ID_MAGIC;
+    h.secret = 0x1234;
+    h.root = bound;
+    memset(&job, 0, sizeof(job));
+    memcpy(job.id.internal, &h, sizeof(h));
+    job.rank = 1;
+    job.nranks = 2;
+    bt_run_jobs(&job, 1);
+    close(fd);
+    ck_assert_int_eq(job.init_res, ncclSystemError);
+    ck_assert_msg(strstr(job.err, "did not answer") != NULL, "%s", job.err);
+    ck_assert_msg(job.secs < timeout + 5.0, "failed after %.1f s (timeout %d s)", job.secs,
+                  timeout);
+}
+END_TEST
+
+START_TEST(test_root_absent)
+{
+    br_boot_handle_t h;
+    bt_rank_job_t job;
+    int timeout = br_boot_timeout_s();
+
+    memset(&h, 0, sizeof(h));
+    h.magic = BR_BOOT_ID_MAGIC;
+    h.secret = 0x1234;
+    h.root.sin.sin_family = AF_INET;
+    h.root.sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    h.root.sin.sin_port = htons((uint16_t)bt_free_port());
+    memset(&job, 0, sizeof(job));
+    memcpy(job.id.internal, &h, sizeof(h));
+    job.rank = 1;
+    job.nranks = 2;
+    bt_run_jobs(&job, 1);
+    ck_assert_int_eq(job.init_res, ncclSystemError);
+    ck_assert_msg(strstr(job.err, "could not reach the root") != NULL, "%s", job.err);
+    ck_assert_msg(job.secs < timeout + 2.0, "failed after %.1f s (timeout %d s)", job.secs,
+                  timeout);
+}
+END_TEST
+
+static Suite *bootstrap_fail_suite(void)
+{
+    Suite *s = suite_create("bootstrap");
+    TCase *tc;
+
+    tc = tcase_create("abort");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_abort_threads);
+    tcase_add_test(tc, test_abort_procs);
+    tcase_add_test(tc, test_abort_dead_peer);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("timeout");
+    tcase_set_tags(tc, "timeout");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_missing_rank);
+    tcase_add_test(tc, test_root_silent);
+    tcase_add_test(tc, test_root_absent);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return bt_suite_run(bootstrap_fail_suite());
+}
