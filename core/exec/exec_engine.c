@@ -240,8 +240,12 @@ ncclResult_t br_exec_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const br_ex
                       : br_plan_nchannels(op->count * tsize, ec->nchannels);
         int flat = ec->nranks > 1 && br_work_flat_fits(ec, op);
         int gather = ec->nranks > 1 && !flat && br_work_gather_fits(ec, op);
+        int direct = flat && br_work_flat_direct(ec, op);
         /* The one-shot paths are Braid's own: named so a trace shows which ran. */
-        const char *algo = flat ? "ONESHOT_SHM" : gather ? "ONESHOT_RING" : "RING";
+        const char *algo = direct   ? "DIRECT_SHM"
+                           : flat   ? "ONESHOT_SHM"
+                           : gather ? "ONESHOT_RING"
+                                    : "RING";
         w.event = ec->prof != NULL ? prof_op_start(b, ec, op, flat || gather ? 1 : nch, algo) : -1;
         if (op->count == 0) {
             prof_op_done(b, w.event, 0);
@@ -263,6 +267,7 @@ ncclResult_t br_exec_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const br_ex
             }
             w.kind = BR_WORK_FLAT;
             w.flat_k = ec->flat_seq++;
+            w.flat_direct = direct;
             BR_CHECK(queue_get(b, ec, Q_FLAT, 0, &q));
             return queue_push(q, &w);
         }

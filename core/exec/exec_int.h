@@ -34,6 +34,8 @@ struct br_work {
     int flat_phase;  /* 0: input not published yet, 1: published, reading */
     int flat_next;   /* first rank whose input has not been seen yet */
     int flat_small;  /* the input goes in a small slot */
+    int flat_direct; /* single copy: the slot holds the input's address, readers copy from
+                      * the owner's memory, and the owner waits for them (phase 2) */
     /* Ring one-shot: every rank's whole input travels the ring (as an AllGather) into
      * `scratch`, then each rank reduces them in rank order. */
     int gather;
@@ -47,6 +49,9 @@ int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p);
 
 /* Does op run in one hop through the node arena (same answer on every rank)? */
 int br_work_flat_fits(const br_exec_comm_t *ec, const br_exec_op_t *op);
+
+/* Of those, is it a single-copy AllGather/Broadcast (inputs read in place)? */
+int br_work_flat_direct(const br_exec_comm_t *ec, const br_exec_op_t *op);
 
 /* While w waits at the head of q: has a peer run the same collective by the other path
  * (ring versus node arena), i.e. with different arguments? Records the failure and

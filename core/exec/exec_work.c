@@ -12,8 +12,10 @@
  * send), so it never blocks. Every slot carries a descriptor of the call it belongs to;
  * the receiver checks it and reports mismatched calls instead of corrupting data.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "exec_int.h"
 #include "util.h"
@@ -434,10 +436,22 @@ static size_t flat_call_bytes(const br_exec_comm_t *ec, const br_exec_op_t *op)
     return op->func == BR_FUNC_REDUCESCATTER ? bytes * (size_t)ec->nranks : bytes;
 }
 
+int br_work_flat_direct(const br_exec_comm_t *ec, const br_exec_op_t *op)
+{
+    if (ec->flat == NULL || ec->flat->cma_bytes == 0 ||
+        (op->func != BR_FUNC_ALLGATHER && op->func != BR_FUNC_BROADCAST)) {
+        return 0;
+    }
+    return op->count * br_type_size(op->type) >= ec->flat->cma_bytes;
+}
+
 int br_work_flat_fits(const br_exec_comm_t *ec, const br_exec_op_t *op)
 {
     if (ec->flat == NULL || !br_func_is_collective(op->func)) {
         return 0;
+    }
+    if (br_work_flat_direct(ec, op)) {
+        return 1;
     }
     /* Decided on the call's arguments alone, so every rank decides alike. */
     size_t bytes = flat_call_bytes(ec, op);
@@ -520,6 +534,115 @@ static int flat_needs(const br_exec_comm_t *ec, const br_exec_op_t *op, int r)
     }
 }
 
+/* ---- Single copy: inputs read in place ----
+ * A large AllGather or Broadcast on one host. Each rank publishes only where its input
+ * is (its address, in a small slot); every rank that needs it copies it straight from the
+ * owner's memory (process_vm_readv between processes, memcpy within one), then sets its
+ * `done`; the owner returns only when all its readers are done, since the user may reuse
+ * the buffer after that. One copy per byte instead of two through a FIFO, and no
+ * per-slot handshakes. */
+
+#define BR_CMA_CHUNK ((size_t)1 << 20) /* per process_vm_readv call (measured best here) */
+
+/* Copy `bytes` of rank r's published input, from byte `off` of it, to dst. */
+static int flat_read_peer(br_exec_queue_t *q, const br_work_t *w, int r, char *dst, size_t off,
+                          size_t bytes)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_peer_info_t *pi = &ec->tc->peers[r];
+    uint64_t addr;
+
+    memcpy(&addr, br_flat_buf(ec->flat, r, w->flat_k, 1), sizeof(addr));
+    const char *src = (const char *)(uintptr_t)addr + off;
+    if (pi->pid_hash == ec->tc->peers[ec->rank].pid_hash) {
+        memcpy(dst, src, bytes);
+        return 0;
+    }
+    for (size_t done = 0; done < bytes;) {
+        size_t n = bytes - done < BR_CMA_CHUNK ? bytes - done : BR_CMA_CHUNK;
+        struct iovec local = {dst + done, n};
+        struct iovec remote = {(void *)(src + done), n};
+        ssize_t got = process_vm_readv(pi->pid, &local, 1, &remote, 1, 0);
+        if (got > 0) {
+            done += (size_t)got;
+            continue;
+        }
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        int err = got < 0 ? errno : EIO;
+        ncclResult_t res = err == EFAULT  ? ncclInvalidArgument
+                           : err == ESRCH ? ncclRemoteError
+                                          : ncclSystemError;
+        br_exec_fail(
+            ec, res,
+            "rank %d: %s #%llu (count %zu, %s): reading rank %d's buffer %p (pid %d on %s) "
+            "into %p failed at byte %zu of %zu: %s%s",
+            ec->rank, br_func_name(w->op.func), (unsigned long long)w->op.seq, w->op.count,
+            br_type_name(w->op.type), r, (const void *)(src - off), pi->pid, pi->host, (void *)dst,
+            off + done, off + bytes, strerror(err),
+            err == EFAULT  ? " (one of the two buffers is not valid for the call's count)"
+            : err == ESRCH ? " (the rank's process is gone)"
+                           : "");
+        return -1;
+    }
+    return 0;
+}
+
+/* The local part and the reads of a single-copy operation, once every input it needs is
+ * published. */
+static int flat_direct_output(br_exec_queue_t *q, const br_work_t *w)
+{
+    const br_exec_op_t *op = &w->op;
+    size_t bytes = op->count * br_type_size(op->type);
+    int n = q->ec->nranks, me = q->ec->rank;
+
+    if (op->func == BR_FUNC_BROADCAST) {
+        if (me != op->root) {
+            return flat_read_peer(q, w, op->root, op->recvbuff, 0, bytes);
+        }
+        if (op->recvbuff != op->sendbuff) {
+            memcpy(op->recvbuff, op->sendbuff, bytes);
+        }
+        return 0;
+    }
+    char *mine = (char *)op->recvbuff + (size_t)me * bytes;
+    if (mine != op->sendbuff) {
+        memcpy(mine, op->sendbuff, bytes);
+    }
+    /* Start after ourselves, so the ranks do not all read rank 0 first. */
+    for (int i = 1; i < n; i++) {
+        int r = (me + i) % n;
+        if (flat_read_peer(q, w, r, (char *)op->recvbuff + (size_t)r * bytes, 0, bytes) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Do the other ranks read this rank's input in place (so it must wait for them)? */
+static int flat_direct_has_readers(const br_exec_comm_t *ec, const br_exec_op_t *op)
+{
+    return op->func == BR_FUNC_ALLGATHER || ec->rank == op->root;
+}
+
+/* Phase 2 of a single-copy operation: wait until every reader is done with our input. */
+static int flat_direct_wait_readers(br_exec_queue_t *q, br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    for (; w->flat_next < ec->nranks; w->flat_next++) {
+        int r = w->flat_next;
+        /* Acquire pairs with the reader's release of done after its last read. */
+        if (r != ec->rank && atomic_load_explicit(&br_flat_ctrl(ec->flat, r)->done,
+                                                  memory_order_acquire) < w->flat_k + 1) {
+            q->wait_peer = r;
+            q->wait_what = "its input to be read by";
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     br_exec_comm_t *ec = q->ec;
@@ -527,11 +650,18 @@ static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
     const br_exec_op_t *op = &w->op;
     uint64_t k = w->flat_k;
     int n = ec->nranks, moved = 0;
-    /* Decided on the call's size alone, so writer and readers pick the same slot. */
-    int small = flat_call_bytes(ec, op) <= BR_FLAT_SMALL_MAX;
+    /* Decided on the call's arguments alone, so writer and readers pick the same slot. */
+    int small = w->flat_direct || flat_call_bytes(ec, op) <= BR_FLAT_SMALL_MAX;
     uint64_t window = small ? BR_FLAT_NSMALL : BR_FLAT_NBUF;
 
     w->flat_small = small;
+    if (w->flat_phase == 2) {
+        if (!flat_direct_wait_readers(q, w)) {
+            return 0;
+        }
+        *done_p = 1;
+        return 1;
+    }
     if (w->flat_phase == 0) {
         /* Our buffer for k last held operation k - NBUF: everyone must be done reading it.
          * Acquire pairs with each reader's release of done. */
@@ -552,7 +682,10 @@ static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
         }
         br_flat_hdr_t *h = br_flat_hdr(f, ec->rank, k, small);
         size_t bytes = flat_publish_bytes(ec, op, ec->rank);
-        if (bytes > 0) {
+        if (w->flat_direct) {
+            uint64_t addr = (uint64_t)(uintptr_t)op->sendbuff;
+            memcpy(br_flat_buf(f, ec->rank, k, small), &addr, sizeof(addr));
+        } else if (bytes > 0) {
             memcpy(br_flat_buf(f, ec->rank, k, small), op->sendbuff, bytes);
         }
         br_slot_desc_t d = {bytes, op->seq + 1, op->count, (uint32_t)op->func, desc_type_word(op)};
@@ -581,9 +714,20 @@ static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
             return -1;
         }
     }
-    flat_output(ec, w);
+    if (!w->flat_direct) {
+        flat_output(ec, w);
+    } else if (flat_direct_output(q, w) != 0) {
+        return -1;
+    }
     /* Release: our reads of every buffer are done before writers may reuse them. */
     atomic_store_explicit(&br_flat_ctrl(f, ec->rank)->done, k + 1, memory_order_release);
+    if (w->flat_direct && flat_direct_has_readers(ec, op)) {
+        w->flat_phase = 2;
+        w->flat_next = 0;
+        if (!flat_direct_wait_readers(q, w)) {
+            return moved + 1;
+        }
+    }
     *done_p = 1;
     return moved + 1;
 }
@@ -619,6 +763,16 @@ int br_work_probe_mismatch(br_exec_queue_t *q, const br_work_t *w)
             }
         }
         return 0;
+    }
+    /* Different sizes can put one operation in a small slot on one rank and a large
+     * buffer on another: then the peer's input is in the slot we do not read. */
+    for (int r = 0; r < ec->nranks; r++) {
+        const br_flat_hdr_t *h = br_flat_hdr(ec->flat, r, w->flat_k, !w->flat_small);
+        if (r != ec->rank &&
+            atomic_load_explicit(&h->flag, memory_order_acquire) == w->flat_k + 1 &&
+            h->desc.seq == op->seq + 1) {
+            return flat_check_desc(q, w, r, &h->desc) != 0;
+        }
     }
     for (int c = 0; c < ec->nchannels; c++) {
         br_conn_t *rc = ec->ring_recv[c];

@@ -97,7 +97,10 @@ typedef struct br_flat {
     size_t stride;     /* bytes between ranks' regions */
     char *base;        /* the mapping */
     size_t size;
-    uint64_t min_done; /* local: the lowest `done` of the other ranks when last looked at */
+    uint64_t min_done;      /* local: the lowest `done` of the other ranks when last looked at */
+    size_t cma_bytes;       /* smallest AllGather/Broadcast input read straight from its owner's
+                             * memory (single copy), or 0 when ranks cannot read each other's */
+    _Atomic uint64_t probe; /* a word the other ranks read at setup to prove they can */
 } br_flat_t;
 
 /* Rank r's control block, and the header and data of its buffer for operation k: one of
@@ -158,9 +161,11 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
  * Collective over the communicator: map a node arena of max_bytes per rank and buffer
  * when every rank is on this host and may use shared memory (tc->flat, else NULL). Every
  * rank reaches the same answer; a failure to create or map the segment on any rank leaves
- * it off everywhere (logged), it is an optimisation and never required.
+ * it off everywhere (logged), it is an optimisation and never required. With cma_bytes > 0
+ * the ranks also check that each can read every other's memory (process_vm_readv), and if
+ * all can, AllGather/Broadcast inputs of at least cma_bytes are read in place (single copy).
  */
-ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes);
+ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes);
 
 /* Close every connection and the proxy; with flush, let pending network sends finish
  * first (bounded). */

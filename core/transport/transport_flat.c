@@ -5,7 +5,11 @@
  * `done` counter, BR_FLAT_NBUF large buffers and BR_FLAT_NSMALL small slots, each a header
  * (flag, call descriptor) and the data.
  * Setup is collective and all-or-nothing: two allgathers carry the segment's name and then
- * every rank's verdict, so the ranks agree on whether small operations use it.
+ * every rank's verdict, so the ranks agree on whether small operations use it. The first
+ * also carries where each rank keeps a probe word, which every other process reads with
+ * process_vm_readv: only if every rank could read every other's do large AllGather and
+ * Broadcast inputs get read in place (a container without CAP_SYS_PTRACE or a kernel with
+ * Yama's ptrace_scope at 1 or more refuses it, and the ring path is used instead, logged).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -13,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "transport.h"
@@ -20,7 +25,10 @@
 
 typedef struct {
     char name[64];
-    int32_t ok;
+    uint64_t probe_addr; /* where the rank's probe word is, and what it holds */
+    uint64_t probe_val;
+    int32_t ok;  /* second round: the rank mapped the arena */
+    int32_t cma; /* second round: the rank read every other process's probe word */
 } flat_blob_t;
 
 static _Atomic unsigned flat_counter;
@@ -91,17 +99,42 @@ static void *flat_attach(const br_transport_comm_t *tc, size_t size, const char 
     return base;
 }
 
-ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes)
+/* Can this rank read every other rank's memory? Ranks of this process need no system
+ * call (their inputs are copied directly). */
+static int flat_cma_probe(const br_transport_comm_t *tc, const flat_blob_t *blobs)
+{
+    const br_peer_info_t *me = &tc->peers[tc->rank];
+
+    for (int r = 0; r < tc->nranks; r++) {
+        const br_peer_info_t *pi = &tc->peers[r];
+        uint64_t got = 0;
+        if (r == tc->rank || pi->pid_hash == me->pid_hash) {
+            continue;
+        }
+        struct iovec local = {&got, sizeof(got)};
+        struct iovec remote = {(void *)(uintptr_t)blobs[r].probe_addr, sizeof(got)};
+        ssize_t n = process_vm_readv(pi->pid, &local, 1, &remote, 1, 0);
+        if (n != (ssize_t)sizeof(got) || got != blobs[r].probe_val) {
+            BR_INFO(NCCL_SHM | NCCL_INIT,
+                    "rank %d: no single-copy reads: cannot read rank %d's memory (pid %d): %s",
+                    tc->rank, r, pi->pid, n < 0 ? strerror(errno) : "a different process answered");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes)
 {
     ncclResult_t res = ncclSuccess;
     flat_blob_t *blobs = NULL;
     br_flat_t *flat = NULL;
     void *base = NULL;
     char name[64] = "";
-    int all_ok = 1;
+    int all_ok = 1, all_cma = cma_bytes > 0;
 
     tc->flat = NULL;
-    if (max_bytes == 0 || tc->nranks < 2 || !flat_eligible(tc)) {
+    if ((max_bytes == 0 && cma_bytes == 0) || tc->nranks < 2 || !flat_eligible(tc)) {
         return ncclSuccess;
     }
     _Static_assert(sizeof(br_flat_hdr_t) <= BR_FLAT_HDR_BYTES, "arena header too large");
@@ -114,6 +147,11 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes)
     size_t size = stride * (size_t)tc->nranks;
 
     BR_CHECK(br_calloc(&blobs, (size_t)tc->nranks, "node arena setup"));
+    BR_CHECK_GOTO(br_calloc(&flat, 1, "node arena"), res, out);
+    /* Unpredictable enough that another process at a reused pid would not hold it. */
+    atomic_store(&flat->probe, tc->comm_hash ^ br_time_ns() ^ ((uint64_t)tc->rank << 48));
+    blobs[tc->rank].probe_addr = (uint64_t)(uintptr_t)&flat->probe;
+    blobs[tc->rank].probe_val = atomic_load(&flat->probe);
     if (tc->rank == 0) {
         base = flat_create(tc, size, name, sizeof(name));
         memcpy(blobs[0].name, name, sizeof(name));
@@ -122,21 +160,30 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes)
     if (tc->rank != 0 && blobs[0].name[0] != '\0') {
         base = flat_attach(tc, size, blobs[0].name);
     }
+    int cma = all_cma && flat_cma_probe(tc, blobs);
     /* Second round: everyone's verdict, so nobody uses an arena a peer could not map. */
     memset(blobs, 0, (size_t)tc->nranks * sizeof(*blobs));
     blobs[tc->rank].ok = base != NULL;
+    blobs[tc->rank].cma = cma;
     res = br_bootstrap_allgather(tc->boot, blobs, sizeof(*blobs));
     if (res != ncclSuccess) {
         goto out;
     }
     for (int i = 0; i < tc->nranks; i++) {
         all_ok &= blobs[i].ok;
+        all_cma &= blobs[i].cma;
     }
     if (!all_ok) {
         BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: node arena off: a rank could not map it", tc->rank);
         goto out;
     }
-    BR_CHECK_GOTO(br_calloc(&flat, 1, "node arena"), res, out);
+    if (cma_bytes > 0 && !all_cma) {
+        BR_INFO(NCCL_SHM | NCCL_INIT,
+                "rank %d: single-copy reads off: a rank cannot read another's memory "
+                "(process_vm_readv; NCCL_DEBUG=INFO on every rank names it)",
+                tc->rank);
+    }
+    flat->cma_bytes = all_cma ? cma_bytes : 0;
     flat->nranks = tc->nranks;
     flat->max_bytes = max_bytes;
     flat->buf_stride = buf_stride;
@@ -144,11 +191,14 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes)
     flat->base = base;
     flat->size = size;
     tc->flat = flat;
+    flat = NULL;
     base = NULL;
     BR_INFO(NCCL_SHM | NCCL_INIT,
             "rank %d: node arena of %zu bytes: operations up to %zu bytes "
-            "per rank take one hop",
-            tc->rank, size, max_bytes);
+            "per rank take one hop; AllGather/Broadcast inputs from %zu bytes are read in "
+            "place%s",
+            tc->rank, size, max_bytes, tc->flat->cma_bytes,
+            tc->flat->cma_bytes > 0 ? "" : " (never)");
 out:
     if (name[0] != '\0') {
         shm_unlink(name); /* rank 0, after everyone mapped it or gave up */
@@ -156,6 +206,7 @@ out:
     if (base != NULL) {
         munmap(base, size);
     }
+    free(flat);
     free(blobs);
     return res;
 }

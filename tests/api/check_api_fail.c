@@ -10,16 +10,24 @@
  *             can be aborted (BRAID_TIMEOUT unset: detection must not rely on it)
  *   missing   a rank never calls ncclCommInitRank: the others' init fails within
  *             BRAID_BOOTSTRAP_TIMEOUT (set to 3 s by CTest) plus a margin, naming it
- *   mismatch  ranks make different calls (count, collective, datatype): with
- *             BRAID_TIMEOUT=5 every rank returns an error instead of hanging; and a rank
- *             that makes no call at all: the other fails after BRAID_TIMEOUT, naming it
+ *   mismatch  ranks make different calls (count, collective, datatype, and sizes that
+ *             take different paths on one host): with BRAID_TIMEOUT=5 every rank returns
+ *             an error instead of hanging; a rank that makes no call at all: the other
+ *             fails after BRAID_TIMEOUT, naming it; a Broadcast root whose buffer is not
+ *             readable: the ranks that read it in place fail naming it, and so does it
  * CTest runs each TCase on its own (CK_RUN_CASE), over shm and over the socket plugin.
  */
 #include <check.h>
+#include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "brt_launch.h"
 
@@ -231,9 +239,13 @@ static int body_mismatch(brt_rank_ctx_t *ctx)
     } else if (variant == 1) { /* collectives differ */
         res = ctx->rank == 0 ? ncclAllReduce(a, b, 4096, ncclFloat, ncclSum, comm, NULL)
                              : ncclBroadcast(a, b, 4096, ncclFloat, 0, comm, NULL);
-    } else { /* types differ, same byte count */
+    } else if (variant == 2) { /* types differ, same byte count */
         res = ncclAllReduce(a, b, ctx->rank == 0 ? 8192 : 4096,
                             ctx->rank == 0 ? ncclFloat16 : ncclFloat, ncclSum, comm, NULL);
+    } else if (variant == 3) { /* one rank's AllGather is read in place, the other's is not */
+        res = ncclAllGather(a, b, ctx->rank == 0 ? 1000 : big / 2, ncclFloat, comm, NULL);
+    } else { /* both read in place on one host, counts differ */
+        res = ncclBroadcast(a, b, ctx->rank == 0 ? big : big / 2, ncclFloat, 0, comm, NULL);
     }
     ctx->report->t_mark = brt_now() - t0;
     ctx->report->result = res;
@@ -247,12 +259,21 @@ static int body_mismatch(brt_rank_ctx_t *ctx)
 
 START_TEST(test_mismatched_calls)
 {
-    static const char *const what[] = {"counts 1000 vs 300000", "AllReduce vs Broadcast",
-                                       "float16 x 8192 vs float32 x 4096"};
+    static const char *const what[] = {
+        "counts 1000 vs 300000", "AllReduce vs Broadcast", "float16 x 8192 vs float32 x 4096",
+        "AllGather counts 1000 vs 150000", "Broadcast counts 300000 vs 150000"};
     int variant = _i;
     char out[16384];
     brt_procs_t p;
     double limit = 60 * brt_time_scale();
+    const char *shm_off = getenv("NCCL_SHM_DISABLE");
+
+    /* Variants 3 and 4 are about the paths of one host (one hop, read in place); over a
+     * network a Broadcast root that sent everything has nothing to fail. */
+    if (variant >= 3 && shm_off != NULL && atoi(shm_off) != 0) {
+        fprintf(stderr, "SKIP mismatch (%s): only with shared memory\n", what[variant]);
+        return;
+    }
 
     ck_assert_int_eq(brt_procs_start(&p, 2, body_mismatch, &variant, out, sizeof(out)), 0);
     int bad = brt_procs_wait(&p, brt_now() + limit, 0, out, sizeof(out), 1);
@@ -266,6 +287,101 @@ START_TEST(test_mismatched_calls)
         ck_assert_msg(p.reports[r].result != ncclSuccess,
                       "mismatched calls (%s): rank %d returned ncclSuccess", what[variant], r);
     }
+    brt_procs_free(&p);
+}
+END_TEST
+
+/* Can a process read a sibling's memory (process_vm_readv)? Only then do ranks of one
+ * host read large inputs in place. */
+static int siblings_can_read(void)
+{
+    static volatile uint64_t word = 0x5eed;
+    int fds[2];
+    pid_t a, b;
+    int status = 1;
+
+    if (pipe(fds) != 0) {
+        return 0;
+    }
+    a = fork();
+    if (a == 0) { /* the one read: waits until its reader is done */
+        char c;
+        close(fds[1]);
+        _exit(read(fds[0], &c, 1) < 0);
+    }
+    b = fork();
+    if (b == 0) {
+        uint64_t got = 0;
+        struct iovec l = {&got, sizeof(got)}, r = {(void *)&word, sizeof(got)};
+        _exit(process_vm_readv(a, &l, 1, &r, 1, 0) == (ssize_t)sizeof(got) && got == word ? 0 : 1);
+    }
+    if (b > 0) {
+        waitpid(b, &status, 0);
+    }
+    close(fds[0]);
+    close(fds[1]);
+    if (a > 0) {
+        waitpid(a, NULL, 0);
+    }
+    return b > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* The root broadcasts in place from memory it cannot read itself (a user bug): the
+ * ranks that read it in place must fail naming rank 0, and rank 0 must learn of it. */
+static int body_unreadable_root(brt_rank_ctx_t *ctx)
+{
+    const size_t count = 1 << 20; /* 4 MiB: read in place */
+    size_t bytes = count * sizeof(float);
+    ncclComm_t comm;
+    void *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ncclResult_t res;
+
+    if (buf == MAP_FAILED || brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    if (ctx->rank == 0 && mprotect(buf, bytes, PROT_NONE) != 0) {
+        brt_fail(ctx, "mprotect: %s", strerror(errno));
+        return 1;
+    }
+    double t0 = brt_now();
+    brt_doing(ctx, "Broadcast from an unreadable root buffer");
+    res = ncclBroadcast(buf, buf, count, ncclFloat, 0, comm, NULL);
+    ctx->report->t_mark = brt_now() - t0;
+    ctx->report->result = res;
+    snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s", ncclGetLastError(comm));
+    ncclCommAbort(comm);
+    munmap(buf, bytes);
+    return 0;
+}
+
+START_TEST(test_unreadable_root_buffer)
+{
+    const int n = 3;
+    char out[16384];
+    brt_procs_t p;
+    const char *shm_off = getenv("NCCL_SHM_DISABLE");
+
+    if ((shm_off != NULL && atoi(shm_off) != 0) || !siblings_can_read()) {
+        fprintf(stderr, "SKIP unreadable root buffer: ranks do not read each other's memory "
+                        "here (shared memory off, or process_vm_readv refused)\n");
+        return;
+    }
+    ck_assert_int_eq(brt_procs_start(&p, n, body_unreadable_root, NULL, out, sizeof(out)), 0);
+    int bad = brt_procs_wait(&p, brt_now() + 60 * brt_time_scale(), 0, out, sizeof(out), 1);
+    ck_assert_msg(!bad, "Broadcast from an unreadable root buffer: %s", brt_clip(out, 3000));
+    for (int r = 0; r < n; r++) {
+        const brt_report_t *rep = &p.reports[r];
+        fprintf(stderr, "unreadable root buffer: rank %d returned %d after %.1f s: %s\n", r,
+                rep->result, rep->t_mark, rep->msg);
+        ck_assert_msg(rep->result != ncclSuccess, "rank %d: the Broadcast succeeded", r);
+        /* Readers name the root; the root names whichever reader told it first. */
+        int named = r == 0 ? brt_text_names_rank(rep->msg, 1) || brt_text_names_rank(rep->msg, 2)
+                           : brt_text_names_rank(rep->msg, 0);
+        ck_assert_msg(named, "rank %d: the error does not name %s: \"%s\"", r,
+                      r == 0 ? "a reader" : "rank 0", rep->msg);
+    }
+    ck_assert_msg(strstr(p.reports[1].msg, "buffer") != NULL,
+                  "rank 1's error does not say which buffer failed: \"%s\"", p.reports[1].msg);
     brt_procs_free(&p);
 }
 END_TEST
@@ -342,7 +458,8 @@ static Suite *api_fail_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("mismatch");
     tcase_set_timeout(tc, 90 * brt_time_scale());
-    tcase_add_loop_test(tc, test_mismatched_calls, 0, 3);
+    tcase_add_loop_test(tc, test_mismatched_calls, 0, 5);
+    tcase_add_test(tc, test_unreadable_root_buffer);
     tcase_add_test(tc, test_silent_peer);
     suite_add_tcase(s, tc);
     return s;

@@ -79,6 +79,7 @@ void *perf_mem_alloc(int device, size_t bytes)
         return p;
     }
 #endif
+    (void)device;
     /* Page-aligned like cudaMalloc'd memory, so alignment never differs between modes. */
     if (posix_memalign(&p, 4096, bytes) != 0) {
         return NULL;
