@@ -432,7 +432,8 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     BR_CHECK_GOTO(net_setup(comm, needed), res, fail);
     BR_CHECK_GOTO(ring_setup(comm), res, fail);
     BR_CHECK_GOTO(br_transport_flat_setup(tc, (size_t)BR_PARAM_INT(ONESHOT_BYTES),
-                                          (size_t)BR_PARAM_INT(CMA_BYTES)),
+                                          (size_t)BR_PARAM_INT(CMA_BYTES),
+                                          (size_t)BR_PARAM_INT(CMA_MAX_BYTES)),
                   res, fail);
     comm->ec->flat = tc->flat;
     BR_CHECK_GOTO(tune_setup(comm), res, fail);

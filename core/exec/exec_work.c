@@ -442,7 +442,8 @@ int br_work_flat_direct(const br_exec_comm_t *ec, const br_exec_op_t *op)
         (op->func != BR_FUNC_ALLGATHER && op->func != BR_FUNC_BROADCAST)) {
         return 0;
     }
-    return op->count * br_type_size(op->type) >= ec->flat->cma_bytes;
+    size_t bytes = op->count * br_type_size(op->type);
+    return bytes >= ec->flat->cma_bytes && (ec->flat->cma_max == 0 || bytes <= ec->flat->cma_max);
 }
 
 int br_work_flat_fits(const br_exec_comm_t *ec, const br_exec_op_t *op)

@@ -100,6 +100,7 @@ typedef struct br_flat {
     uint64_t min_done;      /* local: the lowest `done` of the other ranks when last looked at */
     size_t cma_bytes;       /* smallest AllGather/Broadcast input read straight from its owner's
                              * memory (single copy), or 0 when ranks cannot read each other's */
+    size_t cma_max;         /* and the largest (0: no limit) */
     _Atomic uint64_t probe; /* a word the other ranks read at setup to prove they can */
 } br_flat_t;
 
@@ -163,9 +164,10 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
  * rank reaches the same answer; a failure to create or map the segment on any rank leaves
  * it off everywhere (logged), it is an optimisation and never required. With cma_bytes > 0
  * the ranks also check that each can read every other's memory (process_vm_readv), and if
- * all can, AllGather/Broadcast inputs of at least cma_bytes are read in place (single copy).
+ * all can, AllGather/Broadcast inputs from cma_bytes to cma_max (0: any) are read in place.
  */
-ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes);
+ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes,
+                                     size_t cma_max);
 
 /* Close every connection and the proxy; with flush, let pending network sends finish
  * first (bounded). */

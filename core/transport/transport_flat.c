@@ -124,7 +124,8 @@ static int flat_cma_probe(const br_transport_comm_t *tc, const flat_blob_t *blob
     return 1;
 }
 
-ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes)
+ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes,
+                                     size_t cma_max)
 {
     ncclResult_t res = ncclSuccess;
     flat_blob_t *blobs = NULL;
@@ -184,6 +185,7 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, 
                 tc->rank);
     }
     flat->cma_bytes = all_cma ? cma_bytes : 0;
+    flat->cma_max = cma_max;
     flat->nranks = tc->nranks;
     flat->max_bytes = max_bytes;
     flat->buf_stride = buf_stride;
@@ -193,12 +195,16 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, 
     tc->flat = flat;
     flat = NULL;
     base = NULL;
+    char cma_what[96] = "none";
+    if (tc->flat->cma_bytes > 0 && cma_max > 0) {
+        snprintf(cma_what, sizeof(cma_what), "%zu to %zu bytes", tc->flat->cma_bytes, cma_max);
+    } else if (tc->flat->cma_bytes > 0) {
+        snprintf(cma_what, sizeof(cma_what), "from %zu bytes", tc->flat->cma_bytes);
+    }
     BR_INFO(NCCL_SHM | NCCL_INIT,
-            "rank %d: node arena of %zu bytes: operations up to %zu bytes "
-            "per rank take one hop; AllGather/Broadcast inputs from %zu bytes are read in "
-            "place%s",
-            tc->rank, size, max_bytes, tc->flat->cma_bytes,
-            tc->flat->cma_bytes > 0 ? "" : " (never)");
+            "rank %d: node arena of %zu bytes: operations up to %zu bytes per rank take one "
+            "hop; AllGather/Broadcast inputs read in place: %s",
+            tc->rank, size, max_bytes, cma_what);
 out:
     if (name[0] != '\0') {
         shm_unlink(name); /* rank 0, after everyone mapped it or gave up */
