@@ -409,11 +409,15 @@ static void describe_wait(const br_exec_queue_t *q, char *buf, size_t len)
         snprintf(buf, len, "nothing");
         return;
     }
-    snprintf(buf, len, "%s #%llu (count %zu, %s%s%d) waiting for %s rank %d",
+    char where[32] = "";
+    if (w->kind == BR_WORK_RING) {
+        snprintf(where, sizeof(where), ", channel %d", w->ch);
+    } else if (w->kind == BR_WORK_SEND || w->kind == BR_WORK_RECV) {
+        snprintf(where, sizeof(where), ", peer %d", w->op.peer);
+    }
+    snprintf(buf, len, "%s #%llu (count %zu, %s%s) waiting for %s rank %d",
              br_func_name(w->op.func), (unsigned long long)w->op.seq, w->op.count,
-             br_type_name(w->op.type), w->kind == BR_WORK_RING ? ", channel " : ", peer ",
-             w->kind == BR_WORK_RING ? w->ch : w->op.peer, q->wait_what ? q->wait_what : "",
-             q->wait_peer);
+             br_type_name(w->op.type), where, q->wait_what ? q->wait_what : "", q->wait_peer);
 }
 
 /* Has the executor consumed everything the connection delivered? */
