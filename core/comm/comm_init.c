@@ -133,6 +133,7 @@ static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
     pi->pid_hash = br_pid_hash();
     pi->comm_ptr = (uint64_t)(uintptr_t)comm;
     pi->buffsize = BR_PARAM_INT(BUFFSIZE);
+    pi->pipeline = (int)BR_PARAM_INT(RING_PIPELINE);
     pi->p2p_chunk = BR_PARAM_INT(P2P_NET_CHUNKSIZE);
     pi->nchannels = (int)clamp64(BR_PARAM_INT(NCHANNELS), BR_PARAM_INT(MIN_NCHANNELS),
                                  BR_PARAM_INT(MAX_NCHANNELS));
@@ -395,6 +396,9 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
         }
         if (i == 0 || p->p2p_chunk < tc->p2p_chunk) {
             tc->p2p_chunk = p->p2p_chunk;
+        }
+        if (i == 0 || p->pipeline < comm->ec->pipeline) {
+            comm->ec->pipeline = p->pipeline;
         }
         needed |= br_transport_select(tc, i) == BR_TRANSPORT_NET;
     }

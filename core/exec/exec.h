@@ -53,6 +53,7 @@ typedef struct br_exec_comm {
     char *gather_scratch;            /* ring one-shot inputs: nranks x BR_GATHER_MAX */
     int has_net;                     /* some connection goes through the proxy */
     int oversubscribed;              /* more ranks on this host than CPU cores */
+    int pipeline;                    /* fewest FIFO slots a ring step's data is cut into */
     br_profiler_t *prof;             /* profiler plugin, or NULL */
     uint64_t prof_seq[BR_NUM_FUNCS]; /* per-function counters for its events */
     uint64_t symptom_ns;             /* when a local network symptom was first seen */

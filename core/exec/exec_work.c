@@ -20,6 +20,8 @@
 #include "exec_int.h"
 #include "util.h"
 
+#define BR_MIN_SLICE ((size_t)64 << 10) /* smallest slot a pipelined step is cut into */
+
 enum { P_RECV = 1, P_REDUCE = 2, P_COPY = 4, P_SEND = 8, P_POST = 16, P_LOCAL = 32 };
 
 static int is_reduction(br_func_t func)
@@ -63,6 +65,19 @@ void br_work_ring_init(br_work_t *w, const br_exec_comm_t *ec, int ch, int nch)
     w->units = is_reduction(op->func) ? op->count : op->count * tsize;
     br_plan_channel_range(w->units, nch, ch, &w->lo, &w->hi);
     w->slice = ec->ring_send[ch]->step_size / w->esize;
+    /* Cut what one step moves into at least ec->pipeline slots (of at least
+     * BR_MIN_SLICE bytes): a mid-size call that fits one slot would otherwise copy in,
+     * transfer and copy out one after the other, with nothing overlapping. */
+    if (ec->pipeline > 1) {
+        size_t per = w->hi - w->lo;
+        if (op->func == BR_FUNC_ALLREDUCE) {
+            per = (per + (size_t)n - 1) / (size_t)n;
+        }
+        size_t want = per / (size_t)ec->pipeline;
+        size_t floor_units = BR_MIN_SLICE / w->esize;
+        want = want > floor_units ? want : floor_units;
+        w->slice = want < w->slice ? want : w->slice;
+    }
     w->base = w->lo;
     w->j = 0;
     switch (op->func) {

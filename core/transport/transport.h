@@ -58,6 +58,7 @@ typedef struct {
     int nchannels;
     int channels_auto; /* nchannels is Braid's default, not set by the user */
     int cpus;          /* online CPUs of the rank's host */
+    int pipeline;      /* BRAID_RING_PIPELINE */
     int shm_disable;
     int p2p_disable;
     char host[64];
