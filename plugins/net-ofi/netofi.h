@@ -188,6 +188,7 @@ struct netofi_ep {
     struct fid_av *av;
     struct fid_cq *cq;
     struct fid_ep *ep;
+    struct fi_info *shm_info;      /* shm: what ep was opened with, its own name (owned) */
     uint8_t name[NETOFI_NAME_MAX]; /* fi_getname of ep */
     size_t name_len;
     uint64_t next_mr_key; /* requested keys when the provider does not pick them */

@@ -118,15 +118,22 @@ static ncclResult_t start(netofi_comm_t *c, netofi_req_t *req, void **request_p)
     return ncclSuccess;
 }
 
-/* Whether the peer's CLOSE rules out message seq, logged once per connection. */
+/* The peer's CLOSE says the next message of c will never match. Lock held. */
+static int peer_rules_out(const netofi_comm_t *c)
+{
+    return c->peer_closed && (int32_t)(c->seq - c->peer_seq) >= 0;
+}
+
+/* A send the closed receiver will never take fails the connection, logged once. (A
+ * receive fails alone and in order instead: see start_failed.) Lock held. */
 static ncclResult_t check_peer(netofi_comm_t *c)
 {
-    if (!c->peer_closed || (int32_t)(c->seq - c->peer_seq) < 0) {
+    if (!peer_rules_out(c)) {
         return c->err;
     }
     if (c->err == ncclSuccess) {
-        BR_WARN(NCCL_NET, "net-ofi: %s on connection %#x after its peer closed (provider %s)",
-                c->type == NETOFI_COMM_SEND ? "send" : "receive", c->id, netofi_fabric_prov());
+        BR_WARN(NCCL_NET, "net-ofi: send on connection %#x after its peer closed (provider %s)",
+                c->id, netofi_fabric_prov());
         c->err = ncclRemoteError;
         c->peer_close_warned = 1;
     }
@@ -174,6 +181,21 @@ out:
     return res;
 }
 
+/* Hand out req for a message the peer will never send, failed already: test reports
+ * ncclRemoteError, in its turn. Failing irecv itself would be too early: a proxy posts
+ * receives ahead of need, and an irecv error ends its connection before test reports the
+ * messages the peer did send, which may still be arriving (a receiver slower than its
+ * sender sees the CLOSE before it has tested them). Lock held. */
+static void start_failed(netofi_comm_t *c, netofi_req_t *req, void **request_p)
+{
+    req->seq = c->seq++;
+    req->done = 0;
+    req->chunk = 0;
+    req->state = NETOFI_REQ_ERROR;
+    req->err = ncclRemoteError;
+    *request_p = req;
+}
+
 ncclResult_t netofi_data_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                                void **mhandles, void **request)
 {
@@ -192,7 +214,7 @@ ncclResult_t netofi_data_irecv(void *recv_comm, int n, void **data, size_t *size
     }
     BR_CHECK(desc_of(c, mhandles ? mhandles[0] : NULL, sizes[0], &desc));
     pthread_mutex_lock(&ep->lock);
-    res = check_peer(c);
+    res = c->err;
     if (res != ncclSuccess || (req = netofi_req_get(c)) == NULL) {
         goto out;
     }
@@ -203,7 +225,11 @@ ncclResult_t netofi_data_irecv(void *recv_comm, int n, void **data, size_t *size
     req->desc = desc;
     req->tag = netofi_tag_data(ep->dev, c->id, c->seq);
     req->addr = FI_ADDR_UNSPEC;
-    res = start(c, req, request);
+    if (peer_rules_out(c)) {
+        start_failed(c, req, request);
+    } else {
+        res = start(c, req, request);
+    }
     BR_TRACE(NCCL_NET, "net-ofi: irecv %zu bytes on %#x -> %p", sizes[0], c->id, *request);
 out:
     pthread_mutex_unlock(&ep->lock);

@@ -13,9 +13,12 @@
  * the functions marked "lock held" own it. The reference count is changed under it too.
  */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "netofi.h"
 
@@ -36,9 +39,47 @@ static void warn_fi(const netofi_ep_t *ep, const char *what, int rc)
             netofi_fi.strerror(rc < 0 ? -rc : rc), netofi_fabric_prov());
 }
 
-static ncclResult_t open_objects(netofi_ep_t *ep)
+/*
+ * The fi_info to open ep's endpoint with: dev->info itself, or for shm a copy with a source
+ * address of its own (kept in ep->shm_info until the endpoint closes). shm names an
+ * endpoint's region in /dev/shm after the source address, by default "fi_shm://<pid>" (the
+ * pid of fi_getinfo's caller), as "<pid>:<uid>:<n>". A region stays behind when its process
+ * exits without closing the endpoint (killed, crashed, a leaked connection), and fi_enable
+ * then fails with EBUSY in the later process that reuses that pid: shm finds the region and
+ * the pid it records alive. A random suffix keeps our names clear of regions left by
+ * earlier processes (and of a parent's, after a fork).
+ */
+static ncclResult_t ep_info(netofi_ep_t *ep, struct fi_info **info_p)
 {
     struct fi_info *info = ep->dev->info;
+    unsigned long long nonce = 0;
+    char addr[64];
+
+    *info_p = info;
+    if (strcmp(info->fabric_attr->prov_name, "shm") != 0 || info->addr_format != FI_ADDR_STR) {
+        return ncclSuccess;
+    }
+    if (getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != (ssize_t)sizeof(nonce)) {
+        nonce = (unsigned long long)(netofi_now() * 1e9) ^ (uintptr_t)ep;
+    }
+    snprintf(addr, sizeof(addr), "fi_shm://%ld-%016llx", (long)getpid(), nonce);
+    ep->shm_info = netofi_fi.dupinfo(info);
+    if (ep->shm_info != NULL) {
+        free(ep->shm_info->src_addr);
+        ep->shm_info->src_addr = strdup(addr);
+        ep->shm_info->src_addrlen = strlen(addr) + 1;
+    }
+    if (ep->shm_info == NULL || ep->shm_info->src_addr == NULL) {
+        BR_WARN(NCCL_NET, "net-ofi: out of memory for an endpoint");
+        return ncclSystemError; /* ep_destroy frees shm_info */
+    }
+    *info_p = ep->shm_info;
+    return ncclSuccess;
+}
+
+static ncclResult_t open_objects(netofi_ep_t *ep)
+{
+    struct fi_info *info = ep->dev->info, *ep_fi;
     struct fi_av_attr av_attr = {0};
     struct fi_cq_attr cq_attr = {0};
     int rc;
@@ -67,7 +108,10 @@ static ncclResult_t open_objects(netofi_ep_t *ep)
         warn_fi(ep, "fi_cq_open", rc);
         return ncclSystemError;
     }
-    rc = fi_endpoint(ep->domain, info, &ep->ep, NULL);
+    if (ep_info(ep, &ep_fi) != ncclSuccess) {
+        return ncclSystemError;
+    }
+    rc = fi_endpoint(ep->domain, ep_fi, &ep->ep, NULL);
     if (rc != 0) {
         warn_fi(ep, "fi_endpoint", rc);
         return ncclSystemError;
@@ -192,6 +236,9 @@ static void ep_destroy(netofi_ep_t *ep)
     close_fid(ep->cq ? &ep->cq->fid : NULL, "completion queue");
     close_fid(ep->domain ? &ep->domain->fid : NULL, "domain");
     close_fid(ep->fabric ? &ep->fabric->fid : NULL, "fabric");
+    if (ep->shm_info != NULL) {
+        netofi_fi.freeinfo(ep->shm_info);
+    }
     pthread_mutex_destroy(&ep->lock);
     free(ep->av_cache);
     free(ep->ids);

@@ -9,6 +9,7 @@
  * which is all the plugin needs (its endpoint is shared by the process).
  */
 #include <check.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -372,6 +373,8 @@ START_TEST(test_truncation)
     ck_assert_int_eq(xfer(g_net, &p, s, cases[_i][0], r, cases[_i][1], &got), ncclInvalidUsage);
     ck_assert_msg(strstr(g_warn, "truncated") != NULL, "no truncation message: %s", g_warn);
     ck_assert_msg(strstr(g_warn, "provider") != NULL, "provider not named: %s", g_warn);
+    /* Close what we opened: an endpoint left open at exit leaves its shm region behind. */
+    pair_close(g_net, &p);
     free(s);
     free(r);
 }
@@ -632,6 +635,66 @@ START_TEST(test_peer_close_fails_pending)
 }
 END_TEST
 
+/* The sender sends one message and closes; the receiver sees the close notice before it
+ * tests that message, then posts one more receive, as a proxy posting ahead does. That
+ * receive fails in its turn, through test, and the message sent before the close still
+ * arrives: an irecv that failed at once made the core drop the connection with it. */
+START_TEST(test_peer_close_after_send)
+{
+    enum { SZ = 1 << 20 }; /* a rendezvous-sized message on tcp;ofi_rxm */
+    uint8_t *s = malloc(SZ), *r = malloc(2 * (size_t)SZ);
+    void *smh, *rmh, *sreq = NULL, *rreq[2] = {NULL, NULL}, *rc = NULL, *rb[2];
+    size_t cap = SZ;
+    int tag = 0, done = 0, size = -1;
+    double end;
+    pair_t p;
+
+    ck_assert(s != NULL && r != NULL);
+    fill(s, SZ, 3);
+    rb[0] = r;
+    rb[1] = r + SZ;
+    pair_open(g_net, g_ctx, g_ctx, &p, 0);
+    ck_assert_int_eq(g_net->regMr(p.sc, s, SZ, NCCL_PTR_HOST, &smh), ncclSuccess);
+    ck_assert_int_eq(g_net->regMr(p.rc, r, 2 * (size_t)SZ, NCCL_PTR_HOST, &rmh), ncclSuccess);
+    ck_assert_int_eq(g_net->irecv(p.rc, 1, &rb[0], &cap, &tag, &rmh, NULL, &rreq[0]), ncclSuccess);
+    ck_assert_ptr_nonnull(rreq[0]);
+    end = now() + POLL_SECONDS;
+    while (sreq == NULL && now() < end) {
+        ck_assert_int_eq(g_net->isend(p.sc, s, SZ, tag, smh, NULL, &sreq), ncclSuccess);
+    }
+    ck_assert_ptr_nonnull(sreq);
+    ck_assert_int_eq(settle(sreq, &done), ncclSuccess);
+    ck_assert(done);
+    ck_assert_int_eq(g_net->deregMr(p.sc, smh), ncclSuccess);
+    ck_assert_int_eq(g_net->closeSend(p.sc), ncclSuccess);
+    /* accept polls the shared endpoint without testing the receive: the close notice
+     * arrives meanwhile. */
+    end = now() + 0.3;
+    while (now() < end) {
+        ck_assert_int_eq(g_net->accept(p.lc, &rc, NULL), ncclSuccess);
+        ck_assert_ptr_null(rc);
+    }
+    g_warn[0] = '\0';
+    ck_assert_int_eq(g_net->irecv(p.rc, 1, &rb[1], &cap, &tag, &rmh, NULL, &rreq[1]), ncclSuccess);
+    ck_assert_ptr_nonnull(rreq[1]);
+    done = 0;
+    end = now() + POLL_SECONDS;
+    while (!done && now() < end) {
+        ck_assert_int_eq(g_net->test(rreq[0], &done, &size), ncclSuccess);
+    }
+    ck_assert(done);
+    ck_assert_int_eq(size, SZ);
+    ck_assert_msg(memcmp(s, r, SZ) == 0, "the message sent before the close arrived corrupted");
+    ck_assert_int_eq(settle(rreq[1], &done), ncclRemoteError);
+    ck_assert_ptr_nonnull(strstr(g_warn, "closed"));
+    ck_assert_int_eq(g_net->deregMr(p.rc, rmh), ncclSuccess);
+    ck_assert_int_eq(g_net->closeRecv(p.rc), ncclSuccess);
+    ck_assert_int_eq(g_net->closeListen(p.lc), ncclSuccess);
+    free(s);
+    free(r);
+}
+END_TEST
+
 /* The older tables end to end: v11 (per-comm init) and v10 (process-wide init). */
 START_TEST(test_v11_v10)
 {
@@ -726,6 +789,82 @@ START_TEST(test_two_processes)
 }
 END_TEST
 
+/* The name of the shm region (in /dev/shm) that a live process `pid` made, or "" when it
+ * made none that net-ofi knows how to find. */
+static void shm_region_of(pid_t pid, char *name, size_t len)
+{
+    char prefix[32];
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+
+    name[0] = '\0';
+    snprintf(prefix, sizeof(prefix), "%d", (int)pid);
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        size_t n = strlen(prefix);
+        if (strncmp(e->d_name, prefix, n) == 0 && (e->d_name[n] == ':' || e->d_name[n] == '-')) {
+            snprintf(name, len, "%s", e->d_name);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+}
+
+/* libfabric's shm provider names its region after the process id by default, and a
+ * region left in /dev/shm by a process that died without closing its endpoint makes
+ * fi_enable fail with EBUSY in a later process that gets the same pid (while the pid the
+ * region records is alive). Stage exactly that: a live child's region renamed after our
+ * pid, before our first endpoint. Our endpoint must still open. */
+START_TEST(test_shm_stale_region)
+{
+    const char *prov = getenv("FI_PROVIDER");
+    int to_child[2], to_parent[2], status = 0;
+    char region[256], stale[300], from[300], byte = 0;
+    pair_t p;
+    pid_t pid;
+
+    if (prov == NULL || strcmp(prov, "shm") != 0) {
+        return; /* only shm names regions after the process */
+    }
+    ck_assert_int_eq(pipe(to_child), 0);
+    ck_assert_int_eq(pipe(to_parent), 0);
+    pid = fork(); /* before anything touches libfabric: this case has no fixture */
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        void *lc = NULL;
+        char handle[NCCL_NET_HANDLE_MAXSIZE];
+
+        setup();
+        ck_assert_int_eq(g_net->listen(g_ctx, 0, handle, &lc), ncclSuccess);
+        ck_assert_int_eq(write(to_parent[1], "r", 1), 1);
+        ck_assert_int_eq(read(to_child[0], &byte, 1), 1); /* alive until the parent is done */
+        ck_assert_int_eq(g_net->closeListen(lc), ncclSuccess);
+        teardown();
+        _exit(0);
+    }
+    ck_assert_int_eq(read(to_parent[0], &byte, 1), 1);
+    shm_region_of(pid, region, sizeof(region));
+    if (region[0] == '\0') {
+        fprintf(stderr, "skipped: no shm region of process %d found in /dev/shm\n", (int)pid);
+    } else {
+        snprintf(from, sizeof(from), "/dev/shm/%s", region);
+        snprintf(stale, sizeof(stale), "/dev/shm/%d:%d:0", (int)getpid(), (int)getuid());
+        ck_assert_int_eq(rename(from, stale), 0);
+    }
+    setup();
+    pair_open(g_net, g_ctx, g_ctx, &p, 0);
+    check_xfer(g_net, &p, 4097, 0);
+    pair_close(g_net, &p);
+    teardown();
+    ck_assert_int_eq(write(to_child[1], "d", 1), 1);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (%#x)", status);
+    if (region[0] != '\0') {
+        (void)unlink(stale);
+    }
+}
+END_TEST
+
 /* Failing inits name what they found: no fixture, the knobs go in before init. */
 static void expect_init_failure(const char *needle)
 {
@@ -813,6 +952,7 @@ static Suite *netofi_suite(void)
     tcase_add_test(data, test_outstanding);
     tcase_add_loop_test(data, test_close_mid_message, 0, 2);
     tcase_add_test(data, test_peer_close_fails_pending);
+    tcase_add_test(data, test_peer_close_after_send);
     tcase_add_loop_test(data, test_truncation, 0, 4);
     suite_add_tcase(s, data);
 
@@ -829,7 +969,8 @@ static Suite *netofi_suite(void)
     suite_add_tcase(s, mr);
 
     tcase_set_timeout(err, TEST_TIMEOUT);
-    tcase_add_test(err, test_two_processes); /* no fixture: it forks first */
+    tcase_add_test(err, test_two_processes);    /* no fixture: it forks first */
+    tcase_add_test(err, test_shm_stale_region); /* forks first too */
     tcase_add_test(err, test_err_no_libfabric);
     tcase_add_test(err, test_err_no_provider);
     tcase_add_test(err, test_err_excluded);
