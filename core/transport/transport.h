@@ -146,6 +146,8 @@ typedef struct br_transport_comm {
 
 /* Which transport connects this rank to peer (p2p, shm or net). */
 br_transport_t br_transport_select(const br_transport_comm_t *tc, int peer);
+/* The same for any two ranks (symmetric), so every rank can judge every link alike. */
+br_transport_t br_transport_select_pair(const br_peer_info_t *a, const br_peer_info_t *b);
 const char *br_transport_name(br_transport_t kind);
 
 /*

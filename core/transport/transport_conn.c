@@ -39,7 +39,11 @@ const char *br_transport_name(br_transport_t kind)
 
 br_transport_t br_transport_select(const br_transport_comm_t *tc, int peer)
 {
-    const br_peer_info_t *me = &tc->peers[tc->rank], *p = &tc->peers[peer];
+    return br_transport_select_pair(&tc->peers[tc->rank], &tc->peers[peer]);
+}
+
+br_transport_t br_transport_select_pair(const br_peer_info_t *me, const br_peer_info_t *p)
+{
     if (me->pid_hash == p->pid_hash && me->host_hash == p->host_hash && !me->p2p_disable &&
         !p->p2p_disable) {
         return BR_TRANSPORT_P2P;
