@@ -444,8 +444,18 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     }
     BR_CHECK_GOTO(net_setup(comm, needed), res, fail);
     BR_CHECK_GOTO(ring_setup(comm), res, fail);
-    BR_CHECK_GOTO(br_transport_flat_setup(tc, (size_t)BR_PARAM_INT(ONESHOT_BYTES),
-                                          (size_t)BR_PARAM_INT(CMA_BYTES),
+    size_t cma = (size_t)BR_PARAM_INT(CMA_BYTES);
+    /* With more ranks than cores, reading in place measured slower than the rings (4 ranks
+     * on 2 cores: 10-25 % less from 256 KiB to 1 MiB, docs/performance.md): a reader's
+     * system call holds a core that the rank it waits for needs. Set explicitly, it holds. */
+    if (comm->ec->oversubscribed && cma > 0 && param_is_default("BRAID_CMA_BYTES")) {
+        BR_INFO(NCCL_SHM | NCCL_INIT,
+                "rank %d: no single-copy reads: more ranks than cores on this host "
+                "(BRAID_CMA_BYTES set explicitly turns them on)",
+                rank);
+        cma = 0;
+    }
+    BR_CHECK_GOTO(br_transport_flat_setup(tc, (size_t)BR_PARAM_INT(ONESHOT_BYTES), cma,
                                           (size_t)BR_PARAM_INT(CMA_MAX_BYTES)),
                   res, fail);
     comm->ec->flat = tc->flat;

@@ -27,6 +27,8 @@ typedef struct {
     char name[64];
     uint64_t probe_addr; /* where the rank's probe word is, and what it holds */
     uint64_t probe_val;
+    uint64_t cma_bytes; /* the rank's read-in-place window: rank 0's is used by all */
+    uint64_t cma_max;
     int32_t ok;  /* second round: the rank mapped the arena */
     int32_t cma; /* second round: the rank read every other process's probe word */
 } flat_blob_t;
@@ -153,6 +155,8 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, 
     atomic_store(&flat->probe, tc->comm_hash ^ br_time_ns() ^ ((uint64_t)tc->rank << 48));
     blobs[tc->rank].probe_addr = (uint64_t)(uintptr_t)&flat->probe;
     blobs[tc->rank].probe_val = atomic_load(&flat->probe);
+    blobs[tc->rank].cma_bytes = cma_bytes;
+    blobs[tc->rank].cma_max = cma_max;
     if (tc->rank == 0) {
         base = flat_create(tc, size, name, sizeof(name));
         memcpy(blobs[0].name, name, sizeof(name));
@@ -161,6 +165,10 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, 
     if (tc->rank != 0 && blobs[0].name[0] != '\0') {
         base = flat_attach(tc, size, blobs[0].name);
     }
+    /* Everyone cuts alike with rank 0's window, whatever the others' environment says. */
+    cma_bytes = (size_t)blobs[0].cma_bytes;
+    cma_max = (size_t)blobs[0].cma_max;
+    all_cma = cma_bytes > 0;
     int cma = all_cma && flat_cma_probe(tc, blobs);
     /* Second round: everyone's verdict, so nobody uses an arena a peer could not map. */
     memset(blobs, 0, (size_t)tc->nranks * sizeof(*blobs));
