@@ -87,11 +87,34 @@ static brt_report_t *reports_map(int nranks)
     return p;
 }
 
+/* The unique id, handed to ranks forked before it existed. */
+typedef struct {
+    volatile int state; /* 0 not yet, 1 id ready, -1 the parent gave up */
+    ncclUniqueId id;
+} id_handoff_t;
+
+/* Child: wait for the parent's id (it exits if the parent gave up or went away). */
+static int id_wait(id_handoff_t *h, ncclUniqueId *id)
+{
+    for (int i = 0; i < 120000; i++) { /* 2 minutes at most */
+        int state = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
+        if (state != 0) {
+            *id = h->id;
+            return state == 1 ? 0 : -1;
+        }
+        if (getppid() == 1) {
+            return -1;
+        }
+        brt_sleep_ms(1);
+    }
+    return -1;
+}
+
 int brt_procs_start(brt_procs_t *p, int nranks, brt_rank_fn_t fn, void *arg, char *err,
                     size_t errlen)
 {
-    ncclUniqueId id;
     ncclResult_t res;
+    id_handoff_t *h;
 
     memset(p, 0, sizeof(*p));
     if (nranks < 1 || nranks > BRT_MAX_RANKS) {
@@ -100,15 +123,15 @@ int brt_procs_start(brt_procs_t *p, int nranks, brt_rank_fn_t fn, void *arg, cha
     }
     p->nranks = nranks;
     p->reports = reports_map(nranks);
-    if (p->reports == NULL) {
+    h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p->reports == NULL || h == MAP_FAILED) {
         snprintf(err, errlen, "mmap of the report slots failed: %s", strerror(errno));
         return -1;
     }
-    res = ncclGetUniqueId(&id);
-    if (res != ncclSuccess) {
-        snprintf(err, errlen, "ncclGetUniqueId returned %d: %s", (int)res, ncclGetLastError(NULL));
-        return -1;
-    }
+    memset(h, 0, sizeof(*h));
+    /* Every rank is forked before ncclGetUniqueId starts the bootstrap root's thread:
+     * forking while that thread serves earlier ranks could copy a lock it holds (the
+     * sanitizers' allocator lock, seen to deadlock a child under ASan). */
     fflush(NULL); /* nothing buffered may be written twice */
     for (int r = 0; r < nranks; r++) {
         pid_t pid = fork();
@@ -118,20 +141,33 @@ int brt_procs_start(brt_procs_t *p, int nranks, brt_rank_fn_t fn, void *arg, cha
                 kill(p->pids[k], SIGKILL);
                 waitpid(p->pids[k], NULL, 0);
             }
+            munmap(h, sizeof(*h));
             return -1;
         }
         if (pid == 0) {
             brt_rank_ctx_t ctx = {.rank = r,
                                   .nranks = nranks,
-                                  .id = id,
                                   .report = &p->reports[r],
                                   .all = p->reports,
                                   .arg = arg};
+            if (id_wait(h, &ctx.id) != 0) {
+                _exit(1);
+            }
             int ret = fn(&ctx);
             fflush(NULL);
             _exit(ret == 0 ? 0 : 1);
         }
         p->pids[r] = pid;
+    }
+    res = ncclGetUniqueId(&h->id);
+    __atomic_store_n(&h->state, res == ncclSuccess ? 1 : -1, __ATOMIC_RELEASE);
+    munmap(h, sizeof(*h));
+    if (res != ncclSuccess) {
+        snprintf(err, errlen, "ncclGetUniqueId returned %d: %s", (int)res, ncclGetLastError(NULL));
+        for (int k = 0; k < nranks; k++) {
+            waitpid(p->pids[k], NULL, 0);
+        }
+        return -1;
     }
     return 0;
 }

@@ -61,8 +61,9 @@ void brt_doing(brt_rank_ctx_t *ctx, const char *fmt, ...) __attribute__((format(
 ncclResult_t brt_rank_init(brt_rank_ctx_t *ctx, ncclComm_t *comm);
 
 /*
- * Make a unique id, fork nranks children running fn (each exits with fn's result), and
- * return at once. Returns 0, or -1 with the reason in err if the id or a fork failed.
+ * Fork nranks children running fn (each exits with fn's result), then make a unique id and
+ * hand it to them through shared memory (forking first: see brt_launch.c), and return at
+ * once. Returns 0, or -1 with the reason in err if a fork or the id failed.
  */
 int brt_procs_start(brt_procs_t *p, int nranks, brt_rank_fn_t fn, void *arg, char *err,
                     size_t errlen);
