@@ -560,16 +560,15 @@ static int flat_needs(const br_exec_comm_t *ec, const br_exec_op_t *op, int r)
 
 #define BR_CMA_CHUNK ((size_t)1 << 20) /* per process_vm_readv call (measured best here) */
 
-/* Copy `bytes` of rank r's published input, from byte `off` of it, to dst. */
-static int flat_read_peer(br_exec_queue_t *q, const br_work_t *w, int r, char *dst, size_t off,
-                          size_t bytes)
+/* Copy the `bytes` of rank r's published input to dst. */
+static int flat_read_peer(br_exec_queue_t *q, const br_work_t *w, int r, char *dst, size_t bytes)
 {
     br_exec_comm_t *ec = q->ec;
     const br_peer_info_t *pi = &ec->tc->peers[r];
     uint64_t addr;
 
     memcpy(&addr, br_flat_buf(ec->flat, r, w->flat_k, 1), sizeof(addr));
-    const char *src = (const char *)(uintptr_t)addr + off;
+    const char *src = (const char *)(uintptr_t)addr;
     if (pi->pid_hash == ec->tc->peers[ec->rank].pid_hash) {
         memcpy(dst, src, bytes);
         return 0;
@@ -595,8 +594,8 @@ static int flat_read_peer(br_exec_queue_t *q, const br_work_t *w, int r, char *d
             "rank %d: %s #%llu (count %zu, %s): reading rank %d's buffer %p (pid %d on %s) "
             "into %p failed at byte %zu of %zu: %s%s",
             ec->rank, br_func_name(w->op.func), (unsigned long long)w->op.seq, w->op.count,
-            br_type_name(w->op.type), r, (const void *)(src - off), pi->pid, pi->host, (void *)dst,
-            off + done, off + bytes, strerror(err),
+            br_type_name(w->op.type), r, (const void *)src, pi->pid, pi->host, (void *)dst, done,
+            bytes, strerror(err),
             err == EFAULT  ? " (one of the two buffers is not valid for the call's count)"
             : err == ESRCH ? " (the rank's process is gone)"
                            : "");
@@ -615,7 +614,7 @@ static int flat_direct_output(br_exec_queue_t *q, const br_work_t *w)
 
     if (op->func == BR_FUNC_BROADCAST) {
         if (me != op->root) {
-            return flat_read_peer(q, w, op->root, op->recvbuff, 0, bytes);
+            return flat_read_peer(q, w, op->root, op->recvbuff, bytes);
         }
         if (op->recvbuff != op->sendbuff) {
             memcpy(op->recvbuff, op->sendbuff, bytes);
@@ -629,7 +628,7 @@ static int flat_direct_output(br_exec_queue_t *q, const br_work_t *w)
     /* Start after ourselves, so the ranks do not all read rank 0 first. */
     for (int i = 1; i < n; i++) {
         int r = (me + i) % n;
-        if (flat_read_peer(q, w, r, (char *)op->recvbuff + (size_t)r * bytes, 0, bytes) != 0) {
+        if (flat_read_peer(q, w, r, (char *)op->recvbuff + (size_t)r * bytes, bytes) != 0) {
             return -1;
         }
     }

@@ -98,11 +98,11 @@ typedef struct br_flat {
     size_t stride;     /* bytes between ranks' regions */
     char *base;        /* the mapping */
     size_t size;
-    uint64_t min_done;      /* local: the lowest `done` of the other ranks when last looked at */
-    size_t cma_bytes;       /* smallest AllGather/Broadcast input read straight from its owner's
-                             * memory (single copy), or 0 when ranks cannot read each other's */
-    size_t cma_max;         /* and the largest (0: no limit) */
-    _Atomic uint64_t probe; /* a word the other ranks read at setup to prove they can */
+    uint64_t min_done; /* local: the lowest `done` of the other ranks when last looked at */
+    size_t cma_bytes;  /* smallest AllGather/Broadcast input read straight from its owner's
+                        * memory (single copy), or 0 when ranks cannot read each other's */
+    size_t cma_max;    /* and the largest (0: no limit) */
+    uint64_t probe;    /* a word the other ranks read at setup to prove they can */
 } br_flat_t;
 
 /* Rank r's control block, and the header and data of its buffer for operation k: one of

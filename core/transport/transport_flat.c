@@ -134,7 +134,7 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, 
     br_flat_t *flat = NULL;
     void *base = NULL;
     char name[64] = "";
-    int all_ok = 1, all_cma = cma_bytes > 0;
+    int all_ok = 1;
 
     tc->flat = NULL;
     if ((max_bytes == 0 && cma_bytes == 0) || tc->nranks < 2 || !flat_eligible(tc)) {
@@ -152,9 +152,9 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, 
     BR_CHECK(br_calloc(&blobs, (size_t)tc->nranks, "node arena setup"));
     BR_CHECK_GOTO(br_calloc(&flat, 1, "node arena"), res, out);
     /* Unpredictable enough that another process at a reused pid would not hold it. */
-    atomic_store(&flat->probe, tc->comm_hash ^ br_time_ns() ^ ((uint64_t)tc->rank << 48));
+    flat->probe = tc->comm_hash ^ br_time_ns() ^ ((uint64_t)tc->rank << 48);
     blobs[tc->rank].probe_addr = (uint64_t)(uintptr_t)&flat->probe;
-    blobs[tc->rank].probe_val = atomic_load(&flat->probe);
+    blobs[tc->rank].probe_val = flat->probe;
     blobs[tc->rank].cma_bytes = cma_bytes;
     blobs[tc->rank].cma_max = cma_max;
     if (tc->rank == 0) {
@@ -168,7 +168,7 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, 
     /* Everyone cuts alike with rank 0's window, whatever the others' environment says. */
     cma_bytes = (size_t)blobs[0].cma_bytes;
     cma_max = (size_t)blobs[0].cma_max;
-    all_cma = cma_bytes > 0;
+    int all_cma = cma_bytes > 0;
     int cma = all_cma && flat_cma_probe(tc, blobs);
     /* Second round: everyone's verdict, so nobody uses an arena a peer could not map. */
     memset(blobs, 0, (size_t)tc->nranks * sizeof(*blobs));
