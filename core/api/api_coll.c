@@ -67,7 +67,7 @@ static ncclResult_t resolve_op(ncclComm_t comm, const call_t *c, br_redop_t *out
     return ncclSuccess;
 }
 
-static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_exec_op_t *op)
+static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_op_t *op)
 {
     size_t tsize;
 
@@ -114,7 +114,7 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_exec_op_t *o
 
 static ncclResult_t submit(ncclComm_t comm, const call_t *c)
 {
-    br_exec_op_t op;
+    br_op_t op;
     ncclResult_t res = check_call(comm, c, &op);
     if (res == ncclSuccess) {
         res = br_group_add_op(comm, &op);
@@ -240,7 +240,7 @@ BR_API(ncclResult_t, ncclRecv,
  * receives (block p of the send buffer goes to rank p). */
 static ncclResult_t p2p_pattern(ncclComm_t comm, const call_t *c)
 {
-    br_exec_op_t op;
+    br_op_t op;
     ncclResult_t res = ncclSuccess, end;
     size_t block;
 
@@ -252,7 +252,7 @@ static ncclResult_t p2p_pattern(ncclComm_t comm, const call_t *c)
     block = c->count * br_type_size(c->type);
     BR_CHECK(br_group_start());
     for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) {
-        br_exec_op_t s = op, r = op;
+        br_op_t s = op, r = op;
         int sends = c->func == BR_FUNC_ALLTOALL || (c->func == BR_FUNC_SCATTER && comm->rank == c->root) ||
                     (c->func == BR_FUNC_GATHER && p == c->root);
         int recvs = c->func == BR_FUNC_ALLTOALL || (c->func == BR_FUNC_GATHER && comm->rank == c->root) ||

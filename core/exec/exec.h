@@ -19,20 +19,6 @@
 #include "plan.h"
 #include "transport.h"
 
-/* One operation as every rank sees it. */
-typedef struct {
-    br_func_t func;
-    const void *sendbuff;
-    void *recvbuff;
-    size_t count; /* NCCL's count argument (per rank for AllGather/ReduceScatter) */
-    ncclDataType_t type;
-    br_redop_t redop;
-    int root;      /* Broadcast/Reduce */
-    int peer;      /* Send/Recv */
-    uint64_t seq;  /* collective number on the comm, or message number to/from peer */
-    int nchannels; /* channels chosen by the planner (0: decide here) */
-} br_exec_op_t;
-
 /* What the executor needs of a communicator. */
 typedef struct br_exec_comm {
     int rank, nranks;
@@ -92,7 +78,7 @@ typedef struct br_exec_batch {
 
 /* Append the work of one operation to the batch (queues are found or created per
  * communicator and connection set). p2p connections must already exist. */
-ncclResult_t br_exec_enqueue(br_exec_batch_t *batch, br_exec_comm_t *ec, const br_exec_op_t *op);
+ncclResult_t br_exec_enqueue(br_exec_batch_t *batch, br_exec_comm_t *ec, const br_op_t *op);
 
 /* Append a copy of bytes from src to dst (a send to self matched with its recv). */
 ncclResult_t br_exec_enqueue_self(br_exec_batch_t *batch, br_exec_comm_t *ec, const void *src,
@@ -110,7 +96,7 @@ void br_exec_batch_reset(br_exec_batch_t *batch);
 
 /* Run one operation outside any group on its communicator's reusable batch: the path
  * of a lone ncclAllReduce, which allocates nothing once the batch has grown. */
-ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_exec_op_t *op);
+ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op);
 
 /* Record a failure on the communicator (first one wins) and WARN it. */
 void br_exec_fail(br_exec_comm_t *ec, ncclResult_t res, const char *fmt, ...)

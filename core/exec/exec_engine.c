@@ -154,7 +154,7 @@ static void *prof_group(br_exec_batch_t *b, br_exec_comm_t *ec)
 }
 
 /* Start the Coll or P2p event of op; returns its index, or -1 when not profiled. */
-static int prof_op_start(br_exec_batch_t *b, br_exec_comm_t *ec, const br_exec_op_t *op, int nch,
+static int prof_op_start(br_exec_batch_t *b, br_exec_comm_t *ec, const br_op_t *op, int nch,
                          const char *algo)
 {
     ncclProfilerEventDescr_v6_t d;
@@ -225,7 +225,7 @@ static void prof_batch_end(br_exec_batch_t *b)
     }
 }
 
-ncclResult_t br_exec_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const br_exec_op_t *op)
+ncclResult_t br_exec_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const br_op_t *op)
 {
     br_exec_queue_t *q;
     br_work_t w;
@@ -357,7 +357,7 @@ void br_exec_batch_reset(br_exec_batch_t *b)
     b->n = 0;
 }
 
-ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_exec_op_t *op)
+ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
 {
     ncclResult_t res;
 

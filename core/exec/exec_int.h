@@ -15,7 +15,7 @@ typedef enum {
 
 struct br_work {
     br_work_kind_t kind;
-    br_exec_op_t op;
+    br_op_t op;
     int ch;          /* ring channel */
     br_conn_t *conn; /* send/recv: the peer connection */
     /* Ring progress, in units of esize bytes. */
@@ -48,10 +48,10 @@ struct br_work {
 int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p);
 
 /* Does op run in one hop through the node arena (same answer on every rank)? */
-int br_work_flat_fits(const br_exec_comm_t *ec, const br_exec_op_t *op);
+int br_work_flat_fits(const br_exec_comm_t *ec, const br_op_t *op);
 
 /* Of those, is it a single-copy AllGather/Broadcast (inputs read in place)? */
-int br_work_flat_direct(const br_exec_comm_t *ec, const br_exec_op_t *op);
+int br_work_flat_direct(const br_exec_comm_t *ec, const br_op_t *op);
 
 /* While w waits at the head of q: has a peer run the same collective by the other path
  * (ring versus node arena), i.e. with different arguments? Records the failure and
@@ -65,7 +65,7 @@ void br_work_ring_init(br_work_t *w, const br_exec_comm_t *ec, int ch, int nch);
 
 /* Does op run as a ring one-shot (an AllReduce small enough that gathering every input
  * costs fewer hops than reduce-scatter + all-gather; same answer on every rank)? */
-int br_work_gather_fits(const br_exec_comm_t *ec, const br_exec_op_t *op);
+int br_work_gather_fits(const br_exec_comm_t *ec, const br_op_t *op);
 
 /* Set w up as a ring one-shot on channel 0, gathering into scratch (nranks inputs). */
 void br_work_gather_init(br_work_t *w, const br_exec_comm_t *ec, char *scratch);

@@ -603,130 +603,6 @@ const char *br_reduce_use_portable(int portable)
     return "portable";
 }
 
-static int type_is_valid(ncclDataType_t type)
-{
-    return (int)type >= 0 && (int)type < (int)ncclNumTypes;
-}
-
-static int type_is_float(ncclDataType_t type)
-{
-    return type == ncclFloat16 || type == ncclFloat32 || type == ncclFloat64 ||
-           type == ncclBfloat16 || type == ncclFloat8e4m3 || type == ncclFloat8e5m2;
-}
-
-size_t br_type_size(ncclDataType_t type)
-{
-    static const unsigned char sizes[ncclNumTypes] = {
-        [ncclInt8] = 1,    [ncclUint8] = 1,    [ncclInt32] = 4,      [ncclUint32] = 4,
-        [ncclInt64] = 8,   [ncclUint64] = 8,   [ncclFloat16] = 2,    [ncclFloat32] = 4,
-        [ncclFloat64] = 8, [ncclBfloat16] = 2, [ncclFloat8e4m3] = 1, [ncclFloat8e5m2] = 1,
-    };
-    return type_is_valid(type) ? sizes[type] : 0;
-}
-
-const char *br_type_name(ncclDataType_t type)
-{
-    static const char *const names[ncclNumTypes] = {
-        [ncclInt8] = "int8",
-        [ncclUint8] = "uint8",
-        [ncclInt32] = "int32",
-        [ncclUint32] = "uint32",
-        [ncclInt64] = "int64",
-        [ncclUint64] = "uint64",
-        [ncclFloat16] = "float16",
-        [ncclFloat32] = "float32",
-        [ncclFloat64] = "float64",
-        [ncclBfloat16] = "bfloat16",
-        [ncclFloat8e4m3] = "float8e4m3",
-        [ncclFloat8e5m2] = "float8e5m2",
-    };
-    return type_is_valid(type) ? names[type] : "invalid";
-}
-
-const char *br_red_kind_name(br_red_kind_t kind)
-{
-    static const char *const names[] = {
-        [BR_RED_SUM] = "sum", [BR_RED_PROD] = "prod",           [BR_RED_MAX] = "max",
-        [BR_RED_MIN] = "min", [BR_RED_PREMULSUM] = "premulsum", [BR_RED_SUMPOSTDIV] = "sumpostdiv",
-    };
-    return (int)kind >= 0 && (int)kind <= (int)BR_RED_SUMPOSTDIV ? names[kind] : "invalid";
-}
-
-void br_redop_builtin(br_redop_t *op, ncclRedOp_t builtin, ncclDataType_t type, int nranks)
-{
-    BR_ASSERT(nranks > 0);
-    memset(op, 0, sizeof(*op));
-    op->type = type;
-    op->scalar_f = 1.0;
-    op->scalar_i = 1;
-    op->divisor = 1;
-    switch (builtin) {
-    case ncclProd: op->kind = BR_RED_PROD; break;
-    case ncclMax: op->kind = BR_RED_MAX; break;
-    case ncclMin: op->kind = BR_RED_MIN; break;
-    case ncclAvg:
-        /* As NCCL: floating types scale each input by 1/nranks before summing (so sums
-         * do not overflow), integers sum and divide the total. */
-        if (type_is_float(type)) {
-            op->kind = BR_RED_PREMULSUM;
-            op->scalar_f = 1.0 / (double)(nranks > 0 ? nranks : 1);
-        } else {
-            op->kind = BR_RED_SUMPOSTDIV;
-            op->divisor = (uint64_t)(nranks > 0 ? nranks : 1);
-        }
-        break;
-    case ncclSum:
-    default:
-        BR_ASSERT(builtin == ncclSum);
-        op->kind = BR_RED_SUM;
-        break;
-    }
-}
-
-void br_redop_premulsum(br_redop_t *op, ncclDataType_t type, const void *scalar)
-{
-    union {
-        int8_t i8;
-        uint8_t u8;
-        int32_t i32;
-        uint32_t u32;
-        int64_t i64;
-        uint64_t u64;
-        uint16_t h;
-        float f;
-        double d;
-    } v;
-
-    memset(op, 0, sizeof(*op));
-    op->kind = BR_RED_PREMULSUM;
-    op->type = type;
-    op->divisor = 1;
-    memset(&v, 0, sizeof(v));
-    memcpy(&v, scalar, br_type_size(type));
-    /* Integer scalars keep their bit pattern sign-extended to 64 bits: the loops multiply
-     * modulo 2^bits, which is the two's complement product for signed types too. */
-    switch (type) {
-    case ncclInt8: op->scalar_i = (uint64_t)(int64_t)v.i8; break;
-    case ncclUint8: op->scalar_i = v.u8; break;
-    case ncclInt32: op->scalar_i = (uint64_t)(int64_t)v.i32; break;
-    case ncclUint32: op->scalar_i = v.u32; break;
-    case ncclInt64: op->scalar_i = (uint64_t)v.i64; break;
-    case ncclUint64: op->scalar_i = v.u64; break;
-    case ncclFloat16: op->scalar_f = f16_ld(v.h); break;
-    case ncclFloat32: op->scalar_f = v.f; break;
-    case ncclFloat64: op->scalar_f = v.d; break;
-    case ncclBfloat16: op->scalar_f = bf16_ld(v.h); break;
-    case ncclFloat8e4m3: op->scalar_f = e4m3_ld(v.u8); break;
-    case ncclFloat8e5m2: op->scalar_f = e5m2_ld(v.u8); break;
-    default: BR_ASSERT(0); break;
-    }
-    if (!type_is_float(type)) {
-        op->scalar_f = type == ncclUint64 || type == ncclUint32 || type == ncclUint8
-                           ? (double)op->scalar_i
-                           : (double)(int64_t)op->scalar_i;
-    }
-}
-
 void br_reduce(void *dst, const void *recv, const void *local, size_t count, const br_redop_t *op,
                int flags)
 {
@@ -737,7 +613,7 @@ void br_reduce(void *dst, const void *recv, const void *local, size_t count, con
     if (count == 0 || (recv == NULL && local == NULL)) {
         return;
     }
-    BR_ASSERT(type_is_valid(op->type) && (int)kind >= 0 && kind <= BR_RED_SUMPOSTDIV);
+    BR_ASSERT(br_type_size(op->type) != 0 && (int)kind >= 0 && kind <= BR_RED_SUMPOSTDIV);
     k = &kernels_get()[op->type];
     /* Without the final step, SUMPOSTDIV is a plain sum. */
     if (kind == BR_RED_SUMPOSTDIV && !(flags & BR_REDUCE_POST)) {

@@ -11,40 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nccl.h"
-
-/* The arithmetic of one reduction, resolved from (ncclRedOp_t, type, nranks). */
-typedef enum {
-    BR_RED_SUM,
-    BR_RED_PROD,
-    BR_RED_MAX,
-    BR_RED_MIN,
-    BR_RED_PREMULSUM,   /* sum of (scalar * input): user PreMulSum ops and float ncclAvg */
-    BR_RED_SUMPOSTDIV   /* sum, then integer division by nranks: integer ncclAvg */
-} br_red_kind_t;
-
-typedef struct {
-    br_red_kind_t kind;
-    ncclDataType_t type;
-    /* PREMULSUM scalar, already converted: as double (floating types) and as int64/uint64
-     * bit pattern (integer types). */
-    double scalar_f;
-    uint64_t scalar_i;
-    /* SUMPOSTDIV divisor. */
-    uint64_t divisor;
-} br_redop_t;
-
-/* Bytes per element of a type (0 for an invalid type). */
-size_t br_type_size(ncclDataType_t type);
-/* "float32", "bfloat16", ... for messages. */
-const char *br_type_name(ncclDataType_t type);
-/* "sum", "prod", ... for messages. */
-const char *br_red_kind_name(br_red_kind_t kind);
-
-/* Build the arithmetic for a built-in op (ncclSum..ncclAvg) on nranks ranks. */
-void br_redop_builtin(br_redop_t *op, ncclRedOp_t builtin, ncclDataType_t type, int nranks);
-/* Build a PREMULSUM op whose scalar is one element of `type` at `scalar`. */
-void br_redop_premulsum(br_redop_t *op, ncclDataType_t type, const void *scalar);
+#include "coll.h"
 
 /* Flags for br_reduce. */
 #define BR_REDUCE_POST 0x1 /* apply the final step (SUMPOSTDIV's division) to the result */

@@ -30,7 +30,7 @@ static int is_reduction(br_func_t func)
 }
 
 /* dst = the inputs of every rank, rank r's at first + r * stride, folded in rank order. */
-static void fold_ranks(void *dst, const char *first, size_t stride, int n, const br_exec_op_t *op)
+static void fold_ranks(void *dst, const char *first, size_t stride, int n, const br_op_t *op)
 {
     int r = 1;
     if (op->redop.kind == BR_RED_PREMULSUM) {
@@ -54,7 +54,7 @@ static int mod(int a, int n)
 
 void br_work_ring_init(br_work_t *w, const br_exec_comm_t *ec, int ch, int nch)
 {
-    const br_exec_op_t *op = &w->op;
+    const br_op_t *op = &w->op;
     size_t tsize = br_type_size(op->type);
     int n = ec->nranks;
 
@@ -89,7 +89,7 @@ void br_work_ring_init(br_work_t *w, const br_exec_comm_t *ec, int ch, int nch)
     w->chunk = 0;
 }
 
-int br_work_gather_fits(const br_exec_comm_t *ec, const br_exec_op_t *op)
+int br_work_gather_fits(const br_exec_comm_t *ec, const br_op_t *op)
 {
     size_t bytes = op->count * br_type_size(op->type);
     size_t cap = (size_t)BR_PARAM_INT(ONESHOT_BYTES);
@@ -212,7 +212,7 @@ static void ring_chunk_place(const br_exec_comm_t *ec, const br_work_t *w, int k
     *len_p = len;
 }
 
-static uint32_t desc_type_word(const br_exec_op_t *op)
+static uint32_t desc_type_word(const br_op_t *op)
 {
     return (uint32_t)op->type | ((uint32_t)op->redop.kind << 8) |
            ((uint32_t)(op->root & 0xffff) << 16);
@@ -230,7 +230,7 @@ static int check_desc(br_exec_queue_t *q, const br_work_t *w, const br_conn_t *r
                       const br_slot_desc_t *d, size_t bytes)
 {
     br_exec_comm_t *ec = q->ec;
-    const br_exec_op_t *op = &w->op;
+    const br_op_t *op = &w->op;
     char theirs[160];
 
     if (d->seq != 0) {
@@ -297,7 +297,7 @@ static int ring_step(br_exec_queue_t *q, br_work_t *w)
 {
     br_exec_comm_t *ec = q->ec;
     br_conn_t *rc = ec->ring_recv[w->ch], *sc = ec->ring_send[w->ch];
-    const br_exec_op_t *op = &w->op;
+    const br_op_t *op = &w->op;
     int k, flags = ring_step_kind(w, ec->nranks, ec->ring_pos, ec->ring_pos_of[op->root], w->j, &k);
     size_t in_off, out_off, len;
 
@@ -434,7 +434,7 @@ static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
 #define BR_FLAT_TWO_RANK_MAX (16 * 1024)
 
 /* Bytes `rank` publishes for op (0 when it contributes nothing). */
-static size_t flat_publish_bytes(const br_exec_comm_t *ec, const br_exec_op_t *op, int rank)
+static size_t flat_publish_bytes(const br_exec_comm_t *ec, const br_op_t *op, int rank)
 {
     size_t bytes = op->count * br_type_size(op->type);
     switch (op->func) {
@@ -445,13 +445,13 @@ static size_t flat_publish_bytes(const br_exec_comm_t *ec, const br_exec_op_t *o
 }
 
 /* The call's size as every rank sees it (ReduceScatter: the whole input). */
-static size_t flat_call_bytes(const br_exec_comm_t *ec, const br_exec_op_t *op)
+static size_t flat_call_bytes(const br_exec_comm_t *ec, const br_op_t *op)
 {
     size_t bytes = op->count * br_type_size(op->type);
     return op->func == BR_FUNC_REDUCESCATTER ? bytes * (size_t)ec->nranks : bytes;
 }
 
-int br_work_flat_direct(const br_exec_comm_t *ec, const br_exec_op_t *op)
+int br_work_flat_direct(const br_exec_comm_t *ec, const br_op_t *op)
 {
     if (ec->flat == NULL || ec->flat->cma_bytes == 0 ||
         (op->func != BR_FUNC_ALLGATHER && op->func != BR_FUNC_BROADCAST)) {
@@ -461,7 +461,7 @@ int br_work_flat_direct(const br_exec_comm_t *ec, const br_exec_op_t *op)
     return bytes >= ec->flat->cma_bytes && (ec->flat->cma_max == 0 || bytes <= ec->flat->cma_max);
 }
 
-int br_work_flat_fits(const br_exec_comm_t *ec, const br_exec_op_t *op)
+int br_work_flat_fits(const br_exec_comm_t *ec, const br_op_t *op)
 {
     if (ec->flat == NULL || !br_func_is_collective(op->func)) {
         return 0;
@@ -483,7 +483,7 @@ static int flat_check_desc(br_exec_queue_t *q, const br_work_t *w, int peer,
                            const br_slot_desc_t *d)
 {
     br_exec_comm_t *ec = q->ec;
-    const br_exec_op_t *op = &w->op;
+    const br_op_t *op = &w->op;
     size_t want = flat_publish_bytes(ec, op, peer);
     char theirs[160];
 
@@ -504,7 +504,7 @@ static int flat_check_desc(br_exec_queue_t *q, const br_work_t *w, int peer,
 static void flat_fold(const br_exec_comm_t *ec, const br_work_t *w, void *dst, size_t at)
 {
     const br_flat_t *f = ec->flat;
-    const br_exec_op_t *op = &w->op;
+    const br_op_t *op = &w->op;
     size_t off = at * br_type_size(op->type);
 
     fold_ranks(dst, br_flat_buf(f, 0, w->flat_k, w->flat_small) + off, f->stride, ec->nranks, op);
@@ -513,7 +513,7 @@ static void flat_fold(const br_exec_comm_t *ec, const br_work_t *w, void *dst, s
 static void flat_output(const br_exec_comm_t *ec, const br_work_t *w)
 {
     const br_flat_t *f = ec->flat;
-    const br_exec_op_t *op = &w->op;
+    const br_op_t *op = &w->op;
     size_t bytes = op->count * br_type_size(op->type);
     int n = ec->nranks, me = ec->rank;
 
@@ -541,7 +541,7 @@ static void flat_output(const br_exec_comm_t *ec, const br_work_t *w)
 
 /* Does this rank need rank r's input? Broadcast needs only the root's, and a Reduce's
  * non-roots need nothing (they publish and go, as a root's send is eager). */
-static int flat_needs(const br_exec_comm_t *ec, const br_exec_op_t *op, int r)
+static int flat_needs(const br_exec_comm_t *ec, const br_op_t *op, int r)
 {
     switch (op->func) {
     case BR_FUNC_BROADCAST: return r == op->root;
@@ -608,7 +608,7 @@ static int flat_read_peer(br_exec_queue_t *q, const br_work_t *w, int r, char *d
  * published. */
 static int flat_direct_output(br_exec_queue_t *q, const br_work_t *w)
 {
-    const br_exec_op_t *op = &w->op;
+    const br_op_t *op = &w->op;
     size_t bytes = op->count * br_type_size(op->type);
     int n = q->ec->nranks, me = q->ec->rank;
 
@@ -636,7 +636,7 @@ static int flat_direct_output(br_exec_queue_t *q, const br_work_t *w)
 }
 
 /* Do the other ranks read this rank's input in place (so it must wait for them)? */
-static int flat_direct_has_readers(const br_exec_comm_t *ec, const br_exec_op_t *op)
+static int flat_direct_has_readers(const br_exec_comm_t *ec, const br_op_t *op)
 {
     return op->func == BR_FUNC_ALLGATHER || ec->rank == op->root;
 }
@@ -662,7 +662,7 @@ static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     br_exec_comm_t *ec = q->ec;
     const br_flat_t *f = ec->flat;
-    const br_exec_op_t *op = &w->op;
+    const br_op_t *op = &w->op;
     uint64_t k = w->flat_k;
     int n = ec->nranks, moved = 0;
     /* Decided on the call's arguments alone, so writer and readers pick the same slot. */
@@ -752,7 +752,7 @@ static int flat_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
 int br_work_probe_mismatch(br_exec_queue_t *q, const br_work_t *w)
 {
     br_exec_comm_t *ec = q->ec;
-    const br_exec_op_t *op = &w->op;
+    const br_op_t *op = &w->op;
     char theirs[160];
 
     if (ec->flat == NULL || (w->kind != BR_WORK_RING && w->kind != BR_WORK_FLAT)) {
@@ -811,7 +811,7 @@ int br_work_probe_mismatch(br_exec_queue_t *q, const br_work_t *w)
 /* A rank's own part: single-rank collectives and sends to itself. */
 static int copy_work(br_work_t *w, int *done_p)
 {
-    const br_exec_op_t *op = &w->op;
+    const br_op_t *op = &w->op;
     if (is_reduction(op->func)) {
         br_reduce(op->recvbuff, NULL, op->sendbuff, op->count, &op->redop, BR_REDUCE_POST);
     } else if (w->bytes > 0 && op->recvbuff != w->copy_src) {

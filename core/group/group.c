@@ -17,7 +17,7 @@ typedef enum { G_OP, G_INIT, G_SPLIT } gkind_t;
 typedef struct {
     gkind_t kind;
     ncclComm_t comm; /* op: its comm; split: the parent */
-    br_exec_op_t op;
+    br_op_t op;
     ncclComm_t *out; /* init/split */
     int nranks, rank, color, key;
     ncclUniqueId id;
@@ -170,7 +170,7 @@ static ncclResult_t connect_peers(gcall_t *cs, int n, ncclComm_t *comms, int nco
         BR_CHECK_GOTO(br_calloc(&j->need_send, (size_t)comm->nranks, "group"), res, out);
         BR_CHECK_GOTO(br_calloc(&j->need_recv, (size_t)comm->nranks, "group"), res, out);
         for (int i = 0; i < n; i++) {
-            const br_exec_op_t *op = &cs[i].op;
+            const br_op_t *op = &cs[i].op;
             if (cs[i].kind != G_OP || cs[i].comm != comm || op->peer == comm->rank ||
                 op->count == 0) {
                 continue;
@@ -211,7 +211,7 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
 {
     int ri = 0;
     for (int si = 0; si < n; si++) {
-        const br_exec_op_t *s = &cs[si].op;
+        const br_op_t *s = &cs[si].op;
         if (cs[si].kind != G_OP || cs[si].comm != comm || s->func != BR_FUNC_SEND ||
             s->peer != comm->rank) {
             continue;
@@ -227,7 +227,7 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
                     comm->rank);
             return ncclInvalidUsage;
         }
-        const br_exec_op_t *r = &cs[ri++].op;
+        const br_op_t *r = &cs[ri++].op;
         size_t sb = s->count * br_type_size(s->type), rb = r->count * br_type_size(r->type);
         if (sb != rb) {
             BR_WARN(NCCL_P2P,
@@ -277,7 +277,7 @@ static ncclResult_t run_ops(gcall_t *cs, int n)
         BR_CHECK_GOTO(pair_self(&batch, cs, n, comms[c]), res, out);
     }
     for (int i = 0; i < n; i++) {
-        const br_exec_op_t *op = &cs[i].op;
+        const br_op_t *op = &cs[i].op;
         if (cs[i].kind != G_OP || ((op->func == BR_FUNC_SEND || op->func == BR_FUNC_RECV) &&
                                    op->peer == cs[i].comm->rank)) {
             continue;
@@ -327,7 +327,7 @@ ncclResult_t br_group_end(void)
     return res;
 }
 
-ncclResult_t br_group_add_op(ncclComm_t comm, br_exec_op_t *op)
+ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
 {
     gcall_t c;
     br_exec_comm_t *ec = comm->ec;

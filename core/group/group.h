@@ -21,7 +21,7 @@ int br_group_depth(void);
 void br_group_note_error(ncclResult_t res);
 
 /* Queue an operation (assigns its sequence number) and, outside a group, run it. */
-ncclResult_t br_group_add_op(ncclComm_t comm, br_exec_op_t *op);
+ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op);
 
 /* Communicator creation, deferred to ncclGroupEnd inside a group. */
 ncclResult_t br_group_add_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,

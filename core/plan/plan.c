@@ -7,14 +7,6 @@
 /* Below this many bytes per channel a second channel costs more than it brings. */
 #define BR_PLAN_MIN_CHANNEL_BYTES (256 * 1024)
 
-const char *br_func_name(br_func_t func)
-{
-    static const char *const names[BR_NUM_FUNCS] = {
-        "Broadcast", "Reduce",   "AllGather", "ReduceScatter", "AllReduce", "SendRecv",
-        "Send",      "Recv",     "AlltoAll",  "Scatter",       "Gather"};
-    return (unsigned)func < BR_NUM_FUNCS ? names[func] : "unknown";
-}
-
 int br_plan_nchannels(size_t bytes, int nchannels)
 {
     size_t n = bytes / BR_PLAN_MIN_CHANNEL_BYTES;

@@ -11,43 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nccl.h"
-
-#define BR_MAX_CHANNELS 64
-
-/* NCCL's ncclFunc_t values. */
-typedef enum {
-    BR_FUNC_BROADCAST = 0,
-    BR_FUNC_REDUCE = 1,
-    BR_FUNC_ALLGATHER = 2,
-    BR_FUNC_REDUCESCATTER = 3,
-    BR_FUNC_ALLREDUCE = 4,
-    BR_FUNC_SENDRECV = 5,
-    BR_FUNC_SEND = 6,
-    BR_FUNC_RECV = 7,
-    BR_FUNC_ALLTOALL = 8,
-    BR_FUNC_SCATTER = 9,
-    BR_FUNC_GATHER = 10,
-    BR_NUM_FUNCS = 11
-} br_func_t;
-
-/* NCCL's algorithm and protocol numbering (plugin-abi.md §2.4). */
-#define BR_ALGO_TREE 0
-#define BR_ALGO_RING 1
-#define BR_NUM_ALGOS 7
-#define BR_PROTO_LL 0
-#define BR_PROTO_LL128 1
-#define BR_PROTO_SIMPLE 2
-#define BR_NUM_PROTOS 3
-
-/* Broadcast, Reduce, AllGather, ReduceScatter, AllReduce (not send/recv patterns). */
-static inline int br_func_is_collective(br_func_t func)
-{
-    return func <= BR_FUNC_ALLREDUCE;
-}
-
-/* "AllReduce", "Send", ... as NCCL names them in logs. */
-const char *br_func_name(br_func_t func);
+#include "coll.h"
 
 /* Channels an operation of `bytes` per rank uses, out of `nchannels`: small operations
  * stay on one channel, where splitting would only add per-step overhead. */
@@ -61,8 +25,8 @@ void br_plan_channel_range(size_t units, int nch, int c, size_t *lo_p, size_t *h
 /* Tuning constants in the layout of ncclTunerConstants_v5/v6 (1152 bytes of doubles);
  * the tuner plugin may edit them at init, before the model uses them. */
 typedef struct {
-    double base_latencies[BR_NUM_ALGOS][BR_NUM_PROTOS];  /* us */
-    double hw_latencies[3][BR_NUM_ALGOS][BR_NUM_PROTOS]; /* us per hop: NVLINK, PCI, NET */
+    double base_latencies[BR_NCCL_NUM_ALGOS][BR_NUM_PROTOS];  /* us */
+    double hw_latencies[3][BR_NCCL_NUM_ALGOS][BR_NUM_PROTOS]; /* us per hop: NVLINK, PCI, NET */
     double ll_max_bws[4][3];
     double per_ch_max_ring_ll128_bws[4][3];
     double per_ch_max_tree_ll128_bws[4][3];
@@ -110,7 +74,5 @@ void br_plan_tune_free(br_tune_t *tune);
  * tuner choices that were rejected. */
 ncclResult_t br_plan_choose(br_tune_t *tune, br_func_t func, size_t bytes, br_plan_choice_t *out);
 
-const char *br_algo_name(int algo);
-const char *br_proto_name(int proto);
 
 #endif /* BR_PLAN_H_ */

@@ -34,22 +34,12 @@ struct br_tune {
     char last_valid[BR_FUNC_ALLREDUCE + 1];
 };
 
-static const char *const algo_names[BR_NUM_ALGOS] = {"Tree",         "Ring", "CollNetDirect",
+static const char *const algo_names[BR_NCCL_NUM_ALGOS] = {"Tree", "Ring", "CollNetDirect",
                                                       "CollNetChain", "NVLS", "NVLSTree",
                                                       "PAT"};
 static const char *const proto_names[BR_NUM_PROTOS] = {"LL", "LL128", "Simple"};
 static const char *const func_keys[BR_FUNC_ALLREDUCE + 1] = {
     "broadcast", "reduce", "allgather", "reducescatter", "allreduce"};
-
-const char *br_algo_name(int algo)
-{
-    return algo >= 0 && algo < BR_NUM_ALGOS ? algo_names[algo] : "undef";
-}
-
-const char *br_proto_name(int proto)
-{
-    return proto >= 0 && proto < BR_NUM_PROTOS ? proto_names[proto] : "undef";
-}
 
 /* What the host executor implements: ring with the Simple protocol. */
 static int implemented(int func, int algo, int proto)
@@ -132,7 +122,7 @@ static ncclResult_t parse_selection(const char *var, const char *value, int is_a
 static void constants_default(br_tune_constants_t *k)
 {
     memset(k, 0, sizeof(*k));
-    for (int a = 0; a < BR_NUM_ALGOS; a++) {
+    for (int a = 0; a < BR_NCCL_NUM_ALGOS; a++) {
         for (int p = 0; p < BR_NUM_PROTOS; p++) {
             /* Host executor: a call costs a few microseconds of bookkeeping; a hop costs a
              * cache-line handoff (in-process, shared memory) or a network message. */

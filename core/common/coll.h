@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The shared vocabulary of core/: what a collective operation is, in words every module
+ * uses (functions, data types and their sizes, reductions, algorithm and protocol ids,
+ * channel limits) and the operation itself as it travels from api through group and plan
+ * to an executor. Nothing here knows about communicators, connections or threads, so any
+ * module may include it without reaching up or sideways; the few functions are in
+ * core/util/util_coll.c.
+ */
+#ifndef BR_COMMON_COLL_H_
+#define BR_COMMON_COLL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+#define BR_MAX_CHANNELS 64   /* NCCL's MAXCHANNELS */
+#define BR_MAX_TREE_ARITY 3  /* tree children of a rank: two across nodes, one in the node */
+
+/* NCCL's ncclFunc_t values, then the patterns Braid runs as groups of sends and receives. */
+typedef enum {
+    BR_FUNC_BROADCAST = 0,
+    BR_FUNC_REDUCE = 1,
+    BR_FUNC_ALLGATHER = 2,
+    BR_FUNC_REDUCESCATTER = 3,
+    BR_FUNC_ALLREDUCE = 4,
+    BR_FUNC_SENDRECV = 5,
+    BR_FUNC_SEND = 6,
+    BR_FUNC_RECV = 7,
+    BR_FUNC_ALLTOALL = 8,
+    BR_FUNC_SCATTER = 9,
+    BR_FUNC_GATHER = 10,
+    BR_NUM_FUNCS = 11
+} br_func_t;
+
+#define BR_NUM_COLL_FUNCS (BR_FUNC_ALLREDUCE + 1) /* the ones plan chooses algorithms for */
+
+/* Broadcast, Reduce, AllGather, ReduceScatter, AllReduce (not send/recv patterns). */
+static inline int br_func_is_collective(br_func_t func)
+{
+    return func <= BR_FUNC_ALLREDUCE;
+}
+
+/* Do the ranks' inputs combine (AllReduce, ReduceScatter, Reduce)? */
+static inline int br_func_is_reduction(br_func_t func)
+{
+    return func == BR_FUNC_ALLREDUCE || func == BR_FUNC_REDUCESCATTER || func == BR_FUNC_REDUCE;
+}
+
+/* "AllReduce", "Send", ... as NCCL names them in logs. */
+const char *br_func_name(br_func_t func);
+
+/* Bytes per element of a type (0 for an invalid type). */
+size_t br_type_size(ncclDataType_t type);
+/* "float32", "bfloat16", ... for messages. */
+const char *br_type_name(ncclDataType_t type);
+/* Is it one of the floating-point types? */
+int br_type_is_float(ncclDataType_t type);
+
+/*
+ * Algorithms. 0..6 are NCCL's ids (the tuner plugin's cost table has these rows); the
+ * others are Braid's own, numbered after them so that they never collide with an id a
+ * tuner knows.
+ */
+#define BR_ALGO_TREE 0
+#define BR_ALGO_RING 1
+#define BR_ALGO_COLLNET_DIRECT 2
+#define BR_ALGO_COLLNET_CHAIN 3
+#define BR_ALGO_NVLS 4
+#define BR_ALGO_NVLS_TREE 5
+#define BR_ALGO_PAT 6
+#define BR_NCCL_NUM_ALGOS 7
+/* Node arena: every rank publishes its whole input once, every rank reads all it needs. */
+#define BR_ALGO_ONESHOT 7
+/* Node arena with inputs read in place from their owners' memory (single copy). */
+#define BR_ALGO_DIRECT_READ 8
+/* AllReduce: the inputs travel the ring as an AllGather, each rank reduces them itself. */
+#define BR_ALGO_RING_ONESHOT 9
+#define BR_NUM_ALGOS 10
+
+/* NCCL's protocol ids. */
+#define BR_PROTO_LL 0
+#define BR_PROTO_LL128 1
+#define BR_PROTO_SIMPLE 2
+#define BR_NUM_PROTOS 3
+
+/* "Ring", "Tree", "OneShot", ... and "LL", "LL128", "Simple" ("undef" out of range). */
+const char *br_algo_name(int algo);
+const char *br_proto_name(int proto);
+
+/* The arithmetic of one reduction, resolved from (ncclRedOp_t, type, nranks). */
+typedef enum {
+    BR_RED_SUM,
+    BR_RED_PROD,
+    BR_RED_MAX,
+    BR_RED_MIN,
+    BR_RED_PREMULSUM, /* sum of (scalar * input): user PreMulSum ops and float ncclAvg */
+    BR_RED_SUMPOSTDIV /* sum, then integer division by nranks: integer ncclAvg */
+} br_red_kind_t;
+
+typedef struct {
+    br_red_kind_t kind;
+    ncclDataType_t type;
+    /* PREMULSUM scalar, already converted: as double (floating types) and as int64/uint64
+     * bit pattern (integer types). */
+    double scalar_f;
+    uint64_t scalar_i;
+    /* SUMPOSTDIV divisor. */
+    uint64_t divisor;
+} br_redop_t;
+
+/* "sum", "prod", ... for messages. */
+const char *br_red_kind_name(br_red_kind_t kind);
+/* The arithmetic of a built-in op (ncclSum..ncclAvg) on nranks ranks. */
+void br_redop_builtin(br_redop_t *op, ncclRedOp_t builtin, ncclDataType_t type, int nranks);
+/* A PREMULSUM op whose scalar is one element of `type` at `scalar`. */
+void br_redop_premulsum(br_redop_t *op, ncclDataType_t type, const void *scalar);
+
+/* How two partial results combine: the op itself for sum, prod, max and min; a plain sum
+ * for PREMULSUM (the inputs were scaled already) and SUMPOSTDIV (divided at the end). */
+static inline br_redop_t br_redop_partial(const br_redop_t *op)
+{
+    br_redop_t p = *op;
+    if (p.kind == BR_RED_PREMULSUM || p.kind == BR_RED_SUMPOSTDIV) {
+        p.kind = BR_RED_SUM;
+    }
+    return p;
+}
+
+/* One operation as every rank sees it, from the api to an executor. */
+typedef struct {
+    br_func_t func;
+    const void *sendbuff;
+    void *recvbuff;
+    size_t count; /* NCCL's count argument (per rank for AllGather/ReduceScatter) */
+    ncclDataType_t type;
+    br_redop_t redop;
+    int root;     /* Broadcast/Reduce */
+    int peer;     /* Send/Recv */
+    uint64_t seq; /* collective number on the comm, or message number to/from peer */
+    /* What plan chose for a collective; the executor runs exactly this. */
+    int algo, proto;
+    int nchannels;
+    size_t chunk_bytes; /* most payload bytes one FIFO slot carries (0 for the arena) */
+} br_op_t;
+
+/* Bytes of the call as NCCL sizes it for tuning: count x type size (per rank). */
+static inline size_t br_op_bytes(const br_op_t *op)
+{
+    return op->count * br_type_size(op->type);
+}
+
+#endif /* BR_COMMON_COLL_H_ */
