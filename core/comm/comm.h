@@ -35,8 +35,11 @@ struct ncclComm {
     int traffic_class;
     br_transport_comm_t *tc;
     br_exec_comm_t *ec;
-    br_tune_t *tune;            /* the cost model and the tuner hook */
+    br_graph_t *graph;          /* the rings and trees of every channel */
+    br_plan_t *plan;            /* the choices: cost model and the tuner hook */
     br_tuner_t *tuner;          /* tuner plugin, or NULL */
+    int pipeline;               /* agreed BRAID_RING_PIPELINE (the smallest any rank set) */
+    size_t oneshot_bytes;       /* agreed BRAID_ONESHOT_BYTES (the smallest) */
     br_user_op_t user_ops[BR_MAX_USER_OPS];
     pthread_mutex_t lock;       /* user ops */
     int finalized;
@@ -53,6 +56,13 @@ ncclResult_t br_comm_split(ncclComm_t parent, int color, int key, ncclComm_t *ne
 
 /* Make sure p2p connections exist for the peers flagged (nranks entries each). */
 ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv);
+
+/* Build the graph and connect every channel's ring and tree (comm_channels.c). */
+ncclResult_t br_comm_channels_setup(ncclComm_t comm);
+
+/* The plan (cost model facts agreed by every rank, NCCL_ALGO/NCCL_PROTO), the tuner and
+ * the profiler plugins (comm_tune.c). */
+ncclResult_t br_comm_tune_setup(ncclComm_t comm);
 
 /* Free everything; with flush, pending network sends finish first (bounded). */
 void br_comm_free(ncclComm_t comm, int flush);

@@ -2,9 +2,9 @@
 /*
  * Communicator init and teardown. Init: bootstrap, allgather of peer info, agreement on
  * channels and buffer sizes (minimum over ranks, so every rank cuts operations alike),
- * the net plugin, the ring (ranks of one host kept adjacent), and the ring connections
- * of every channel. p2p connections are made on first use (br_comm_connect_p2p).
- * A process-wide registry of live communicators lets the API reject stale handles.
+ * the net plugin, the channels (comm_channels.c: graph, ring and tree connections), the
+ * node arena, and the plan with its plugins (comm_tune.c). A process-wide registry of
+ * live communicators lets the API reject stale handles.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +13,6 @@
 
 #include "comm.h"
 #include "util.h"
-
-#define BR_TAG_RING 1
-#define BR_TAG_P2P 2
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static ncclComm_t *registry;
@@ -133,6 +130,8 @@ static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
     pi->pid_hash = br_pid_hash();
     pi->comm_ptr = (uint64_t)(uintptr_t)comm;
     pi->buffsize = BR_PARAM_INT(BUFFSIZE);
+    pi->ll_buffsize = BR_PARAM_INT(LL_BUFFSIZE);
+    pi->oneshot_bytes = BR_PARAM_INT(ONESHOT_BYTES);
     pi->pipeline = (int)BR_PARAM_INT(RING_PIPELINE);
     pi->p2p_chunk = BR_PARAM_INT(P2P_NET_CHUNKSIZE);
     pi->nchannels = (int)clamp64(BR_PARAM_INT(NCHANNELS), BR_PARAM_INT(MIN_NCHANNELS),
@@ -182,155 +181,6 @@ static ncclResult_t net_setup(ncclComm_t comm, int needed)
             "rank %d: continuing without a net plugin: every peer is "
             "reachable through shared memory or in-process",
             comm->rank);
-    return ncclSuccess;
-}
-
-/* Ring order: ranks of the same host adjacent (hosts in order of first appearance),
- * so at most one hop per host pair crosses the network. */
-static void ring_order(const br_transport_comm_t *tc, int *order)
-{
-    int n = tc->nranks, k = 0;
-    char *placed = calloc((size_t)n, 1);
-    for (int i = 0; i < n && placed != NULL; i++) {
-        if (placed[i]) {
-            continue;
-        }
-        for (int j = i; j < n; j++) {
-            if (!placed[j] && tc->peers[j].host_hash == tc->peers[i].host_hash) {
-                order[k++] = j;
-                placed[j] = 1;
-            }
-        }
-    }
-    if (placed == NULL) {
-        for (int i = 0; i < n; i++) {
-            order[i] = i;
-        }
-    }
-    free(placed);
-}
-
-static ncclResult_t ring_setup(ncclComm_t comm)
-{
-    br_transport_comm_t *tc = comm->tc;
-    br_exec_comm_t *ec = comm->ec;
-    int n = comm->nranks, nch = ec->nchannels, pos = 0;
-    int order[n], recv_peers[BR_MAX_CHANNELS], send_peers[BR_MAX_CHANNELS];
-    char line[1024];
-
-    ring_order(tc, order);
-    for (int i = 0; i < n; i++) {
-        if (order[i] == comm->rank) {
-            pos = i;
-        }
-    }
-    ec->ring_prev = order[(pos + n - 1) % n];
-    ec->ring_next = order[(pos + 1) % n];
-    ec->ring_pos = pos;
-    BR_CHECK(br_calloc(&ec->ring_rank, (size_t)n, "ring order"));
-    BR_CHECK(br_calloc(&ec->ring_pos_of, (size_t)n, "ring order"));
-    int net_link = 0;
-    for (int i = 0; i < n; i++) {
-        ec->ring_rank[i] = order[i];
-        ec->ring_pos_of[order[i]] = i;
-        net_link |= br_transport_select_pair(&tc->peers[order[i]],
-                                             &tc->peers[order[(i + 1) % n]]) == BR_TRANSPORT_NET;
-    }
-    /* Cutting steps finer pays where a link's copies and transfer can overlap (measured:
-     * it halved shared-memory AllReduce at 1 MiB, and tripled socket AllGather). Every
-     * rank sees the same ring, so they all decide alike. */
-    if (!net_link) {
-        ec->pipeline = 1;
-    }
-    if (comm->rank == 0) {
-        size_t len = 0;
-        for (int i = 0; i < n && len < sizeof(line) - 16; i++) {
-            len += (size_t)snprintf(line + len, sizeof(line) - len, " %d", order[i]);
-        }
-        for (int c = 0; c < nch; c++) {
-            BR_INFO(NCCL_INIT, "Channel %02d/%02d :%s", c, nch, line);
-        }
-    }
-    if (n == 1) {
-        return ncclSuccess;
-    }
-    for (int c = 0; c < nch; c++) {
-        recv_peers[c] = ec->ring_prev;
-        send_peers[c] = ec->ring_next;
-    }
-    size_t step = ((size_t)tc->buffsize / BR_STEPS) & ~(size_t)63;
-    BR_CHECK(br_transport_connect(tc, nch, recv_peers, send_peers, step, BR_TAG_RING, ec->ring_recv,
-                                  ec->ring_send));
-    for (int c = 0; c < nch; c++) {
-        br_conn_t *s = ec->ring_send[c];
-        ec->has_net |= s->kind == BR_TRANSPORT_NET || ec->ring_recv[c]->kind == BR_TRANSPORT_NET;
-        BR_INFO(NCCL_INIT, "Channel %02d/0 : %d[%d] -> %d[%d] via %s%s%s", c, comm->rank,
-                comm->rank, s->peer, s->peer, br_transport_name(s->kind),
-                s->kind == BR_TRANSPORT_NET ? "/" : "",
-                s->kind == BR_TRANSPORT_NET ? tc->net->name : "");
-    }
-    BR_INFO(NCCL_INIT, "Connected all rings, %d channels of %zu-byte steps", nch, step);
-    return ncclSuccess;
-}
-
-/* The cost model sees the slowest link the ring crosses. */
-static ncclResult_t tune_setup(ncclComm_t comm)
-{
-    br_transport_comm_t *tc = comm->tc;
-    br_tune_topo_t topo;
-    int any_shm = 0;
-
-    memset(&topo, 0, sizeof(topo));
-    topo.nranks = comm->nranks;
-    topo.max_channels = comm->ec->nchannels;
-    for (int i = 0; i < comm->nranks; i++) {
-        int first = 1;
-        for (int j = 0; j < i; j++) {
-            first &= tc->peers[j].host_hash != tc->peers[i].host_hash;
-        }
-        topo.nnodes += first;
-        any_shm |= i != comm->rank && br_transport_select(tc, i) == BR_TRANSPORT_SHM;
-    }
-    if (comm->ec->has_net && tc->net != NULL) {
-        topo.hw = BR_HW_NET;
-        topo.link_gbps = tc->net->props.speed > 0 ? tc->net->props.speed / 8000.0 : 1.25;
-    } else {
-        topo.hw = any_shm ? BR_HW_PCI : BR_HW_NVLINK;
-        topo.link_gbps = any_shm ? 6.0 : 10.0; /* one core's copy rate through the FIFO */
-    }
-    BR_CHECK(br_plan_tune_create(&topo, &comm->tune));
-
-    /* The tuner plugin edits the constants at its init, then sees every cost table. */
-    br_tuner_request_t treq;
-    memset(&treq, 0, sizeof(treq));
-    treq.plugin = BR_PARAM_STR(TUNER_PLUGIN);
-    treq.net = tc->net;
-    treq.comm_hash = comm->comm_hash;
-    treq.nranks = (size_t)comm->nranks;
-    treq.nnodes = (size_t)topo.nnodes;
-    treq.nvl_domains = topo.nnodes;
-    treq.min_ranks_per_nvl = treq.max_ranks_per_nvl = 1;
-    treq.constants = br_plan_tune_constants(comm->tune);
-    BR_CHECK(br_plugin_tuner_open(&treq, &comm->tuner));
-    if (comm->tuner != NULL) {
-        br_plan_tune_set_hook(comm->tune, br_plugin_tuner_hook, comm->tuner, comm->tuner->name);
-        BR_INFO(NCCL_INIT | NCCL_TUNING, "tuner %s (v%d) from %s", comm->tuner->name,
-                comm->tuner->version, comm->tuner->path);
-    }
-
-    br_profiler_request_t preq;
-    memset(&preq, 0, sizeof(preq));
-    preq.plugin = BR_PARAM_STR(PROFILER_PLUGIN);
-    preq.net = tc->net;
-    preq.comm_hash = comm->comm_hash;
-    preq.comm_name = comm->name[0] ? comm->name : NULL;
-    preq.nnodes = topo.nnodes;
-    preq.nranks = comm->nranks;
-    preq.rank = comm->rank;
-    BR_CHECK(br_plugin_profiler_open(&preq, &comm->ec->prof));
-    if (comm->ec->prof != NULL && tc->proxy != NULL) {
-        br_proxy_set_profiler(tc->proxy, comm->ec->prof);
-    }
     return ncclSuccess;
 }
 
@@ -406,8 +256,14 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
         if (i == 0 || p->p2p_chunk < tc->p2p_chunk) {
             tc->p2p_chunk = p->p2p_chunk;
         }
-        if (i == 0 || p->pipeline < comm->ec->pipeline) {
-            comm->ec->pipeline = p->pipeline;
+        if (i == 0 || p->ll_buffsize < tc->ll_buffsize) {
+            tc->ll_buffsize = p->ll_buffsize;
+        }
+        if (i == 0 || p->pipeline < comm->pipeline) {
+            comm->pipeline = p->pipeline;
+        }
+        if (i == 0 || (size_t)p->oneshot_bytes < comm->oneshot_bytes) {
+            comm->oneshot_bytes = (size_t)p->oneshot_bytes;
         }
         needed |= br_transport_select(tc, i) == BR_TRANSPORT_NET;
     }
@@ -434,16 +290,17 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
                 comm->ec->oversubscribed ? " (oversubscribed: waiters yield instead of spinning)"
                                          : "");
     }
-    if (tc->buffsize < BR_STEPS * 64 || tc->p2p_chunk < 64) {
+    if (tc->buffsize < BR_STEPS * 64 || tc->p2p_chunk < 64 || tc->ll_buffsize < 0) {
         BR_WARN(NCCL_INIT,
-                "NCCL_BUFFSIZE %lld or NCCL_P2P_NET_CHUNKSIZE %lld is too small "
-                "(at least %d and 64 bytes)",
-                (long long)tc->buffsize, (long long)tc->p2p_chunk, BR_STEPS * 64);
+                "NCCL_BUFFSIZE %lld, NCCL_LL_BUFFSIZE %lld or NCCL_P2P_NET_CHUNKSIZE %lld is too "
+                "small (at least %d, 0 and 64 bytes)",
+                (long long)tc->buffsize, (long long)tc->ll_buffsize, (long long)tc->p2p_chunk,
+                BR_STEPS * 64);
         res = ncclInvalidUsage;
         goto fail;
     }
     BR_CHECK_GOTO(net_setup(comm, needed), res, fail);
-    BR_CHECK_GOTO(ring_setup(comm), res, fail);
+    BR_CHECK_GOTO(br_comm_channels_setup(comm), res, fail);
     size_t cma = (size_t)BR_PARAM_INT(CMA_BYTES);
     /* With more ranks than cores, reading in place measured slower than the rings (4 ranks
      * on 2 cores: 10-25 % less from 256 KiB to 1 MiB, docs/performance.md): a reader's
@@ -455,11 +312,11 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
                 rank);
         cma = 0;
     }
-    BR_CHECK_GOTO(br_transport_flat_setup(tc, (size_t)BR_PARAM_INT(ONESHOT_BYTES), cma,
-                                          (size_t)BR_PARAM_INT(CMA_MAX_BYTES)),
+    BR_CHECK_GOTO(br_transport_arena_setup(tc, comm->oneshot_bytes, cma,
+                                           (size_t)BR_PARAM_INT(CMA_MAX_BYTES)),
                   res, fail);
-    comm->ec->flat = tc->flat;
-    BR_CHECK_GOTO(tune_setup(comm), res, fail);
+    comm->ec->arena = tc->arena;
+    BR_CHECK_GOTO(br_comm_tune_setup(comm), res, fail);
     BR_CHECK_GOTO(br_bootstrap_barrier(tc->boot), res, fail);
     comm->magic = BR_COMM_MAGIC;
     BR_CHECK_GOTO(registry_add(comm), res, fail);
@@ -481,51 +338,6 @@ fail:
     return res;
 }
 
-ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv)
-{
-    br_exec_comm_t *ec = comm->ec;
-    br_transport_comm_t *tc = comm->tc;
-    int n = comm->nranks, any = 0;
-    int *recv_peers = NULL, *send_peers = NULL;
-    br_conn_t **recv_conns = NULL, **send_conns = NULL;
-    ncclResult_t res = ncclSuccess;
-
-    BR_CHECK_GOTO(br_calloc(&recv_peers, (size_t)n, "p2p setup"), res, out);
-    BR_CHECK_GOTO(br_calloc(&send_peers, (size_t)n, "p2p setup"), res, out);
-    BR_CHECK_GOTO(br_calloc(&recv_conns, (size_t)n, "p2p setup"), res, out);
-    BR_CHECK_GOTO(br_calloc(&send_conns, (size_t)n, "p2p setup"), res, out);
-    for (int p = 0; p < n; p++) {
-        recv_peers[p] = (need_recv[p] && ec->p2p_recv[p] == NULL && p != comm->rank) ? p : -1;
-        send_peers[p] = (need_send[p] && ec->p2p_send[p] == NULL && p != comm->rank) ? p : -1;
-        any |= recv_peers[p] >= 0 || send_peers[p] >= 0;
-    }
-    if (!any) {
-        goto out;
-    }
-    size_t step = (size_t)tc->p2p_chunk;
-    BR_CHECK_GOTO(br_transport_connect(tc, n, recv_peers, send_peers, step, BR_TAG_P2P, recv_conns,
-                                       send_conns),
-                  res, out);
-    for (int p = 0; p < n; p++) {
-        if (recv_conns[p] != NULL) {
-            ec->p2p_recv[p] = recv_conns[p];
-            ec->has_net |= recv_conns[p]->kind == BR_TRANSPORT_NET;
-        }
-        if (send_conns[p] != NULL) {
-            ec->p2p_send[p] = send_conns[p];
-            ec->has_net |= send_conns[p]->kind == BR_TRANSPORT_NET;
-            BR_INFO(NCCL_P2P, "P2P : %d -> %d via %s", comm->rank, p,
-                    br_transport_name(send_conns[p]->kind));
-        }
-    }
-out:
-    free(recv_peers);
-    free(send_peers);
-    free(recv_conns);
-    free(send_conns);
-    return res;
-}
-
 void br_comm_free(ncclComm_t comm, int flush)
 {
     if (comm == NULL) {
@@ -533,7 +345,7 @@ void br_comm_free(ncclComm_t comm, int flush)
     }
     registry_remove(comm);
     comm->magic = 0;
-    br_plan_tune_free(comm->tune);
+    br_plan_free(comm->plan);
     if (comm->tuner != NULL) {
         br_plugin_tuner_close(comm->tuner);
     }
@@ -548,17 +360,12 @@ void br_comm_free(ncclComm_t comm, int flush)
         free(comm->tc->peers);
         free(comm->tc);
     }
+    br_graph_free(comm->graph);
     if (comm->ec != NULL) {
         if (comm->ec->prof != NULL) {
             br_plugin_profiler_close(comm->ec->prof);
         }
-        if (comm->ec->solo != NULL) {
-            br_exec_batch_free(comm->ec->solo);
-            free(comm->ec->solo);
-        }
-        free(comm->ec->gather_scratch);
-        free(comm->ec->ring_rank);
-        free(comm->ec->ring_pos_of);
+        br_exec_comm_release(comm->ec);
         free(comm->ec->p2p_send);
         free(comm->ec->p2p_recv);
         free(comm->ec->send_seq);

@@ -1,26 +1,42 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The connection FIFO shared by the transports, the proxy and the executor: BR_STEPS
- * slots and a control block with the sender's tail and the receiver's head counters.
- * Counters only grow; slot i of step s is s % BR_STEPS. A writer fills a slot, then
- * publishes it with a release store of the counter; the reader acquires the counter
- * before touching the slot.
+ * The connection FIFO and its two protocols, shared by the transports, the proxy and
+ * every executor. A connection has BR_STEPS slots and a control block with the sender's
+ * `tail` (slots filled) and the receiver's `head` (slots freed). Counters only grow;
+ * step s uses slot s % BR_STEPS. One step counter serves both protocols, so operations
+ * with different protocols follow each other on one connection.
+ *
+ * Simple: the payload goes into the slot as it is; the sender publishes it with a release
+ * store of tail, and the receiver acquires tail before reading the slot.
+ *
+ * LL (low latency): the payload travels as 8-byte lines, 4 bytes of data and a 4-byte flag
+ * each, every line written with one 8-byte store. The flag says which step the line
+ * belongs to, so the receiver polls the data's own cache lines instead of a separate
+ * counter: one line handoff per hop instead of two. Where the receiver's memory is
+ * written by the sender (p2p, shm) the lines live in a separate LL region and are
+ * trusted by their flags; where a network plugin writes them (net) they land in the
+ * Simple slot and are read after tail, their flags checked. The sender still advances
+ * tail after the lines (Simple readers of later steps and the network proxy count on it).
+ * Flags are unique within an epoch of 2^30 steps; the first use of a slot in each epoch
+ * clears the slot, so a line left from an older epoch never looks current.
  */
 #ifndef BR_COMMON_FIFO_H_
 #define BR_COMMON_FIFO_H_
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define BR_STEPS 8 /* NCCL_STEPS: slots per connection */
 
 /* Which call a slot's data belongs to: lets the receiver detect mismatched calls. */
 typedef struct {
-    uint64_t bytes;  /* payload bytes in the slot */
-    uint64_t seq;    /* collective sequence number (p2p: per-peer message number) + 1; 0 = unknown */
-    uint64_t count;  /* element count of the call */
-    uint32_t func;   /* br_func_t of the call */
-    uint32_t type;   /* data type | (reduction kind << 8) | (root << 16) */
+    uint64_t bytes; /* bytes in the slot as sent (LL: lines x 8) */
+    uint64_t seq;   /* collective sequence number (p2p: per-peer message number) + 1; 0 = unknown */
+    uint64_t count; /* element count of the call */
+    uint32_t func;  /* br_func_t | algorithm << 8 | protocol << 16 of the call */
+    uint32_t type;  /* data type | (reduction kind << 8) | (root << 16) */
 } br_slot_desc_t;
 
 /* On net connections each message carries its slot descriptor after the payload; the
@@ -33,5 +49,122 @@ typedef struct {
     _Alignas(64) _Atomic uint64_t head; /* written by the receiver (or the sending proxy) */
     _Alignas(64) br_slot_desc_t slot[BR_STEPS];
 } br_fifo_ctrl_t;
+
+/* ---- Simple ---- */
+
+/* Receiver: has step `step` been filled? Acquire pairs with the sender's release of tail. */
+static inline int br_fifo_filled(const br_fifo_ctrl_t *ctrl, uint64_t step)
+{
+    return atomic_load_explicit(&ctrl->tail, memory_order_acquire) > step;
+}
+
+/* Sender: is the slot of step `step` free? Acquire pairs with the receiver's release of
+ * head: it finished reading what the slot held. */
+static inline int br_fifo_free(const br_fifo_ctrl_t *ctrl, uint64_t step)
+{
+    return atomic_load_explicit(&ctrl->head, memory_order_acquire) + BR_STEPS > step;
+}
+
+/* Sender: publish step `step` (its data and descriptor are written). */
+static inline void br_fifo_post_send(br_fifo_ctrl_t *ctrl, uint64_t step, const br_slot_desc_t *d)
+{
+    ctrl->slot[step % BR_STEPS] = *d;
+    /* Release: the slot's data and descriptor are visible before the new tail. */
+    atomic_store_explicit(&ctrl->tail, step + 1, memory_order_release);
+}
+
+/* Sender: publish step `step` whose descriptor is already in place (LL writes it before
+ * the lines, so that a reader of the first line may read it). */
+static inline void br_fifo_post_tail(br_fifo_ctrl_t *ctrl, uint64_t step)
+{
+    /* Release: the slot's data and descriptor are visible before the new tail. */
+    atomic_store_explicit(&ctrl->tail, step + 1, memory_order_release);
+}
+
+/* Receiver: step `step` is consumed; the sender may reuse its slot. */
+static inline void br_fifo_post_recv(br_fifo_ctrl_t *ctrl, uint64_t step)
+{
+    /* Release: our reads of the slot are done before the sender may overwrite it. */
+    atomic_store_explicit(&ctrl->head, step + 1, memory_order_release);
+}
+
+/* ---- LL ---- */
+
+#define BR_LL_LINE 8u                        /* bytes of one line */
+#define BR_LL_DATA 4u                        /* data bytes per line */
+#define BR_LL_EPOCH_MASK ((1ull << 30) - 1)  /* flags repeat after 2^30 steps */
+
+/* Lines carrying `bytes` of data (a step with no data still sends one, so that it is
+ * seen), and their size on the wire. */
+static inline size_t br_ll_lines(size_t bytes)
+{
+    return bytes == 0 ? 1 : (bytes + BR_LL_DATA - 1) / BR_LL_DATA;
+}
+
+static inline size_t br_ll_wire_bytes(size_t bytes)
+{
+    return br_ll_lines(bytes) * BR_LL_LINE;
+}
+
+/* The flag of step `step`: never 0 (a cleared line), unique within an epoch. */
+static inline uint32_t br_ll_flag(uint64_t step)
+{
+    return 1u + (uint32_t)(step & BR_LL_EPOCH_MASK);
+}
+
+/* Is `step` the first use of its slot in an epoch (clear the slot's lines first)? */
+static inline int br_ll_epoch_start(uint64_t step)
+{
+    return (step & BR_LL_EPOCH_MASK) < BR_STEPS;
+}
+
+/*
+ * Sender: write `bytes` of `src` as lines of step `step` at `lines`. Each line is one
+ * 8-byte store; the first and the last are releases, so a reader that acquires the first
+ * sees the descriptor written before the lines, and one that acquires the last sees every
+ * line. A partial last line is padded.
+ */
+static inline void br_ll_pack(_Atomic uint64_t *lines, const void *src, size_t bytes, uint64_t step)
+{
+    const unsigned char *s = (const unsigned char *)src;
+    uint64_t flag = (uint64_t)br_ll_flag(step) << 32;
+    size_t n = br_ll_lines(bytes), full = bytes / BR_LL_DATA;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t data = 0;
+        memcpy(&data, s + i * BR_LL_DATA, i < full ? BR_LL_DATA : bytes - full * BR_LL_DATA);
+        atomic_store_explicit(&lines[i], flag | data,
+                              i == 0 || i + 1 == n ? memory_order_release : memory_order_relaxed);
+    }
+}
+
+/* Receiver: does line i carry step `step`'s flag? (Acquire: lines before it are
+ * complete once the last one is.) */
+static inline int br_ll_line_ready(_Atomic uint64_t *lines, size_t i, uint64_t step)
+{
+    uint64_t v = atomic_load_explicit(&lines[i], memory_order_acquire);
+    return (uint32_t)(v >> 32) == br_ll_flag(step);
+}
+
+/*
+ * Receiver: copy the data of `bytes` worth of lines of step `step` to dst, checking every
+ * flag. Returns the index of the first line with a wrong flag, or -1 when all are right.
+ */
+static inline long br_ll_unpack(void *dst, _Atomic uint64_t *lines, size_t bytes, uint64_t step)
+{
+    unsigned char *d = (unsigned char *)dst;
+    uint32_t flag = br_ll_flag(step);
+    size_t n = br_ll_lines(bytes), full = bytes / BR_LL_DATA;
+
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = atomic_load_explicit(&lines[i], memory_order_relaxed);
+        uint32_t data = (uint32_t)v;
+        if ((uint32_t)(v >> 32) != flag) {
+            return (long)i;
+        }
+        memcpy(d + i * BR_LL_DATA, &data, i < full ? BR_LL_DATA : bytes - full * BR_LL_DATA);
+    }
+    return -1;
+}
 
 #endif /* BR_COMMON_FIFO_H_ */

@@ -1,73 +1,88 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* exec module-private: work items and their step functions. */
+/* exec module-private: work items, their step functions, and the call descriptor. */
 #ifndef BR_EXEC_INT_H_
 #define BR_EXEC_INT_H_
 
 #include "exec.h"
 
 typedef enum {
-    BR_WORK_RING,
+    BR_WORK_SCHED, /* a Ring or Tree schedule (RingOneShot included) on one channel */
     BR_WORK_SEND,
     BR_WORK_RECV,
     BR_WORK_COPY,
-    BR_WORK_FLAT
+    BR_WORK_ARENA /* OneShot or DirectRead through the node arena */
 } br_work_kind_t;
+
+/* Progress of one stream of a schedule. */
+typedef struct {
+    size_t base;  /* start of the current iteration, in units */
+    size_t chunk; /* units per chunk of that iteration (0: not begun) */
+    int j;        /* next step of the iteration */
+    int nsteps;   /* steps per iteration (0: nothing for this rank in the stream) */
+} br_stream_t;
 
 struct br_work {
     br_work_kind_t kind;
     br_op_t op;
-    int ch;          /* ring channel */
-    br_conn_t *conn; /* send/recv: the peer connection */
-    /* Ring progress, in units of esize bytes. */
-    size_t esize;  /* element size (1 when the data is only moved, not reduced) */
-    size_t units;  /* per-rank unit (allgather/reducescatter block, or the buffer) */
-    size_t lo, hi; /* this channel's part of the unit */
-    size_t slice;  /* most units per FIFO slot */
-    size_t base;   /* start of the current iteration */
-    size_t chunk;  /* units per chunk in the current iteration */
-    int j, nsteps; /* primitive index within the iteration, and their number */
-    /* Send/recv progress, in bytes. */
+    int ch;               /* channel (SCHED) */
+    br_conn_t *conn;      /* send/recv: the peer connection */
+    br_sched_t sched;     /* SCHED: who this rank is in the ring or tree */
+    br_plan_layout_t lay; /* SCHED: the channel's part of the data */
+    br_stream_t st[2];
+    char *scratch; /* RingOneShot: where the inputs are gathered */
+    /* Send/recv/copy progress, in bytes. */
     size_t bytes, off;
     const void *copy_src; /* copy: source (self send) */
-    /* One-hop operations through the node arena. */
-    uint64_t flat_k; /* the operation's number in the arena */
-    int flat_phase;  /* 0: input not published yet, 1: published, reading */
-    int flat_next;   /* first rank whose input has not been seen yet */
-    int flat_small;  /* the input goes in a small slot */
-    int flat_direct; /* single copy: the slot holds the input's address, readers copy from
-                      * the owner's memory, and the owner waits for them (phase 2) */
-    /* Ring one-shot: every rank's whole input travels the ring (as an AllGather) into
-     * `scratch`, then each rank reduces them in rank order. */
-    int gather;
-    char *scratch;
-    int event; /* index in the batch's events, or -1 */
+    /* Node arena. */
+    uint64_t arena_k;  /* the operation's number in the arena */
+    int arena_phase;   /* 0: input not published, 1: published, reading; 2: waiting for
+                        * readers of our input (DirectRead) */
+    int arena_next;    /* first rank whose input (or done) has not been seen yet */
+    int arena_small;   /* the input goes in a small slot */
+    int event;         /* index in the batch's events, or -1 */
 };
 
 /* Do as many steps of w as the FIFOs allow. Returns >0 steps done, 0 if blocked (with
  * q->wait_peer set), <0 on error (recorded in the comm). Sets *done_p when finished. */
 int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p);
 
-/* Does op run in one hop through the node arena (same answer on every rank)? */
-int br_work_flat_fits(const br_exec_comm_t *ec, const br_op_t *op);
+/* Set up a SCHED work item of op on channel c (scratch: RingOneShot's gather buffer).
+ * Returns 0 when this channel has no data. */
+int br_work_sched_init(br_work_t *w, const br_exec_comm_t *ec, int c, char *scratch);
 
-/* Of those, is it a single-copy AllGather/Broadcast (inputs read in place)? */
-int br_work_flat_direct(const br_exec_comm_t *ec, const br_op_t *op);
+/* Steps of the kinds (exec_sched.c, exec_arena.c, exec_work.c). */
+int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p);
+int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p);
 
-/* While w waits at the head of q: has a peer run the same collective by the other path
- * (ring versus node arena), i.e. with different arguments? Records the failure and
- * returns nonzero if so. */
+/* While w waits at the head of q: has a peer run the same collective with different
+ * arguments, seen on another path (a node arena slot, or a connection w does not read
+ * now)? Records the failure and returns nonzero if so. */
 int br_work_probe_mismatch(br_exec_queue_t *q, const br_work_t *w);
 
-/* Initialise the ring state of a collective's work item for channel ch of nch. */
-void br_work_ring_init(br_work_t *w, const br_exec_comm_t *ec, int ch, int nch);
+/* The descriptor of op's data, and its checks. */
+br_slot_desc_t br_desc_make(const br_op_t *op, size_t bytes);
+void br_desc_describe(char *buf, size_t len, const br_slot_desc_t *d);
+/* Does d describe op (apart from its byte count)? */
+int br_desc_matches(const br_slot_desc_t *d, const br_op_t *op);
 
-#define BR_GATHER_MAX (16 * 1024) /* largest ring one-shot input per rank */
+/* Check a received slot's descriptor against what this rank expects (bytes as sent:
+ * LL lines counted in full). Records the failure and returns -1 if it does not match. */
+int br_desc_check(br_exec_comm_t *ec, const br_work_t *w, int peer, const br_slot_desc_t *d,
+                  size_t bytes);
 
-/* Does op run as a ring one-shot (an AllReduce small enough that gathering every input
- * costs fewer hops than reduce-scatter + all-gather; same answer on every rank)? */
-int br_work_gather_fits(const br_exec_comm_t *ec, const br_op_t *op);
+/* Profiler events (exec_prof.c). Start the Coll or P2p event of op: its index in the
+ * batch's events, or -1 when not profiled. */
+int br_exec_prof_op_start(br_exec_batch_t *b, br_exec_comm_t *ec, const br_op_t *op);
+/* `finished` work items of event idx are done (0: none was queued). */
+void br_exec_prof_op_done(br_exec_batch_t *b, int idx, int finished);
+/* End of a batch: every event still open stops, groups last. */
+void br_exec_prof_batch_end(br_exec_batch_t *b);
 
-/* Set w up as a ring one-shot on channel 0, gathering into scratch (nranks inputs). */
-void br_work_gather_init(br_work_t *w, const br_exec_comm_t *ec, char *scratch);
+/* The periodic checks of a blocked communicator (exec_health.c): abort notices, paths
+ * that show mismatched calls, dead peers and connections, the timeout. Returns nonzero on
+ * failure (recorded in ec). */
+int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_ns);
+/* Log what every blocked queue waits for (BRAID_WAIT_WARN). */
+void br_exec_watchdog_warn(br_exec_batch_t *b, uint64_t blocked_ns);
 
 #endif /* BR_EXEC_INT_H_ */

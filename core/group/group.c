@@ -236,7 +236,7 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
                     comm->rank, sb, rb);
             return ncclInvalidUsage;
         }
-        BR_CHECK(br_exec_enqueue_self(b, comm->ec, s->sendbuff, r->recvbuff, sb));
+        BR_CHECK(br_exec_host.enqueue_copy(b, comm->ec, s->sendbuff, r->recvbuff, sb));
     }
     for (; ri < n; ri++) {
         if (cs[ri].kind == G_OP && cs[ri].comm == comm && cs[ri].op.func == BR_FUNC_RECV &&
@@ -282,11 +282,11 @@ static ncclResult_t run_ops(gcall_t *cs, int n)
                                    op->peer == cs[i].comm->rank)) {
             continue;
         }
-        BR_CHECK_GOTO(br_exec_enqueue(&batch, cs[i].comm->ec, op), res, out);
+        BR_CHECK_GOTO(br_exec_host.enqueue(&batch, cs[i].comm->ec, op), res, out);
     }
-    res = br_exec_run(&batch);
+    res = br_exec_host.run(&batch);
 out:
-    br_exec_batch_free(&batch);
+    br_exec_host.free(&batch);
     free(comms);
     return res;
 }
@@ -337,9 +337,7 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
     } else if (op->func == BR_FUNC_RECV) {
         op->seq = ec->recv_seq[op->peer]++;
     } else {
-        br_plan_choice_t choice;
-        BR_CHECK(br_plan_choose(comm->tune, op->func, op->count * br_type_size(op->type), &choice));
-        op->nchannels = choice.nchannels;
+        BR_CHECK(br_plan_choose(comm->plan, op));
         op->seq = ec->coll_seq++;
     }
     if (depth == 0 && op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) {

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * plan: what an operation is and how it is cut up: functions (NCCL's ncclFunc_t
- * numbering), algorithm/protocol ids, how many channels an operation uses, and which
- * part of the data each channel owns. Every rank computes the same cut from the same
- * call arguments, so the step sequences on both ends of a connection agree.
+ * plan: the one place that decides how a collective runs. For each call it chooses the
+ * algorithm, the protocol, the channels and the chunk size (the cost model, then the
+ * tuner plugin, within what NCCL_ALGO / NCCL_PROTO allow), and it owns the algorithms'
+ * schedules (plan_sched.h) and how an operation's data is cut into channels and chunks.
+ * Every rank computes the same answer from the same call arguments and the communicator
+ * facts all ranks agreed on at init, so both ends of every connection run matching steps.
+ * An executor runs what plan chose and never decides again.
  */
 #ifndef BR_PLAN_H_
 #define BR_PLAN_H_
@@ -12,18 +15,38 @@
 #include <stdint.h>
 
 #include "coll.h"
+#include "graph.h"
+#include "plan_sched.h"
 
-/* Channels an operation of `bytes` per rank uses, out of `nchannels`: small operations
- * stay on one channel, where splitting would only add per-step overhead. */
-int br_plan_nchannels(size_t bytes, int nchannels);
+/* Links the model knows (NCCL's hardware latency classes): threads of one process,
+ * processes of one host, and the network. */
+#define BR_HW_NVLINK 0 /* p2p: in-process */
+#define BR_HW_PCI 1    /* shm: same host */
+#define BR_HW_NET 2
 
-/* The slice [lo, hi) of `units` that channel c of nch owns (empty when lo == hi). */
-void br_plan_channel_range(size_t units, int nch, int c, size_t *lo_p, size_t *hi_p);
+/* Largest AllReduce input (bytes per rank) that RingOneShot gathers whole. */
+#define BR_PLAN_RING_ONESHOT_MAX (16 * 1024)
 
-/* ---- The cost model and the choice of algorithm, protocol and channels ---- */
+/* What plan knows of a communicator: identical on every rank (comm agrees on it at init). */
+typedef struct {
+    int rank, nranks, nnodes;
+    int local_ranks;      /* most ranks on one host */
+    int nchannels;        /* channels with connected rings and trees */
+    int intra_hw;         /* BR_HW_NVLINK or BR_HW_PCI: links inside a host */
+    double net_gbps;      /* network bandwidth per channel (GB/s) */
+    size_t step_bytes;    /* Simple payload bytes of one FIFO slot of a ring/tree connection */
+    size_t ll_bytes;      /* LL payload bytes of one slot (data, not lines); 0: no LL */
+    int pipeline;         /* a network ring step is cut into at least this many slots */
+    int ring_net;         /* the ring crosses the network */
+    size_t arena_bytes;   /* node arena: most bytes a rank publishes per operation; 0: none */
+    size_t direct_lo;     /* DirectRead: smallest input read in place; 0: never */
+    size_t direct_hi;     /* and the largest (0: no limit) */
+    size_t oneshot_bytes; /* BRAID_ONESHOT_BYTES: the one-shot paths' cap per rank */
+} br_plan_comm_t;
 
-/* Tuning constants in the layout of ncclTunerConstants_v5/v6 (1152 bytes of doubles);
- * the tuner plugin may edit them at init, before the model uses them. */
+/* Tuning constants in the layout of ncclTunerConstants_v5/v6 (1152 bytes of doubles); the
+ * tuner plugin may edit them at init, before the model uses them. The model reads the
+ * latencies of NCCL's algorithms from here (Braid's own algorithms keep theirs inside). */
 typedef struct {
     double base_latencies[BR_NCCL_NUM_ALGOS][BR_NUM_PROTOS];  /* us */
     double hw_latencies[3][BR_NCCL_NUM_ALGOS][BR_NUM_PROTOS]; /* us per hop: NVLINK, PCI, NET */
@@ -34,45 +57,58 @@ typedef struct {
     double per_ch_max_nvls_tree_bws[4][3];
 } br_tune_constants_t;
 
-#define BR_HW_NVLINK 0
-#define BR_HW_PCI 1
-#define BR_HW_NET 2
-
-/* A tuner's per-collective hook, in tuner v6 semantics: it may lower entries of the
- * cost table (float[BR_NUM_ALGOS][BR_NUM_PROTOS], -1 = unavailable) and set *nchannels. */
+/* A tuner's per-collective hook, in tuner v6 semantics: it sees NCCL's 7 x 3 rows of the
+ * cost table (float[BR_NCCL_NUM_ALGOS][BR_NUM_PROTOS], -1 = unavailable), may lower
+ * entries (0 forces one) and set *nchannels. */
 typedef ncclResult_t (*br_tune_hook_t)(void *ctx, int func, size_t bytes, float *table,
                                        int *nchannels);
 
-/* What the model knows about a communicator. */
-typedef struct {
-    int nranks, nnodes;
-    int max_channels;
-    int hw;           /* BR_HW_*: the slowest link the ring crosses */
-    double link_gbps; /* bandwidth of that link per channel, GB/s */
-} br_tune_topo_t;
+typedef struct br_plan br_plan_t;
 
-typedef struct br_tune br_tune_t;
+/*
+ * The plan of a communicator. Reads NCCL_ALGO and NCCL_PROTO (NCCL's syntax: a list of
+ * names, ^ to exclude, per function as "allreduce:tree;broadcast:^tree"); an unknown name
+ * fails with ncclInvalidUsage. The graph must outlive the plan.
+ */
+ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph,
+                            br_plan_t **plan_p);
+void br_plan_free(br_plan_t *plan);
 
-/* The choice for one collective. */
-typedef struct {
-    int algo, proto, nchannels;
-    float predicted_us;
-} br_plan_choice_t;
-
-/* Model of a communicator. Reads NCCL_ALGO and NCCL_PROTO (NCCL's syntax: a list of
- * names, ^ to exclude, optionally per function "allreduce:ring;broadcast:^tree"); a
- * value that leaves no implemented algorithm fails with ncclInvalidUsage. */
-ncclResult_t br_plan_tune_create(const br_tune_topo_t *topo, br_tune_t **tune_p);
 /* The constants the tuner plugin may edit at its init. */
-br_tune_constants_t *br_plan_tune_constants(br_tune_t *tune);
+br_tune_constants_t *br_plan_constants(br_plan_t *plan);
 /* Install a tuner hook (after the tuner's init). */
-void br_plan_tune_set_hook(br_tune_t *tune, br_tune_hook_t hook, void *ctx, const char *name);
-void br_plan_tune_free(br_tune_t *tune);
+void br_plan_set_tuner(br_plan_t *plan, br_tune_hook_t hook, void *ctx, const char *name);
 
-/* Choose algorithm, protocol and channels for a collective of `bytes` (NCCL's size:
- * per-rank count times type size). Logged under NCCL_DEBUG_SUBSYS=TUNING, including
- * tuner choices that were rejected. */
-ncclResult_t br_plan_choose(br_tune_t *tune, br_func_t func, size_t bytes, br_plan_choice_t *out);
+/* One TUNING line per (collective, size range) the model decides alike, with the reason
+ * (rank 0 only; a tuner decides per call and is logged per call instead). */
+void br_plan_log_choices(br_plan_t *plan);
 
+/*
+ * Choose algorithm, protocol, channels and chunk size for collective `op` (its func,
+ * count, type and root are set) and write them into it. A call that nothing allowed can
+ * run (NCCL_ALGO/NCCL_PROTO exclude every algorithm implemented for it) fails with
+ * ncclInvalidUsage naming the variables, as NCCL does.
+ */
+ncclResult_t br_plan_choose(br_plan_t *plan, br_op_t *op);
+
+/* The slice [lo, hi) of `units` that channel c of nch owns (empty when lo == hi). */
+void br_plan_channel_range(size_t units, int nch, int c, size_t *lo_p, size_t *hi_p);
+
+/* How a collective's data is cut on one channel. Units are elements of the call's type
+ * when the data is reduced, bytes when it is only moved. */
+typedef struct {
+    size_t esize;  /* bytes per unit */
+    size_t units;  /* per-rank block (AllGather, ReduceScatter) or the whole buffer */
+    size_t lo, hi; /* this channel's part of a block */
+    size_t slice;  /* most units one slot carries */
+} br_plan_layout_t;
+
+/* The layout of a Ring or Tree op (RingOneShot included) on channel c. */
+void br_plan_layout(const br_op_t *op, int nranks, int c, br_plan_layout_t *l);
+
+/* Who `rank` is in channel c's ring or tree for op (a RingOneShot runs as a Ring
+ * AllGather of the inputs). */
+void br_plan_sched(const br_graph_t *graph, const br_op_t *op, int c, int rank,
+                   br_sched_t *s);
 
 #endif /* BR_PLAN_H_ */

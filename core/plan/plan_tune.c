@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The cost model. For every (algorithm, protocol) the core implements, a predicted time:
- * base latency + hops x per-hop latency of the slowest link + bytes on the wire / link
- * bandwidth x channels. Entries the core does not implement, or that NCCL_ALGO /
- * NCCL_PROTO exclude, stay -1. A tuner plugin then sees the table and may lower entries
- * (0 forces a choice) and set the channel count; a tuner choice that is not available is
- * logged and ignored, never silently obeyed. The smallest entry >= 0 wins (ties: lowest
- * algorithm, then protocol), as in NCCL.
+ * Choosing. The model (plan_model.c) fills a cost table for every (algorithm, protocol)
+ * implemented for the call and allowed by NCCL_ALGO / NCCL_PROTO (-1 elsewhere); a tuner
+ * plugin then sees NCCL's 7 x 3 part of it and may lower entries (0 forces a choice) and
+ * set the channel count. A tuner choice that is not available is logged and ignored,
+ * never silently obeyed. The smallest entry wins (ties: the lower algorithm id, then
+ * protocol), as in NCCL; Braid's own algorithms compete at their model cost, so a tuner
+ * that forces an NCCL algorithm beats them. Single-threaded per communicator.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -14,55 +14,28 @@
 #include <string.h>
 #include <strings.h>
 
-#include "plan.h"
-#include "util.h"
+#include "plan_int.h"
 
 _Static_assert(sizeof(br_tune_constants_t) == 1152, "tuner constants must match NCCL's layout");
 
-struct br_tune {
-    br_tune_topo_t topo;
-    br_tune_constants_t k;
-    /* enabled[func][algo][proto] after NCCL_ALGO / NCCL_PROTO. */
-    char enabled[BR_FUNC_ALLREDUCE + 1][BR_NUM_ALGOS][BR_NUM_PROTOS];
-    br_tune_hook_t hook;
-    void *hook_ctx;
-    char hook_name[64];
-    /* Without a tuner the model's answer depends on (func, bytes) only: the last answer
-     * per function is kept, so a loop of equal calls computes it once. */
-    size_t last_bytes[BR_FUNC_ALLREDUCE + 1];
-    br_plan_choice_t last[BR_FUNC_ALLREDUCE + 1];
-    char last_valid[BR_FUNC_ALLREDUCE + 1];
-};
+static const char *const func_keys[BR_NUM_COLL_FUNCS] = {"broadcast", "reduce", "allgather",
+                                                         "reducescatter", "allreduce"};
 
-static const char *const algo_names[BR_NCCL_NUM_ALGOS] = {"Tree", "Ring", "CollNetDirect",
-                                                      "CollNetChain", "NVLS", "NVLSTree",
-                                                      "PAT"};
-static const char *const proto_names[BR_NUM_PROTOS] = {"LL", "LL128", "Simple"};
-static const char *const func_keys[BR_FUNC_ALLREDUCE + 1] = {
-    "broadcast", "reduce", "allgather", "reducescatter", "allreduce"};
-
-/* What the host executor implements: ring with the Simple protocol. */
-static int implemented(int func, int algo, int proto)
+static int name_index(const char *tok, int is_algo)
 {
-    (void)func;
-    return algo == BR_ALGO_RING && proto == BR_PROTO_SIMPLE;
-}
-
-static int name_index(const char *tok, const char *const *names, int n)
-{
+    int n = is_algo ? BR_NUM_ALGOS : BR_NUM_PROTOS;
     for (int i = 0; i < n; i++) {
-        if (strcasecmp(tok, names[i]) == 0) {
+        if (strcasecmp(tok, is_algo ? br_algo_name(i) : br_proto_name(i)) == 0) {
             return i;
         }
     }
     return -1;
 }
 
-/* Apply one list ("ring,tree" or "^tree") to mask[n] for the functions in fmask. */
-static ncclResult_t apply_list(const char *var, const char *list, const char *const *names, int n,
-                               char *mask, int nmask)
+/* One list ("ring,tree" or "^tree") as a mask over algorithms or protocols. */
+static ncclResult_t apply_list(const char *var, const char *list, int is_algo, char *mask)
 {
-    int neg = list[0] == '^';
+    int neg = list[0] == '^', n = is_algo ? BR_NUM_ALGOS : BR_NUM_PROTOS;
     char buf[256], *save = NULL;
     char sel[BR_NUM_ALGOS] = {0};
 
@@ -71,14 +44,14 @@ static ncclResult_t apply_list(const char *var, const char *list, const char *co
         while (isspace((unsigned char)*tok)) {
             tok++;
         }
-        int i = name_index(tok, names, n);
+        int i = name_index(tok, is_algo);
         if (i < 0) {
             BR_WARN(NCCL_TUNING | NCCL_ENV, "%s: unknown name '%s' in '%s'", var, tok, list);
             return ncclInvalidUsage;
         }
         sel[i] = 1;
     }
-    for (int i = 0; i < nmask && i < n; i++) {
+    for (int i = 0; i < n; i++) {
         mask[i] = neg ? !sel[i] : sel[i];
     }
     return ncclSuccess;
@@ -86,17 +59,20 @@ static ncclResult_t apply_list(const char *var, const char *list, const char *co
 
 /* NCCL_ALGO / NCCL_PROTO: "list" for every function, or "func:list;func:list". */
 static ncclResult_t parse_selection(const char *var, const char *value, int is_algo,
-                                    br_tune_t *t)
+                                    br_plan_t *p)
 {
     char buf[512], *save = NULL;
     snprintf(buf, sizeof(buf), "%s", value);
     for (char *part = strtok_r(buf, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save)) {
         char *colon = strchr(part, ':');
-        int f0 = 0, f1 = BR_FUNC_ALLREDUCE;
+        int f0 = 0, f1 = BR_NUM_COLL_FUNCS - 1;
         const char *list = part;
         if (colon != NULL) {
             *colon = '\0';
-            int f = name_index(part, func_keys, BR_FUNC_ALLREDUCE + 1);
+            int f = -1;
+            for (int i = 0; i < BR_NUM_COLL_FUNCS; i++) {
+                f = strcasecmp(part, func_keys[i]) == 0 ? i : f;
+            }
             if (f < 0) {
                 BR_WARN(NCCL_TUNING | NCCL_ENV, "%s: unknown collective '%s' in '%s'", var, part,
                         value);
@@ -105,13 +81,12 @@ static ncclResult_t parse_selection(const char *var, const char *value, int is_a
             f0 = f1 = f;
             list = colon + 1;
         }
+        char mask[BR_NUM_ALGOS];
+        BR_CHECK(apply_list(var, list, is_algo, mask));
         for (int f = f0; f <= f1; f++) {
-            char mask[BR_NUM_ALGOS];
-            int n = is_algo ? BR_NUM_ALGOS : BR_NUM_PROTOS;
-            BR_CHECK(apply_list(var, list, is_algo ? algo_names : proto_names, n, mask, n));
             for (int a = 0; a < BR_NUM_ALGOS; a++) {
-                for (int p = 0; p < BR_NUM_PROTOS; p++) {
-                    t->enabled[f][a][p] &= is_algo ? mask[a] : mask[p];
+                for (int pr = 0; pr < BR_NUM_PROTOS; pr++) {
+                    p->enabled[f][a][pr] &= is_algo ? mask[a] : mask[pr];
                 }
             }
         }
@@ -119,171 +94,335 @@ static ncclResult_t parse_selection(const char *var, const char *value, int is_a
     return ncclSuccess;
 }
 
-static void constants_default(br_tune_constants_t *k)
+/* The host executor's constants (docs/performance.md has the measurements behind them).
+ * A call costs a couple of microseconds of bookkeeping; a hop costs a cache-line handoff
+ * between threads or processes, or a network message; LL saves the handoff of a separate
+ * counter on memory links and nothing on the network. */
+static void constants_default(br_tune_constants_t *k, br_plan_host_t *h)
 {
+    static const double base[BR_NUM_PROTOS] = {1.5, 0.0, 2.0};
+    static const double hop[3][BR_NUM_PROTOS] = {{0.3, 0.0, 0.4}, {0.6, 0.0, 0.8},
+                                                 {14.0, 0.0, 14.0}};
     memset(k, 0, sizeof(*k));
     for (int a = 0; a < BR_NCCL_NUM_ALGOS; a++) {
-        for (int p = 0; p < BR_NUM_PROTOS; p++) {
-            /* Host executor: a call costs a few microseconds of bookkeeping; a hop costs a
-             * cache-line handoff (in-process, shared memory) or a network message. */
-            k->base_latencies[a][p] = 2.0;
-            k->hw_latencies[BR_HW_NVLINK][a][p] = 0.3;
-            k->hw_latencies[BR_HW_PCI][a][p] = 0.6;
-            k->hw_latencies[BR_HW_NET][a][p] = 8.0;
+        for (int pr = 0; pr < BR_NUM_PROTOS; pr++) {
+            k->base_latencies[a][pr] = base[pr];
+            for (int hw = 0; hw < 3; hw++) {
+                k->hw_latencies[hw][a][pr] = hop[hw][pr];
+            }
+        }
+    }
+    h->arena_base = 0.5;
+    h->arena_peer = 0.2;
+    h->direct_base = 2.0;
+    h->direct_peer = 2.0;
+    h->intra_gbps = 6.0;
+    h->inproc_gbps = 10.0;
+    h->arena_gbps = 40.0;
+    h->direct_gbps = 12.0;
+    h->ll_efficiency = 0.4;
+}
+
+/* Links of each kind on the deepest root-to-leaf path of the trees in use. */
+static void tree_shape(br_plan_t *p)
+{
+    const br_graph_t *g = p->graph;
+    int trees = g->nchannels > 1 ? 2 : 1;
+    p->tree_intra = p->tree_inter = 0;
+    for (int c = 0; c < trees; c++) {
+        for (int r = 0; r < g->nranks; r++) {
+            int intra = 0, inter = 0;
+            for (int x = r; br_graph_tree(g, c, x)->up >= 0; x = br_graph_tree(g, c, x)->up) {
+                int up = br_graph_tree(g, c, x)->up;
+                intra += g->node_of[x] == g->node_of[up];
+                inter += g->node_of[x] != g->node_of[up];
+            }
+            if (intra + inter > p->tree_intra + p->tree_inter) {
+                p->tree_intra = intra;
+                p->tree_inter = inter;
+            }
         }
     }
 }
 
-ncclResult_t br_plan_tune_create(const br_tune_topo_t *topo, br_tune_t **tune_p)
+ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph,
+                            br_plan_t **plan_p)
 {
-    br_tune_t *t = NULL;
+    br_plan_t *p = NULL;
     const char *algo = BR_PARAM_STR(ALGO), *proto = BR_PARAM_STR(PROTO);
-    ncclResult_t res;
+    ncclResult_t res = ncclSuccess;
 
-    BR_CHECK(br_calloc(&t, 1, "tuning model"));
-    t->topo = *topo;
-    constants_default(&t->k);
-    memset(t->enabled, 1, sizeof(t->enabled));
-    if ((algo != NULL && (res = parse_selection("NCCL_ALGO", algo, 1, t)) != ncclSuccess) ||
-        (proto != NULL && (res = parse_selection("NCCL_PROTO", proto, 0, t)) != ncclSuccess)) {
-        free(t);
+    BR_CHECK(br_calloc(&p, 1, "plan"));
+    p->pc = *pc;
+    p->graph = graph;
+    constants_default(&p->k, &p->h);
+    memset(p->enabled, 1, sizeof(p->enabled));
+    if ((algo != NULL && (res = parse_selection("NCCL_ALGO", algo, 1, p)) != ncclSuccess) ||
+        (proto != NULL && (res = parse_selection("NCCL_PROTO", proto, 0, p)) != ncclSuccess)) {
+        free(p);
         return res;
     }
-    for (int f = 0; f <= BR_FUNC_ALLREDUCE; f++) {
-        int any = 0;
-        for (int a = 0; a < BR_NUM_ALGOS; a++) {
-            for (int p = 0; p < BR_NUM_PROTOS; p++) {
-                any |= t->enabled[f][a][p] && implemented(f, a, p);
-            }
-        }
-        if (!any) {
-            BR_WARN(NCCL_TUNING | NCCL_ENV, "NCCL_ALGO=%s NCCL_PROTO=%s leave no algorithm Braid "
-                    "implements for %s (it implements Ring/Simple)", algo ? algo : "",
-                    proto ? proto : "", func_keys[f]);
-            free(t);
-            return ncclInvalidUsage;
-        }
-    }
-    *tune_p = t;
+    tree_shape(p);
+    *plan_p = p;
     return ncclSuccess;
 }
 
-br_tune_constants_t *br_plan_tune_constants(br_tune_t *tune)
+br_tune_constants_t *br_plan_constants(br_plan_t *plan)
 {
-    return &tune->k;
+    return &plan->k;
 }
 
-void br_plan_tune_set_hook(br_tune_t *tune, br_tune_hook_t hook, void *ctx, const char *name)
+void br_plan_set_tuner(br_plan_t *plan, br_tune_hook_t hook, void *ctx, const char *name)
 {
-    tune->hook = hook;
-    tune->hook_ctx = ctx;
-    snprintf(tune->hook_name, sizeof(tune->hook_name), "%s", name != NULL ? name : "tuner");
-    memset(tune->last_valid, 0, sizeof(tune->last_valid));
+    plan->hook = hook;
+    plan->hook_ctx = ctx;
+    snprintf(plan->hook_name, sizeof(plan->hook_name), "%s", name != NULL ? name : "tuner");
+    memset(plan->last_valid, 0, sizeof(plan->last_valid));
 }
 
-void br_plan_tune_free(br_tune_t *tune)
+void br_plan_free(br_plan_t *plan)
 {
-    free(tune);
+    free(plan);
 }
 
-/* Bytes each rank sends per byte of the collective's size, for the ring. */
-static double ring_traffic(int func, int n)
+/* The tuner's edits of NCCL's rows: choices of what is not available are dropped
+ * (logged), the channel count is clamped. Returns nonzero when it changed anything. */
+static int tuner_apply(br_plan_t *p, int func, size_t bytes, float *table, int *nch_p)
 {
-    switch (func) {
-    case BR_FUNC_ALLREDUCE: return 2.0 * (n - 1) / n;
-    case BR_FUNC_ALLGATHER:
-    case BR_FUNC_REDUCESCATTER: return (double)(n - 1);
-    default: return 1.0;
+    float before[BR_NUM_ALGOS * BR_NUM_PROTOS];
+    int tnch = 0, changed = 0;
+
+    memcpy(before, table, sizeof(before));
+    if (p->hook(p->hook_ctx, func, bytes, table, &tnch) != ncclSuccess) {
+        return -1;
     }
-}
-
-static int ring_hops(int func, int n)
-{
-    return func == BR_FUNC_ALLREDUCE ? 2 * (n - 1) : n - 1;
-}
-
-static void model_fill(const br_tune_t *t, int func, size_t bytes, float *table, int nch)
-{
-    int n = t->topo.nranks;
-    for (int a = 0; a < BR_NUM_ALGOS; a++) {
-        for (int p = 0; p < BR_NUM_PROTOS; p++) {
-            float *e = &table[a * BR_NUM_PROTOS + p];
-            *e = -1.0f;
-            if (!implemented(func, a, p) || !t->enabled[func][a][p]) {
-                continue;
-            }
-            if (n == 1) {
-                *e = 0.0f;
-                continue;
-            }
-            double bw = t->topo.link_gbps * nch * 1e3; /* bytes per us */
-            double us = t->k.base_latencies[a][p] +
-                        ring_hops(func, n) * t->k.hw_latencies[t->topo.hw][a][p] +
-                        (double)bytes * ring_traffic(func, n) / (bw > 0 ? bw : 1e3);
-            *e = (float)us;
+    for (int i = 0; i < BR_NCCL_NUM_ALGOS * BR_NUM_PROTOS; i++) {
+        int a = i / BR_NUM_PROTOS, pr = i % BR_NUM_PROTOS;
+        const char *why = NULL;
+        if (before[i] < 0 && table[i] >= 0) {
+            BR_INFO(NCCL_TUNING, "%s %zu bytes: tuner %s chose %s/%s, which is not available "
+                    "(%s); ignored", br_func_name(func), bytes, p->hook_name, br_algo_name(a),
+                    br_proto_name(pr),
+                    br_plan_available(p, func, a, pr, bytes, &why) ? "excluded by NCCL_ALGO/NCCL_PROTO"
+                                                                    : why);
+            table[i] = -1.0f;
         }
+        changed |= table[i] != before[i];
     }
+    if (tnch < 0 || tnch > p->pc.nchannels) {
+        BR_INFO(NCCL_TUNING, "%s %zu bytes: tuner %s asked for %d channels; the communicator "
+                "has %d; clamped", br_func_name(func), bytes, p->hook_name, tnch,
+                p->pc.nchannels);
+        tnch = tnch < 0 ? 0 : p->pc.nchannels;
+    }
+    if (tnch > 0) {
+        *nch_p = tnch;
+        changed = 1;
+    }
+    return changed;
 }
 
-ncclResult_t br_plan_choose(br_tune_t *t, br_func_t func, size_t bytes, br_plan_choice_t *out)
+/* The whole decision for (func, bytes), with the tuner or by the model alone; -1 when
+ * nothing can run it, -2 when the tuner failed. */
+static int decide_with(br_plan_t *p, int func, size_t bytes, int use_tuner, br_plan_choice_t *out)
 {
-    float table[BR_NUM_ALGOS * BR_NUM_PROTOS], before[BR_NUM_ALGOS * BR_NUM_PROTOS];
-    int nch = br_plan_nchannels(bytes, t->topo.max_channels), tuner_nch = 0, best = -1;
-    int cacheable = t->hook == NULL && (unsigned)func <= BR_FUNC_ALLREDUCE;
+    float table[BR_NUM_ALGOS * BR_NUM_PROTOS];
+    int nch = br_plan_nchannels(p, bytes), best = -1, runner = -1, by_tuner = 0;
 
-    if (cacheable && t->last_valid[func] && t->last_bytes[func] == bytes) {
-        *out = t->last[func];
-        return ncclSuccess;
-    }
-    model_fill(t, func, bytes, table, nch);
-    if (t->hook != NULL) {
-        memcpy(before, table, sizeof(table));
-        ncclResult_t res = t->hook(t->hook_ctx, func, bytes, table, &tuner_nch);
-        if (res != ncclSuccess) {
-            BR_WARN(NCCL_TUNING, "tuner %s failed (error %d) for %s of %zu bytes", t->hook_name,
-                    (int)res, br_func_name(func), bytes);
-            return res;
-        }
-        for (int i = 0; i < BR_NUM_ALGOS * BR_NUM_PROTOS; i++) {
-            if (before[i] < 0 && table[i] >= 0) {
-                BR_INFO(NCCL_TUNING, "%s %zu bytes: tuner %s chose %s/%s, which is not available "
-                        "(%s); ignored", br_func_name(func), bytes, t->hook_name,
-                        br_algo_name(i / BR_NUM_PROTOS), br_proto_name(i % BR_NUM_PROTOS),
-                        implemented(func, i / BR_NUM_PROTOS, i % BR_NUM_PROTOS)
-                            ? "excluded by NCCL_ALGO/NCCL_PROTO"
-                            : "not implemented by the host executor");
-                table[i] = -1.0f;
-            }
-        }
-        if (tuner_nch < 0 || tuner_nch > t->topo.max_channels) {
-            BR_INFO(NCCL_TUNING, "%s %zu bytes: tuner %s asked for %d channels; the communicator "
-                    "has %d; clamped", br_func_name(func), bytes, t->hook_name, tuner_nch,
-                    t->topo.max_channels);
-            tuner_nch = tuner_nch < 0 ? 0 : t->topo.max_channels;
-        }
+    br_plan_model(p, func, bytes, nch, table);
+    if (use_tuner && p->hook != NULL && (by_tuner = tuner_apply(p, func, bytes, table, &nch)) < 0) {
+        return -2;
     }
     for (int i = 0; i < BR_NUM_ALGOS * BR_NUM_PROTOS; i++) {
-        if (table[i] >= 0 && (best < 0 || table[i] < table[best])) {
+        if (table[i] < 0) {
+            continue;
+        }
+        if (best < 0 || table[i] < table[best]) {
+            runner = best;
             best = i;
+        } else if (runner < 0 || table[i] < table[runner]) {
+            runner = i;
         }
     }
     if (best < 0) {
-        BR_WARN(NCCL_TUNING, "%s of %zu bytes: no algorithm left to run it", br_func_name(func),
-                bytes);
-        return ncclInvalidUsage;
+        return -1;
     }
     out->algo = best / BR_NUM_PROTOS;
     out->proto = best % BR_NUM_PROTOS;
-    out->nchannels = tuner_nch > 0 ? tuner_nch : nch;
-    out->predicted_us = table[best];
-    BR_INFO(NCCL_TUNING, "%s %zu bytes -> %s/%s, %d channel%s (%s: %.1f us%s)", br_func_name(func),
-            bytes, br_algo_name(out->algo), br_proto_name(out->proto), out->nchannels,
-            out->nchannels == 1 ? "" : "s", t->hook != NULL ? t->hook_name : "model",
-            out->predicted_us, tuner_nch > 0 ? ", channels set by the tuner" : "");
-    if (cacheable) {
-        t->last[func] = *out;
-        t->last_bytes[func] = bytes;
-        t->last_valid[func] = 1;
+    out->us = table[best];
+    out->runner = runner;
+    out->runner_us = runner >= 0 ? table[runner] : 0.0f;
+    out->by_tuner = by_tuner;
+    /* The one-shot paths run on one channel whatever the count. */
+    out->nchannels = out->algo >= BR_ALGO_ONESHOT ? 1 : nch;
+    out->chunk_bytes = br_plan_chunk(p, func, out->algo, out->proto, bytes, out->nchannels);
+    return 0;
+}
+
+static int decide(br_plan_t *p, int func, size_t bytes, br_plan_choice_t *out)
+{
+    return decide_with(p, func, bytes, 1, out);
+}
+
+static void describe(char *buf, size_t len, const br_plan_choice_t *c)
+{
+    int n = snprintf(buf, len, "%s/%s, %d channel%s (%.1f us", br_algo_name(c->algo),
+                     br_proto_name(c->proto), c->nchannels, c->nchannels == 1 ? "" : "s", c->us);
+    if (n > 0 && (size_t)n < len && c->runner >= 0) {
+        snprintf(buf + n, len - (size_t)n, "; next %s/%s %.1f us)",
+                 br_algo_name(c->runner / BR_NUM_PROTOS), br_proto_name(c->runner % BR_NUM_PROTOS),
+                 c->runner_us);
+    } else if (n > 0 && (size_t)n < len) {
+        snprintf(buf + n, len - (size_t)n, "; the only one allowed)");
     }
+}
+
+static void no_algorithm(const br_plan_t *p, int func, size_t bytes)
+{
+    const char *algo = BR_PARAM_STR(ALGO), *proto = BR_PARAM_STR(PROTO);
+    BR_WARN(NCCL_TUNING,
+            "rank %d: no algorithm/protocol available for %s of %zu bytes: NCCL_ALGO is '%s' "
+            "and NCCL_PROTO is '%s' (for %s Braid implements Ring%s with Simple and LL)",
+            p->pc.rank, br_func_name(func), bytes, algo ? algo : "", proto ? proto : "",
+            br_func_name(func),
+            func == BR_FUNC_ALLREDUCE || func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE
+                ? " and Tree"
+                : "");
+}
+
+/* A tuner decides per call: log its decision once per power-of-two size class, next to
+ * what the model alone would have taken. */
+static void log_tuner_choice(br_plan_t *p, int func, size_t bytes, const br_plan_choice_t *c)
+{
+    br_plan_choice_t m;
+    char model[200];
+    int cls = 0;
+    while (cls < 63 && ((size_t)1 << (cls + 1)) <= bytes) {
+        cls++;
+    }
+    if (p->tuner_logged[func] & (1ull << cls)) {
+        return;
+    }
+    p->tuner_logged[func] |= 1ull << cls;
+    if (decide_with(p, func, bytes, 0, &m) == 0) {
+        describe(model, sizeof(model), &m);
+    } else {
+        snprintf(model, sizeof(model), "nothing");
+    }
+    BR_INFO(NCCL_TUNING, "%s %zu bytes -> %s/%s, %d channel%s (%s; the model alone: %s)",
+            br_func_name(func), bytes, br_algo_name(c->algo), br_proto_name(c->proto),
+            c->nchannels, c->nchannels == 1 ? "" : "s",
+            c->by_tuner ? "set by the tuner" : "the tuner left the model's table as it was",
+            model);
+}
+
+ncclResult_t br_plan_choose(br_plan_t *p, br_op_t *op)
+{
+    int func = (int)op->func;
+    size_t bytes = br_op_bytes(op);
+    br_plan_choice_t c;
+
+    if (p->hook == NULL && p->last_valid[func] && p->last_bytes[func] == bytes) {
+        c = p->last[func];
+    } else {
+        int r = decide(p, func, bytes, &c);
+        if (r == -2) {
+            BR_WARN(NCCL_TUNING, "tuner %s failed for %s of %zu bytes", p->hook_name,
+                    br_func_name(func), bytes);
+            return ncclInternalError;
+        }
+        if (r < 0) {
+            no_algorithm(p, func, bytes);
+            return ncclInvalidUsage;
+        }
+        if (p->hook != NULL) {
+            log_tuner_choice(p, func, bytes, &c);
+        } else {
+            p->last[func] = c;
+            p->last_bytes[func] = bytes;
+            p->last_valid[func] = 1;
+        }
+    }
+    op->algo = c.algo;
+    op->proto = c.proto;
+    op->nchannels = c.nchannels;
+    op->chunk_bytes = c.chunk_bytes;
     return ncclSuccess;
+}
+
+static int same_choice(const br_plan_choice_t *a, const br_plan_choice_t *b, int ra, int rb)
+{
+    return ra == rb && (ra < 0 || (a->algo == b->algo && a->proto == b->proto));
+}
+
+/* The first size in (lo, hi] whose decision differs from lo's (hi's differs). */
+static size_t boundary(br_plan_t *p, int func, size_t lo, size_t hi)
+{
+    br_plan_choice_t a, m;
+    int ra = decide(p, func, lo, &a);
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (same_choice(&a, &m, ra, decide(p, func, mid, &m))) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return hi;
+}
+
+static void size_str(char *buf, size_t len, size_t b)
+{
+    if (b >= (1u << 20) && b % (1u << 20) == 0) {
+        snprintf(buf, len, "%zu MiB", b >> 20);
+    } else if (b >= 1024 && b % 1024 == 0) {
+        snprintf(buf, len, "%zu KiB", b >> 10);
+    } else {
+        snprintf(buf, len, "%zu B", b);
+    }
+}
+
+/* One line per size range of func with the same decision, from 1 byte to 4 GiB. */
+static void log_ranges(br_plan_t *p, int func)
+{
+    const size_t top = (size_t)1 << 32;
+    size_t start = 1;
+    while (start <= top) {
+        br_plan_choice_t c, d;
+        int rc = decide(p, func, start, &c);
+        size_t end = start;
+        /* Double until the decision changes, then find the exact boundary. */
+        while (end < top && same_choice(&c, &d, rc, decide(p, func, end * 2, &d))) {
+            end *= 2;
+        }
+        size_t next = end < top ? boundary(p, func, end, end * 2) : top + 1;
+        char lo[32], hi[32], what[200];
+        size_str(lo, sizeof(lo), start);
+        size_str(hi, sizeof(hi), next - 1);
+        if (rc < 0) {
+            snprintf(what, sizeof(what), "nothing allowed can run it (NCCL_ALGO/NCCL_PROTO)");
+        } else {
+            describe(what, sizeof(what), &c);
+        }
+        BR_INFO(NCCL_TUNING, "%s %s - %s: %s%s", br_func_name(func), lo, hi, what,
+                rc >= 0 && c.nchannels > 1 ? " at the range's start" : "");
+        start = next;
+    }
+}
+
+void br_plan_log_choices(br_plan_t *p)
+{
+    if (p->pc.rank != 0 || p->hook != NULL) {
+        if (p->pc.rank == 0) {
+            BR_INFO(NCCL_TUNING, "tuner %s decides per call; its choices are logged as they "
+                    "are made", p->hook_name);
+        }
+        return;
+    }
+    BR_INFO(NCCL_TUNING, "cost model of %d ranks on %d host%s, tree depth %d in hosts + %d "
+            "across (sizes are per rank):", p->pc.nranks, p->pc.nnodes,
+            p->pc.nnodes == 1 ? "" : "s", p->tree_intra, p->tree_inter);
+    for (int f = 0; f < BR_NUM_COLL_FUNCS; f++) {
+        log_ranges(p, f);
+    }
 }

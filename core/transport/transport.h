@@ -1,16 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * transport: per-peer connections. Every connection, whatever carries it, looks the same
- * to the executor: a FIFO of BR_STEPS slots of step_size bytes plus a control block with
- * two counters, the sender's `tail` (slots filled) and the receiver's `head` (slots
- * freed), and a descriptor per slot (bytes, and which call the data belongs to).
+ * transport: per-peer connections, and the node arena. Every connection, whatever carries
+ * it, looks the same to an executor (core/common/fifo.h): BR_STEPS slots of step_size
+ * bytes, an LL region of BR_STEPS lines slots where the peer writes them, and a control
+ * block with the sender's `tail`, the receiver's `head` and a call descriptor per slot.
+ * Each kind of transport is one ops table (transport_int.h):
  *
  *  - p2p (ranks of one process): the receiver allocates the FIFO; the sender writes into
  *    it directly.
  *  - shm (processes of one node): the receiver creates a POSIX shared-memory segment that
  *    both map.
  *  - net (everything else): each side has a local FIFO; the proxy thread ships filled
- *    slots with the net plugin (sender) and receives into free slots (receiver).
+ *    slots with the net plugin (sender) and receives into free slots (receiver). LL lines
+ *    travel in the Simple slots there.
  *
  * Setup is receiver-driven: the receiver prepares its end and sends a small blob through
  * the bootstrap; the sender attaches with it.
@@ -29,22 +31,44 @@
 
 typedef enum { BR_TRANSPORT_P2P = 0, BR_TRANSPORT_SHM = 1, BR_TRANSPORT_NET = 2 } br_transport_t;
 
-/* One direction of a connection as the executor sees it. */
+struct br_transport_ops;
+
+/* One direction of a connection as an executor sees it. */
 typedef struct br_conn {
     br_fifo_ctrl_t *ctrl;
-    char *buf; /* BR_STEPS * step_size bytes */
+    char *buf; /* BR_STEPS * stride bytes: the Simple slots */
     size_t step_size;
-    size_t stride; /* bytes between slots: step_size, plus room for the call
-                    * descriptor that travels after the payload on net links */
+    size_t stride;    /* bytes between slots: step_size, plus room for the call
+                       * descriptor that travels after the payload on net links */
+    _Atomic uint64_t *ll; /* LL region (BR_STEPS slots of ll_bytes), NULL on net links,
+                           * where LL lines go in the Simple slots */
+    size_t ll_bytes;      /* wire bytes of one LL slot (0: no LL on this connection) */
     uint64_t step; /* executor-local: next slot to fill (send) or consume (recv) */
     int peer;      /* rank at the other end */
     int is_send;
     br_transport_t kind;
+    const struct br_transport_ops *ops;
     br_net_conn_t *net; /* net only: the proxy's half */
+    void *setup;        /* net only, while connecting: the plugin handshake state */
     void *mapping;      /* shm/p2p allocation owned by this end, or NULL */
     size_t mapping_size;
     char shm_name[64]; /* shm segment name while it may still need unlinking */
 } br_conn_t;
+
+/* The LL lines of step `step`'s slot: in the LL region, or in the Simple slot on net. */
+static inline _Atomic uint64_t *br_conn_ll_slot(const br_conn_t *c, uint64_t step)
+{
+    if (c->ll != NULL) {
+        return (_Atomic uint64_t *)((char *)c->ll + (size_t)(step % BR_STEPS) * c->ll_bytes);
+    }
+    return (_Atomic uint64_t *)(c->buf + (size_t)(step % BR_STEPS) * c->stride);
+}
+
+/* The Simple slot of step `step`. */
+static inline char *br_conn_slot(const br_conn_t *c, uint64_t step)
+{
+    return c->buf + (size_t)(step % BR_STEPS) * c->stride;
+}
 
 /* What a rank tells every other rank at init. */
 typedef struct {
@@ -54,7 +78,9 @@ typedef struct {
     uint64_t pid_hash;
     uint64_t comm_ptr; /* for p2p within one process */
     int64_t buffsize;
+    int64_t ll_buffsize;
     int64_t p2p_chunk;
+    int64_t oneshot_bytes; /* BRAID_ONESHOT_BYTES */
     int nchannels;
     int channels_auto; /* nchannels is Braid's default, not set by the user */
     int cpus;          /* online CPUs of the rank's host */
@@ -64,34 +90,37 @@ typedef struct {
     char host[64];
 } br_peer_info_t;
 
-/*
- * The node arena: one shared-memory segment per communicator whose ranks all share one
- * host, where every rank publishes a small operation's whole input in one step and reads
- * everyone else's. A small collective then costs one hop between ranks (a ring needs up to
- * 2(n-1)), which matters most when ranks outnumber cores and every hop waits for the
- * scheduler. Each rank owns a `done` counter and BR_FLAT_NBUF buffers used in turn:
- * operation k goes to buffer k % BR_FLAT_NBUF, which is rewritten only after every rank
- * has finished reading operation k - BR_FLAT_NBUF from it (several buffers let a writer
- * look at the others' `done` counters once every few operations, not every time). A buffer starts
- * with its header (the flag k + 1 once the data is complete, and the call descriptor) on the same
- * cache line as the first data bytes, so a reader of a small input takes one cache miss per peer.
+/* ---- The node arena ----
+ * One shared-memory segment per communicator whose ranks all share one host, where every
+ * rank publishes a small operation's whole input in one step and reads everyone else's.
+ * A small collective then costs one hop between ranks (a ring needs up to 2(n-1)), which
+ * matters most when ranks outnumber cores and every hop waits for the scheduler.
+ * Each rank owns a `done` counter, BR_ARENA_NBUF large buffers and BR_ARENA_NSMALL small
+ * slots, used in turn by operation number k: a buffer is rewritten only after every rank
+ * has finished reading the operation that last used it (several let a writer look at
+ * the others' `done` counters once every few operations, not every time). A buffer starts
+ * with its header (the flag k + 1 once the data is complete, and the call descriptor) on
+ * the same cache line as the first data bytes, so a reader of a small input takes one
+ * cache miss per peer. For inputs read in place (DirectRead) a rank publishes only the
+ * input's address, the readers copy from the owner's memory (process_vm_readv between
+ * processes) and the owner waits until every reader's `done` passed the operation.
  */
 typedef struct {
     _Atomic uint64_t flag; /* k + 1 once operation k's input and descriptor are complete */
     br_slot_desc_t desc;   /* the call the data belongs to */
-} br_flat_hdr_t;
+} br_arena_hdr_t;
 
-#define BR_FLAT_HDR_BYTES 40 /* data follows the header, 8-byte aligned */
-#define BR_FLAT_NBUF 8       /* large buffers per rank */
-#define BR_FLAT_NSMALL 64    /* small slots per rank */
-#define BR_FLAT_SMALL_BYTES 128
-#define BR_FLAT_SMALL_MAX (BR_FLAT_SMALL_BYTES - BR_FLAT_HDR_BYTES)
+#define BR_ARENA_HDR_BYTES 40 /* data follows the header, 8-byte aligned */
+#define BR_ARENA_NBUF 8       /* large buffers per rank */
+#define BR_ARENA_NSMALL 64    /* small slots per rank */
+#define BR_ARENA_SMALL_BYTES 128
+#define BR_ARENA_SMALL_MAX (BR_ARENA_SMALL_BYTES - BR_ARENA_HDR_BYTES)
 
 typedef struct {
     _Alignas(64) _Atomic uint64_t done; /* operations this rank finished reading */
-} br_flat_ctrl_t;
+} br_arena_ctrl_t;
 
-typedef struct br_flat {
+typedef struct br_arena {
     int nranks;
     size_t max_bytes;  /* bytes a rank may publish per operation */
     size_t buf_stride; /* bytes between a rank's buffers */
@@ -103,31 +132,74 @@ typedef struct br_flat {
                         * memory (single copy), or 0 when ranks cannot read each other's */
     size_t cma_max;    /* and the largest (0: no limit) */
     uint64_t probe;    /* a word the other ranks read at setup to prove they can */
-} br_flat_t;
+} br_arena_t;
 
-/* Rank r's control block, and the header and data of its buffer for operation k: one of
- * the BR_FLAT_NBUF large buffers, or for inputs of at most BR_FLAT_SMALL_MAX bytes one of
- * BR_FLAT_NSMALL two-line slots (many, so a rank can run far ahead of a slow reader,
- * e.g. a Broadcast root). */
-static inline br_flat_ctrl_t *br_flat_ctrl(const br_flat_t *f, int r)
+/* Does an input of `bytes` go in a small slot (DirectRead addresses always do)? */
+static inline int br_arena_is_small(size_t bytes)
 {
-    return (br_flat_ctrl_t *)(f->base + (size_t)r * f->stride);
+    return bytes <= BR_ARENA_SMALL_MAX;
 }
 
-static inline br_flat_hdr_t *br_flat_hdr(const br_flat_t *f, int r, uint64_t k, int small)
+/* Rank r's control block, and the header and data of its buffer (or small slot) for
+ * operation k. */
+static inline br_arena_ctrl_t *br_arena_ctrl(const br_arena_t *a, int r)
 {
-    char *region = f->base + (size_t)r * f->stride + 64;
+    return (br_arena_ctrl_t *)(a->base + (size_t)r * a->stride);
+}
+
+static inline br_arena_hdr_t *br_arena_hdr(const br_arena_t *a, int r, uint64_t k, int small)
+{
+    char *region = a->base + (size_t)r * a->stride + 64;
     if (small) {
-        return (br_flat_hdr_t *)(region + BR_FLAT_NBUF * f->buf_stride +
-                                 (size_t)(k % BR_FLAT_NSMALL) * BR_FLAT_SMALL_BYTES);
+        return (br_arena_hdr_t *)(region + BR_ARENA_NBUF * a->buf_stride +
+                                  (size_t)(k % BR_ARENA_NSMALL) * BR_ARENA_SMALL_BYTES);
     }
-    return (br_flat_hdr_t *)(region + (size_t)(k % BR_FLAT_NBUF) * f->buf_stride);
+    return (br_arena_hdr_t *)(region + (size_t)(k % BR_ARENA_NBUF) * a->buf_stride);
 }
 
-static inline char *br_flat_buf(const br_flat_t *f, int r, uint64_t k, int small)
+static inline char *br_arena_data(const br_arena_t *a, int r, uint64_t k, int small)
 {
-    return (char *)br_flat_hdr(f, r, k, small) + BR_FLAT_HDR_BYTES;
+    return (char *)br_arena_hdr(a, r, k, small) + BR_ARENA_HDR_BYTES;
 }
+
+/* May `rank` write its buffer for operation k (every rank done reading what it held)?
+ * Returns 1, or 0 with *wait_p set to a rank that still reads it. */
+int br_arena_writable(br_arena_t *a, int rank, uint64_t k, int small, int *wait_p);
+
+/* Publish `bytes` of data (or, for DirectRead, the address of the input) and the call
+ * descriptor as rank `rank`'s input for operation k. */
+void br_arena_publish(br_arena_t *a, int rank, uint64_t k, int small, const void *data,
+                      size_t bytes, const br_slot_desc_t *desc);
+
+/* Has rank r published operation k? (Acquire: its data and descriptor are complete.) */
+static inline int br_arena_published(const br_arena_t *a, int r, uint64_t k, int small)
+{
+    return atomic_load_explicit(&br_arena_hdr(a, r, k, small)->flag, memory_order_acquire) ==
+           k + 1;
+}
+
+/* `rank` finished reading everything of operation k. */
+static inline void br_arena_done(br_arena_t *a, int rank, uint64_t k)
+{
+    /* Release: our reads of every buffer are done before writers may reuse them. */
+    atomic_store_explicit(&br_arena_ctrl(a, rank)->done, k + 1, memory_order_release);
+}
+
+/* Has rank r finished reading operation k? (DirectRead owners wait for their readers.) */
+static inline int br_arena_read_by(const br_arena_t *a, int r, uint64_t k)
+{
+    /* Acquire pairs with the reader's release of done after its last read. */
+    return atomic_load_explicit(&br_arena_ctrl(a, r)->done, memory_order_acquire) >= k + 1;
+}
+
+/*
+ * DirectRead: copy `bytes` of rank r's input of operation k (whose address it published)
+ * into dst. Between processes with process_vm_readv, within one with memcpy. Returns 0,
+ * or an errno value with *done_p the bytes copied before it failed.
+ */
+int br_arena_read_peer(const br_arena_t *a, const br_peer_info_t *owner,
+                       const br_peer_info_t *me, uint64_t k, char *dst, size_t bytes,
+                       const void **src_p, size_t *done_p);
 
 /* The transport state of a communicator. */
 typedef struct br_transport_comm {
@@ -136,10 +208,11 @@ typedef struct br_transport_comm {
     br_bootstrap_t *boot;
     br_peer_info_t *peers; /* nranks entries */
     int64_t buffsize;      /* agreed by all ranks: collective FIFO bytes */
+    int64_t ll_buffsize;   /* agreed: LL FIFO bytes of collective connections */
     int64_t p2p_chunk;     /* agreed by all ranks: p2p step bytes */
     br_net_t *net;         /* loaded net plugin, or NULL */
     struct br_proxy *proxy;
-    br_flat_t *flat;   /* node arena, or NULL when ranks span hosts or it is disabled */
+    br_arena_t *arena; /* node arena, or NULL when ranks span hosts or it is disabled */
     br_conn_t **conns; /* every connection made, for teardown */
     int nconns, conns_cap;
 } br_transport_comm_t;
@@ -152,25 +225,27 @@ const char *br_transport_name(br_transport_t kind);
 
 /*
  * Connect a batch of connections: for each i, a receive connection from recv_peers[i]
- * and/or a send connection to send_peers[i] (-1 = none), with FIFO steps of step_size.
- * Blobs travel on bootstrap `tag`, matched per peer in order, so both ends must list
- * their connections to one peer in the same order (ring: by channel). Blocking, bounded by the
- * bootstrap timeout; every rank involved must call it with matching peers.
+ * and/or a send connection to send_peers[i] (-1 = none), with Simple slots of step_size
+ * bytes and LL slots of ll_bytes (0: no LL). Blobs travel on bootstrap `tag`, matched per
+ * peer in order, so both ends must list their connections to one peer in the same order
+ * (by channel). Blocking, bounded by the bootstrap timeout; every rank involved must call
+ * it with matching peers.
  */
 ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *recv_peers,
-                                  const int *send_peers, size_t step_size, int tag,
-                                  br_conn_t **recv_p, br_conn_t **send_p);
+                                  const int *send_peers, size_t step_size, size_t ll_bytes,
+                                  int tag, br_conn_t **recv_p, br_conn_t **send_p);
 
 /*
  * Collective over the communicator: map a node arena of max_bytes per rank and buffer
- * when every rank is on this host and may use shared memory (tc->flat, else NULL). Every
+ * when every rank is on this host and may use shared memory (tc->arena, else NULL). Every
  * rank reaches the same answer; a failure to create or map the segment on any rank leaves
  * it off everywhere (logged), it is an optimisation and never required. With cma_bytes > 0
  * the ranks also check that each can read every other's memory (process_vm_readv), and if
- * all can, AllGather/Broadcast inputs from cma_bytes to cma_max (0: any) are read in place.
+ * all can, AllGather/Broadcast inputs from cma_bytes to cma_max (0: any) may be read in
+ * place.
  */
-ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes,
-                                     size_t cma_max);
+ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
+                                      size_t cma_bytes, size_t cma_max);
 
 /* Close every connection and the proxy; with flush, let pending network sends finish
  * first (bounded). */

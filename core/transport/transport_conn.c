@@ -1,40 +1,30 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Connection setup and teardown for the three transports. The receiver of a connection
- * prepares its end (p2p: memory in this process; shm: a POSIX shared-memory segment;
- * net: a listening comm) and sends a blob describing it through the bootstrap; the
- * sender attaches to it. Net connections are then completed with the plugin's
- * non-blocking connect/accept, registered, and handed to the proxy.
+ * Connection setup and teardown, the same for every kind of transport: choose the kind
+ * per peer, then for a batch of connections (1) every receiver prepares its end and sends
+ * the blob describing it through the bootstrap, (2) every sender attaches with the blob
+ * it gets, (3) whatever is still pending completes (net: the plugin's non-blocking
+ * connect/accept), bounded by the bootstrap timeout. Each phase calls the kind's ops
+ * table (transport_int.h); the node arena is in transport_arena.c.
  */
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "transport.h"
+#include "transport_int.h"
 #include "util.h"
 
-/* What the receiver sends the sender. */
-typedef struct {
-    int32_t kind;
-    uint64_t step_size;
-    uint64_t ptr;                             /* p2p */
-    char shm_name[64];                        /* shm */
-    char net_handle[NCCL_NET_HANDLE_MAXSIZE]; /* net */
-} conn_blob_t;
-
-static _Atomic unsigned shm_counter;
+static const br_transport_ops_t *const kinds[] = {
+    [BR_TRANSPORT_P2P] = &br_transport_p2p,
+    [BR_TRANSPORT_SHM] = &br_transport_shm,
+    [BR_TRANSPORT_NET] = &br_transport_net,
+};
 
 const char *br_transport_name(br_transport_t kind)
 {
-    switch (kind) {
-    case BR_TRANSPORT_P2P: return "P2P/direct pointer";
-    case BR_TRANSPORT_SHM: return "SHM/direct";
-    default: return "NET";
-    }
+    return (unsigned)kind <= BR_TRANSPORT_NET ? kinds[kind]->name : "unknown";
 }
 
 br_transport_t br_transport_select(const br_transport_comm_t *tc, int peer)
@@ -54,9 +44,36 @@ br_transport_t br_transport_select_pair(const br_peer_info_t *me, const br_peer_
     return BR_TRANSPORT_NET;
 }
 
-static size_t ctrl_bytes(void)
+size_t br_transport_ctrl_bytes(void)
 {
     return (sizeof(br_fifo_ctrl_t) + 4095) & ~(size_t)4095;
+}
+
+/* Net messages carry their call descriptor after the payload: slots leave room for it.
+ * LL lines travel in those slots too, so there is no separate LL region on net links. */
+static size_t conn_stride(const br_conn_t *conn)
+{
+    return conn->kind == BR_TRANSPORT_NET ? conn->step_size + BR_NET_DESC_ROOM : conn->step_size;
+}
+
+static size_t conn_ll_region(const br_conn_t *conn)
+{
+    return conn->kind == BR_TRANSPORT_NET ? 0 : BR_STEPS * conn->ll_bytes;
+}
+
+size_t br_transport_mapping_bytes(const br_conn_t *conn)
+{
+    return br_transport_ctrl_bytes() + BR_STEPS * conn_stride(conn) + conn_ll_region(conn);
+}
+
+void br_transport_layout(br_conn_t *conn, void *base)
+{
+    conn->ctrl = base;
+    conn->stride = conn_stride(conn);
+    conn->buf = (char *)base + br_transport_ctrl_bytes();
+    conn->ll = conn_ll_region(conn) > 0
+                   ? (_Atomic uint64_t *)(void *)(conn->buf + BR_STEPS * conn->stride)
+                   : NULL;
 }
 
 static ncclResult_t conn_track(br_transport_comm_t *tc, br_conn_t *conn)
@@ -75,325 +92,130 @@ static ncclResult_t conn_track(br_transport_comm_t *tc, br_conn_t *conn)
     return ncclSuccess;
 }
 
-/* Every FIFO mapping is populated (MAP_POPULATE) when it is made: a page's first touch
- * costs microseconds (far more under a hypervisor), and touching a 512 KiB slot for the
- * first time inside a collective made the first calls of each size several times slower. */
-
-/* Lay the control block and the slots out in one mapping. */
-static size_t conn_stride(const br_conn_t *conn)
-{
-    return conn->kind == BR_TRANSPORT_NET ? conn->step_size + BR_NET_DESC_ROOM : conn->step_size;
-}
-
-static void conn_layout(br_conn_t *conn, void *base, size_t step_size)
-{
-    conn->ctrl = base;
-    conn->buf = (char *)base + ctrl_bytes();
-    conn->step_size = step_size;
-    conn->stride = conn_stride(conn);
-}
-
-static ncclResult_t recv_prepare_mem(br_transport_comm_t *tc, br_conn_t *conn, conn_blob_t *blob)
-{
-    size_t size = ctrl_bytes() + BR_STEPS * conn->step_size;
-    void *base = NULL;
-
-    if (conn->kind == BR_TRANSPORT_P2P) {
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                    -1, 0);
-        if (base == MAP_FAILED) {
-            BR_WARN(NCCL_ALLOC, "rank %d: cannot allocate a %zu-byte FIFO from rank %d: %s",
-                    tc->rank, size, conn->peer, strerror(errno));
-            return ncclSystemError;
-        }
-        blob->ptr = (uint64_t)(uintptr_t)base;
-    } else {
-        int fd;
-        snprintf(conn->shm_name, sizeof(conn->shm_name), "/braid-%d-%u", (int)getpid(),
-                 atomic_fetch_add(&shm_counter, 1));
-        fd = shm_open(conn->shm_name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd < 0) {
-            BR_WARN(NCCL_SHM, "rank %d: shm_open(%s) failed: %s", tc->rank, conn->shm_name,
-                    strerror(errno));
-            return ncclSystemError;
-        }
-        if (ftruncate(fd, (off_t)size) != 0) {
-            BR_WARN(NCCL_SHM,
-                    "rank %d: cannot size shared memory %s to %zu bytes: %s "
-                    "(is /dev/shm large enough?)",
-                    tc->rank, conn->shm_name, size, strerror(errno));
-            close(fd);
-            shm_unlink(conn->shm_name);
-            return ncclSystemError;
-        }
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-        close(fd);
-        if (base == MAP_FAILED) {
-            BR_WARN(NCCL_SHM, "rank %d: mmap of %s failed: %s", tc->rank, conn->shm_name,
-                    strerror(errno));
-            shm_unlink(conn->shm_name);
-            return ncclSystemError;
-        }
-        snprintf(blob->shm_name, sizeof(blob->shm_name), "%s", conn->shm_name);
-    }
-    memset(base, 0, ctrl_bytes());
-    /* Slots are written, not just mapped (see the note on MAP_POPULATE), and not with
-     * zeros, which a hypervisor may keep backed by one shared zero page. */
-    memset((char *)base + ctrl_bytes(), 0x5a, size - ctrl_bytes());
-    conn->mapping = base;
-    conn->mapping_size = size;
-    conn_layout(conn, base, conn->step_size);
-    return ncclSuccess;
-}
-
-static ncclResult_t send_attach_shm(br_transport_comm_t *tc, br_conn_t *conn,
-                                    const conn_blob_t *blob)
-{
-    size_t size = ctrl_bytes() + BR_STEPS * conn->step_size;
-    int fd = shm_open(blob->shm_name, O_RDWR, 0600);
-    void *base;
-
-    if (fd < 0) {
-        BR_WARN(NCCL_SHM, "rank %d: cannot open rank %d's shared memory %s: %s", tc->rank,
-                conn->peer, blob->shm_name, strerror(errno));
-        return ncclSystemError;
-    }
-    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    close(fd);
-    /* Both ends have it mapped (or we failed): the name is no longer needed. */
-    shm_unlink(blob->shm_name);
-    if (base == MAP_FAILED) {
-        BR_WARN(NCCL_SHM, "rank %d: mmap of rank %d's %s failed: %s", tc->rank, conn->peer,
-                blob->shm_name, strerror(errno));
-        return ncclSystemError;
-    }
-    /* Write-touch every slot page (rewriting the byte it holds: nothing is in flight
-     * yet), so the first real sends do not take write faults. */
-    for (size_t off = ctrl_bytes(); off < size; off += 4096) {
-        ((volatile char *)base)[off] = ((volatile char *)base)[off];
-    }
-    conn->mapping = base;
-    conn->mapping_size = size;
-    conn_layout(conn, base, conn->step_size);
-    return ncclSuccess;
-}
-
-/* Net: a local FIFO on each side, registered with the plugin. */
-static ncclResult_t net_local_fifo(br_transport_comm_t *tc, br_conn_t *conn)
-{
-    size_t size = ctrl_bytes() + BR_STEPS * conn_stride(conn);
-    void *base =
-        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (base == MAP_FAILED) {
-        BR_WARN(NCCL_ALLOC, "rank %d: cannot allocate a %zu-byte net FIFO: %s", tc->rank, size,
-                strerror(errno));
-        return ncclSystemError;
-    }
-    memset((char *)base + ctrl_bytes(), 0x5a, size - ctrl_bytes()); /* as for shm slots */
-    conn->mapping = base;
-    conn->mapping_size = size;
-    conn_layout(conn, base, conn->step_size);
-    return ncclSuccess;
-}
-
-static ncclResult_t net_require(br_transport_comm_t *tc, int peer)
-{
-    if (tc->net == NULL) {
-        BR_WARN(NCCL_NET,
-                "rank %d needs the network to reach rank %d (host %s) but no net "
-                "plugin could be loaded (see the earlier warning)",
-                tc->rank, peer, tc->peers[peer].host);
-        return ncclSystemError;
-    }
-    return ncclSuccess;
-}
-
-/* State of a net connection still being completed. */
-typedef struct {
-    br_conn_t *conn;
-    void *listen_comm; /* recv side */
-    void *comm;
-    char handle[NCCL_NET_HANDLE_MAXSIZE]; /* send side */
-} net_pending_t;
-
-static ncclResult_t net_finish(br_transport_comm_t *tc, net_pending_t *np)
-{
-    br_net_t *net = tc->net;
-    br_net_conn_t *nc = NULL;
-    ncclResult_t res;
-
-    BR_CHECK(br_calloc(&nc, 1, "net connection"));
-    nc->ctrl = np->conn->ctrl;
-    nc->buf = np->conn->buf;
-    nc->step_size = np->conn->step_size;
-    nc->stride = np->conn->stride;
-    nc->is_send = np->conn->is_send;
-    nc->peer = np->conn->peer;
-    nc->comm = np->comm;
-    res = net->ops->reg_mr(net, np->comm, nc->buf, BR_STEPS * nc->stride, NCCL_PTR_HOST,
-                           &nc->mhandle);
-    if (res != ncclSuccess) {
-        BR_WARN(NCCL_NET, "rank %d: net plugin %s failed to register a FIFO for rank %d", tc->rank,
-                net->name, nc->peer);
-        free(nc);
-        return res;
-    }
-    if (tc->proxy == NULL) {
-        res = br_proxy_create(net, tc->rank, &tc->proxy);
-        if (res != ncclSuccess) {
-            (void)net->ops->dereg_mr(net, np->comm, nc->mhandle);
-            free(nc);
-            return res;
-        }
-    }
-    np->conn->net = nc;
-    np->comm = NULL; /* owned by the proxy now */
-    return br_proxy_add(tc->proxy, nc);
-}
-
-/* Poll the plugin's non-blocking connect/accept until every pending one is done. */
-static ncclResult_t net_complete(br_transport_comm_t *tc, net_pending_t *pend, int npend)
-{
-    br_net_t *net = tc->net;
-    uint64_t deadline = br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
-    int left = npend;
-
-    while (left > 0) {
-        for (int i = 0; i < npend; i++) {
-            net_pending_t *np = &pend[i];
-            if (np->conn == NULL || np->conn->net != NULL) {
-                continue;
-            }
-            if (np->conn->is_send) {
-                BR_CHECK(net->ops->connect(net, net->dev, np->handle, &np->comm));
-            } else {
-                BR_CHECK(net->ops->accept(net, np->listen_comm, &np->comm));
-            }
-            if (np->comm != NULL) {
-                if (np->listen_comm != NULL) {
-                    (void)net->ops->close_listen(net, np->listen_comm);
-                    np->listen_comm = NULL;
-                }
-                BR_CHECK(net_finish(tc, np));
-                left--;
-            }
-        }
-        if (left > 0) {
-            if (br_time_ns() > deadline) {
-                for (int i = 0; i < npend; i++) {
-                    if (pend[i].conn != NULL && pend[i].conn->net == NULL) {
-                        BR_WARN(NCCL_NET,
-                                "rank %d: net %s with rank %d (host %s) did not "
-                                "complete within %lld s",
-                                tc->rank, pend[i].conn->is_send ? "connect" : "accept",
-                                pend[i].conn->peer, tc->peers[pend[i].conn->peer].host,
-                                (long long)BR_PARAM_INT(BOOTSTRAP_TIMEOUT));
-                        break;
-                    }
-                }
-                return ncclRemoteError;
-            }
-            usleep(100);
-        }
-    }
-    return ncclSuccess;
-}
-
 static ncclResult_t conn_new(br_transport_comm_t *tc, int peer, int is_send, size_t step_size,
-                             br_conn_t **conn_p)
+                             size_t ll_bytes, br_conn_t **conn_p)
 {
     br_conn_t *conn = NULL;
     BR_CHECK(br_calloc(&conn, 1, "connection"));
     conn->peer = peer;
     conn->is_send = is_send;
     conn->step_size = step_size;
+    conn->ll_bytes = ll_bytes;
     conn->kind = br_transport_select(tc, peer);
-    BR_CHECK(conn_track(tc, conn));
+    conn->ops = kinds[conn->kind];
+    if (conn_track(tc, conn) != ncclSuccess) {
+        free(conn);
+        return ncclSystemError;
+    }
     *conn_p = conn;
     return ncclSuccess;
 }
 
+/* Phase 3: poll every connection that is not complete yet until all are. */
+static ncclResult_t complete_all(br_transport_comm_t *tc, br_conn_t **conns, int n)
+{
+    uint64_t deadline = br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
+    int left = n;
+    char *done = NULL;
+
+    BR_CHECK(br_calloc(&done, (size_t)(n > 0 ? n : 1), "connection setup"));
+    for (;;) {
+        for (int i = 0; i < n; i++) {
+            int d = 1;
+            if (done[i]) {
+                continue;
+            }
+            if (conns[i]->ops->complete != NULL) {
+                ncclResult_t res = conns[i]->ops->complete(tc, conns[i], &d);
+                if (res != ncclSuccess) {
+                    free(done);
+                    return res;
+                }
+            }
+            done[i] = (char)d;
+            left -= d;
+        }
+        if (left == 0) {
+            break;
+        }
+        if (br_time_ns() > deadline) {
+            for (int i = 0; i < n; i++) {
+                if (!done[i]) {
+                    BR_WARN(NCCL_NET,
+                            "rank %d: %s with rank %d (host %s) did not complete within %lld s",
+                            tc->rank, conns[i]->is_send ? "connect" : "accept", conns[i]->peer,
+                            tc->peers[conns[i]->peer].host,
+                            (long long)BR_PARAM_INT(BOOTSTRAP_TIMEOUT));
+                    break;
+                }
+            }
+            free(done);
+            return ncclRemoteError;
+        }
+        usleep(100);
+    }
+    free(done);
+    return ncclSuccess;
+}
+
+/* Phase 2 for one sender: the receiver's blob must describe the same connection. */
+static ncclResult_t send_attach(br_transport_comm_t *tc, br_conn_t *conn, int tag)
+{
+    br_conn_blob_t blob;
+
+    BR_CHECK(br_bootstrap_recv(tc->boot, conn->peer, tag, &blob, sizeof(blob)));
+    if (blob.kind != (int)conn->kind || blob.step_size != conn->step_size ||
+        blob.ll_bytes != conn->ll_bytes) {
+        BR_WARN(NCCL_INIT,
+                "rank %d and rank %d disagree on their connection (transport %d vs %d, step "
+                "%llu vs %zu, LL %llu vs %zu): are they running the same Braid with the same "
+                "settings?",
+                tc->rank, conn->peer, (int)conn->kind, blob.kind,
+                (unsigned long long)blob.step_size, conn->step_size,
+                (unsigned long long)blob.ll_bytes, conn->ll_bytes);
+        return ncclInvalidUsage;
+    }
+    return conn->ops->send_attach(tc, conn, &blob);
+}
+
 ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *recv_peers,
-                                  const int *send_peers, size_t step_size, int tag,
-                                  br_conn_t **recv_p, br_conn_t **send_p)
+                                  const int *send_peers, size_t step_size, size_t ll_bytes,
+                                  int tag, br_conn_t **recv_p, br_conn_t **send_p)
 {
     ncclResult_t res = ncclSuccess;
-    net_pending_t *pend = NULL;
-    int npend = 0;
+    br_conn_t **made = NULL;
+    int nmade = 0;
 
-    BR_CHECK(br_calloc(&pend, (size_t)(2 * n), "pending connections"));
+    BR_CHECK(br_calloc(&made, (size_t)(2 * n + 1), "connection setup"));
     /* Receivers first: prepare and publish every receive end. */
     for (int i = 0; i < n; i++) {
-        conn_blob_t blob;
+        br_conn_blob_t blob;
         br_conn_t *conn;
         if (recv_peers[i] < 0) {
             continue;
         }
+        BR_CHECK_GOTO(conn_new(tc, recv_peers[i], 0, step_size, ll_bytes, &conn), res, out);
+        recv_p[i] = made[nmade++] = conn;
         memset(&blob, 0, sizeof(blob));
-        BR_CHECK_GOTO(conn_new(tc, recv_peers[i], 0, step_size, &conn), res, out);
-        recv_p[i] = conn;
         blob.kind = conn->kind;
         blob.step_size = step_size;
-        if (conn->kind == BR_TRANSPORT_NET) {
-            net_pending_t *np = &pend[npend++];
-            BR_CHECK_GOTO(net_require(tc, conn->peer), res, out);
-            BR_CHECK_GOTO(net_local_fifo(tc, conn), res, out);
-            BR_CHECK_GOTO(
-                tc->net->ops->listen(tc->net, tc->net->dev, blob.net_handle, &np->listen_comm), res,
-                out);
-            np->conn = conn;
-        } else {
-            BR_CHECK_GOTO(recv_prepare_mem(tc, conn, &blob), res, out);
-        }
+        blob.ll_bytes = ll_bytes;
+        BR_CHECK_GOTO(conn->ops->recv_setup(tc, conn, &blob), res, out);
         BR_CHECK_GOTO(br_bootstrap_send(tc->boot, conn->peer, tag, &blob, sizeof(blob)), res, out);
     }
     /* Then senders attach to what their receivers published. */
     for (int i = 0; i < n; i++) {
-        conn_blob_t blob;
         br_conn_t *conn;
         if (send_peers[i] < 0) {
             continue;
         }
-        BR_CHECK_GOTO(conn_new(tc, send_peers[i], 1, step_size, &conn), res, out);
-        send_p[i] = conn;
-        BR_CHECK_GOTO(br_bootstrap_recv(tc->boot, conn->peer, tag, &blob, sizeof(blob)), res, out);
-        if (blob.kind != (int)conn->kind || blob.step_size != step_size) {
-            BR_WARN(NCCL_INIT,
-                    "rank %d and rank %d disagree on their connection (transport %d "
-                    "vs %d, step %llu vs %zu): are they running the same Braid with the same "
-                    "settings?",
-                    tc->rank, conn->peer, (int)conn->kind, blob.kind,
-                    (unsigned long long)blob.step_size, step_size);
-            res = ncclInvalidUsage;
-            goto out;
-        }
-        if (conn->kind == BR_TRANSPORT_P2P) {
-            conn_layout(conn, (void *)(uintptr_t)blob.ptr, step_size);
-        } else if (conn->kind == BR_TRANSPORT_SHM) {
-            BR_CHECK_GOTO(send_attach_shm(tc, conn, &blob), res, out);
-        } else {
-            net_pending_t *np = &pend[npend++];
-            BR_CHECK_GOTO(net_require(tc, conn->peer), res, out);
-            BR_CHECK_GOTO(net_local_fifo(tc, conn), res, out);
-            memcpy(np->handle, blob.net_handle, sizeof(np->handle));
-            np->conn = conn;
-        }
+        BR_CHECK_GOTO(conn_new(tc, send_peers[i], 1, step_size, ll_bytes, &conn), res, out);
+        send_p[i] = made[nmade++] = conn;
+        BR_CHECK_GOTO(send_attach(tc, conn, tag), res, out);
     }
-    BR_CHECK_GOTO(net_complete(tc, pend, npend), res, out);
+    res = complete_all(tc, made, nmade);
 out:
-    for (int i = 0; i < npend; i++) {
-        if (pend[i].listen_comm != NULL) {
-            (void)tc->net->ops->close_listen(tc->net, pend[i].listen_comm);
-        }
-        if (pend[i].comm != NULL) {
-            if (pend[i].conn->is_send) {
-                (void)tc->net->ops->close_send(tc->net, pend[i].comm);
-            } else {
-                (void)tc->net->ops->close_recv(tc->net, pend[i].comm);
-            }
-        }
-    }
-    free(pend);
+    free(made);
     return res;
 }
 
@@ -404,21 +226,15 @@ void br_transport_close_all(br_transport_comm_t *tc, int flush)
     tc->proxy = NULL;
     for (int i = 0; i < tc->nconns; i++) {
         br_conn_t *conn = tc->conns[i];
-        /* p2p send ends point into the receiver's memory: only owners unmap. */
-        if (conn->mapping != NULL) {
-            munmap(conn->mapping, conn->mapping_size);
-        }
-        if (!conn->is_send && conn->kind == BR_TRANSPORT_SHM && conn->shm_name[0] != '\0') {
-            shm_unlink(conn->shm_name); /* ENOENT once the sender attached: fine */
-        }
+        conn->ops->close(tc, conn);
         free(conn);
     }
     free(tc->conns);
     tc->conns = NULL;
-    if (tc->flat != NULL) {
-        munmap(tc->flat->base, tc->flat->size);
-        free(tc->flat);
-        tc->flat = NULL;
-    }
     tc->nconns = tc->conns_cap = 0;
+    if (tc->arena != NULL) {
+        munmap(tc->arena->base, tc->arena->size);
+        free(tc->arena);
+        tc->arena = NULL;
+    }
 }

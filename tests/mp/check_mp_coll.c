@@ -6,13 +6,18 @@
  * same binary over each transport and rank layout:
  *
  *   check_mp_coll --mode proc|threads|initall --ranks 1,2,3 --matrix full,thin,big,huge
- *                 [--timeout s]
+ *                 [--timeout s] [--algo SPEC] [--proto SPEC] [--hosts H]
  *
  *   proc      one forked process per rank, ncclCommInitRank (shm, or the net plugin when
  *             the environment disables shm and p2p)
  *   threads   one thread per rank in this process, ncclCommInitRank
  *   initall   ncclCommInitAll; this thread issues every rank's call inside one
  *             ncclGroupStart/End, as single-process multi-GPU NCCL programs do
+ *
+ * --algo and --proto set NCCL_ALGO and NCCL_PROTO for every rank ('|' stands for ';',
+ * which CTest's argument lists cannot carry). --hosts H (proc mode) puts rank r on
+ * simulated host r % H (its own NCCL_HOSTID, set before its first NCCL call), so the ring
+ * is not in rank order and hosts talk through the net plugin.
  *
  * Each rank count is one loop iteration of the TCase, so a failure names it.
  */
@@ -32,6 +37,7 @@ static struct {
     int nranks_list;
     unsigned matrices; /* bit per brt_matrix_t */
     double timeout;    /* per rank count, before brt_time_scale() */
+    int hosts;         /* simulated hosts (proc mode), 0: the real one */
 } cfg;
 
 #define ERR_LEN 16384
@@ -75,6 +81,11 @@ static int rank_body(brt_rank_ctx_t *ctx)
     char *err;
     int bad;
 
+    if (cfg.hosts > 0) {
+        char host[32];
+        snprintf(host, sizeof(host), "brt-host-%d", ctx->rank % cfg.hosts);
+        setenv("NCCL_HOSTID", host, 1);
+    }
     if (brt_rank_init(ctx, &comm) != ncclSuccess) {
         return 1;
     }
@@ -186,6 +197,15 @@ static int parse_args(int argc, char **argv)
             cfg.matrices |= strstr(v, "huge") ? 1u << BRT_MATRIX_HUGE : 0;
         } else if (strcmp(k, "--timeout") == 0) {
             cfg.timeout = atof(v);
+        } else if (strcmp(k, "--algo") == 0 || strcmp(k, "--proto") == 0) {
+            char spec[256];
+            snprintf(spec, sizeof(spec), "%s", v);
+            for (char *c = spec; *c; c++) {
+                *c = *c == '|' ? ';' : *c;
+            }
+            setenv(strcmp(k, "--algo") == 0 ? "NCCL_ALGO" : "NCCL_PROTO", spec, 1);
+        } else if (strcmp(k, "--hosts") == 0) {
+            cfg.hosts = atoi(v);
         } else {
             fprintf(stderr, "unknown option %s\n", k);
             return -1;
@@ -193,6 +213,10 @@ static int parse_args(int argc, char **argv)
     }
     if (cfg.nranks_list == 0) {
         cfg.ranks[cfg.nranks_list++] = 2;
+    }
+    if (cfg.hosts > 0 && cfg.mode != MODE_PROC) {
+        fprintf(stderr, "--hosts needs --mode proc (a process reads NCCL_HOSTID once)\n");
+        return -1;
     }
     return 0;
 }

@@ -56,6 +56,7 @@ struct perf_opts {
     int avg_mode;  /* -a: 0 rank 0, 1 average, 2 minimum, 3 maximum over ranks */
     int nprocs;    /* -N: processes to fork (standalone mode) */
     int nthreads;  /* -t: ranks as threads in each process */
+    int hosts;     /* -H: forked processes spread over this many simulated hosts (0: off) */
     int device;    /* --mem device: buffers in CUDA device memory */
     int places;    /* --place: bit 0 out-of-place, bit 1 in-place (default both) */
     int timeout_s; /* -T: whole-run limit, 0 = none */

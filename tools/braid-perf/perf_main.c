@@ -11,14 +11,17 @@
  */
 #include "perf.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,6 +63,9 @@ static void usage(FILE *f, const char *prog)
             "  -a, --average M        time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 3)\n"
             "  -N, --nranks N         fork N local processes, one rank each (standalone mode)\n"
             "  -t, --nthreads N       ranks as threads in each process (default 1)\n"
+            "  -H, --hosts H          with -N: spread the processes over H simulated hosts\n"
+            "                         (consecutive ranks share one; NCCL_HOSTID per process,\n"
+            "                         NCCL_COMM_ID on a free loopback port)\n"
             "  -g, --ngpus N          GPUs per thread: only 1\n"
             "  -T, --timeout S        stop everything after S seconds (default: no limit)\n"
             "  -J, --json FILE        also write the results as JSON\n"
@@ -178,6 +184,7 @@ static int parse_opt(struct perf_opts *o, int c, const char *arg)
     case 'a': return parse_int(arg, 0, &o->avg_mode) || o->avg_mode > 3 ? -1 : 0;
     case 'N': return parse_int(arg, 1, &o->nprocs);
     case 't': return parse_int(arg, 1, &o->nthreads);
+    case 'H': return parse_int(arg, 1, &o->hosts);
     case 'g': return parse_int(arg, 1, &ngpus) || ngpus != 1 ? -1 : 0;
     case 'G': return parse_int(arg, 0, &graph) || graph != 0 ? -1 : 0;
     case 'T': return parse_int(arg, 0, &o->timeout_s);
@@ -216,6 +223,7 @@ static int parse_args(struct perf_opts *o, int argc, char **argv)
         {"average", required_argument, NULL, 'a'},
         {"nranks", required_argument, NULL, 'N'},
         {"nthreads", required_argument, NULL, 't'},
+        {"hosts", required_argument, NULL, 'H'},
         {"ngpus", required_argument, NULL, 'g'},
         {"cudagraph", required_argument, NULL, 'G'},
         {"timeout", required_argument, NULL, 'T'},
@@ -227,7 +235,7 @@ static int parse_args(struct perf_opts *o, int argc, char **argv)
     };
     int c;
     defaults(o, argv[0]);
-    while ((c = getopt_long(argc, argv, "C:b:e:f:i:n:w:m:c:d:o:r:a:N:t:g:G:T:J:h", longs, NULL)) !=
+    while ((c = getopt_long(argc, argv, "C:b:e:f:i:n:w:m:c:d:o:r:a:N:t:H:g:G:T:J:h", longs, NULL)) !=
            -1) {
         if (c == 'h') {
             usage(stdout, argv[0]);
@@ -362,6 +370,8 @@ static int supervise(pid_t *pids, int n, int timeout_s)
     return status_out;
 }
 
+static int run_on_host(struct perf_proc *p);
+
 static int launch_fork(struct perf_proc *p)
 {
     int n = p->nprocs;
@@ -384,7 +394,7 @@ static int launch_fork(struct perf_proc *p)
         if (pid == 0) {
             p->proc = i;
             p->local_base = i * p->opts->nthreads;
-            exit(run_process(p));
+            exit(p->opts->hosts > 0 ? run_on_host(p) : run_process(p));
         }
         pids[i] = pid;
     }
@@ -419,11 +429,56 @@ static int launch_mpi(struct perf_proc *p)
     return ret;
 }
 
+/* -H: this forked process is on simulated host proc * H / N. The library reads its
+ * parameters once, so the parent never calls it: every child names its host, then finds
+ * the others through NCCL_COMM_ID (rank 0 serves it). */
+static int run_on_host(struct perf_proc *p)
+{
+    char host[64];
+    snprintf(host, sizeof(host), "braid-perf-host-%d", p->proc * p->opts->hosts / p->nprocs);
+    setenv("NCCL_HOSTID", host, 1);
+    ncclResult_t res = ncclGetUniqueId(&p->id);
+    if (res != ncclSuccess) {
+        fprintf(stderr, "braid-perf: ncclGetUniqueId failed: %s\n", ncclGetErrorString(res));
+        return 2;
+    }
+    return run_process(p);
+}
+
+/* A loopback address with a port free right now, for NCCL_COMM_ID. */
+static int free_port_comm_id(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    char id[64];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        perror("braid-perf: cannot find a free port for NCCL_COMM_ID");
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    close(fd);
+    snprintf(id, sizeof(id), "127.0.0.1:%d", (int)ntohs(a.sin_port));
+    setenv("NCCL_COMM_ID", id, 1);
+    return 0;
+}
+
 /* Standalone with -N: the parent makes the unique id, the forked children inherit it. */
 static int launch_standalone(struct perf_proc *p)
 {
-    ncclResult_t res = ncclGetUniqueId(&p->id);
+    ncclResult_t res = ncclSuccess;
     int ret;
+    if (p->opts->hosts > 0) {
+        res = free_port_comm_id() == 0 ? ncclSuccess : ncclSystemError;
+    } else {
+        res = ncclGetUniqueId(&p->id);
+    }
     if (res != ncclSuccess) {
         fprintf(stderr, "braid-perf: ncclGetUniqueId failed: %s\n", ncclGetErrorString(res));
         return 2;
@@ -478,6 +533,10 @@ int main(int argc, char **argv)
     p.mpi = mpi;
     p.nprocs = mpi ? wsize : opts.nprocs;
     p.proc = wrank;
+    if (opts.hosts > 0 && (mpi || opts.nprocs < 2 || opts.hosts > opts.nprocs)) {
+        fprintf(stderr, "braid-perf: -H needs -N with at least as many processes as hosts\n");
+        return 2;
+    }
     if (opts.root >= p.nprocs * opts.nthreads) {
         fprintf(stderr, "braid-perf: root %d is not a rank (%d ranks)\n", opts.root,
                 p.nprocs * opts.nthreads);

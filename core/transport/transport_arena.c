@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The node arena (br_flat_t, see transport.h): one POSIX shared-memory segment that rank 0
- * creates and every rank of a single-host communicator maps. Rank r's region holds its
- * `done` counter, BR_FLAT_NBUF large buffers and BR_FLAT_NSMALL small slots, each a header
- * (flag, call descriptor) and the data.
- * Setup is collective and all-or-nothing: two allgathers carry the segment's name and then
+ * The node arena (br_arena_t, see transport.h), its layout and its protocol: one POSIX
+ * shared-memory segment that rank 0 creates and every rank of a single-host communicator
+ * maps. Rank r's region holds its `done` counter, BR_ARENA_NBUF large buffers and
+ * BR_ARENA_NSMALL small slots, each a header (flag, call descriptor) and the data. The
+ * protocol (publish, read, done) is at the end; executors call it. Setup is collective and all-or-nothing: two allgathers carry the segment's name and then
  * every rank's verdict, so the ranks agree on whether small operations use it. The first
  * also carries where each rank keeps a probe word, which every other process reads with
  * process_vm_readv: only if every rank could read every other's do large AllGather and
  * Broadcast inputs get read in place (a container without CAP_SYS_PTRACE or a kernel with
  * Yama's ptrace_scope at 1 or more refuses it, and the ring path is used instead, logged).
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "transport.h"
+#include "transport_int.h"
 #include "util.h"
 
 typedef struct {
@@ -31,12 +32,12 @@ typedef struct {
     uint64_t cma_max;
     int32_t ok;  /* second round: the rank mapped the arena */
     int32_t cma; /* second round: the rank read every other process's probe word */
-} flat_blob_t;
+} arena_blob_t;
 
-static _Atomic unsigned flat_counter;
+static _Atomic unsigned arena_counter;
 
 /* Every rank on this host, and none has shared memory turned off. */
-static int flat_eligible(const br_transport_comm_t *tc)
+static int arena_eligible(const br_transport_comm_t *tc)
 {
     const br_peer_info_t *me = &tc->peers[tc->rank];
     for (int i = 0; i < tc->nranks; i++) {
@@ -48,12 +49,12 @@ static int flat_eligible(const br_transport_comm_t *tc)
 }
 
 /* Rank 0: make the segment; an empty name tells the others it failed. */
-static void *flat_create(const br_transport_comm_t *tc, size_t size, char *name, size_t len)
+static void *arena_create(const br_transport_comm_t *tc, size_t size, char *name, size_t len)
 {
     void *base;
     int fd;
 
-    snprintf(name, len, "/braid-flat-%d-%u", (int)getpid(), atomic_fetch_add(&flat_counter, 1));
+    snprintf(name, len, "/braid-arena-%d-%u", (int)getpid(), atomic_fetch_add(&arena_counter, 1));
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
         BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: no node arena: shm_open(%s) failed: %s", tc->rank,
@@ -81,7 +82,7 @@ static void *flat_create(const br_transport_comm_t *tc, size_t size, char *name,
     return base;
 }
 
-static void *flat_attach(const br_transport_comm_t *tc, size_t size, const char *name)
+static void *arena_attach(const br_transport_comm_t *tc, size_t size, const char *name)
 {
     void *base;
     int fd = shm_open(name, O_RDWR, 0600);
@@ -103,7 +104,7 @@ static void *flat_attach(const br_transport_comm_t *tc, size_t size, const char 
 
 /* Can this rank read every other rank's memory? Ranks of this process need no system
  * call (their inputs are copied directly). */
-static int flat_cma_probe(const br_transport_comm_t *tc, const flat_blob_t *blobs)
+static int arena_cma_probe(const br_transport_comm_t *tc, const arena_blob_t *blobs)
 {
     const br_peer_info_t *me = &tc->peers[tc->rank];
 
@@ -126,50 +127,50 @@ static int flat_cma_probe(const br_transport_comm_t *tc, const flat_blob_t *blob
     return 1;
 }
 
-ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes,
-                                     size_t cma_max)
+ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes,
+                                      size_t cma_max)
 {
     ncclResult_t res = ncclSuccess;
-    flat_blob_t *blobs = NULL;
-    br_flat_t *flat = NULL;
+    arena_blob_t *blobs = NULL;
+    br_arena_t *arena = NULL;
     void *base = NULL;
     char name[64] = "";
     int all_ok = 1;
 
-    tc->flat = NULL;
-    if ((max_bytes == 0 && cma_bytes == 0) || tc->nranks < 2 || !flat_eligible(tc)) {
+    tc->arena = NULL;
+    if ((max_bytes == 0 && cma_bytes == 0) || tc->nranks < 2 || !arena_eligible(tc)) {
         return ncclSuccess;
     }
-    _Static_assert(sizeof(br_flat_hdr_t) <= BR_FLAT_HDR_BYTES, "arena header too large");
+    _Static_assert(sizeof(br_arena_hdr_t) <= BR_ARENA_HDR_BYTES, "arena header too large");
     max_bytes = (max_bytes + 63) & ~(size_t)63;
     /* A cache line for `done`, then the buffers, each a header and the data; every
      * rank's region on its own pages. */
-    size_t buf_stride = (BR_FLAT_HDR_BYTES + max_bytes + 63) & ~(size_t)63;
-    size_t stride = (64 + BR_FLAT_NBUF * buf_stride + BR_FLAT_NSMALL * BR_FLAT_SMALL_BYTES + 4095) &
+    size_t buf_stride = (BR_ARENA_HDR_BYTES + max_bytes + 63) & ~(size_t)63;
+    size_t stride = (64 + BR_ARENA_NBUF * buf_stride + BR_ARENA_NSMALL * BR_ARENA_SMALL_BYTES + 4095) &
                     ~(size_t)4095;
     size_t size = stride * (size_t)tc->nranks;
 
     BR_CHECK(br_calloc(&blobs, (size_t)tc->nranks, "node arena setup"));
-    BR_CHECK_GOTO(br_calloc(&flat, 1, "node arena"), res, out);
+    BR_CHECK_GOTO(br_calloc(&arena, 1, "node arena"), res, out);
     /* Unpredictable enough that another process at a reused pid would not hold it. */
-    flat->probe = tc->comm_hash ^ br_time_ns() ^ ((uint64_t)tc->rank << 48);
-    blobs[tc->rank].probe_addr = (uint64_t)(uintptr_t)&flat->probe;
-    blobs[tc->rank].probe_val = flat->probe;
+    arena->probe = tc->comm_hash ^ br_time_ns() ^ ((uint64_t)tc->rank << 48);
+    blobs[tc->rank].probe_addr = (uint64_t)(uintptr_t)&arena->probe;
+    blobs[tc->rank].probe_val = arena->probe;
     blobs[tc->rank].cma_bytes = cma_bytes;
     blobs[tc->rank].cma_max = cma_max;
     if (tc->rank == 0) {
-        base = flat_create(tc, size, name, sizeof(name));
+        base = arena_create(tc, size, name, sizeof(name));
         memcpy(blobs[0].name, name, sizeof(name));
     }
     BR_CHECK_GOTO(br_bootstrap_allgather(tc->boot, blobs, sizeof(*blobs)), res, out);
     if (tc->rank != 0 && blobs[0].name[0] != '\0') {
-        base = flat_attach(tc, size, blobs[0].name);
+        base = arena_attach(tc, size, blobs[0].name);
     }
     /* Everyone cuts alike with rank 0's window, whatever the others' environment says. */
     cma_bytes = (size_t)blobs[0].cma_bytes;
     cma_max = (size_t)blobs[0].cma_max;
     int all_cma = cma_bytes > 0;
-    int cma = all_cma && flat_cma_probe(tc, blobs);
+    int cma = all_cma && arena_cma_probe(tc, blobs);
     /* Second round: everyone's verdict, so nobody uses an arena a peer could not map. */
     memset(blobs, 0, (size_t)tc->nranks * sizeof(*blobs));
     blobs[tc->rank].ok = base != NULL;
@@ -192,22 +193,22 @@ ncclResult_t br_transport_flat_setup(br_transport_comm_t *tc, size_t max_bytes, 
                 "(process_vm_readv; NCCL_DEBUG=INFO on every rank names it)",
                 tc->rank);
     }
-    flat->cma_bytes = all_cma ? cma_bytes : 0;
-    flat->cma_max = cma_max;
-    flat->nranks = tc->nranks;
-    flat->max_bytes = max_bytes;
-    flat->buf_stride = buf_stride;
-    flat->stride = stride;
-    flat->base = base;
-    flat->size = size;
-    tc->flat = flat;
-    flat = NULL;
+    arena->cma_bytes = all_cma ? cma_bytes : 0;
+    arena->cma_max = cma_max;
+    arena->nranks = tc->nranks;
+    arena->max_bytes = max_bytes;
+    arena->buf_stride = buf_stride;
+    arena->stride = stride;
+    arena->base = base;
+    arena->size = size;
+    tc->arena = arena;
+    arena = NULL;
     base = NULL;
     char cma_what[96] = "none";
-    if (tc->flat->cma_bytes > 0 && cma_max > 0) {
-        snprintf(cma_what, sizeof(cma_what), "%zu to %zu bytes", tc->flat->cma_bytes, cma_max);
-    } else if (tc->flat->cma_bytes > 0) {
-        snprintf(cma_what, sizeof(cma_what), "from %zu bytes", tc->flat->cma_bytes);
+    if (tc->arena->cma_bytes > 0 && cma_max > 0) {
+        snprintf(cma_what, sizeof(cma_what), "%zu to %zu bytes", tc->arena->cma_bytes, cma_max);
+    } else if (tc->arena->cma_bytes > 0) {
+        snprintf(cma_what, sizeof(cma_what), "from %zu bytes", tc->arena->cma_bytes);
     }
     BR_INFO(NCCL_SHM | NCCL_INIT,
             "rank %d: node arena of %zu bytes: operations up to %zu bytes per rank take one "
@@ -220,7 +221,80 @@ out:
     if (base != NULL) {
         munmap(base, size);
     }
-    free(flat);
+    free(arena);
     free(blobs);
     return res;
+}
+
+/* ---- The protocol (transport.h describes it) ---- */
+
+int br_arena_writable(br_arena_t *a, int rank, uint64_t k, int small, int *wait_p)
+{
+    uint64_t window = small ? BR_ARENA_NSMALL : BR_ARENA_NBUF, low = UINT64_MAX;
+
+    /* Our buffer for k last held operation k - window: everyone must be done reading it.
+     * The lowest `done` seen last time answers most calls without touching the others. */
+    if (a->min_done + window > k) {
+        return 1;
+    }
+    for (int r = 0; r < a->nranks; r++) {
+        /* Acquire pairs with each reader's release of done. */
+        uint64_t d = r == rank ? k
+                               : atomic_load_explicit(&br_arena_ctrl(a, r)->done,
+                                                      memory_order_acquire);
+        if (d + window <= k) {
+            *wait_p = r;
+            return 0;
+        }
+        low = d < low ? d : low;
+    }
+    a->min_done = low;
+    return 1;
+}
+
+void br_arena_publish(br_arena_t *a, int rank, uint64_t k, int small, const void *data,
+                      size_t bytes, const br_slot_desc_t *desc)
+{
+    br_arena_hdr_t *h = br_arena_hdr(a, rank, k, small);
+    if (bytes > 0) {
+        memcpy(br_arena_data(a, rank, k, small), data, bytes);
+    }
+    h->desc = *desc;
+    /* Release: the input and its descriptor are visible before the flag. */
+    atomic_store_explicit(&h->flag, k + 1, memory_order_release);
+}
+
+#define BR_CMA_CHUNK ((size_t)1 << 20) /* per process_vm_readv call (measured best here) */
+
+int br_arena_read_peer(const br_arena_t *a, const br_peer_info_t *owner,
+                       const br_peer_info_t *me, uint64_t k, char *dst, size_t bytes,
+                       const void **src_p, size_t *done_p)
+{
+    uint64_t addr;
+
+    memcpy(&addr, br_arena_data(a, owner->rank, k, 1), sizeof(addr));
+    const char *src = (const char *)(uintptr_t)addr;
+    *src_p = src;
+    *done_p = 0;
+    if (owner->pid_hash == me->pid_hash) {
+        memcpy(dst, src, bytes);
+        *done_p = bytes;
+        return 0;
+    }
+    for (size_t done = 0; done < bytes;) {
+        size_t n = bytes - done < BR_CMA_CHUNK ? bytes - done : BR_CMA_CHUNK;
+        struct iovec local = {dst + done, n};
+        struct iovec remote = {(void *)(src + done), n};
+        ssize_t got = process_vm_readv(owner->pid, &local, 1, &remote, 1, 0);
+        if (got > 0) {
+            done += (size_t)got;
+            *done_p = done;
+            continue;
+        }
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        return got < 0 ? errno : EIO;
+    }
+    return 0;
 }

@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A communicator's channels: the graph (core/graph: every channel's ring and tree, built
+ * from rank order and hosts) and the connections they need, made at init in one batch:
+ * per channel one send and one receive connection per distinct peer (ring neighbours,
+ * tree parent and children; a ring link and a tree link to one peer share a connection,
+ * as in NCCL). p2p connections are made on first use, in group end. Logs NCCL's
+ * transcript: rings, trees, the transport of every link, "Connected all rings/trees".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "util.h"
+
+#define BR_TAG_CHANNELS 1
+#define BR_TAG_P2P 2
+
+/* Add peer to a channel's list unless it is there already (or is this rank). */
+static void peer_add(int *list, int *n, int peer, int me)
+{
+    if (peer < 0 || peer == me) {
+        return;
+    }
+    for (int i = 0; i < *n; i++) {
+        if (list[i] == peer) {
+            return;
+        }
+    }
+    list[(*n)++] = peer;
+}
+
+/* The distinct peers of channel c: whom this rank sends to and receives from. */
+static void channel_peers(const br_graph_t *g, int c, int me, br_exec_channel_t *ch)
+{
+    const int *ring = br_graph_ring(g, c), *pos = br_graph_ring_pos(g, c);
+    const br_tree_node_t *t = br_graph_tree(g, c, me);
+    int n = g->nranks, p = pos[me];
+
+    ch->nsend = ch->nrecv = 0;
+    peer_add(ch->send_peer, &ch->nsend, ring[(p + 1) % n], me);
+    peer_add(ch->recv_peer, &ch->nrecv, ring[(p + n - 1) % n], me);
+    peer_add(ch->send_peer, &ch->nsend, t->up, me);
+    peer_add(ch->recv_peer, &ch->nrecv, t->up, me);
+    for (int i = 0; i < t->ndown; i++) {
+        peer_add(ch->send_peer, &ch->nsend, t->down[i], me);
+        peer_add(ch->recv_peer, &ch->nrecv, t->down[i], me);
+    }
+}
+
+static void log_links(ncclComm_t comm)
+{
+    br_exec_comm_t *ec = comm->ec;
+    for (int c = 0; c < ec->nchannels; c++) {
+        for (int i = 0; i < ec->chan[c].nsend; i++) {
+            br_conn_t *s = ec->chan[c].send[i];
+            BR_INFO(NCCL_INIT, "Channel %02d/0 : %d[%d] -> %d[%d] via %s%s%s", c, comm->rank,
+                    comm->rank, s->peer, s->peer, br_transport_name(s->kind),
+                    s->kind == BR_TRANSPORT_NET ? "/" : "",
+                    s->kind == BR_TRANSPORT_NET ? comm->tc->net->name : "");
+            ec->has_net |= s->kind == BR_TRANSPORT_NET;
+        }
+        for (int i = 0; i < ec->chan[c].nrecv; i++) {
+            ec->has_net |= ec->chan[c].recv[i]->kind == BR_TRANSPORT_NET;
+        }
+    }
+}
+
+/* Connect every channel's peers: one list per direction, padded with -1, in channel order
+ * so that both ends of each link list it alike. */
+static ncclResult_t channels_connect(ncclComm_t comm, size_t step, size_t ll_wire)
+{
+    br_exec_comm_t *ec = comm->ec;
+    int total = 0, k = 0;
+    ncclResult_t res = ncclSuccess;
+
+    for (int c = 0; c < ec->nchannels; c++) {
+        channel_peers(comm->graph, c, comm->rank, &ec->chan[c]);
+        total += BR_CHANNEL_PEERS;
+    }
+    int *rp = NULL, *sp = NULL;
+    br_conn_t **rc = NULL, **sc = NULL;
+    BR_CHECK_GOTO(br_calloc(&rp, (size_t)total, "channel setup"), res, out);
+    BR_CHECK_GOTO(br_calloc(&sp, (size_t)total, "channel setup"), res, out);
+    BR_CHECK_GOTO(br_calloc(&rc, (size_t)total, "channel setup"), res, out);
+    BR_CHECK_GOTO(br_calloc(&sc, (size_t)total, "channel setup"), res, out);
+    for (int c = 0; c < ec->nchannels; c++) {
+        for (int i = 0; i < BR_CHANNEL_PEERS; i++, k++) {
+            rp[k] = i < ec->chan[c].nrecv ? ec->chan[c].recv_peer[i] : -1;
+            sp[k] = i < ec->chan[c].nsend ? ec->chan[c].send_peer[i] : -1;
+        }
+    }
+    BR_CHECK_GOTO(br_transport_connect(comm->tc, total, rp, sp, step, ll_wire, BR_TAG_CHANNELS,
+                                       rc, sc),
+                  res, out);
+    for (int c = 0, i = 0; c < ec->nchannels; c++) {
+        for (int j = 0; j < BR_CHANNEL_PEERS; j++, i++) {
+            if (j < ec->chan[c].nrecv) {
+                ec->chan[c].recv[j] = rc[i];
+            }
+            if (j < ec->chan[c].nsend) {
+                ec->chan[c].send[j] = sc[i];
+            }
+        }
+    }
+out:
+    free(rp);
+    free(sp);
+    free(rc);
+    free(sc);
+    return res;
+}
+
+/* Bytes of an LL slot on the wire: the agreed LL buffer over the slots, whole lines,
+ * and no larger than a Simple slot (on net links LL lines travel in Simple slots). */
+static size_t ll_wire_bytes(const br_transport_comm_t *tc, size_t step)
+{
+    size_t ll = ((size_t)tc->ll_buffsize / BR_STEPS) & ~(size_t)63;
+    return ll < step ? ll : step;
+}
+
+ncclResult_t br_comm_channels_setup(ncclComm_t comm)
+{
+    br_transport_comm_t *tc = comm->tc;
+    br_exec_comm_t *ec = comm->ec;
+    uint64_t *hosts = NULL;
+    ncclResult_t res = ncclSuccess;
+    const char *dump = BR_PARAM_STR(GRAPH_DUMP_FILE);
+
+    BR_CHECK(br_calloc(&hosts, (size_t)comm->nranks, "graph setup"));
+    for (int r = 0; r < comm->nranks; r++) {
+        hosts[r] = tc->peers[r].host_hash;
+    }
+    res = br_graph_build(comm->nranks, hosts, ec->nchannels, &comm->graph);
+    free(hosts);
+    BR_CHECK(res);
+    ec->graph = comm->graph;
+    br_graph_log(comm->graph, comm->rank);
+    if (dump != NULL && comm->rank == 0) {
+        BR_CHECK(br_graph_dump(comm->graph, dump));
+    }
+    if (comm->nranks == 1) {
+        return ncclSuccess;
+    }
+    size_t step = ((size_t)tc->buffsize / BR_STEPS) & ~(size_t)63;
+    size_t ll_wire = ll_wire_bytes(tc, step);
+    BR_CHECK(channels_connect(comm, step, ll_wire));
+    log_links(comm);
+    /* LL steps unpack what they receive from up to BR_MAX_TREE_ARITY peers and build what
+     * they send in this scratch. */
+    ec->ll_scratch_each = ll_wire / 2;
+    if (ll_wire > 0) {
+        BR_CHECK(br_calloc(&ec->ll_scratch, (BR_MAX_TREE_ARITY + 1) * ec->ll_scratch_each,
+                           "LL scratch"));
+    }
+    BR_INFO(NCCL_INIT, "Connected all rings, %d channels of %zu-byte steps (LL %zu-byte lines "
+            "slots)", ec->nchannels, step, ll_wire);
+    BR_INFO(NCCL_INIT, "Connected all trees");
+    return ncclSuccess;
+}
+
+ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv)
+{
+    br_exec_comm_t *ec = comm->ec;
+    br_transport_comm_t *tc = comm->tc;
+    int n = comm->nranks, any = 0;
+    int *recv_peers = NULL, *send_peers = NULL;
+    br_conn_t **recv_conns = NULL, **send_conns = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    BR_CHECK_GOTO(br_calloc(&recv_peers, (size_t)n, "p2p setup"), res, out);
+    BR_CHECK_GOTO(br_calloc(&send_peers, (size_t)n, "p2p setup"), res, out);
+    BR_CHECK_GOTO(br_calloc(&recv_conns, (size_t)n, "p2p setup"), res, out);
+    BR_CHECK_GOTO(br_calloc(&send_conns, (size_t)n, "p2p setup"), res, out);
+    for (int p = 0; p < n; p++) {
+        recv_peers[p] = (need_recv[p] && ec->p2p_recv[p] == NULL && p != comm->rank) ? p : -1;
+        send_peers[p] = (need_send[p] && ec->p2p_send[p] == NULL && p != comm->rank) ? p : -1;
+        any |= recv_peers[p] >= 0 || send_peers[p] >= 0;
+    }
+    if (!any) {
+        goto out;
+    }
+    BR_CHECK_GOTO(br_transport_connect(tc, n, recv_peers, send_peers, (size_t)tc->p2p_chunk, 0,
+                                       BR_TAG_P2P, recv_conns, send_conns),
+                  res, out);
+    for (int p = 0; p < n; p++) {
+        if (recv_conns[p] != NULL) {
+            ec->p2p_recv[p] = recv_conns[p];
+            ec->has_net |= recv_conns[p]->kind == BR_TRANSPORT_NET;
+        }
+        if (send_conns[p] != NULL) {
+            ec->p2p_send[p] = send_conns[p];
+            ec->has_net |= send_conns[p]->kind == BR_TRANSPORT_NET;
+            BR_INFO(NCCL_P2P, "P2P : %d -> %d via %s", comm->rank, p,
+                    br_transport_name(send_conns[p]->kind));
+        }
+    }
+out:
+    free(recv_peers);
+    free(send_peers);
+    free(recv_conns);
+    free(send_conns);
+    return res;
+}

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What a communicator decides with: the facts plan's cost model needs, made identical on
+ * every rank (the few that come from a rank's own environment are agreed over the
+ * bootstrap), the plan, then the tuner plugin (which may edit the model's constants at
+ * its init) and the profiler plugin.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "util.h"
+
+/* The kind of the slowest link between two ranks of one host (p2p, shm, or net when
+ * shared memory is off): the model's intra-host latency class. */
+static int intra_hw(const br_transport_comm_t *tc)
+{
+    int hw = BR_HW_NVLINK;
+    for (int a = 0; a < tc->nranks; a++) {
+        for (int b = a + 1; b < tc->nranks; b++) {
+            if (tc->peers[a].host_hash != tc->peers[b].host_hash) {
+                continue;
+            }
+            br_transport_t k = br_transport_select_pair(&tc->peers[a], &tc->peers[b]);
+            int h = k == BR_TRANSPORT_P2P ? BR_HW_NVLINK : k == BR_TRANSPORT_SHM ? BR_HW_PCI
+                                                                                 : BR_HW_NET;
+            hw = h > hw ? h : hw;
+        }
+    }
+    return hw;
+}
+
+/* Does channel 0's ring cross the network? (Every rank judges every link alike.) */
+static int ring_crosses_net(const br_transport_comm_t *tc, const br_graph_t *g)
+{
+    const int *ring = br_graph_ring(g, 0);
+    for (int i = 0; i < g->nranks; i++) {
+        if (br_transport_select_pair(&tc->peers[ring[i]], &tc->peers[ring[(i + 1) % g->nranks]]) ==
+            BR_TRANSPORT_NET) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The network's bandwidth per channel, the smallest any rank's plugin reports. */
+static ncclResult_t agree_net_gbps(ncclComm_t comm, double *gbps_p)
+{
+    br_transport_comm_t *tc = comm->tc;
+    double *all = NULL, mine = 1.25; /* 10 Gb/s when the plugin does not say */
+
+    if (tc->net != NULL && tc->net->props.speed > 0) {
+        mine = tc->net->props.speed / 8000.0;
+    }
+    BR_CHECK(br_calloc(&all, (size_t)comm->nranks, "tuning setup"));
+    all[comm->rank] = mine;
+    ncclResult_t res = br_bootstrap_allgather(tc->boot, all, sizeof(*all));
+    for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
+        mine = all[r] < mine ? all[r] : mine;
+    }
+    free(all);
+    *gbps_p = mine;
+    return res;
+}
+
+static ncclResult_t plan_setup(ncclComm_t comm)
+{
+    br_transport_comm_t *tc = comm->tc;
+    const br_graph_t *g = comm->graph;
+    br_plan_comm_t pc;
+
+    memset(&pc, 0, sizeof(pc));
+    pc.rank = comm->rank;
+    pc.nranks = comm->nranks;
+    pc.nnodes = g->nnodes;
+    for (int node = 0; node < g->nnodes; node++) {
+        int local = 0;
+        for (int r = 0; r < g->nranks; r++) {
+            local += g->node_of[r] == node;
+        }
+        pc.local_ranks = local > pc.local_ranks ? local : pc.local_ranks;
+    }
+    pc.nchannels = comm->ec->nchannels;
+    pc.intra_hw = intra_hw(tc);
+    BR_CHECK(agree_net_gbps(comm, &pc.net_gbps));
+    pc.step_bytes = ((size_t)tc->buffsize / BR_STEPS) & ~(size_t)63;
+    pc.ll_bytes = comm->ec->ll_scratch_each;
+    pc.pipeline = comm->pipeline;
+    pc.ring_net = ring_crosses_net(tc, g);
+    pc.oneshot_bytes = comm->oneshot_bytes;
+    if (tc->arena != NULL) {
+        pc.arena_bytes = tc->arena->max_bytes;
+        pc.direct_lo = tc->arena->cma_bytes;
+        pc.direct_hi = tc->arena->cma_max;
+    }
+    return br_plan_create(&pc, g, &comm->plan);
+}
+
+ncclResult_t br_comm_tune_setup(ncclComm_t comm)
+{
+    br_transport_comm_t *tc = comm->tc;
+
+    BR_CHECK(plan_setup(comm));
+    /* The tuner plugin edits the constants at its init, then sees every cost table. */
+    br_tuner_request_t treq;
+    memset(&treq, 0, sizeof(treq));
+    treq.plugin = BR_PARAM_STR(TUNER_PLUGIN);
+    treq.net = tc->net;
+    treq.comm_hash = comm->comm_hash;
+    treq.nranks = (size_t)comm->nranks;
+    treq.nnodes = (size_t)comm->graph->nnodes;
+    treq.nvl_domains = comm->graph->nnodes;
+    treq.min_ranks_per_nvl = treq.max_ranks_per_nvl = 1;
+    treq.constants = br_plan_constants(comm->plan);
+    BR_CHECK(br_plugin_tuner_open(&treq, &comm->tuner));
+    if (comm->tuner != NULL) {
+        br_plan_set_tuner(comm->plan, br_plugin_tuner_hook, comm->tuner, comm->tuner->name);
+        BR_INFO(NCCL_INIT | NCCL_TUNING, "tuner %s (v%d) from %s", comm->tuner->name,
+                comm->tuner->version, comm->tuner->path);
+    }
+    br_plan_log_choices(comm->plan);
+
+    br_profiler_request_t preq;
+    memset(&preq, 0, sizeof(preq));
+    preq.plugin = BR_PARAM_STR(PROFILER_PLUGIN);
+    preq.net = tc->net;
+    preq.comm_hash = comm->comm_hash;
+    preq.comm_name = comm->name[0] ? comm->name : NULL;
+    preq.nnodes = comm->graph->nnodes;
+    preq.nranks = comm->nranks;
+    preq.rank = comm->rank;
+    BR_CHECK(br_plugin_profiler_open(&preq, &comm->ec->prof));
+    if (comm->ec->prof != NULL && tc->proxy != NULL) {
+        br_proxy_set_profiler(tc->proxy, comm->ec->prof);
+    }
+    return ncclSuccess;
+}

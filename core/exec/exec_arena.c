@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The OneShot and DirectRead algorithms over the node arena (its layout and protocol are
+ * the transport's: transport.h). OneShot: every rank publishes its whole input for
+ * operation k, reads every other input it needs and computes its own output; reductions
+ * fold the inputs in rank order 0..n-1 on every rank, so every rank gets bit-identical
+ * results. DirectRead (large AllGather/Broadcast): a rank publishes only its input's
+ * address, every rank that needs it copies it straight from the owner's memory, and the
+ * owner returns only once all its readers are done (the caller may reuse the buffer
+ * after that): one copy per byte instead of two through a FIFO.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "exec_int.h"
+#include "util.h"
+
+/* Bytes `rank` publishes for op (0 when it contributes nothing). */
+static size_t publish_bytes(const br_exec_comm_t *ec, const br_op_t *op, int rank)
+{
+    size_t bytes = br_op_bytes(op);
+    switch (op->func) {
+    case BR_FUNC_BROADCAST: return rank == op->root ? bytes : 0;
+    case BR_FUNC_REDUCESCATTER: return bytes * (size_t)ec->nranks;
+    default: return bytes;
+    }
+}
+
+static int check_input(br_exec_comm_t *ec, const br_work_t *w, int peer)
+{
+    const br_op_t *op = &w->op;
+    const br_slot_desc_t *d = &br_arena_hdr(ec->arena, peer, w->arena_k, w->arena_small)->desc;
+    size_t want = op->algo == BR_ALGO_DIRECT_READ ? sizeof(uint64_t) : publish_bytes(ec, op, peer);
+    char theirs[200];
+
+    if (br_desc_matches(d, op) && d->bytes == want) {
+        return 0;
+    }
+    br_desc_describe(theirs, sizeof(theirs), d);
+    br_exec_fail(ec, ncclInvalidUsage,
+                 "mismatched calls: rank %d is in %s #%llu (count %zu, %s, %s, root %d) but rank "
+                 "%d published its input for %s",
+                 ec->rank, br_func_name(op->func), (unsigned long long)op->seq, op->count,
+                 br_type_name(op->type), br_red_kind_name(op->redop.kind), op->root, peer, theirs);
+    return -1;
+}
+
+/* dst = inputs of every rank in the arena folded in rank order (element offset `at`). */
+static void fold_inputs(const br_exec_comm_t *ec, const br_work_t *w, void *dst, size_t at)
+{
+    const br_arena_t *a = ec->arena;
+    const br_op_t *op = &w->op;
+    const char *first = br_arena_data(a, 0, w->arena_k, w->arena_small) + at * br_type_size(op->type);
+    int n = ec->nranks, r = 1;
+
+    if (op->redop.kind == BR_RED_PREMULSUM) {
+        /* Every input is scaled, and br_reduce scales only its local operand. */
+        br_reduce(dst, NULL, first, op->count, &op->redop, 0);
+    } else {
+        /* Ranks 0 and 1 in one pass (the ops are commutative, bit for bit). */
+        br_reduce(dst, first, first + a->stride, op->count, &op->redop, n == 2 ? BR_REDUCE_POST : 0);
+        r = 2;
+    }
+    for (; r < n; r++) {
+        br_reduce(dst, dst, first + (size_t)r * a->stride, op->count, &op->redop,
+                  r == n - 1 ? BR_REDUCE_POST : 0);
+    }
+}
+
+static void oneshot_output(const br_exec_comm_t *ec, const br_work_t *w)
+{
+    const br_arena_t *a = ec->arena;
+    const br_op_t *op = &w->op;
+    size_t bytes = br_op_bytes(op);
+    int me = ec->rank;
+
+    switch (op->func) {
+    case BR_FUNC_ALLREDUCE: fold_inputs(ec, w, op->recvbuff, 0); break;
+    case BR_FUNC_REDUCE:
+        if (me == op->root) {
+            fold_inputs(ec, w, op->recvbuff, 0);
+        }
+        break;
+    case BR_FUNC_REDUCESCATTER: fold_inputs(ec, w, op->recvbuff, (size_t)me * op->count); break;
+    case BR_FUNC_ALLGATHER:
+        for (int r = 0; r < ec->nranks; r++) {
+            memcpy((char *)op->recvbuff + (size_t)r * bytes,
+                   br_arena_data(a, r, w->arena_k, w->arena_small), bytes);
+        }
+        break;
+    default: /* Broadcast */
+        if (op->recvbuff != op->sendbuff || me != op->root) {
+            memcpy(op->recvbuff, br_arena_data(a, op->root, w->arena_k, w->arena_small), bytes);
+        }
+        break;
+    }
+}
+
+/* Does this rank need rank r's input? Broadcast needs only the root's, and a Reduce's
+ * non-roots need nothing (they publish and go, as a root's send is eager). */
+static int needs(const br_exec_comm_t *ec, const br_op_t *op, int r)
+{
+    switch (op->func) {
+    case BR_FUNC_BROADCAST: return r == op->root;
+    case BR_FUNC_REDUCE: return ec->rank == op->root;
+    default: return 1;
+    }
+}
+
+/* DirectRead: copy rank r's input to dst. */
+static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, size_t bytes)
+{
+    const br_peer_info_t *pi = &ec->tc->peers[r];
+    const void *src = NULL;
+    size_t done = 0;
+    int err = br_arena_read_peer(ec->arena, pi, &ec->tc->peers[ec->rank], w->arena_k, dst, bytes,
+                                 &src, &done);
+    if (err == 0) {
+        return 0;
+    }
+    ncclResult_t res = err == EFAULT ? ncclInvalidArgument : err == ESRCH ? ncclRemoteError
+                                                                           : ncclSystemError;
+    br_exec_fail(ec, res,
+                 "rank %d: %s #%llu (count %zu, %s): reading rank %d's buffer %p (pid %d on %s) "
+                 "into %p failed at byte %zu of %zu: %s%s",
+                 ec->rank, br_func_name(w->op.func), (unsigned long long)w->op.seq, w->op.count,
+                 br_type_name(w->op.type), r, src, pi->pid, pi->host, (void *)dst, done, bytes,
+                 strerror(err),
+                 err == EFAULT  ? " (one of the two buffers is not valid for the call's count)"
+                 : err == ESRCH ? " (the rank's process is gone)"
+                                : "");
+    return -1;
+}
+
+/* DirectRead: the local part and the reads, once every input it needs is published. */
+static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
+{
+    const br_op_t *op = &w->op;
+    size_t bytes = br_op_bytes(op);
+    int n = ec->nranks, me = ec->rank;
+
+    if (op->func == BR_FUNC_BROADCAST) {
+        if (me != op->root) {
+            return read_peer(ec, w, op->root, op->recvbuff, bytes);
+        }
+        if (op->recvbuff != op->sendbuff) {
+            memcpy(op->recvbuff, op->sendbuff, bytes);
+        }
+        return 0;
+    }
+    char *mine = (char *)op->recvbuff + (size_t)me * bytes;
+    if (mine != op->sendbuff) {
+        memcpy(mine, op->sendbuff, bytes);
+    }
+    /* Start after ourselves, so the ranks do not all read rank 0 first. */
+    for (int i = 1; i < n; i++) {
+        int r = (me + i) % n;
+        if (read_peer(ec, w, r, (char *)op->recvbuff + (size_t)r * bytes, bytes) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* DirectRead, phase 2: wait until every reader is done with our input. */
+static int wait_readers(br_exec_queue_t *q, br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    for (; w->arena_next < ec->nranks; w->arena_next++) {
+        int r = w->arena_next;
+        if (r != ec->rank && !br_arena_read_by(ec->arena, r, w->arena_k)) {
+            q->wait_peer = r;
+            q->wait_what = "its input to be read by";
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Phase 0: publish this rank's input (or its address) once the buffer is free. */
+static int publish(br_exec_queue_t *q, br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_op_t *op = &w->op;
+    int wait = -1;
+
+    if (!br_arena_writable(ec->arena, ec->rank, w->arena_k, w->arena_small, &wait)) {
+        q->wait_peer = wait;
+        q->wait_what = "the node arena to be read by";
+        return 0;
+    }
+    br_slot_desc_t d;
+    if (op->algo == BR_ALGO_DIRECT_READ) {
+        uint64_t addr = (uint64_t)(uintptr_t)op->sendbuff;
+        d = br_desc_make(op, sizeof(addr));
+        br_arena_publish(ec->arena, ec->rank, w->arena_k, 1, &addr, sizeof(addr), &d);
+    } else {
+        size_t bytes = publish_bytes(ec, op, ec->rank);
+        d = br_desc_make(op, bytes);
+        br_arena_publish(ec->arena, ec->rank, w->arena_k, w->arena_small, op->sendbuff, bytes, &d);
+    }
+    w->arena_phase = 1;
+    w->arena_next = 0;
+    return 1;
+}
+
+int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_op_t *op = &w->op;
+    int n = ec->nranks, moved = 0;
+
+    if (w->arena_phase == 2) {
+        if (!wait_readers(q, w)) {
+            return 0;
+        }
+        *done_p = 1;
+        return 1;
+    }
+    if (w->arena_phase == 0) {
+        if (!publish(q, w)) {
+            return 0;
+        }
+        moved = 1;
+    }
+    for (; w->arena_next < n; w->arena_next++) {
+        int r = w->arena_next;
+        if (r != ec->rank && needs(ec, op, r) &&
+            !br_arena_published(ec->arena, r, w->arena_k, w->arena_small)) {
+            q->wait_peer = r;
+            q->wait_what = "data from";
+            return moved;
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        if (r != ec->rank && needs(ec, op, r) && check_input(ec, w, r) != 0) {
+            return -1;
+        }
+    }
+    if (op->algo == BR_ALGO_ONESHOT) {
+        oneshot_output(ec, w);
+    } else if (direct_output(ec, w) != 0) {
+        return -1;
+    }
+    br_arena_done(ec->arena, ec->rank, w->arena_k);
+    if (op->algo == BR_ALGO_DIRECT_READ && (op->func == BR_FUNC_ALLGATHER || ec->rank == op->root)) {
+        w->arena_phase = 2;
+        w->arena_next = 0;
+        if (!wait_readers(q, w)) {
+            return moved + 1;
+        }
+    }
+    *done_p = 1;
+    return moved + 1;
+}

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What a blocked executor checks, every ~100 ms while nothing moves: abort notices from
+ * other ranks (they name the root cause), the same collective seen on another path
+ * (mismatched calls), network connections a peer closed, the proxy's errors, peers of
+ * this host that died, and BRAID_TIMEOUT; and, every BRAID_WAIT_WARN seconds, a line
+ * saying what each queue waits for. Called by the thread that runs the batch.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "exec_int.h"
+#include "util.h"
+
+/* Is a process of this host gone (exited, or a zombie nobody reaped yet)? */
+static int pid_is_dead(int pid)
+{
+    char path[64], buf[256];
+    FILE *f;
+
+    if (kill(pid, 0) != 0 && errno == ESRCH) {
+        return 1;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return 0; /* no procfs: trust kill() */
+    }
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+static const br_work_t *queue_head(const br_exec_queue_t *q)
+{
+    return q->cur < q->n ? &q->items[q->cur] : NULL;
+}
+
+static void describe_wait(const br_exec_queue_t *q, char *buf, size_t len)
+{
+    const br_work_t *w = queue_head(q);
+    if (w == NULL) {
+        snprintf(buf, len, "nothing");
+        return;
+    }
+    char where[64] = "";
+    if (w->kind == BR_WORK_SCHED) {
+        snprintf(where, sizeof(where), ", %s/%s, channel %d", br_algo_name(w->op.algo),
+                 br_proto_name(w->op.proto), w->ch);
+    } else if (w->kind == BR_WORK_SEND || w->kind == BR_WORK_RECV) {
+        snprintf(where, sizeof(where), ", peer %d", w->op.peer);
+    }
+    snprintf(buf, len, "%s #%llu (count %zu, %s%s) waiting for %s rank %d",
+             br_func_name(w->op.func), (unsigned long long)w->op.seq, w->op.count,
+             br_type_name(w->op.type), where, q->wait_what ? q->wait_what : "", q->wait_peer);
+}
+
+/* Has the executor consumed everything the connection delivered? */
+static int recv_starved(const br_conn_t *c)
+{
+    return atomic_load_explicit(&c->ctrl->tail, memory_order_acquire) <= c->step;
+}
+
+/* A connection that a peer closed is often the consequence of a failure elsewhere (the
+ * peer failed because a third rank died, and its abort notice is on the way). Wait a few
+ * health checks for that notice, which names the root cause, before failing with the
+ * local symptom. Returns nonzero while still waiting. */
+static int symptom_wait(br_exec_comm_t *ec)
+{
+    uint64_t now = br_time_ns();
+    if (ec->symptom_ns == 0) {
+        ec->symptom_ns = now;
+    }
+    return now - ec->symptom_ns < 300000000ull;
+}
+
+/* The periodic checks of a blocked communicator. Returns nonzero on failure. */
+int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_ns)
+{
+    br_transport_comm_t *tc = ec->tc;
+    char msg[600], what[300];
+    int from;
+
+    what[0] = '\0';
+    for (int i = 0; i < b->n; i++) {
+        if (b->queues[i].ec == ec && queue_head(&b->queues[i]) != NULL) {
+            describe_wait(&b->queues[i], what, sizeof(what));
+            break;
+        }
+    }
+    /* Another rank's report names the root cause: check it before our own symptoms. */
+    if (br_bootstrap_poll_abort(tc->boot, &from, msg, sizeof(msg))) {
+        br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): rank %d reported a failure: %s",
+                     ec->rank, br_host_name(), from, msg);
+        return 1;
+    }
+    /* A peer that ran the same collective by the other path got other arguments. */
+    for (int i = 0; i < b->n; i++) {
+        const br_work_t *w = queue_head(&b->queues[i]);
+        if (b->queues[i].ec == ec && w != NULL && br_work_probe_mismatch(&b->queues[i], w)) {
+            return 1;
+        }
+    }
+    /* A blocked receive on a net connection the peer has closed will never complete. */
+    for (int i = 0; i < b->n; i++) {
+        const br_exec_queue_t *q = &b->queues[i];
+        const br_work_t *w = queue_head(q);
+        const br_conn_t *c = NULL;
+        if (q->ec != ec || w == NULL) {
+            continue;
+        }
+        if (w->kind == BR_WORK_RECV) {
+            c = w->conn;
+        } else if (w->kind == BR_WORK_SCHED && q->wait_peer >= 0) {
+            c = br_exec_chan_recv(ec, w->ch, q->wait_peer); /* NULL unless it waits for data */
+        }
+        if (c != NULL && c->net != NULL &&
+            atomic_load_explicit(&c->net->failed, memory_order_acquire) != ncclSuccess &&
+            recv_starved(c) && !symptom_wait(ec)) {
+            describe_wait(q, what, sizeof(what));
+            br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): %s; while in %s", ec->rank,
+                         br_host_name(), c->net->why, what);
+            return 1;
+        }
+    }
+    if (tc->proxy != NULL && br_proxy_error(tc->proxy, msg, sizeof(msg)) != ncclSuccess &&
+        !symptom_wait(ec)) {
+        br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): %s; while in %s", ec->rank,
+                     br_host_name(), msg, what);
+        return 1;
+    }
+    /* Only a peer that a blocked operation waits for matters: a rank that finished its
+     * work and left is no error. Ranks blocked further away learn through abort notices. */
+    for (int i = 0; i < b->n; i++) {
+        const br_exec_queue_t *q = &b->queues[i];
+        int p = q->wait_peer;
+        if (q->ec != ec || queue_head(q) == NULL || p < 0 || p >= ec->nranks || p == ec->rank) {
+            continue;
+        }
+        const br_peer_info_t *pi = &tc->peers[p];
+        if (pi->host_hash != tc->peers[ec->rank].host_hash ||
+            pi->pid_hash == tc->peers[ec->rank].pid_hash) {
+            continue;
+        }
+        /* Over the network, what a peer sent before exiting may still be on its way up
+         * through the plugin: keep progressing a little before calling it lost. */
+        if (pid_is_dead(pi->pid) &&
+            !(br_transport_select(tc, p) == BR_TRANSPORT_NET && symptom_wait(ec))) {
+            describe_wait(q, what, sizeof(what));
+            br_exec_fail(ec, ncclRemoteError,
+                         "rank %d (pid %d on host %s) died while rank %d was in %s", p, pi->pid,
+                         pi->host, ec->rank, what);
+            return 1;
+        }
+    }
+    int64_t timeout = BR_PARAM_INT(TIMEOUT);
+    if (timeout > 0 && blocked_ns > (uint64_t)timeout * 1000000000ull) {
+        br_exec_fail(ec, ncclRemoteError,
+                     "rank %d (host %s): no progress for %lld s (BRAID_TIMEOUT) in %s: is that "
+                     "rank stuck, or did the ranks make different calls?",
+                     ec->rank, br_host_name(), (long long)timeout, what);
+        return 1;
+    }
+    return 0;
+}
+
+void br_exec_watchdog_warn(br_exec_batch_t *b, uint64_t blocked_ns)
+{
+    char what[300];
+    for (int i = 0; i < b->n; i++) {
+        if (queue_head(&b->queues[i]) != NULL) {
+            describe_wait(&b->queues[i], what, sizeof(what));
+            BR_WARN(NCCL_COLL, "rank %d: no progress for %llu s: %s", b->queues[i].ec->rank,
+                    (unsigned long long)(blocked_ns / 1000000000ull), what);
+        }
+    }
+}
+

@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The host executor's interpreter of plan's schedules (core/plan/plan_sched.h): a Ring or
+ * Tree collective on one channel is a work item with one or two streams of steps, and
+ * each step is one primitive on one FIFO slot per peer: wait until every receive slot is
+ * filled and every send slot is free, combine receive / reduce / copy / send as the step
+ * says, then release the received slots and publish the sent ones. Nothing here decides
+ * what runs; the protocol (Simple or LL, core/common/fifo.h) only changes how a slot is
+ * waited for, read and written.
+ */
+#include <string.h>
+
+#include "exec_int.h"
+#include "util.h"
+
+/* Bytes of the data of a step as it sits in the slot. */
+static size_t wire_bytes(int proto, size_t bytes)
+{
+    return proto == BR_PROTO_LL ? br_ll_wire_bytes(bytes) : bytes;
+}
+
+int br_work_sched_init(br_work_t *w, const br_exec_comm_t *ec, int c, char *scratch)
+{
+    w->kind = BR_WORK_SCHED;
+    w->ch = c;
+    w->scratch = scratch;
+    br_plan_layout(&w->op, ec->nranks, c, &w->lay);
+    br_plan_sched(ec->graph, &w->op, c, ec->rank, &w->sched);
+    for (int s = 0; s < 2; s++) {
+        w->st[s].base = w->lay.lo;
+        w->st[s].chunk = 0;
+        w->st[s].j = 0;
+        w->st[s].nsteps = s < br_sched_nstreams(&w->sched) ? br_sched_nsteps(&w->sched, s) : 0;
+    }
+    return w->lay.lo < w->lay.hi;
+}
+
+/* A step's connections, readiness and data. */
+typedef struct {
+    br_conn_t *rc[BR_MAX_TREE_ARITY], *sc[BR_MAX_TREE_ARITY];
+    const char *rdata[BR_MAX_TREE_ARITY]; /* received data, plain */
+    size_t bytes;                         /* payload bytes of the step */
+} step_io_t;
+
+/* Is the slot of rc's next step there? On memory links LL lines are trusted by their
+ * flags (the first one makes the descriptor visible, so a mismatched size is reported
+ * rather than waited for); elsewhere the counter says so. */
+static int recv_ready(br_exec_queue_t *q, const br_work_t *w, br_conn_t *rc, size_t bytes,
+                      int *err)
+{
+    if (w->op.proto != BR_PROTO_LL || rc->ll == NULL) {
+        return br_fifo_filled(rc->ctrl, rc->step);
+    }
+    _Atomic uint64_t *lines = br_conn_ll_slot(rc, rc->step);
+    size_t n = br_ll_lines(bytes);
+    if (!br_ll_line_ready(lines, 0, rc->step)) {
+        return 0;
+    }
+    const br_slot_desc_t *d = &rc->ctrl->slot[rc->step % BR_STEPS];
+    if (br_desc_check(q->ec, w, rc->peer, d, br_ll_wire_bytes(bytes)) != 0) {
+        *err = 1;
+        return 0;
+    }
+    return n == 1 || br_ll_line_ready(lines, n - 1, rc->step);
+}
+
+/* Wait for every peer of the step. Returns 1 ready, 0 blocked, -1 error. */
+static int step_ready(br_exec_queue_t *q, br_work_t *w, const br_step_t *st, step_io_t *io)
+{
+    br_exec_comm_t *ec = q->ec;
+    int err = 0;
+    for (int i = 0; i < st->nrecv; i++) {
+        io->rc[i] = br_exec_chan_recv(ec, w->ch, st->recv[i]);
+        if (!recv_ready(q, w, io->rc[i], io->bytes, &err)) {
+            q->wait_peer = io->rc[i]->peer;
+            q->wait_what = "data from";
+            return err ? -1 : 0;
+        }
+    }
+    for (int i = 0; i < st->nsend; i++) {
+        io->sc[i] = br_exec_chan_send(ec, w->ch, st->send[i]);
+        if (!br_fifo_free(io->sc[i]->ctrl, io->sc[i]->step)) {
+            q->wait_peer = io->sc[i]->peer;
+            q->wait_what = "free FIFO space at";
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Check and take the received data: Simple slots are read where they are; LL lines are
+ * unpacked (their flags checked) into the comm's scratch. */
+static int step_receive(br_exec_queue_t *q, br_work_t *w, const br_step_t *st, step_io_t *io)
+{
+    br_exec_comm_t *ec = q->ec;
+    int ll = w->op.proto == BR_PROTO_LL;
+    for (int i = 0; i < st->nrecv; i++) {
+        br_conn_t *rc = io->rc[i];
+        /* On memory links the LL descriptor was checked when its first line came. */
+        if (!(ll && rc->ll != NULL) && br_desc_check(ec, w, rc->peer, &rc->ctrl->slot[rc->step % BR_STEPS],
+                                            wire_bytes(w->op.proto, io->bytes)) != 0) {
+            return -1;
+        }
+        if (!ll) {
+            io->rdata[i] = br_conn_slot(rc, rc->step);
+            continue;
+        }
+        char *dst = ec->ll_scratch + (size_t)(i + 1) * ec->ll_scratch_each;
+        long bad = br_ll_unpack(dst, br_conn_ll_slot(rc, rc->step), io->bytes, rc->step);
+        if (bad >= 0) {
+            br_exec_fail(ec, ncclInternalError,
+                         "rank %d: %s #%llu: LL line %ld of step %llu from rank %d carries the "
+                         "wrong flag (corrupted FIFO?)",
+                         ec->rank, br_func_name(w->op.func), (unsigned long long)w->op.seq, bad,
+                         (unsigned long long)rc->step, rc->peer);
+            return -1;
+        }
+        io->rdata[i] = dst;
+    }
+    return 0;
+}
+
+/*
+ * dst = post(pre(in) (+) r0 (+) r1 ...): the local input is combined first (its scale
+ * applied once, and an in-place dst that aliases it is read before it is written), then
+ * the other partial results, which are already scaled; the final step (integer Avg's
+ * division) comes with the last operand.
+ */
+static void fold(void *dst, const char *const *recv, int nrecv, const void *in, size_t count,
+                 const br_redop_t *op, int post)
+{
+    br_redop_t partial = br_redop_partial(op);
+    for (int i = 0; i < nrecv; i++) {
+        int last = i == nrecv - 1;
+        if (i == 0) {
+            br_reduce(dst, recv[0], in, count, op, last && post ? BR_REDUCE_POST : 0);
+        } else if (last && post && op->kind == BR_RED_SUMPOSTDIV) {
+            br_reduce(dst, recv[i], dst, count, op, BR_REDUCE_POST);
+        } else {
+            br_reduce(dst, recv[i], dst, count, &partial, 0);
+        }
+    }
+}
+
+/* Where the step's outgoing data is built: the first send slot (Simple), the output when
+ * the step writes it anyway, or the scratch (LL, whose lines are packed from it). */
+static char *send_stage(const br_exec_comm_t *ec, const br_work_t *w, const step_io_t *io,
+                        char *out, uint32_t prim)
+{
+    if (prim & BR_PRIM_COPY) {
+        return out;
+    }
+    if (w->op.proto == BR_PROTO_LL) {
+        return ec->ll_scratch;
+    }
+    return br_conn_slot(io->sc[0], io->sc[0]->step);
+}
+
+/* The step's arithmetic and copies; returns the data to send (NULL when none). */
+static const char *step_compute(const br_exec_comm_t *ec, const br_work_t *w,
+                                const br_step_t *st, const step_io_t *io, const char *in,
+                                char *out, size_t len)
+{
+    const br_op_t *op = &w->op;
+    uint32_t p = st->prim;
+    size_t bytes = len * w->lay.esize;
+    const char *data;
+
+    if (p & BR_PRIM_REDUCE) {
+        char *dst = send_stage(ec, w, io, out, p);
+        fold(dst, io->rdata, st->nrecv, in, len, &op->redop, (p & BR_PRIM_POST) != 0);
+        return dst;
+    }
+    if (p & BR_PRIM_RECV) {
+        data = io->rdata[0];
+    } else if (p & BR_PRIM_FROM_OUTPUT) {
+        data = out;
+    } else if (br_func_is_reduction((br_func_t)w->sched.func) && (p & BR_PRIM_SEND)) {
+        /* The first contributor of a reduction sends its input scaled (PreMulSum). */
+        char *dst = send_stage(ec, w, io, out, 0);
+        br_reduce(dst, NULL, in, len, &op->redop, 0);
+        return dst;
+    } else {
+        if ((p & BR_PRIM_LOCAL) && out != in) {
+            memcpy(out, in, bytes);
+        }
+        data = in;
+    }
+    if ((p & BR_PRIM_COPY) && data != out) {
+        memcpy(out, data, bytes);
+    }
+    return data;
+}
+
+/* Release the received slots and publish the sent ones. */
+static void step_post(br_work_t *w, const br_step_t *st, const step_io_t *io, const char *data)
+{
+    int ll = w->op.proto == BR_PROTO_LL;
+    br_slot_desc_t d = br_desc_make(&w->op, wire_bytes(w->op.proto, io->bytes));
+
+    for (int i = 0; i < st->nrecv; i++) {
+        br_fifo_post_recv(io->rc[i]->ctrl, io->rc[i]->step++);
+    }
+    for (int i = 0; i < st->nsend; i++) {
+        br_conn_t *sc = io->sc[i];
+        if (!ll) {
+            char *slot = br_conn_slot(sc, sc->step);
+            if (slot != data) {
+                memcpy(slot, data, io->bytes);
+            }
+            br_fifo_post_send(sc->ctrl, sc->step++, &d);
+            continue;
+        }
+        _Atomic uint64_t *lines = br_conn_ll_slot(sc, sc->step);
+        if (sc->ll != NULL && br_ll_epoch_start(sc->step)) {
+            for (size_t k = 0; k < sc->ll_bytes / BR_LL_LINE; k++) {
+                atomic_store_explicit(&lines[k], 0, memory_order_relaxed);
+            }
+        }
+        /* The descriptor first: a reader that sees the first line reads it. */
+        sc->ctrl->slot[sc->step % BR_STEPS] = d;
+        br_ll_pack(lines, data, io->bytes, sc->step);
+        br_fifo_post_tail(sc->ctrl, sc->step++);
+    }
+}
+
+/* One step of stream s; returns 1 done, 0 blocked, -1 error. */
+static int stream_step(br_exec_queue_t *q, br_work_t *w, int s)
+{
+    br_stream_t *sp = &w->st[s];
+    const br_op_t *op = &w->op;
+    br_step_t st;
+    step_io_t io;
+    size_t in_off, out_off, len;
+
+    if (sp->chunk == 0) {
+        sp->chunk = br_sched_chunk(&w->sched, sp->base, w->lay.hi, w->lay.slice);
+    }
+    br_sched_step(&w->sched, s, sp->j, &st);
+    if (st.after && w->st[0].nsteps > 0 && w->st[0].base <= sp->base) {
+        return 0; /* stream 0 has not finished this chunk here yet (and says whom it waits for) */
+    }
+    br_sched_place(&w->sched, &st, sp->base, sp->chunk, w->lay.hi, w->lay.units,
+                   br_graph_ring(q->ec->graph, w->ch), &in_off, &out_off, &len);
+    io.bytes = len * w->lay.esize;
+    int r = step_ready(q, w, &st, &io);
+    if (r <= 0) {
+        return r;
+    }
+    if (step_receive(q, w, &st, &io) != 0) {
+        return -1;
+    }
+    /* Ranks that do not read the input or write the output may pass NULL for them. */
+    const char *in = op->sendbuff != NULL ? (const char *)op->sendbuff + in_off * w->lay.esize : NULL;
+    char *outbase = w->scratch != NULL ? w->scratch : (char *)op->recvbuff;
+    char *out = outbase != NULL ? outbase + out_off * w->lay.esize : NULL;
+    const char *data = step_compute(q->ec, w, &st, &io, in, out, len);
+    step_post(w, &st, &io, data);
+    if (++sp->j == sp->nsteps) {
+        sp->j = 0;
+        sp->base += br_sched_advance(&w->sched, sp->chunk);
+        sp->chunk = 0;
+    }
+    return 1;
+}
+
+/* RingOneShot's end: every rank's input is in the scratch; fold them in rank order, so
+ * every rank computes bit-identical results. */
+static void gather_fold(br_work_t *w)
+{
+    const br_op_t *op = &w->op;
+    const char *first = w->scratch;
+    size_t stride = w->lay.units;
+    int n = w->sched.nranks, r = 1;
+    if (op->redop.kind == BR_RED_PREMULSUM) {
+        /* Every input is scaled, and br_reduce scales only its local operand. */
+        br_reduce(op->recvbuff, NULL, first, op->count, &op->redop, 0);
+    } else {
+        br_reduce(op->recvbuff, first, first + stride, op->count, &op->redop,
+                  n == 2 ? BR_REDUCE_POST : 0);
+        r = 2;
+    }
+    for (; r < n; r++) {
+        br_reduce(op->recvbuff, op->recvbuff, first + (size_t)r * stride, op->count, &op->redop,
+                  r == n - 1 ? BR_REDUCE_POST : 0);
+    }
+}
+
+int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    int moved = 0, progress = 1;
+    while (progress) {
+        progress = 0;
+        for (int s = 0; s < 2; s++) {
+            br_stream_t *sp = &w->st[s];
+            while (sp->nsteps > 0 && sp->base < w->lay.hi) {
+                int r = stream_step(q, w, s);
+                if (r < 0) {
+                    return -1;
+                }
+                if (r == 0) {
+                    break;
+                }
+                moved++;
+                progress = 1;
+            }
+        }
+    }
+    for (int s = 0; s < 2; s++) {
+        if (w->st[s].nsteps > 0 && w->st[s].base < w->lay.hi) {
+            return moved;
+        }
+    }
+    if (w->op.algo == BR_ALGO_RING_ONESHOT) {
+        gather_fold(w);
+    }
+    *done_p = 1;
+    return moved;
+}

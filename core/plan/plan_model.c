@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The cost model of the host executor: for every (algorithm, protocol) implemented for a
+ * collective, a predicted time in microseconds,
+ *
+ *     base latency + hops on each kind of link x that link's per-hop latency
+ *                  + bytes each rank moves / (link bandwidth x channels),
+ *
+ * in NCCL's shape (nccl-internals.md 4.4) with constants measured on the host executor
+ * (docs/performance.md has the measurements). Ring and Tree read their latencies from the
+ * NCCL-layout constants a tuner plugin may edit; Braid's own algorithms (OneShot,
+ * DirectRead, RingOneShot) keep theirs in br_plan_host_t. Also the slot size per choice.
+ * Pure functions of the plan; any thread.
+ */
+#include <math.h>
+
+#include "plan_int.h"
+
+/* Two ranks' ring is short: from 16 KiB up it moves data faster than the node arena
+ * (measured; docs/performance.md). With more ranks every hop saved counts. */
+#define BR_ARENA_TWO_RANK_MAX (16 * 1024)
+/* Smallest slot a pipelined network ring step is cut into. */
+#define BR_MIN_SLICE ((size_t)64 << 10)
+/* Below this many bytes per channel a second channel costs more than it brings. */
+#define BR_MIN_CHANNEL_BYTES (256 * 1024)
+
+static const char *const no_arena = "needs every rank on one host with shared memory";
+
+/* The call's size as the node arena sees it (ReduceScatter publishes its whole input). */
+static size_t arena_bytes(const br_plan_t *p, int func, size_t bytes)
+{
+    return func == BR_FUNC_REDUCESCATTER ? bytes * (size_t)p->pc.nranks : bytes;
+}
+
+static int direct_fits(const br_plan_t *p, int func, size_t bytes)
+{
+    const br_plan_comm_t *pc = &p->pc;
+    return pc->arena_bytes > 0 && pc->direct_lo > 0 &&
+           (func == BR_FUNC_ALLGATHER || func == BR_FUNC_BROADCAST) && bytes >= pc->direct_lo &&
+           (pc->direct_hi == 0 || bytes <= pc->direct_hi);
+}
+
+static int arena_available(const br_plan_t *p, int func, int algo, size_t bytes, const char **why)
+{
+    const br_plan_comm_t *pc = &p->pc;
+    if (pc->arena_bytes == 0 && (algo == BR_ALGO_ONESHOT || pc->direct_lo == 0)) {
+        *why = no_arena;
+        return 0;
+    }
+    if (algo == BR_ALGO_DIRECT_READ) {
+        *why = "reads AllGather and Broadcast inputs of BRAID_CMA_BYTES..BRAID_CMA_MAX_BYTES "
+               "in place, where every rank may read the others' memory";
+        return direct_fits(p, func, bytes);
+    }
+    *why = "takes inputs up to BRAID_ONESHOT_BYTES per rank (16 KiB with 2 ranks)";
+    size_t b = arena_bytes(p, func, bytes);
+    return b <= pc->arena_bytes && (pc->nranks > 2 || b <= BR_ARENA_TWO_RANK_MAX);
+}
+
+int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t bytes,
+                      const char **why)
+{
+    const br_plan_comm_t *pc = &p->pc;
+    const char *dummy;
+    why = why != NULL ? why : &dummy;
+    *why = "not implemented by the host executor";
+    if (proto == BR_PROTO_LL128 || (proto == BR_PROTO_LL && pc->ll_bytes == 0)) {
+        return 0;
+    }
+    if (pc->nranks == 1) {
+        return algo == BR_ALGO_RING && proto == BR_PROTO_SIMPLE; /* a local copy */
+    }
+    switch (algo) {
+    case BR_ALGO_RING: return 1;
+    case BR_ALGO_TREE:
+        *why = "runs AllReduce, Broadcast and Reduce";
+        return func == BR_FUNC_ALLREDUCE || func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE;
+    case BR_ALGO_ONESHOT:
+    case BR_ALGO_DIRECT_READ:
+        if (proto != BR_PROTO_SIMPLE) {
+            *why = "moves data through the node arena, with no FIFO protocol";
+            return 0;
+        }
+        return arena_available(p, func, algo, bytes, why);
+    case BR_ALGO_RING_ONESHOT: {
+        size_t cap = pc->oneshot_bytes < BR_PLAN_RING_ONESHOT_MAX ? pc->oneshot_bytes
+                                                             : BR_PLAN_RING_ONESHOT_MAX;
+        size_t slot = proto == BR_PROTO_LL ? pc->ll_bytes : pc->step_bytes;
+        *why = "runs AllReduce inputs of at most 16 KiB (and BRAID_ONESHOT_BYTES) that fit a "
+               "slot";
+        return func == BR_FUNC_ALLREDUCE && bytes > 0 && bytes <= cap && bytes <= slot;
+    }
+    default: return 0;
+    }
+}
+
+int br_plan_nchannels(const br_plan_t *p, size_t bytes)
+{
+    size_t n = bytes / BR_MIN_CHANNEL_BYTES;
+    if (n < 1) {
+        n = 1;
+    }
+    return n < (size_t)p->pc.nchannels ? (int)n : p->pc.nchannels;
+}
+
+/* Bandwidth of (proto, nch channels) on the slowest link crossed, in bytes per
+ * microsecond. One thread copies for every channel of a rank, so channels add bandwidth
+ * only where the network (the plugin's own threads and sockets) is the bottleneck. */
+static double link_bw(const br_plan_t *p, int proto, int nch)
+{
+    const br_plan_comm_t *pc = &p->pc;
+    double gbps = pc->intra_hw == BR_HW_NVLINK ? p->h.inproc_gbps : p->h.intra_gbps;
+    int net = (pc->nnodes > 1 || pc->intra_hw == BR_HW_NET) && pc->net_gbps * nch < gbps;
+    if (net) {
+        gbps = pc->net_gbps * nch;
+    }
+    if (proto == BR_PROTO_LL) {
+        gbps *= p->h.ll_efficiency;
+    }
+    return gbps * 1e3;
+}
+
+/* Ring, and the ring half of RingOneShot: every step one hop, the network crossed where
+ * the ring leaves a host. */
+static double ring_us(const br_plan_t *p, int func, int proto, size_t bytes, int nch)
+{
+    const br_plan_comm_t *pc = &p->pc;
+    int n = pc->nranks, N = pc->nnodes, a = BR_ALGO_RING;
+    int ar = func == BR_FUNC_ALLREDUCE;
+    int steps = ar ? 2 * (n - 1) : n - 1;
+    int inter = N > 1 ? (ar ? 2 * (N - 1) : N - 1) : 0;
+    double traffic = ar                                                          ? 2.0 * (n - 1) / n
+                     : func == BR_FUNC_ALLGATHER || func == BR_FUNC_REDUCESCATTER ? (double)(n - 1)
+                                                                                  : 1.0;
+    return p->k.base_latencies[a][proto] + (steps - inter) * p->k.hw_latencies[pc->intra_hw][a][proto] +
+           inter * p->k.hw_latencies[BR_HW_NET][a][proto] +
+           (double)bytes * traffic / link_bw(p, proto, nch);
+}
+
+/* Tree: up the deepest path and down again for AllReduce, one way and part of the other
+ * for Broadcast and Reduce; the busiest rank forwards to up to three children. */
+static double tree_us(const br_plan_t *p, int func, int proto, size_t bytes, int nch)
+{
+    const br_plan_comm_t *pc = &p->pc;
+    int a = BR_ALGO_TREE;
+    double depth = p->tree_intra * p->k.hw_latencies[pc->intra_hw][a][proto] +
+                   p->tree_inter * p->k.hw_latencies[BR_HW_NET][a][proto];
+    double ways = func == BR_FUNC_ALLREDUCE ? 2.0 : 1.5;
+    double fan = pc->nranks > 2 ? 2.0 : 1.0;
+    double traffic = func == BR_FUNC_ALLREDUCE ? 1.0 + fan : fan;
+    return p->k.base_latencies[a][proto] + ways * depth +
+           (double)bytes * traffic / link_bw(p, proto, nch);
+}
+
+static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t bytes, int nch)
+{
+    const br_plan_host_t *h = &p->h;
+    int n = p->pc.nranks;
+    switch (algo) {
+    case BR_ALGO_RING: return ring_us(p, func, proto, bytes, nch);
+    case BR_ALGO_TREE: return tree_us(p, func, proto, bytes, nch);
+    case BR_ALGO_RING_ONESHOT: /* an AllGather of the inputs, then a local fold */
+        return ring_us(p, BR_FUNC_ALLGATHER, proto, bytes, 1) +
+               (double)bytes * n / (h->intra_gbps * 1e3);
+    case BR_ALGO_ONESHOT:
+        return h->arena_base + (n - 1) * h->arena_peer +
+               (double)arena_bytes(p, func, bytes) * (n + 1) / (h->arena_gbps * 1e3);
+    default: { /* DirectRead */
+        double reads = func == BR_FUNC_ALLGATHER ? (double)(n - 1) : 1.0;
+        return h->direct_base + reads * h->direct_peer +
+               (double)bytes * reads / (h->direct_gbps * 1e3);
+    }
+    }
+}
+
+void br_plan_model(const br_plan_t *p, int func, size_t bytes, int nch, float *table)
+{
+    for (int a = 0; a < BR_NUM_ALGOS; a++) {
+        for (int pr = 0; pr < BR_NUM_PROTOS; pr++) {
+            float *e = &table[a * BR_NUM_PROTOS + pr];
+            *e = -1.0f;
+            if (!p->enabled[func][a][pr] || !br_plan_available(p, func, a, pr, bytes, NULL)) {
+                continue;
+            }
+            *e = p->pc.nranks == 1 ? 0.0f : (float)model_us(p, func, a, pr, bytes, nch);
+        }
+    }
+}
+
+size_t br_plan_chunk(const br_plan_t *p, int func, int algo, int proto, size_t bytes, int nch)
+{
+    const br_plan_comm_t *pc = &p->pc;
+    size_t slot = proto == BR_PROTO_LL ? pc->ll_bytes : pc->step_bytes;
+    size_t share = (bytes + (size_t)nch - 1) / (size_t)nch, want;
+
+    if (algo == BR_ALGO_ONESHOT || algo == BR_ALGO_DIRECT_READ) {
+        return 0;
+    }
+    if (proto == BR_PROTO_LL || algo == BR_ALGO_RING_ONESHOT) {
+        return slot;
+    }
+    if (algo == BR_ALGO_TREE) {
+        /* Pipelining down a tree of depth D in chunks of c bytes takes about
+         * (D + bytes / c) x (per-step latency + c / bandwidth); c = sqrt(bytes x latency x
+         * bandwidth / D) minimises it. */
+        double d = p->tree_intra + p->tree_inter > 0 ? p->tree_intra + p->tree_inter : 1;
+        double lat = p->tree_inter > 0 ? p->k.hw_latencies[BR_HW_NET][algo][proto]
+                                       : p->k.hw_latencies[pc->intra_hw][algo][proto];
+        want = (size_t)sqrt((double)share * lat * link_bw(p, proto, 1) / d);
+        want = want < 8192 ? 8192 : (want + 63) & ~(size_t)63;
+        return want < slot ? want : slot;
+    }
+    /* Ring: on rings that cross the network, cut what one step moves into at least
+     * `pipeline` slots (of at least BR_MIN_SLICE bytes): a mid-size call that fits one slot
+     * would otherwise copy in, transfer and copy out one after the other. */
+    if (!pc->ring_net || pc->pipeline <= 1) {
+        return slot;
+    }
+    if (func == BR_FUNC_ALLREDUCE) {
+        share = (share + (size_t)pc->nranks - 1) / (size_t)pc->nranks;
+    }
+    want = share / (size_t)pc->pipeline;
+    want = want > BR_MIN_SLICE ? want : BR_MIN_SLICE;
+    return want < slot ? want : slot;
+}

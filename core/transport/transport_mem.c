@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The two memory transports: p2p (ranks that are threads of one process: the receiver's
+ * FIFO is plain memory the sender writes through a pointer) and shm (processes of one
+ * host: the receiver's FIFO is a POSIX shared-memory segment, unlinked as soon as the
+ * sender has mapped it). The receiver owns the mapping; both ends see the same control
+ * block, Simple slots and LL region.
+ *
+ * Every mapping is populated when it is made (MAP_POPULATE, then written): a page's
+ * first touch costs microseconds (far more under a hypervisor), and touching a 512 KiB
+ * slot for the first time inside a collective made the first calls of each size several
+ * times slower.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "transport_int.h"
+#include "util.h"
+
+static _Atomic unsigned shm_counter;
+
+/* A new FIFO: zeroed counters, Simple slots written with a pattern (not zeros, which a
+ * hypervisor may keep backed by one shared zero page), LL lines with flag 0 (no step). */
+static void fifo_init(br_conn_t *conn, void *base, size_t size)
+{
+    size_t ctrl = br_transport_ctrl_bytes();
+    memset(base, 0, ctrl);
+    memset((char *)base + ctrl, 0x5a, size - ctrl);
+    br_transport_layout(conn, base);
+    for (size_t i = 0; conn->ll != NULL && i < BR_STEPS * conn->ll_bytes / BR_LL_LINE; i++) {
+        atomic_init(&conn->ll[i], 0x5a5a5a5aull);
+    }
+    conn->mapping = base;
+    conn->mapping_size = size;
+}
+
+static ncclResult_t p2p_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_conn_blob_t *blob)
+{
+    size_t size = br_transport_mapping_bytes(conn);
+    void *base =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (base == MAP_FAILED) {
+        BR_WARN(NCCL_ALLOC, "rank %d: cannot allocate a %zu-byte FIFO from rank %d: %s", tc->rank,
+                size, conn->peer, strerror(errno));
+        return ncclSystemError;
+    }
+    fifo_init(conn, base, size);
+    blob->ptr = (uint64_t)(uintptr_t)base;
+    return ncclSuccess;
+}
+
+static ncclResult_t p2p_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
+                                    const br_conn_blob_t *blob)
+{
+    (void)tc;
+    br_transport_layout(conn, (void *)(uintptr_t)blob->ptr);
+    return ncclSuccess;
+}
+
+/* p2p send ends point into the receiver's memory: only the owner unmaps. */
+static void mem_close(br_transport_comm_t *tc, br_conn_t *conn)
+{
+    (void)tc;
+    if (conn->mapping != NULL) {
+        munmap(conn->mapping, conn->mapping_size);
+        conn->mapping = NULL;
+    }
+    if (!conn->is_send && conn->kind == BR_TRANSPORT_SHM && conn->shm_name[0] != '\0') {
+        shm_unlink(conn->shm_name); /* ENOENT once the sender attached: fine */
+        conn->shm_name[0] = '\0';
+    }
+}
+
+const br_transport_ops_t br_transport_p2p = {
+    .kind = BR_TRANSPORT_P2P,
+    .name = "P2P/direct pointer",
+    .recv_setup = p2p_recv_setup,
+    .send_attach = p2p_send_attach,
+    .complete = NULL,
+    .close = mem_close,
+};
+
+static ncclResult_t shm_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_conn_blob_t *blob)
+{
+    size_t size = br_transport_mapping_bytes(conn);
+    void *base;
+    int fd;
+
+    snprintf(conn->shm_name, sizeof(conn->shm_name), "/braid-%d-%u", (int)getpid(),
+             atomic_fetch_add(&shm_counter, 1));
+    fd = shm_open(conn->shm_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+        BR_WARN(NCCL_SHM, "rank %d: shm_open(%s) failed: %s", tc->rank, conn->shm_name,
+                strerror(errno));
+        conn->shm_name[0] = '\0';
+        return ncclSystemError;
+    }
+    if (ftruncate(fd, (off_t)size) != 0) {
+        BR_WARN(NCCL_SHM,
+                "rank %d: cannot size shared memory %s to %zu bytes: %s (is /dev/shm large "
+                "enough?)",
+                tc->rank, conn->shm_name, size, strerror(errno));
+        close(fd);
+        return ncclSystemError;
+    }
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        BR_WARN(NCCL_SHM, "rank %d: mmap of %s failed: %s", tc->rank, conn->shm_name,
+                strerror(errno));
+        return ncclSystemError;
+    }
+    fifo_init(conn, base, size);
+    snprintf(blob->shm_name, sizeof(blob->shm_name), "%s", conn->shm_name);
+    return ncclSuccess;
+}
+
+static ncclResult_t shm_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
+                                    const br_conn_blob_t *blob)
+{
+    size_t size = br_transport_mapping_bytes(conn);
+    int fd = shm_open(blob->shm_name, O_RDWR, 0600);
+    void *base;
+
+    if (fd < 0) {
+        BR_WARN(NCCL_SHM, "rank %d: cannot open rank %d's shared memory %s: %s", tc->rank,
+                conn->peer, blob->shm_name, strerror(errno));
+        return ncclSystemError;
+    }
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    /* Both ends have it mapped (or we failed): the name is no longer needed. */
+    shm_unlink(blob->shm_name);
+    if (base == MAP_FAILED) {
+        BR_WARN(NCCL_SHM, "rank %d: mmap of rank %d's %s failed: %s", tc->rank, conn->peer,
+                blob->shm_name, strerror(errno));
+        return ncclSystemError;
+    }
+    /* Write-touch every slot page (rewriting the byte it holds: nothing is in flight
+     * yet), so the first real sends do not take write faults. */
+    for (size_t off = br_transport_ctrl_bytes(); off < size; off += 4096) {
+        ((volatile char *)base)[off] = ((volatile char *)base)[off];
+    }
+    br_transport_layout(conn, base);
+    conn->mapping = base;
+    conn->mapping_size = size;
+    return ncclSuccess;
+}
+
+const br_transport_ops_t br_transport_shm = {
+    .kind = BR_TRANSPORT_SHM,
+    .name = "SHM/direct",
+    .recv_setup = shm_recv_setup,
+    .send_attach = shm_send_attach,
+    .complete = NULL,
+    .close = mem_close,
+};

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The net transport: each end keeps its FIFO in local memory and the proxy moves slots
+ * through the net plugin. The receiver listens and sends the plugin's handle in its blob;
+ * the sender connects with it; both complete with the plugin's non-blocking
+ * connect/accept, register the FIFO's slots, and hand the connection to the proxy, which
+ * owns the plugin comm from then on. LL lines travel in the Simple slots (the plugin
+ * writes received bytes in no particular order, so the receiver reads them after tail).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "transport_int.h"
+#include "util.h"
+
+/* The plugin handshake of one connection while it completes. */
+typedef struct {
+    void *listen_comm; /* receiver */
+    void *comm;
+    char handle[NCCL_NET_HANDLE_MAXSIZE]; /* sender */
+} net_setup_t;
+
+static ncclResult_t net_require(br_transport_comm_t *tc, int peer)
+{
+    if (tc->net == NULL) {
+        BR_WARN(NCCL_NET,
+                "rank %d needs the network to reach rank %d (host %s) but no net plugin could "
+                "be loaded (see the earlier warning)",
+                tc->rank, peer, tc->peers[peer].host);
+        return ncclSystemError;
+    }
+    return ncclSuccess;
+}
+
+/* A local FIFO (registered with the plugin once the connection completes). */
+static ncclResult_t net_local_fifo(br_transport_comm_t *tc, br_conn_t *conn)
+{
+    size_t size = br_transport_mapping_bytes(conn);
+    void *base =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (base == MAP_FAILED) {
+        BR_WARN(NCCL_ALLOC, "rank %d: cannot allocate a %zu-byte net FIFO: %s", tc->rank, size,
+                strerror(errno));
+        return ncclSystemError;
+    }
+    /* Slots are written, not only mapped, as for shm (transport_mem.c). */
+    memset((char *)base + br_transport_ctrl_bytes(), 0x5a, size - br_transport_ctrl_bytes());
+    conn->mapping = base;
+    conn->mapping_size = size;
+    br_transport_layout(conn, base);
+    if (conn->ll_bytes > conn->step_size) {
+        BR_WARN(NCCL_NET, "rank %d: LL slots of %zu bytes do not fit %zu-byte net slots",
+                tc->rank, conn->ll_bytes, conn->step_size);
+        return ncclInternalError;
+    }
+    return br_calloc((net_setup_t **)&conn->setup, 1, "net connection setup");
+}
+
+static ncclResult_t net_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_conn_blob_t *blob)
+{
+    BR_CHECK(net_require(tc, conn->peer));
+    BR_CHECK(net_local_fifo(tc, conn));
+    net_setup_t *ns = conn->setup;
+    return tc->net->ops->listen(tc->net, tc->net->dev, blob->net_handle, &ns->listen_comm);
+}
+
+static ncclResult_t net_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
+                                    const br_conn_blob_t *blob)
+{
+    BR_CHECK(net_require(tc, conn->peer));
+    BR_CHECK(net_local_fifo(tc, conn));
+    net_setup_t *ns = conn->setup;
+    memcpy(ns->handle, blob->net_handle, sizeof(ns->handle));
+    return ncclSuccess;
+}
+
+/* The plugin comm is up: register the slots and give the connection to the proxy. */
+static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_setup_t *ns)
+{
+    br_net_t *net = tc->net;
+    br_net_conn_t *nc = NULL;
+    ncclResult_t res;
+
+    BR_CHECK(br_calloc(&nc, 1, "net connection"));
+    nc->ctrl = conn->ctrl;
+    nc->buf = conn->buf;
+    nc->step_size = conn->step_size;
+    nc->stride = conn->stride;
+    nc->is_send = conn->is_send;
+    nc->peer = conn->peer;
+    nc->comm = ns->comm;
+    res = net->ops->reg_mr(net, ns->comm, nc->buf, BR_STEPS * nc->stride, NCCL_PTR_HOST,
+                           &nc->mhandle);
+    if (res != ncclSuccess) {
+        BR_WARN(NCCL_NET, "rank %d: net plugin %s failed to register a FIFO for rank %d", tc->rank,
+                net->name, nc->peer);
+        free(nc);
+        return res;
+    }
+    if (tc->proxy == NULL) {
+        res = br_proxy_create(net, tc->rank, &tc->proxy);
+        if (res != ncclSuccess) {
+            (void)net->ops->dereg_mr(net, ns->comm, nc->mhandle);
+            free(nc);
+            return res;
+        }
+    }
+    conn->net = nc;
+    ns->comm = NULL; /* owned by the proxy now */
+    return br_proxy_add(tc->proxy, nc);
+}
+
+static ncclResult_t net_complete(br_transport_comm_t *tc, br_conn_t *conn, int *done_p)
+{
+    br_net_t *net = tc->net;
+    net_setup_t *ns = conn->setup;
+
+    *done_p = 0;
+    if (conn->is_send) {
+        BR_CHECK(net->ops->connect(net, net->dev, ns->handle, &ns->comm));
+    } else {
+        BR_CHECK(net->ops->accept(net, ns->listen_comm, &ns->comm));
+    }
+    if (ns->comm == NULL) {
+        return ncclSuccess;
+    }
+    if (ns->listen_comm != NULL) {
+        (void)net->ops->close_listen(net, ns->listen_comm);
+        ns->listen_comm = NULL;
+    }
+    BR_CHECK(net_hand_over(tc, conn, ns));
+    free(ns);
+    conn->setup = NULL;
+    *done_p = 1;
+    return ncclSuccess;
+}
+
+/* The proxy closed the plugin comm of a completed connection; only a connection that
+ * never completed still holds plugin state here. */
+static void net_close(br_transport_comm_t *tc, br_conn_t *conn)
+{
+    net_setup_t *ns = conn->setup;
+    if (ns != NULL) {
+        if (ns->listen_comm != NULL) {
+            (void)tc->net->ops->close_listen(tc->net, ns->listen_comm);
+        }
+        if (ns->comm != NULL) {
+            if (conn->is_send) {
+                (void)tc->net->ops->close_send(tc->net, ns->comm);
+            } else {
+                (void)tc->net->ops->close_recv(tc->net, ns->comm);
+            }
+        }
+        free(ns);
+        conn->setup = NULL;
+    }
+    if (conn->mapping != NULL) {
+        munmap(conn->mapping, conn->mapping_size);
+        conn->mapping = NULL;
+    }
+}
+
+const br_transport_ops_t br_transport_net = {
+    .kind = BR_TRANSPORT_NET,
+    .name = "NET",
+    .recv_setup = net_recv_setup,
+    .send_attach = net_send_attach,
+    .complete = net_complete,
+    .close = net_close,
+};
