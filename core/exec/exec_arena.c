@@ -32,17 +32,11 @@ static int check_input(br_exec_comm_t *ec, const br_work_t *w, int peer)
     const br_op_t *op = &w->op;
     const br_slot_desc_t *d = &br_arena_hdr(ec->arena, peer, w->arena_k, w->arena_small)->desc;
     size_t want = op->algo == BR_ALGO_DIRECT_READ ? sizeof(uint64_t) : publish_bytes(ec, op, peer);
-    char theirs[200];
 
     if (br_desc_matches(d, op) && d->bytes == want) {
         return 0;
     }
-    br_desc_describe(theirs, sizeof(theirs), d);
-    br_exec_fail(ec, ncclInvalidUsage,
-                 "mismatched calls: rank %d is in %s #%llu (count %zu, %s, %s, root %d) but rank "
-                 "%d published its input for %s",
-                 ec->rank, br_func_name(op->func), (unsigned long long)op->seq, op->count,
-                 br_type_name(op->type), br_red_kind_name(op->redop.kind), op->root, peer, theirs);
+    br_desc_mismatch(ec, op, peer, "published its input for", d);
     return -1;
 }
 

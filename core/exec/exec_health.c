@@ -115,8 +115,9 @@ int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocke
         }
         if (w->kind == BR_WORK_RECV) {
             c = w->conn;
-        } else if (w->kind == BR_WORK_SCHED && q->wait_peer >= 0) {
-            c = br_exec_chan_recv(ec, w->ch, q->wait_peer); /* NULL unless it waits for data */
+        } else if (w->kind == BR_WORK_SCHED && q->wait_peer >= 0 && q->wait_what != NULL &&
+                   strcmp(q->wait_what, "data from") == 0) {
+            c = br_exec_chan_recv(ec, w->ch, q->wait_peer);
         }
         if (c != NULL && c->net != NULL &&
             atomic_load_explicit(&c->net->failed, memory_order_acquire) != ncclSuccess &&

@@ -65,6 +65,11 @@ void br_desc_describe(char *buf, size_t len, const br_slot_desc_t *d);
 /* Does d describe op (apart from its byte count)? */
 int br_desc_matches(const br_slot_desc_t *d, const br_op_t *op);
 
+/* Record that what peer sent or published (`what`: "sent data for", ...) belongs to
+ * another call than op: both calls named, and a hint when only the algorithm differs. */
+void br_desc_mismatch(br_exec_comm_t *ec, const br_op_t *op, int peer, const char *what,
+                      const br_slot_desc_t *d);
+
 /* Check a received slot's descriptor against what this rank expects (bytes as sent:
  * LL lines counted in full). Records the failure and returns -1 if it does not match. */
 int br_desc_check(br_exec_comm_t *ec, const br_work_t *w, int peer, const br_slot_desc_t *d,

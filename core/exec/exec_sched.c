@@ -192,15 +192,13 @@ static const char *step_compute(const br_exec_comm_t *ec, const br_work_t *w,
     return data;
 }
 
-/* Release the received slots and publish the sent ones. */
+/* Fill the send slots, then release the received slots (only now: the data sent may be
+ * one of them), then publish the sent ones. */
 static void step_post(br_work_t *w, const br_step_t *st, const step_io_t *io, const char *data)
 {
     int ll = w->op.proto == BR_PROTO_LL;
     br_slot_desc_t d = br_desc_make(&w->op, wire_bytes(w->op.proto, io->bytes));
 
-    for (int i = 0; i < st->nrecv; i++) {
-        br_fifo_post_recv(io->rc[i]->ctrl, io->rc[i]->step++);
-    }
     for (int i = 0; i < st->nsend; i++) {
         br_conn_t *sc = io->sc[i];
         if (!ll) {
@@ -208,7 +206,6 @@ static void step_post(br_work_t *w, const br_step_t *st, const step_io_t *io, co
             if (slot != data) {
                 memcpy(slot, data, io->bytes);
             }
-            br_fifo_post_send(sc->ctrl, sc->step++, &d);
             continue;
         }
         _Atomic uint64_t *lines = br_conn_ll_slot(sc, sc->step);
@@ -220,7 +217,17 @@ static void step_post(br_work_t *w, const br_step_t *st, const step_io_t *io, co
         /* The descriptor first: a reader that sees the first line reads it. */
         sc->ctrl->slot[sc->step % BR_STEPS] = d;
         br_ll_pack(lines, data, io->bytes, sc->step);
-        br_fifo_post_tail(sc->ctrl, sc->step++);
+    }
+    for (int i = 0; i < st->nrecv; i++) {
+        br_fifo_post_recv(io->rc[i]->ctrl, io->rc[i]->step++);
+    }
+    for (int i = 0; i < st->nsend; i++) {
+        br_conn_t *sc = io->sc[i];
+        if (ll) {
+            br_fifo_post_tail(sc->ctrl, sc->step++);
+        } else {
+            br_fifo_post_send(sc->ctrl, sc->step++, &d);
+        }
     }
 }
 

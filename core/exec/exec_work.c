@@ -51,28 +51,35 @@ int br_desc_matches(const br_slot_desc_t *d, const br_op_t *op)
            d->type == desc_type_word(op);
 }
 
+void br_desc_mismatch(br_exec_comm_t *ec, const br_op_t *op, int peer, const char *what,
+                      const br_slot_desc_t *d)
+{
+    char theirs[200];
+    const char *hint = "";
+
+    br_desc_describe(theirs, sizeof(theirs), d);
+    if (op->func == BR_FUNC_RECV) {
+        hint = " (a send must match a recv of the same count and type)";
+    } else if ((d->func & 0xff) == (uint32_t)op->func && d->count == op->count &&
+               d->type == desc_type_word(op) && d->func != desc_func_word(op)) {
+        hint = " (the same call runs another algorithm there: does a tuner decide differently "
+               "on different ranks?)";
+    }
+    br_exec_fail(ec, ncclInvalidUsage,
+                 "mismatched calls: rank %d is in %s #%llu (count %zu, %s, %s, root %d, %s/%s) "
+                 "but rank %d %s %s%s",
+                 ec->rank, br_func_name(op->func), (unsigned long long)op->seq, op->count,
+                 br_type_name(op->type), br_red_kind_name(op->redop.kind), op->root,
+                 br_algo_name(op->algo), br_proto_name(op->proto), peer, what, theirs, hint);
+}
+
 int br_desc_check(br_exec_comm_t *ec, const br_work_t *w, int peer, const br_slot_desc_t *d,
                   size_t bytes)
 {
     const br_op_t *op = &w->op;
-    char theirs[200];
 
     if (d->seq != 0 && !br_desc_matches(d, op)) {
-        int p2p = op->func == BR_FUNC_RECV;
-        br_desc_describe(theirs, sizeof(theirs), d);
-        br_exec_fail(ec, ncclInvalidUsage,
-                     "mismatched calls: rank %d is in %s #%llu (count %zu, %s, %s, root %d, "
-                     "%s/%s) but rank %d sent data for %s%s",
-                     ec->rank, br_func_name(op->func), (unsigned long long)op->seq, op->count,
-                     br_type_name(op->type), br_red_kind_name(op->redop.kind), op->root,
-                     br_algo_name(op->algo), br_proto_name(op->proto), peer, theirs,
-                     p2p ? " (a send must match a recv of the same count and type)"
-                         : (d->func & ~0xffu) != (desc_func_word(op) & ~0xffu) &&
-                                   (d->func & 0xff) == (uint32_t)op->func &&
-                                   d->count == op->count
-                               ? " (the same call ran another algorithm there: does a tuner "
-                                 "decide differently on different ranks?)"
-                               : "");
+        br_desc_mismatch(ec, op, peer, "sent data for", d);
         return -1;
     }
     if (d->bytes != bytes) {
@@ -158,7 +165,6 @@ int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p)
  * arguments? (Only filled slots are looked at: the sender wrote them.) */
 static int probe_conn(br_exec_comm_t *ec, const br_op_t *op, const br_conn_t *rc)
 {
-    char theirs[200];
     if (rc == NULL || !br_fifo_filled(rc->ctrl, rc->step)) {
         return 0;
     }
@@ -166,20 +172,13 @@ static int probe_conn(br_exec_comm_t *ec, const br_op_t *op, const br_conn_t *rc
     if (d->seq != op->seq + 1 || br_desc_matches(d, op)) {
         return 0;
     }
-    br_desc_describe(theirs, sizeof(theirs), d);
-    br_exec_fail(ec, ncclInvalidUsage,
-                 "mismatched calls: rank %d is in %s #%llu (count %zu, %s, %s/%s) but rank %d "
-                 "sent data for %s",
-                 ec->rank, br_func_name(op->func), (unsigned long long)op->seq, op->count,
-                 br_type_name(op->type), br_algo_name(op->algo), br_proto_name(op->proto),
-                 rc->peer, theirs);
+    br_desc_mismatch(ec, op, rc->peer, "sent data for", d);
     return 1;
 }
 
 /* A peer's arena slot of the same collective number with other arguments. */
 static int probe_arena(br_exec_comm_t *ec, const br_op_t *op)
 {
-    char theirs[200];
     for (int r = 0; r < ec->nranks; r++) {
         for (uint64_t i = 0; i < BR_ARENA_NBUF + BR_ARENA_NSMALL && r != ec->rank; i++) {
             int small = i >= BR_ARENA_NBUF;
@@ -189,13 +188,7 @@ static int probe_arena(br_exec_comm_t *ec, const br_op_t *op)
                 h->desc.seq != op->seq + 1 || br_desc_matches(&h->desc, op)) {
                 continue;
             }
-            br_desc_describe(theirs, sizeof(theirs), &h->desc);
-            br_exec_fail(ec, ncclInvalidUsage,
-                         "mismatched calls: rank %d is in %s #%llu (count %zu, %s, %s/%s) but "
-                         "rank %d is in %s",
-                         ec->rank, br_func_name(op->func), (unsigned long long)op->seq,
-                         op->count, br_type_name(op->type), br_algo_name(op->algo),
-                         br_proto_name(op->proto), r, theirs);
+            br_desc_mismatch(ec, op, r, "published its input for", &h->desc);
             return 1;
         }
     }

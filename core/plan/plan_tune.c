@@ -404,8 +404,13 @@ static void log_ranges(br_plan_t *p, int func)
         } else {
             describe(what, sizeof(what), &c);
         }
-        BR_INFO(NCCL_TUNING, "%s %s - %s: %s%s", br_func_name(func), lo, hi, what,
-                rc >= 0 && c.nchannels > 1 ? " at the range's start" : "");
+        br_plan_choice_t last;
+        int rl = decide(p, func, next - 1, &last);
+        char more[48] = "";
+        if (rc >= 0 && rl >= 0 && last.nchannels != c.nchannels) {
+            snprintf(more, sizeof(more), "; %d channels at %s", last.nchannels, hi);
+        }
+        BR_INFO(NCCL_TUNING, "%s %s - %s: %s%s", br_func_name(func), lo, hi, what, more);
         start = next;
     }
 }
