@@ -63,18 +63,23 @@ int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t 
     const br_plan_comm_t *pc = &p->pc;
     const char *dummy;
     why = why != NULL ? why : &dummy;
+    int tree_func = func == BR_FUNC_ALLREDUCE || func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE;
     *why = "not implemented by the host executor";
-    if (proto == BR_PROTO_LL128 || (proto == BR_PROTO_LL && pc->ll_bytes == 0)) {
+    if (proto == BR_PROTO_LL128) {
         return 0;
     }
-    if (pc->nranks == 1) {
-        return algo == BR_ALGO_RING && proto == BR_PROTO_SIMPLE; /* a local copy */
+    if (pc->nranks == 1) { /* a local copy, whatever the ring or tree would have been */
+        return algo == BR_ALGO_RING || (algo == BR_ALGO_TREE && tree_func);
+    }
+    if (proto == BR_PROTO_LL && pc->ll_bytes == 0) {
+        *why = "needs NCCL_LL_BUFFSIZE above 0";
+        return 0;
     }
     switch (algo) {
     case BR_ALGO_RING: return 1;
     case BR_ALGO_TREE:
         *why = "runs AllReduce, Broadcast and Reduce";
-        return func == BR_FUNC_ALLREDUCE || func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE;
+        return tree_func;
     case BR_ALGO_ONESHOT:
     case BR_ALGO_DIRECT_READ:
         if (proto != BR_PROTO_SIMPLE) {

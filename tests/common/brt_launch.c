@@ -498,3 +498,18 @@ int brt_text_names_rank(const char *text, int r)
     }
     return 0;
 }
+
+int brt_select_option(const char *k, const char *v)
+{
+    char spec[256];
+    int algo = strcmp(k, "--algo") == 0;
+    if (!algo && strcmp(k, "--proto") != 0) {
+        return 0;
+    }
+    snprintf(spec, sizeof(spec), "%s", v);
+    for (char *c = spec; *c; c++) {
+        *c = *c == '|' ? ';' : *c;
+    }
+    setenv(algo ? "NCCL_ALGO" : "NCCL_PROTO", spec, 1);
+    return 1;
+}

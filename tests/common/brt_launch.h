@@ -47,6 +47,12 @@ typedef struct {
     brt_report_t *reports; /* MAP_SHARED, nranks slots */
 } brt_procs_t;
 
+/* The options that choose algorithms for a whole run: "--algo SPEC" sets NCCL_ALGO and
+ * "--proto SPEC" NCCL_PROTO ('|' in SPEC stands for ';', which CTest's argument lists
+ * cannot carry). Returns 1 when k is one of them (and sets the variable), 0 otherwise.
+ * Call before the first NCCL call of the process. */
+int brt_select_option(const char *k, const char *v);
+
 /* Seconds on CLOCK_MONOTONIC (comparable between processes of one host). */
 double brt_now(void);
 /* Sleep for ms milliseconds. */

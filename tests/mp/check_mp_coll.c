@@ -197,13 +197,8 @@ static int parse_args(int argc, char **argv)
             cfg.matrices |= strstr(v, "huge") ? 1u << BRT_MATRIX_HUGE : 0;
         } else if (strcmp(k, "--timeout") == 0) {
             cfg.timeout = atof(v);
-        } else if (strcmp(k, "--algo") == 0 || strcmp(k, "--proto") == 0) {
-            char spec[256];
-            snprintf(spec, sizeof(spec), "%s", v);
-            for (char *c = spec; *c; c++) {
-                *c = *c == '|' ? ';' : *c;
-            }
-            setenv(strcmp(k, "--algo") == 0 ? "NCCL_ALGO" : "NCCL_PROTO", spec, 1);
+        } else if (brt_select_option(k, v)) {
+            continue;
         } else if (strcmp(k, "--hosts") == 0) {
             cfg.hosts = atoi(v);
         } else {

@@ -847,7 +847,7 @@ static int parse_args(int argc, char **argv)
                 cfg.ranks[cfg.nranks_list++] = (int)strtol(s, &s, 10);
                 s += *s == ',';
             }
-        } else {
+        } else if (!brt_select_option(k, v)) {
             fprintf(stderr, "unknown option %s\n", k);
             return -1;
         }
