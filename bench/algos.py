@@ -45,11 +45,11 @@ def load_average():
         return float(f.read().split()[0])
 
 
-def run_perf(args, n, env_extra, log=False):
+def run_perf(args, n, env_extra, log=False, max_size=None):
     """Runs braid-perf; returns ({size: time_us}, rank 0's TUNING lines, wrong count)."""
     perf = os.path.join(args.build_dir, "bin", "braid-perf")
     cmd = [perf, "-N", str(n), "-H", str(args.hosts or n), "-C", args.coll, "-b", "8",
-           "-e", str(args.max_size), "-f", "2", "-n", str(args.iters), "-w", "5",
+           "-e", str(max_size or args.max_size), "-f", "2", "-n", str(args.iters), "-w", "5",
            "-c", "1", "--place", "out", "-T", str(args.timeout)]
     env = dict(os.environ)
     env.update({"NCCL_SOCKET_IFNAME": "lo", "NCCL_NET_PLUGIN": "socket",
@@ -103,7 +103,10 @@ def measure(args, n):
             env = {"NCCL_ALGO": algo, "NCCL_PROTO": proto} if algo else {}
             if algo == "RingOneShot" and args.coll != "allreduce":
                 continue
-            times, tuning, w = run_perf(args, n, env, log=algo is None and rnd == 0)
+            # RingOneShot takes AllReduce inputs of at most 16 KiB.
+            cap = min(args.max_size, 16 << 10) if algo == "RingOneShot" else None
+            times, tuning, w = run_perf(args, n, env, log=algo is None and rnd == 0,
+                                        max_size=cap)
             wrong += w
             if algo is None and rnd == 0:
                 choices = model_choices(tuning)

@@ -280,14 +280,28 @@ static void describe(char *buf, size_t len, const br_plan_choice_t *c)
 static void no_algorithm(const br_plan_t *p, int func, size_t bytes)
 {
     const char *algo = BR_PARAM_STR(ALGO), *proto = BR_PARAM_STR(PROTO);
+    char why_not[512] = "";
+    size_t at = 0;
+
+    /* Why each allowed (algorithm, protocol) cannot take this call. */
+    for (int a = 0; a < BR_NUM_ALGOS; a++) {
+        for (int pr = 0; pr < BR_NUM_PROTOS && at < sizeof(why_not); pr++) {
+            const char *why = NULL;
+            int nccl_only = a < BR_NCCL_NUM_ALGOS && a != BR_ALGO_RING && a != BR_ALGO_TREE;
+            if (!p->enabled[func][a][pr] || pr == BR_PROTO_LL128 || nccl_only ||
+                br_plan_available(p, func, a, pr, bytes, &why)) {
+                continue;
+            }
+            int n = snprintf(why_not + at, sizeof(why_not) - at, "; %s/%s %s", br_algo_name(a),
+                             br_proto_name(pr), why);
+            at += n > 0 ? (size_t)n : 0;
+        }
+    }
     BR_WARN(NCCL_TUNING,
             "rank %d: no algorithm/protocol available for %s of %zu bytes: NCCL_ALGO is '%s' "
-            "and NCCL_PROTO is '%s' (for %s Braid implements Ring%s with Simple and LL)",
+            "and NCCL_PROTO is '%s'%s",
             p->pc.rank, br_func_name(func), bytes, algo ? algo : "", proto ? proto : "",
-            br_func_name(func),
-            func == BR_FUNC_ALLREDUCE || func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE
-                ? " and Tree"
-                : "");
+            at > 0 ? why_not : " (they leave nothing Braid implements for it)");
 }
 
 /* A tuner decides per call: log its decision once per power-of-two size class, next to
