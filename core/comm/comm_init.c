@@ -100,10 +100,12 @@ static int param_is_default(const char *key)
 }
 
 /* Channels over the network: each one is a connection with its own plugin threads, and
- * where a host has fewer than two cores per local rank (measured on 2 cores: one channel
- * moves 1.3x-1.5x more than two, at 2 and 4 ranks) they only compete for the CPU. Unless
- * the user chose the channel count, the ring gets at most cpus / local ranks channels,
- * the minimum over the ranks' hosts so that every rank cuts operations alike. */
+ * where a machine has fewer than two cores per rank on it (measured on 2 cores: one
+ * channel moves 1.3x-1.5x more than two, at 2 and 4 ranks) they only compete for the CPU.
+ * Unless the user chose the channel count, the ring gets at most cpus / ranks on the
+ * machine channels, the minimum over the ranks so that every rank cuts operations alike.
+ * Machines, not hosts: ranks that NCCL_HOSTID puts on different hosts of one machine
+ * still share its cores. */
 static int net_channel_cap(const br_transport_comm_t *tc, int nch)
 {
     for (int r = 0; r < tc->nranks; r++) {
@@ -113,7 +115,7 @@ static int net_channel_cap(const br_transport_comm_t *tc, int nch)
             return nch;
         }
         for (int i = 0; i < tc->nranks; i++) {
-            local += tc->peers[i].host_hash == p->host_hash;
+            local += tc->peers[i].machine_hash == p->machine_hash;
         }
         int cap = p->cpus > 0 ? p->cpus / local : nch;
         nch = cap < 1 ? 1 : (cap < nch ? cap : nch);
@@ -127,6 +129,7 @@ static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
     pi->rank = rank;
     pi->pid = (int)getpid();
     pi->host_hash = br_host_hash();
+    pi->machine_hash = br_machine_hash();
     pi->pid_hash = br_pid_hash();
     pi->comm_ptr = (uint64_t)(uintptr_t)comm;
     pi->buffsize = BR_PARAM_INT(BUFFSIZE);
@@ -279,12 +282,14 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     }
     comm->ec->nchannels = nch;
     {
-        int local = 0;
+        int local = 0, sharing = 0;
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         for (int i = 0; i < nranks; i++) {
             local += tc->peers[i].host_hash == tc->peers[rank].host_hash;
+            sharing += tc->peers[i].machine_hash == tc->peers[rank].machine_hash;
         }
-        comm->ec->oversubscribed = cpus > 0 && local > cpus;
+        /* Ranks that pretend to be on other hosts (NCCL_HOSTID) still share the cores. */
+        comm->ec->oversubscribed = cpus > 0 && sharing > cpus;
         BR_INFO(NCCL_INIT, "comm %p rank %d nRanks %d localRanks %d cpus %ld%s", (void *)comm, rank,
                 nranks, local, cpus,
                 comm->ec->oversubscribed ? " (oversubscribed: waiters yield instead of spinning)"

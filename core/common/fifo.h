@@ -10,7 +10,7 @@
  * store of tail, and the receiver acquires tail before reading the slot.
  *
  * LL (low latency): the payload travels as 8-byte lines, 4 bytes of data and a 4-byte flag
- * each, every line written with one 8-byte store. The flag says which step the line
+ * each, every line written with one 8-byte store (host byte order: data in the low half). The flag says which step the line
  * belongs to, so the receiver polls the data's own cache lines instead of a separate
  * counter: one line handoff per hop instead of two. Where the receiver's memory is
  * written by the sender (p2p, shm) the lines live in a separate LL region and are
@@ -118,51 +118,75 @@ static inline int br_ll_epoch_start(uint64_t step)
     return (step & BR_LL_EPOCH_MASK) < BR_STEPS;
 }
 
+/* Line i of `bytes` of data at src, with `flag` (the last line may be partial; lines are
+ * in host byte order: data in the low half). */
+static inline uint64_t br_ll_line_of(const unsigned char *src, size_t bytes, size_t i,
+                                     uint64_t flag)
+{
+    uint32_t data = 0;
+    size_t at = i * BR_LL_DATA;
+    memcpy(&data, src + at, bytes - at < BR_LL_DATA ? bytes - at : BR_LL_DATA);
+    return flag | data;
+}
+
 /*
- * Sender: write `bytes` of `src` as lines of step `step` at `lines`. Each line is one
- * 8-byte store; the first and the last are releases, so a reader that acquires the first
- * sees the descriptor written before the lines, and one that acquires the last sees every
- * line. A partial last line is padded.
+ * Sender: write `bytes` of `src` as lines of step `step` at `lines`, each one 8-byte
+ * store. The first line is a release (a reader that acquires it sees the descriptor
+ * written before the lines), then the middle lines as plain stores (no reader looks at
+ * them before it has the last line; plain, the loop vectorises), then the last line, a
+ * release, so a reader that acquires it sees every line.
  */
-static inline void br_ll_pack(_Atomic uint64_t *lines, const void *src, size_t bytes, uint64_t step)
+static inline void br_ll_pack(uint64_t *lines, const void *src, size_t bytes, uint64_t step)
 {
     const unsigned char *s = (const unsigned char *)src;
     uint64_t flag = (uint64_t)br_ll_flag(step) << 32;
-    size_t n = br_ll_lines(bytes), full = bytes / BR_LL_DATA;
+    size_t n = br_ll_lines(bytes);
 
-    for (size_t i = 0; i < n; i++) {
-        uint32_t data = 0;
-        memcpy(&data, s + i * BR_LL_DATA, i < full ? BR_LL_DATA : bytes - full * BR_LL_DATA);
-        atomic_store_explicit(&lines[i], flag | data,
-                              i == 0 || i + 1 == n ? memory_order_release : memory_order_relaxed);
+    __atomic_store_n(&lines[0], br_ll_line_of(s, bytes, 0, flag), __ATOMIC_RELEASE);
+    for (size_t i = 1; i + 1 < n; i++) { /* full lines: only the last may be partial */
+        uint32_t data;
+        memcpy(&data, s + i * BR_LL_DATA, BR_LL_DATA);
+        lines[i] = flag | data;
+    }
+    if (n > 1) {
+        __atomic_store_n(&lines[n - 1], br_ll_line_of(s, bytes, n - 1, flag), __ATOMIC_RELEASE);
     }
 }
 
-/* Receiver: does line i carry step `step`'s flag? (Acquire: lines before it are
- * complete once the last one is.) */
-static inline int br_ll_line_ready(_Atomic uint64_t *lines, size_t i, uint64_t step)
+/* Receiver: does line i carry step `step`'s flag? (Acquire: once the last line does,
+ * every line before it is complete.) */
+static inline int br_ll_line_ready(const uint64_t *lines, size_t i, uint64_t step)
 {
-    uint64_t v = atomic_load_explicit(&lines[i], memory_order_acquire);
-    return (uint32_t)(v >> 32) == br_ll_flag(step);
+    return (uint32_t)(__atomic_load_n(&lines[i], __ATOMIC_ACQUIRE) >> 32) == br_ll_flag(step);
 }
 
 /*
- * Receiver: copy the data of `bytes` worth of lines of step `step` to dst, checking every
- * flag. Returns the index of the first line with a wrong flag, or -1 when all are right.
+ * Receiver, once the last line is acquired (or, on net links, tail): copy the data of
+ * `bytes` worth of lines of step `step` to dst, checking every flag. Returns the index of
+ * the first line with a wrong flag, or -1 when all are right.
  */
-static inline long br_ll_unpack(void *dst, _Atomic uint64_t *lines, size_t bytes, uint64_t step)
+static inline long br_ll_unpack(void *dst, const uint64_t *lines, size_t bytes, uint64_t step)
 {
     unsigned char *d = (unsigned char *)dst;
-    uint32_t flag = br_ll_flag(step);
+    uint32_t flag = br_ll_flag(step), bad = 0;
     size_t n = br_ll_lines(bytes), full = bytes / BR_LL_DATA;
 
-    for (size_t i = 0; i < n; i++) {
-        uint64_t v = atomic_load_explicit(&lines[i], memory_order_relaxed);
+    for (size_t i = 0; i < full; i++) {
+        uint64_t v = lines[i];
         uint32_t data = (uint32_t)v;
-        if ((uint32_t)(v >> 32) != flag) {
+        bad |= (uint32_t)(v >> 32) ^ flag;
+        memcpy(d + i * BR_LL_DATA, &data, BR_LL_DATA);
+    }
+    if (full < n) {
+        uint64_t v = lines[full];
+        uint32_t data = (uint32_t)v;
+        bad |= (uint32_t)(v >> 32) ^ flag;
+        memcpy(d + full * BR_LL_DATA, &data, bytes - full * BR_LL_DATA);
+    }
+    for (size_t i = 0; bad != 0 && i < n; i++) { /* the rare case: say which line */
+        if ((uint32_t)(lines[i] >> 32) != flag) {
             return (long)i;
         }
-        memcpy(d + i * BR_LL_DATA, &data, i < full ? BR_LL_DATA : bytes - full * BR_LL_DATA);
     }
     return -1;
 }

@@ -40,7 +40,7 @@ typedef struct br_conn {
     size_t step_size;
     size_t stride;    /* bytes between slots: step_size, plus room for the call
                        * descriptor that travels after the payload on net links */
-    _Atomic uint64_t *ll; /* LL region (BR_STEPS slots of ll_bytes), NULL on net links,
+    uint64_t *ll; /* LL region (BR_STEPS slots of ll_bytes), NULL on net links,
                            * where LL lines go in the Simple slots */
     size_t ll_bytes;      /* wire bytes of one LL slot (0: no LL on this connection) */
     uint64_t step; /* executor-local: next slot to fill (send) or consume (recv) */
@@ -56,12 +56,12 @@ typedef struct br_conn {
 } br_conn_t;
 
 /* The LL lines of step `step`'s slot: in the LL region, or in the Simple slot on net. */
-static inline _Atomic uint64_t *br_conn_ll_slot(const br_conn_t *c, uint64_t step)
+static inline uint64_t *br_conn_ll_slot(const br_conn_t *c, uint64_t step)
 {
     if (c->ll != NULL) {
-        return (_Atomic uint64_t *)((char *)c->ll + (size_t)(step % BR_STEPS) * c->ll_bytes);
+        return (uint64_t *)((char *)c->ll + (size_t)(step % BR_STEPS) * c->ll_bytes);
     }
-    return (_Atomic uint64_t *)(c->buf + (size_t)(step % BR_STEPS) * c->stride);
+    return (uint64_t *)(c->buf + (size_t)(step % BR_STEPS) * c->stride);
 }
 
 /* The Simple slot of step `step`. */
@@ -75,6 +75,7 @@ typedef struct {
     int rank;
     int pid;
     uint64_t host_hash;
+    uint64_t machine_hash; /* the machine whatever NCCL_HOSTID says: who shares the cores */
     uint64_t pid_hash;
     uint64_t comm_ptr; /* for p2p within one process */
     int64_t buffsize;

@@ -72,7 +72,7 @@ void br_transport_layout(br_conn_t *conn, void *base)
     conn->stride = conn_stride(conn);
     conn->buf = (char *)base + br_transport_ctrl_bytes();
     conn->ll = conn_ll_region(conn) > 0
-                   ? (_Atomic uint64_t *)(void *)(conn->buf + BR_STEPS * conn->stride)
+                   ? (uint64_t *)(void *)(conn->buf + BR_STEPS * conn->stride)
                    : NULL;
 }
 

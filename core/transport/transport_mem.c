@@ -32,7 +32,7 @@ static void fifo_init(br_conn_t *conn, void *base, size_t size)
     memset((char *)base + ctrl, 0x5a, size - ctrl);
     br_transport_layout(conn, base);
     for (size_t i = 0; conn->ll != NULL && i < BR_STEPS * conn->ll_bytes / BR_LL_LINE; i++) {
-        atomic_init(&conn->ll[i], 0x5a5a5a5aull);
+        conn->ll[i] = 0x5a5a5a5aull; /* flag 0: no step */
     }
     conn->mapping = base;
     conn->mapping_size = size;

@@ -22,6 +22,9 @@ uint64_t br_time_ns(void);
 /* Identity of this host (NCCL_HOSTID, else host name and boot id) and of this process
  * (pid and pid namespace), as 64-bit hashes. */
 uint64_t br_host_hash(void);
+/* The machine itself (host name and boot id), whatever NCCL_HOSTID says: ranks with equal
+ * values share CPUs even when they pretend to be on different hosts. */
+uint64_t br_machine_hash(void);
 uint64_t br_pid_hash(void);
 /* This machine's host name, for error messages. */
 const char *br_host_name(void);

@@ -291,22 +291,25 @@ const char *br_host_name(void)
     return host_name;
 }
 
-uint64_t br_host_hash(void)
+uint64_t br_machine_hash(void)
 {
     char buf[512];
-    const char *id = BR_PARAM_STR(HOSTID);
-    size_t n;
-
-    if (id != NULL) {
-        return br_hash_bytes(id, strlen(id), 0);
-    }
-    n = (size_t)snprintf(buf, sizeof(buf), "%s", br_host_name());
+    size_t n = (size_t)snprintf(buf, sizeof(buf), "%s", br_host_name());
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f != NULL) {
         n += fread(buf + n, 1, sizeof(buf) - n - 1, f);
         fclose(f);
     }
     return br_hash_bytes(buf, n, 0);
+}
+
+uint64_t br_host_hash(void)
+{
+    const char *id = BR_PARAM_STR(HOSTID);
+    if (id != NULL) {
+        return br_hash_bytes(id, strlen(id), 0);
+    }
+    return br_machine_hash();
 }
 
 uint64_t br_pid_hash(void)
