@@ -44,6 +44,23 @@ static int ring_crosses_net(const br_transport_comm_t *tc, const br_graph_t *g)
     return 0;
 }
 
+/* Ranks per core on the busiest machine (at least 1): every rank computes it from the
+ * same peer table. */
+static double core_share(const br_transport_comm_t *tc)
+{
+    double share = 1.0;
+    for (int r = 0; r < tc->nranks; r++) {
+        int sharing = 0;
+        for (int q = 0; q < tc->nranks; q++) {
+            sharing += tc->peers[q].machine_hash == tc->peers[r].machine_hash;
+        }
+        if (tc->peers[r].cpus > 0 && (double)sharing / tc->peers[r].cpus > share) {
+            share = (double)sharing / tc->peers[r].cpus;
+        }
+    }
+    return share;
+}
+
 /* The network's bandwidth per channel, the smallest any rank's plugin reports. */
 static ncclResult_t agree_net_gbps(ncclComm_t comm, double *gbps_p)
 {
@@ -89,6 +106,7 @@ static ncclResult_t plan_setup(ncclComm_t comm)
     pc.pipeline = comm->pipeline;
     pc.ring_net = ring_crosses_net(tc, g);
     pc.oneshot_bytes = comm->oneshot_bytes;
+    pc.share = core_share(tc);
     if (tc->arena != NULL) {
         pc.arena_bytes = tc->arena->max_bytes;
         pc.direct_lo = tc->arena->cma_bytes;

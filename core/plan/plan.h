@@ -42,6 +42,7 @@ typedef struct {
     size_t direct_lo;     /* DirectRead: smallest input read in place; 0: never */
     size_t direct_hi;     /* and the largest (0: no limit) */
     size_t oneshot_bytes; /* BRAID_ONESHOT_BYTES: the one-shot paths' cap per rank */
+    double share;         /* ranks per core on the busiest machine, at least 1 */
 } br_plan_comm_t;
 
 /* Tuning constants in the layout of ncclTunerConstants_v5/v6 (1152 bytes of doubles); the

@@ -37,6 +37,7 @@ struct br_plan {
     /* enabled[func][algo][proto] after NCCL_ALGO / NCCL_PROTO. */
     char enabled[BR_NUM_COLL_FUNCS][BR_NUM_ALGOS][BR_NUM_PROTOS];
     int tree_intra, tree_inter; /* links of each kind on the deepest root-to-leaf path */
+    int tree_fan;               /* most children of a rank */
     br_tune_hook_t hook;
     void *hook_ctx;
     char hook_name[64];

@@ -12,8 +12,6 @@
  * DirectRead, RingOneShot) keep theirs in br_plan_host_t. Also the slot size per choice.
  * Pure functions of the plan; any thread.
  */
-#include <math.h>
-
 #include "plan_int.h"
 
 /* Two ranks' ring is short: from 16 KiB up it moves data faster than the node arena
@@ -21,6 +19,8 @@
 #define BR_ARENA_TWO_RANK_MAX (16 * 1024)
 /* Smallest slot a pipelined network ring step is cut into. */
 #define BR_MIN_SLICE ((size_t)64 << 10)
+/* Payload bytes of a Tree slot. */
+#define BR_TREE_CHUNK ((size_t)32 << 10)
 /* Below this many bytes per channel a second channel costs more than it brings. */
 #define BR_MIN_CHANNEL_BYTES (256 * 1024)
 
@@ -109,8 +109,9 @@ int br_plan_nchannels(const br_plan_t *p, size_t bytes)
 }
 
 /* Bandwidth of (proto, nch channels) on the slowest link crossed, in bytes per
- * microsecond. One thread copies for every channel of a rank, so channels add bandwidth
- * only where the network (the plugin's own threads and sockets) is the bottleneck. */
+ * microsecond, as one rank gets it: one thread copies for every channel of a rank, so
+ * channels add bandwidth only where the network (the plugin's own threads and sockets)
+ * is the bottleneck, and ranks that share a machine's cores share its copy rate. */
 static double link_bw(const br_plan_t *p, int proto, int nch)
 {
     const br_plan_comm_t *pc = &p->pc;
@@ -122,7 +123,14 @@ static double link_bw(const br_plan_t *p, int proto, int nch)
     if (proto == BR_PROTO_LL) {
         gbps *= p->h.ll_efficiency;
     }
-    return gbps * 1e3;
+    return gbps * 1e3 / pc->share;
+}
+
+/* Latency of one hop on a link class: when ranks outnumber cores, a hop also waits for
+ * the next rank to be scheduled, in proportion (measured: docs/performance.md). */
+static double hop_us(const br_plan_t *p, int hw, int algo, int proto)
+{
+    return p->k.hw_latencies[hw][algo][proto] * p->pc.share;
 }
 
 /* Ring, and the ring half of RingOneShot: every step one hop, the network crossed where
@@ -137,24 +145,27 @@ static double ring_us(const br_plan_t *p, int func, int proto, size_t bytes, int
     double traffic = ar                                                          ? 2.0 * (n - 1) / n
                      : func == BR_FUNC_ALLGATHER || func == BR_FUNC_REDUCESCATTER ? (double)(n - 1)
                                                                                   : 1.0;
-    return p->k.base_latencies[a][proto] + (steps - inter) * p->k.hw_latencies[pc->intra_hw][a][proto] +
-           inter * p->k.hw_latencies[BR_HW_NET][a][proto] +
-           (double)bytes * traffic / link_bw(p, proto, nch);
+    return p->k.base_latencies[a][proto] + (steps - inter) * hop_us(p, pc->intra_hw, a, proto) +
+           inter * hop_us(p, BR_HW_NET, a, proto) + (double)bytes * traffic / link_bw(p, proto, nch);
 }
 
 /* Tree: up the deepest path and down again for AllReduce, one way and part of the other
- * for Broadcast and Reduce; the busiest rank forwards to up to three children. */
+ * for Broadcast and Reduce. Where ranks share cores, the CPU is the bottleneck and a tree
+ * moves bytes as fast as a ring (measured at 4 to 16 ranks over sockets); where every rank
+ * has cores of its own, the network is, and a rank with two children sends half as much
+ * again as a ring rank (NCCL's model halves the tree's bandwidth for the same reason; not
+ * measurable on the development machine). */
 static double tree_us(const br_plan_t *p, int func, int proto, size_t bytes, int nch)
 {
     const br_plan_comm_t *pc = &p->pc;
-    int a = BR_ALGO_TREE;
-    double depth = p->tree_intra * p->k.hw_latencies[pc->intra_hw][a][proto] +
-                   p->tree_inter * p->k.hw_latencies[BR_HW_NET][a][proto];
+    int n = pc->nranks, a = BR_ALGO_TREE;
+    double depth = p->tree_intra * hop_us(p, pc->intra_hw, a, proto) +
+                   p->tree_inter * hop_us(p, BR_HW_NET, a, proto);
     double ways = func == BR_FUNC_ALLREDUCE ? 2.0 : 1.5;
-    double fan = pc->nranks > 2 ? 2.0 : 1.0;
-    double traffic = func == BR_FUNC_ALLREDUCE ? 1.0 + fan : fan;
+    double traffic = func == BR_FUNC_ALLREDUCE ? 2.0 * (n - 1) / n : 1.0;
+    double fan = p->tree_fan > 1 && pc->share <= 1.0 ? 1.5 : 1.0;
     return p->k.base_latencies[a][proto] + ways * depth +
-           (double)bytes * traffic / link_bw(p, proto, nch);
+           (double)bytes * traffic * fan / link_bw(p, proto, nch);
 }
 
 static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t bytes, int nch)
@@ -166,7 +177,7 @@ static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t
     case BR_ALGO_TREE: return tree_us(p, func, proto, bytes, nch);
     case BR_ALGO_RING_ONESHOT: /* an AllGather of the inputs, then a local fold */
         return ring_us(p, BR_FUNC_ALLGATHER, proto, bytes, 1) +
-               (double)bytes * n / (h->intra_gbps * 1e3);
+               (double)bytes * n * p->pc.share / (h->intra_gbps * 1e3);
     case BR_ALGO_ONESHOT:
         return h->arena_base + (n - 1) * h->arena_peer +
                (double)arena_bytes(p, func, bytes) * (n + 1) / (h->arena_gbps * 1e3);
@@ -204,16 +215,15 @@ size_t br_plan_chunk(const br_plan_t *p, int func, int algo, int proto, size_t b
     if (proto == BR_PROTO_LL || algo == BR_ALGO_RING_ONESHOT) {
         return slot;
     }
-    if (algo == BR_ALGO_TREE) {
-        /* Pipelining down a tree of depth D in chunks of c bytes takes about
-         * (D + bytes / c) x (per-step latency + c / bandwidth); c = sqrt(bytes x latency x
-         * bandwidth / D) minimises it. */
-        double d = p->tree_intra + p->tree_inter > 0 ? p->tree_intra + p->tree_inter : 1;
-        double lat = p->tree_inter > 0 ? p->k.hw_latencies[BR_HW_NET][algo][proto]
-                                       : p->k.hw_latencies[pc->intra_hw][algo][proto];
-        want = (size_t)sqrt((double)share * lat * link_bw(p, proto, 1) / d);
-        want = want < 8192 ? 8192 : (want + 63) & ~(size_t)63;
+    if (algo == BR_ALGO_TREE && BR_PARAM_INT(TREE_CHUNK) > 0) {
+        want = ((size_t)BR_PARAM_INT(TREE_CHUNK) + 63) & ~(size_t)63;
         return want < slot ? want : slot;
+    }
+    if (algo == BR_ALGO_TREE) {
+        /* Down a tree every chunk is a hop per level, so chunks pipeline the levels;
+         * 32 KiB measured best (or within noise of it) at 4, 8 and 16 ranks over
+         * sockets, from 64 KiB to 4 MiB (docs/performance.md). */
+        return BR_TREE_CHUNK < slot ? BR_TREE_CHUNK : slot;
     }
     /* Ring: on rings that cross the network, cut what one step moves into at least
      * `pipeline` slots (of at least BR_MIN_SLICE bytes): a mid-size call that fits one slot

@@ -94,21 +94,29 @@ static ncclResult_t parse_selection(const char *var, const char *value, int is_a
     return ncclSuccess;
 }
 
-/* The host executor's constants (docs/performance.md has the measurements behind them).
- * A call costs a couple of microseconds of bookkeeping; a hop costs a cache-line handoff
- * between threads or processes, or a network message; LL saves the handoff of a separate
- * counter on memory links and nothing on the network. */
+/* The host executor's constants, measured on the development machine (2 cores;
+ * docs/performance.md has the runs): a hop costs a few microseconds of bookkeeping and
+ * scheduling between threads or processes of a host, and about 8 (ring) or 5 (tree, whose
+ * branches wait in parallel) over loopback TCP, times the ranks per core (hop_us()). LL
+ * saves nothing measurable on the host (the line handoff it saves is small next to the
+ * rest of a step) and moves bytes at 0.4 of Simple's rate, so it is taken only where
+ * Simple is not allowed; the tiny extra latency breaks ties towards Simple. */
 static void constants_default(br_tune_constants_t *k, br_plan_host_t *h)
 {
-    static const double base[BR_NUM_PROTOS] = {1.5, 0.0, 2.0};
-    static const double hop[3][BR_NUM_PROTOS] = {{0.3, 0.0, 0.4}, {0.6, 0.0, 0.8},
-                                                 {14.0, 0.0, 14.0}};
+    /* [hw][proto]: NVLINK (threads), PCI (processes of a host), NET. */
+    static const double ring_hop[3][BR_NUM_PROTOS] = {{1.05, 0.0, 1.0}, {2.05, 0.0, 2.0},
+                                                      {8.6, 0.0, 8.4}};
+    static const double tree_hop[3][BR_NUM_PROTOS] = {{1.05, 0.0, 1.0}, {2.05, 0.0, 2.0},
+                                                      {5.1, 0.0, 5.0}};
     memset(k, 0, sizeof(*k));
     for (int a = 0; a < BR_NCCL_NUM_ALGOS; a++) {
         for (int pr = 0; pr < BR_NUM_PROTOS; pr++) {
-            k->base_latencies[a][pr] = base[pr];
+            /* A tree's two streams cost a little more to start: on a tie, the ring. */
+            k->base_latencies[a][pr] =
+                (pr == BR_PROTO_LL ? 2.05 : 2.0) + (a == BR_ALGO_TREE ? 0.5 : 0.0);
             for (int hw = 0; hw < 3; hw++) {
-                k->hw_latencies[hw][a][pr] = hop[hw][pr];
+                k->hw_latencies[hw][a][pr] =
+                    a == BR_ALGO_TREE ? tree_hop[hw][pr] : ring_hop[hw][pr];
             }
         }
     }
@@ -116,8 +124,8 @@ static void constants_default(br_tune_constants_t *k, br_plan_host_t *h)
     h->arena_peer = 0.2;
     h->direct_base = 2.0;
     h->direct_peer = 2.0;
-    h->intra_gbps = 6.0;
-    h->inproc_gbps = 10.0;
+    h->intra_gbps = 4.0;
+    h->inproc_gbps = 8.0;
     h->arena_gbps = 40.0;
     h->direct_gbps = 12.0;
     h->ll_efficiency = 0.4;
@@ -128,7 +136,7 @@ static void tree_shape(br_plan_t *p)
 {
     const br_graph_t *g = p->graph;
     int trees = g->nchannels > 1 ? 2 : 1;
-    p->tree_intra = p->tree_inter = 0;
+    p->tree_intra = p->tree_inter = p->tree_fan = 0;
     for (int c = 0; c < trees; c++) {
         for (int r = 0; r < g->nranks; r++) {
             int intra = 0, inter = 0;
@@ -141,6 +149,8 @@ static void tree_shape(br_plan_t *p)
                 p->tree_intra = intra;
                 p->tree_inter = inter;
             }
+            int fan = br_graph_tree(g, c, r)->ndown;
+            p->tree_fan = fan > p->tree_fan ? fan : p->tree_fan;
         }
     }
 }
@@ -154,6 +164,7 @@ ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph,
 
     BR_CHECK(br_calloc(&p, 1, "plan"));
     p->pc = *pc;
+    p->pc.share = pc->share < 1.0 ? 1.0 : pc->share;
     p->graph = graph;
     constants_default(&p->k, &p->h);
     memset(p->enabled, 1, sizeof(p->enabled));
