@@ -20,6 +20,22 @@ static const char *prof_type_name(ncclDataType_t t)
     return (unsigned)t < ncclNumTypes ? names[t] : "unknown";
 }
 
+/* Algorithm and protocol as NCCL's profiler descriptors spell them ("RING", "SIMPLE"),
+ * and Braid's own algorithms in the same style. */
+static const char *prof_algo_name(int algo)
+{
+    static const char *const names[BR_NUM_ALGOS] = {
+        "TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS",
+        "NVLS_TREE", "PAT", "ONESHOT", "DIRECT_READ", "RING_ONESHOT"};
+    return algo >= 0 && algo < BR_NUM_ALGOS ? names[algo] : "UNDEF";
+}
+
+static const char *prof_proto_name(int proto)
+{
+    static const char *const names[BR_NUM_PROTOS] = {"LL", "LL128", "SIMPLE"};
+    return proto >= 0 && proto < BR_NUM_PROTOS ? names[proto] : "UNDEF";
+}
+
 static int prof_wants(const br_exec_comm_t *ec, uint64_t bits)
 {
     return ec->prof != NULL && (br_plugin_profiler_mask() & bits) != 0;
@@ -102,8 +118,8 @@ int br_exec_prof_op_start(br_exec_batch_t *b, br_exec_comm_t *ec, const br_op_t 
         d.coll.root = op->root;
         d.coll.datatype = prof_type_name(op->type);
         d.coll.nChannels = (uint8_t)op->nchannels;
-        d.coll.algo = br_algo_name(op->algo);
-        d.coll.proto = br_proto_name(op->proto);
+        d.coll.algo = prof_algo_name(op->algo);
+        d.coll.proto = prof_proto_name(op->proto);
     }
     if (br_plugin_profiler_start_event(ec->prof, &d, &h) != ncclSuccess || h == NULL ||
         event_push(b, ec, h, 0, &idx) != ncclSuccess) {

@@ -16,7 +16,9 @@ typedef struct {
     double inproc_gbps;   /* the same between threads of one process */
     double arena_gbps;    /* reading peers' inputs out of the arena */
     double direct_gbps;   /* process_vm_readv */
+    double fold_gbps;     /* reducing inputs that are in cache (RingOneShot's end) */
     double ll_efficiency; /* LL moves this fraction of Simple's bytes per second */
+    double tree_hop;      /* a tree hop's latency relative to a ring hop's */
 } br_plan_host_t;
 
 /* What one decision was. */

@@ -149,21 +149,29 @@ static double ring_us(const br_plan_t *p, int func, int proto, size_t bytes, int
            inter * hop_us(p, BR_HW_NET, a, proto) + (double)bytes * traffic / link_bw(p, proto, nch);
 }
 
-/* Tree: up the deepest path and down again for AllReduce, one way and part of the other
- * for Broadcast and Reduce. Where ranks share cores, the CPU is the bottleneck and a tree
- * moves bytes as fast as a ring (measured at 4 to 16 ranks over sockets); where every rank
- * has cores of its own, the network is, and a rank with two children sends half as much
- * again as a ring rank (NCCL's model halves the tree's bandwidth for the same reason; not
- * measurable on the development machine). */
+/*
+ * Tree: up the deepest path and down again for AllReduce, one way and part of the other
+ * for Broadcast and Reduce (measurements in docs/performance.md).
+ *  - Latency: over the network a tree hop costs tree_hop of a ring hop (0.6 measured
+ *    at 2 to 16 ranks over sockets): a ring step keeps every rank busy at once, a tree hop
+ *    one rank per branch. On shared memory the two measured alike.
+ *  - Bandwidth: where every rank has cores of its own, a tree's root (and, across
+ *    hosts, every rank with two children) moves half as much again as a ring rank (the
+ *    2-rank chain measured 1.4x the ring's time at 64 MiB; NCCL's model halves the
+ *    tree's bandwidth for the same reason). Where ranks share cores over the network the
+ *    tree measured faster than the ring, 0.8 of its time from 32 KiB to 32 MiB; on
+ *    shared memory the two measured alike.
+ */
 static double tree_us(const br_plan_t *p, int func, int proto, size_t bytes, int nch)
 {
     const br_plan_comm_t *pc = &p->pc;
     int n = pc->nranks, a = BR_ALGO_TREE;
+    int net = pc->nnodes > 1 || pc->intra_hw == BR_HW_NET;
     double depth = p->tree_intra * hop_us(p, pc->intra_hw, a, proto) +
                    p->tree_inter * hop_us(p, BR_HW_NET, a, proto);
-    double ways = func == BR_FUNC_ALLREDUCE ? 2.0 : 1.5;
+    double ways = (func == BR_FUNC_ALLREDUCE ? 2.0 : 1.5) * (net ? p->h.tree_hop : 1.0);
     double traffic = func == BR_FUNC_ALLREDUCE ? 2.0 * (n - 1) / n : 1.0;
-    double fan = p->tree_fan > 1 && pc->share <= 1.0 ? 1.5 : 1.0;
+    double fan = pc->share <= 1.0 ? 1.5 : net ? 0.8 : 1.0;
     return p->k.base_latencies[a][proto] + ways * depth +
            (double)bytes * traffic * fan / link_bw(p, proto, nch);
 }
@@ -177,7 +185,7 @@ static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t
     case BR_ALGO_TREE: return tree_us(p, func, proto, bytes, nch);
     case BR_ALGO_RING_ONESHOT: /* an AllGather of the inputs, then a local fold */
         return ring_us(p, BR_FUNC_ALLGATHER, proto, bytes, 1) +
-               (double)bytes * n * p->pc.share / (h->intra_gbps * 1e3);
+               (double)bytes * n * p->pc.share / (h->fold_gbps * 1e3);
     case BR_ALGO_ONESHOT:
         return h->arena_base + (n - 1) * h->arena_peer +
                (double)arena_bytes(p, func, bytes) * (n + 1) / (h->arena_gbps * 1e3);

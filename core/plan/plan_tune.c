@@ -96,18 +96,16 @@ static ncclResult_t parse_selection(const char *var, const char *value, int is_a
 
 /* The host executor's constants, measured on the development machine (2 cores;
  * docs/performance.md has the runs): a hop costs a few microseconds of bookkeeping and
- * scheduling between threads or processes of a host, and about 8 (ring) or 5 (tree, whose
- * branches wait in parallel) over loopback TCP, times the ranks per core (hop_us()). LL
- * saves nothing measurable on the host (the line handoff it saves is small next to the
- * rest of a step) and moves bytes at 0.4 of Simple's rate, so it is taken only where
- * Simple is not allowed; the tiny extra latency breaks ties towards Simple. */
+ * scheduling between threads or processes of a host, and about 5 over loopback TCP, times
+ * the ranks per core (hop_us()); a tree hop costs 0.6 of a ring hop (tree_us()). LL saves nothing measurable on the
+ * host (the line handoff it saves is small next to the rest of a step) and moves bytes at
+ * 0.4 of Simple's rate, so it is taken only where Simple is not allowed; its slightly
+ * higher latency breaks ties towards Simple. */
 static void constants_default(br_tune_constants_t *k, br_plan_host_t *h)
 {
     /* [hw][proto]: NVLINK (threads), PCI (processes of a host), NET. */
-    static const double ring_hop[3][BR_NUM_PROTOS] = {{1.05, 0.0, 1.0}, {2.05, 0.0, 2.0},
-                                                      {8.6, 0.0, 8.4}};
-    static const double tree_hop[3][BR_NUM_PROTOS] = {{1.05, 0.0, 1.0}, {2.05, 0.0, 2.0},
-                                                      {5.1, 0.0, 5.0}};
+    static const double hop[3][BR_NUM_PROTOS] = {{1.05, 0.0, 1.0}, {2.05, 0.0, 2.0},
+                                                 {5.1, 0.0, 5.0}};
     memset(k, 0, sizeof(*k));
     for (int a = 0; a < BR_NCCL_NUM_ALGOS; a++) {
         for (int pr = 0; pr < BR_NUM_PROTOS; pr++) {
@@ -115,8 +113,7 @@ static void constants_default(br_tune_constants_t *k, br_plan_host_t *h)
             k->base_latencies[a][pr] =
                 (pr == BR_PROTO_LL ? 2.05 : 2.0) + (a == BR_ALGO_TREE ? 0.5 : 0.0);
             for (int hw = 0; hw < 3; hw++) {
-                k->hw_latencies[hw][a][pr] =
-                    a == BR_ALGO_TREE ? tree_hop[hw][pr] : ring_hop[hw][pr];
+                k->hw_latencies[hw][a][pr] = hop[hw][pr];
             }
         }
     }
@@ -128,7 +125,9 @@ static void constants_default(br_tune_constants_t *k, br_plan_host_t *h)
     h->inproc_gbps = 8.0;
     h->arena_gbps = 40.0;
     h->direct_gbps = 12.0;
+    h->fold_gbps = 16.0;
     h->ll_efficiency = 0.4;
+    h->tree_hop = 0.6;
 }
 
 /* Links of each kind on the deepest root-to-leaf path of the trees in use. */
