@@ -95,6 +95,7 @@ def choice_at(ranges, size):
 
 def measure(args, n):
     best = {}
+    every = {}
     wrong = 0
     choices = []
     for rnd in range(args.repeat):
@@ -113,16 +114,24 @@ def measure(args, n):
             cur = best.setdefault(key, {})
             for size, t in times.items():
                 cur[size] = min(cur.get(size, t), t)
+                every.setdefault(key, {}).setdefault(size, []).append(t)
             print("  n=%d round %d %-18s done (load %.2f)" % (n, rnd + 1, key, load_average()),
                   flush=True)
-    return best, choices, wrong
+    return best, every, choices, wrong
 
 
-def table(n, best, choices, limit):
+def spread(every, key, size):
+    """How far apart the rounds of one column at one size were (slowest / fastest)."""
+    ts = every.get(key, {}).get(size, [])
+    return max(ts) / min(ts) if ts and min(ts) > 0 else 1.0
+
+
+def table(n, best, every, choices, limit):
     sizes = sorted(best["model"])
     cols = [k for k in ["%s/%s" % p for p in PAIRS] if k in best]
-    lines = ["| size | " + " | ".join(cols) + " | fastest | model's choice | choice vs fastest |",
-             "|---|" + "---|" * (len(cols) + 3)]
+    lines = ["| size | " + " | ".join(cols) +
+             " | fastest | model's choice | choice vs fastest | noise |",
+             "|---|" + "---|" * (len(cols) + 4)]
     misses = 0
     for s in sizes:
         row = {c: best[c].get(s) for c in cols}
@@ -131,14 +140,17 @@ def table(n, best, choices, limit):
         choice = choice_at(choices, s)
         chosen_t = avail.get(choice)
         ratio = chosen_t / avail[fastest] if chosen_t else None
+        # The rounds of the two columns compared: how much one column moved between
+        # rounds at this size (slowest over fastest round).
+        noise = max(spread(every, fastest, s), spread(every, choice, s))
         mark = ""
         if ratio is not None and ratio > limit:
             misses += 1
-            mark = " **miss**"
+            mark = " **miss**" if ratio > noise else " miss, within noise"
         cells = ["%.1f" % row[c] if row[c] is not None else "-" for c in cols]
-        lines.append("| %s | %s | %s | %s | %s%s |" % (
+        lines.append("| %s | %s | %s | %s | %s%s | %.2fx |" % (
             human(s), " | ".join(cells), fastest, choice,
-            "%.2fx" % ratio if ratio else "n/a", mark))
+            "%.2fx" % ratio if ratio else "n/a", mark, noise))
     return "\n".join(lines), misses
 
 
@@ -167,14 +179,16 @@ def main():
     total_miss = 0
     for n in [int(x) for x in args.ranks.split(",")]:
         t0 = time.time()
-        best, choices, wrong = measure(args, n)
-        text, misses = table(n, best, choices, args.limit)
+        best, every, choices, wrong = measure(args, n)
+        text, misses = table(n, best, every, choices, args.limit)
         total_miss += misses
-        results[n] = {"best": best, "choices": choices, "wrong": wrong}
+        results[n] = {"best": best, "every": every, "choices": choices, "wrong": wrong}
         report += ["## %d ranks on %d hosts (%.0f s, %d wrong elements)" % (
             n, args.hosts or n, time.time() - t0, wrong), "", text, ""]
     report.append("Load average after: %.2f. Choices more than %.0f %% slower than the "
-                  "fastest: %d." % (load_average(), (args.limit - 1) * 100, total_miss))
+                  "fastest: %d. The noise column is how far the rounds of the two columns "
+                  "compared moved at that size (slowest round / fastest round)."
+                  % (load_average(), (args.limit - 1) * 100, total_miss))
     text = "\n".join(report)
     print(text)
     if args.out:
