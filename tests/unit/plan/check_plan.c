@@ -2,213 +2,581 @@
 /*
  * Check suite "plan": every schedule of core/plan (Ring for every collective, Tree for
  * AllReduce, Broadcast and Reduce, RingOneShot for AllReduce) run in memory, without
- * transports, by a simulator written from plan_sched.h's contract alone: each rank and
- * channel walks its streams step by step, a step runs only when every receive FIFO it
- * names holds a slot and every send FIFO has room (8 slots), and the primitives move and
- * combine real data. Results are compared with a reference computed here, for 1 to 64
- * ranks, 1 to 4 channels, several host layouts, every root kind, in and out of place, and
- * slot sizes that cut the data into many chunks. A schedule that deadlocks, talks to a
- * peer that is not its neighbour, or leaves data in a FIFO fails the case.
+ * transports, by a simulator written from plan_sched.h's contract. Each rank and channel
+ * walks its streams step by step; a step runs only when every FIFO it receives from holds a
+ * slot and every FIFO it sends to has one free (8 slots, NCCL_STEPS), and its primitive
+ * moves and combines real data. Each slot carries a tag of the step that filled it, so a
+ * receiver that takes another iteration's or another chunk's data is named at once.
+ *
+ * A case fails when a rank's output differs from a reference computed here, a guard byte or
+ * an input changes, a step talks to a rank that is not its ring neighbour or tree link,
+ * sends from output it has not written, writes an output element twice, deadlocks, or
+ * leaves a slot in a FIFO; the slot counts per channel and per ring link must also be the
+ * ones the algorithms imply. Cases run one after the other in the test's process; every
+ * failure is printed and the test fails with the first.
+ *
+ * The matrix (rank counts x host layouts x collective and algorithm as loop tests; roots,
+ * counts, slot sizes, in and out of place, 1 to 4 channels, data types and reductions, three
+ * step orders inside) runs every variant of a cheap case and a rotating sample of the costly
+ * ones; BRAID_PLAN_FULL=1 runs all of them. Sanitizer builds sample harder.
  */
 #include <check.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "graph.h"
 #include "plan.h"
 
 #define MAXR 64
+#define MAXCH 4
+#define NSLOTS 8 /* NCCL_STEPS */
 #define GUARD 64
 #define GUARD_BYTE 0xa5
+#define MAX_REPORTS 20 /* failures printed per loop test */
 
-/* One FIFO between two ranks of one channel: a queue of up to 8 slots. */
+#ifdef BR_PLAN_TEST_SANITIZED
+#define STEP_BUDGET 4e3 /* simulated steps per group of variants before sampling */
+#else
+#define STEP_BUDGET 2.5e4
+#endif
+
+/* Orders in which the simulator visits ranks and streams. */
+enum { ORDER_GREEDY, ORDER_REVERSE, ORDER_RANDOM, NORDERS };
+static const char *const order_names[NORDERS] = {"greedy", "reverse", "random"};
+
+/* One case of the matrix. */
 typedef struct {
-    unsigned char *data[8];
-    size_t bytes[8];
+    br_func_t func;
+    int algo;
+    ncclDataType_t type; /* ncclInt32, ncclUint32 (with ncclAvg) or ncclUint64 */
+    ncclRedOp_t red;     /* reductions: ncclSum, ncclAvg (uint32) or ncclMax (uint64) */
+    size_t count, chunk_bytes;
+    int root, inplace, nch, order;
+    const char *layout;
+} case_t;
+
+/* What filled a slot: the sender's rank, stream, step and iteration, and the ring position
+ * of its data. */
+typedef struct {
+    int rank, stream, step, chunk;
+    size_t base;
+} tag_t;
+
+/* One direction of one link on one channel. */
+typedef struct {
+    unsigned char *data; /* NSLOTS x the slot capacity */
+    size_t bytes[NSLOTS];
+    tag_t tag[NSLOTS];
     int head, count;
+    uint64_t sent, received;
 } fifo_t;
 
 typedef struct {
-    int nranks, nch;
-    const br_graph_t *g;
-    fifo_t *fifo; /* [nch][from][to] */
-    char err[512];
-} sim_t;
+    size_t base, chunk;
+    int j, nsteps;
+    uint64_t iters;
+} stream_t;
 
 typedef struct {
     br_sched_t s;
     br_plan_layout_t lay;
-    size_t base[2], chunk[2];
-    int j[2], nsteps[2];
+    stream_t st[2];
     int active;
 } chan_t;
 
+/* A region with GUARD bytes either side. */
+typedef struct {
+    unsigned char *mem;
+    size_t bytes;
+} region_t;
+
 typedef struct {
     br_op_t op;
-    unsigned char *send_mem, *recv_mem; /* guard | data | guard */
-    unsigned char *sendbuff, *recvbuff;
-    size_t send_bytes, recv_bytes;
-    unsigned char *scratch; /* RingOneShot */
-    chan_t ch[4];
+    region_t a, b, scratch; /* a: output (and input in place), b: input out of place */
+    unsigned char *sendbuff, *recvbuff, *outbase; /* outbase: where the schedule writes */
+    size_t in_units, out_units;                   /* extents in layout units */
+    uint8_t *writes;                              /* per output unit: times written */
+    chan_t ch[MAXCH];
 } rank_t;
 
-static fifo_t *fifo_of(sim_t *sim, int c, int from, int to)
+typedef struct {
+    const case_t *k;
+    const br_graph_t *g;
+    int n, nch, track;
+    size_t esize, cap; /* bytes per unit; most bytes one slot may carry */
+    fifo_t **fifo;     /* [nch][from][to], made on first use */
+    unsigned char *tmp;
+    rank_t *ranks;
+    uint64_t rng;
+    char err[2048];
+} sim_t;
+
+/* ---- data: inputs, the arithmetic and the reference ---- */
+
+static uint64_t mix64(uint64_t x)
 {
-    return &sim->fifo[((size_t)c * (size_t)sim->nranks + (size_t)from) * (size_t)sim->nranks +
-                      (size_t)to];
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
 }
 
-/* Is peer a neighbour of this rank in channel c's ring or tree? */
-static int is_link(const sim_t *sim, int c, int me, int peer)
+static int is_reduction(const case_t *k)
 {
-    const int *ring = br_graph_ring(sim->g, c), *pos = br_graph_ring_pos(sim->g, c);
-    int n = sim->nranks, p = pos[me];
+    return br_func_is_reduction(k->func);
+}
+
+static uint64_t type_mask(const case_t *k)
+{
+    return br_type_size(k->type) == 4 ? 0xffffffffull : ~0ull;
+}
+
+/* Rank r's input element i. Averages take values in [2^16, 2^20): no uint32 overflow over
+ * 64 ranks, and a lost or doubled contribution moves the result. */
+static uint64_t input_value(const case_t *k, int r, size_t i)
+{
+    uint64_t h = mix64(((uint64_t)(r + 1) << 48) ^ (uint64_t)i);
+    if (k->red == ncclAvg && is_reduction(k)) {
+        return (1u << 16) + h % (15u << 16);
+    }
+    return h & type_mask(k);
+}
+
+static uint64_t combine1(const case_t *k, uint64_t a, uint64_t b)
+{
+    if (k->red == ncclMax) {
+        return a > b ? a : b;
+    }
+    return (a + b) & type_mask(k);
+}
+
+static uint64_t post1(const case_t *k, int n, uint64_t v)
+{
+    return k->red == ncclAvg ? v / (uint64_t)n : v;
+}
+
+static uint64_t load(const unsigned char *p, size_t es)
+{
+    uint32_t v32;
+    uint64_t v64;
+    if (es == 4) {
+        memcpy(&v32, p, 4);
+        return v32;
+    }
+    memcpy(&v64, p, 8);
+    return v64;
+}
+
+static void store(unsigned char *p, size_t es, uint64_t v)
+{
+    uint32_t v32 = (uint32_t)v;
+    if (es == 4) {
+        memcpy(p, &v32, 4);
+    } else {
+        memcpy(p, &v, 8);
+    }
+}
+
+/* dst[i] = dst[i] (+) src[i] over len elements. */
+static void fold(const case_t *k, unsigned char *dst, const unsigned char *src, size_t len)
+{
+    size_t es = br_type_size(k->type);
+    for (size_t i = 0; i < len; i++) {
+        store(dst + i * es, es, combine1(k, load(dst + i * es, es), load(src + i * es, es)));
+    }
+}
+
+static void post(const case_t *k, int n, unsigned char *dst, size_t len)
+{
+    size_t es = br_type_size(k->type);
+    for (size_t i = 0; k->red == ncclAvg && i < len; i++) {
+        store(dst + i * es, es, post1(k, n, load(dst + i * es, es)));
+    }
+}
+
+/* The reduction of element i over all ranks, in rank order. */
+static uint64_t reduced_value(const case_t *k, int n, size_t i)
+{
+    uint64_t acc = input_value(k, 0, i);
+    for (int r = 1; r < n; r++) {
+        acc = combine1(k, acc, input_value(k, r, i));
+    }
+    return post1(k, n, acc);
+}
+
+/* Elements of a rank's input and output for the call. */
+static void buf_elems(const case_t *k, int n, size_t *send_p, size_t *recv_p)
+{
+    *send_p = k->func == BR_FUNC_REDUCESCATTER ? k->count * (size_t)n : k->count;
+    *recv_p = k->func == BR_FUNC_ALLGATHER ? k->count * (size_t)n : k->count;
+}
+
+/* ---- the simulator ---- */
+
+static fifo_t *fifo_get(sim_t *sim, int c, int from, int to)
+{
+    size_t n = (size_t)sim->n, at = ((size_t)c * n + (size_t)from) * n + (size_t)to;
+    if (sim->fifo[at] == NULL) {
+        sim->fifo[at] = calloc(1, sizeof(fifo_t));
+        sim->fifo[at]->data = malloc(NSLOTS * sim->cap);
+    }
+    return sim->fifo[at];
+}
+
+static void prim_str(uint32_t p, char *buf, size_t len)
+{
+    static const char *const names[] = {"RECV", "REDUCE", "COPY", "SEND", "POST", "LOCAL",
+                                        "FROM_OUTPUT"};
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int b = 0; b < 7; b++) {
+        if ((p & (1u << b)) && at < len) {
+            at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "|" : "", names[b]);
+        }
+    }
+    if (p >> 7 && at < len) {
+        snprintf(buf + at, len - at, "%s0x%x", at ? "|" : "", p >> 7 << 7);
+    }
+}
+
+/* Is peer the ring neighbour (prev for a receive, next for a send) of `me` on channel c, or
+ * one of its tree links for a Tree schedule? */
+static int is_link(const sim_t *sim, int c, int me, int peer, int send)
+{
+    int n = sim->n, p = br_graph_ring_pos(sim->g, c)[me];
+    const int *ring = br_graph_ring(sim->g, c);
     const br_tree_node_t *t = br_graph_tree(sim->g, c, me);
-    if (peer == ring[(p + 1) % n] || peer == ring[(p + n - 1) % n] || peer == t->up) {
+    if (sim->k->algo != BR_ALGO_TREE) {
+        return peer == ring[send ? (p + 1) % n : (p + n - 1) % n];
+    }
+    if (peer >= 0 && peer == t->up) {
         return 1;
     }
-    for (int k = 0; k < t->ndown; k++) {
-        if (t->down[k] == peer) {
+    for (int i = 0; i < t->ndown; i++) {
+        if (peer >= 0 && t->down[i] == peer) {
             return 1;
         }
     }
     return 0;
 }
 
-/* dst[i] = a[i] (+) b[i] over count elements of the op's type (int32 sum or uint64 max). */
-static void combine(unsigned char *dst, const unsigned char *a, const unsigned char *b, size_t count,
-                    const br_op_t *op)
+/* The contract of one step: known flags that fit together, peers that are links. */
+static int step_check(sim_t *sim, int r, int c, const br_step_t *st)
 {
-    for (size_t i = 0; i < count; i++) {
-        if (op->type == ncclInt32) {
-            int32_t x, y;
-            memcpy(&x, a + 4 * i, 4);
-            memcpy(&y, b + 4 * i, 4);
-            x = (int32_t)((uint32_t)x + (uint32_t)y);
-            memcpy(dst + 4 * i, &x, 4);
+    uint32_t p = st->prim;
+    const char *bad = NULL;
+    int red = is_reduction(sim->k) && sim->k->algo != BR_ALGO_RING_ONESHOT;
+
+    if (p == 0 || (p & ~0x7fu)) {
+        bad = "no primitive, or an unknown flag";
+    } else if (!(p & BR_PRIM_RECV) != (st->nrecv == 0) || !(p & BR_PRIM_SEND) != (st->nsend == 0)) {
+        bad = "RECV/SEND flags disagree with the peer counts";
+    } else if (st->nrecv > BR_MAX_TREE_ARITY || st->nsend > BR_MAX_TREE_ARITY) {
+        bad = "too many peers";
+    } else if (((p & BR_PRIM_REDUCE) && !(p & BR_PRIM_RECV)) || (st->nrecv > 1 && !(p & BR_PRIM_REDUCE))) {
+        bad = "REDUCE without RECV, or several receives not reduced";
+    } else if (((p & (BR_PRIM_REDUCE | BR_PRIM_POST)) && !red) || ((p & BR_PRIM_POST) && !(p & BR_PRIM_REDUCE))) {
+        bad = "REDUCE/POST outside a reduction, or POST without REDUCE";
+    } else if ((p & (BR_PRIM_LOCAL | BR_PRIM_FROM_OUTPUT)) && (p & BR_PRIM_RECV)) {
+        bad = "LOCAL or FROM_OUTPUT with RECV";
+    } else if ((p & BR_PRIM_LOCAL) && (red || (p & BR_PRIM_FROM_OUTPUT))) {
+        bad = "LOCAL in a reduction or with FROM_OUTPUT";
+    } else if (st->after && sim->k->algo != BR_ALGO_TREE) {
+        bad = "`after` outside a Tree";
+    }
+    for (int i = 0; bad == NULL && i < st->nrecv + st->nsend; i++) {
+        int send = i >= st->nrecv, peer = send ? st->send[i - st->nrecv] : st->recv[i];
+        for (int q = send ? st->nrecv : 0; q < i; q++) {
+            if ((q < st->nrecv ? st->recv[q] : st->send[q - st->nrecv]) == peer) {
+                bad = "a peer named twice";
+            }
+        }
+        if (peer == r || !is_link(sim, c, r, peer, send)) {
+            snprintf(sim->err, sizeof(sim->err), "%s rank %d, which is not its %s", send ? "sends to" : "receives from", peer,
+                     sim->k->algo == BR_ALGO_TREE ? "tree link" : send ? "ring successor" : "ring predecessor");
+            return -1;
+        }
+    }
+    if (bad != NULL) {
+        snprintf(sim->err, sizeof(sim->err), "%s", bad);
+        return -1;
+    }
+    return 0;
+}
+
+/* Where a stream of rank r stands, for messages. */
+static void stream_where(const sim_t *sim, int r, int c, char *buf, size_t len)
+{
+    const chan_t *ch = &sim->ranks[r].ch[c];
+    size_t at = (size_t)snprintf(buf, len, "rank %d:", r);
+    for (int s = 0; s < 2 && at < len; s++) {
+        const stream_t *sp = &ch->st[s];
+        if (sp->nsteps == 0 || !ch->active) {
+            at += (size_t)snprintf(buf + at, len - at, " stream %d idle", s);
+        } else if (sp->base >= ch->lay.hi) {
+            at += (size_t)snprintf(buf + at, len - at, " stream %d done", s);
         } else {
-            uint64_t x, y;
-            memcpy(&x, a + 8 * i, 8);
-            memcpy(&y, b + 8 * i, 8);
-            x = x > y ? x : y;
-            memcpy(dst + 8 * i, &x, 8);
+            at += (size_t)snprintf(buf + at, len - at, " stream %d step %d at unit %zu", s, sp->j,
+                                   sp->base);
         }
     }
 }
 
-/* One step of stream s of rank r on channel c: 1 ran, 0 blocked, -1 error (sim->err). */
-static int sim_step(sim_t *sim, rank_t *rk, int r, int c, int s)
+/* sim->err = where the step is, then `what` (which may be sim->err itself). */
+static void fail_step(sim_t *sim, int r, int c, int si, const br_step_t *st, const char *what)
 {
-    chan_t *ch = &rk->ch[c];
-    br_step_t st;
-    size_t in_off, out_off, len;
-    unsigned char *recv[BR_MAX_TREE_ARITY] = {NULL};
+    char p[96], head[256];
+    const stream_t *sp = &sim->ranks[r].ch[c].st[si];
+    prim_str(st->prim, p, sizeof(p));
+    int hl = snprintf(head, sizeof(head), "rank %d channel %d stream %d step %d (%s) at unit %zu: ",
+                      r, c, si, sp->j, p, sp->base);
+    size_t at = hl < (int)sizeof(head) ? (size_t)hl : sizeof(head) - 1;
+    size_t wl = strlen(what);
+    wl = wl < sizeof(sim->err) - at - 1 ? wl : sizeof(sim->err) - at - 1;
+    memmove(sim->err + at, what, wl);
+    memcpy(sim->err, head, at);
+    sim->err[at + wl] = '\0';
+}
 
-    if (ch->chunk[s] == 0) {
-        ch->chunk[s] = br_sched_chunk(&ch->s, ch->base[s], ch->lay.hi, ch->lay.slice);
-    }
-    br_sched_step(&ch->s, s, ch->j[s], &st);
-    if (st.after && ch->nsteps[0] > 0 && ch->base[0] <= ch->base[s]) {
-        return 0;
-    }
-    br_sched_place(&ch->s, &st, ch->base[s], ch->chunk[s], ch->lay.hi, ch->lay.units,
-                   br_graph_ring(sim->g, c), &in_off, &out_off, &len);
-    size_t bytes = len * ch->lay.esize;
-    for (int i = 0; i < st.nrecv; i++) {
-        if (!is_link(sim, c, r, st.recv[i])) {
-            snprintf(sim->err, sizeof(sim->err), "rank %d channel %d receives from %d, not a link",
-                     r, c, st.recv[i]);
+/* Take a slot from every receive peer, checking its size and the step that filled it. */
+static int step_take(sim_t *sim, int r, int c, int si, const br_step_t *st, size_t bytes,
+                     const unsigned char **recv)
+{
+    const stream_t *sp = &sim->ranks[r].ch[c].st[si];
+    for (int i = 0; i < st->nrecv; i++) {
+        fifo_t *f = fifo_get(sim, c, st->recv[i], r);
+        const tag_t *t = &f->tag[f->head];
+        char what[512];
+        if (f->bytes[f->head] != bytes || t->base != sp->base ||
+            (sim->k->algo != BR_ALGO_TREE && t->chunk != st->chunk)) {
+            snprintf(what, sizeof(what), "expects %zu bytes of chunk %d of the iteration at unit %zu "
+                     "from rank %d, got %zu bytes of chunk %d at unit %zu (its stream %d step %d)",
+                     bytes, st->chunk, sp->base, st->recv[i], f->bytes[f->head], t->chunk, t->base,
+                     t->stream, t->step);
+            fail_step(sim, r, c, si, st, what);
             return -1;
         }
-        if (fifo_of(sim, c, st.recv[i], r)->count == 0) {
-            return 0;
-        }
+        recv[i] = f->data + (size_t)f->head * sim->cap;
     }
-    for (int i = 0; i < st.nsend; i++) {
-        if (!is_link(sim, c, r, st.send[i]) || st.send[i] == r) {
-            snprintf(sim->err, sizeof(sim->err), "rank %d channel %d sends to %d, not a link", r, c,
-                     st.send[i]);
+    return 0;
+}
+
+/* Record writes of output units [off, off + len); FROM_OUTPUT reads require earlier writes. */
+static int note_output(sim_t *sim, int r, size_t off, size_t len, int read)
+{
+    uint8_t *w = sim->ranks[r].writes;
+    for (size_t u = off; sim->track && u < off + len; u++) {
+        if (read && w[u] == 0) {
+            snprintf(sim->err, sizeof(sim->err), "sends output unit %zu before writing it", u);
             return -1;
         }
-        if (fifo_of(sim, c, r, st.send[i])->count == 8) {
-            return 0;
-        }
-    }
-    for (int i = 0; i < st.nrecv; i++) {
-        fifo_t *f = fifo_of(sim, c, st.recv[i], r);
-        if (f->bytes[f->head] != bytes) {
-            snprintf(sim->err, sizeof(sim->err), "rank %d channel %d step %d: %zu bytes from %d, "
-                     "expected %zu", r, c, ch->j[s], f->bytes[f->head], st.recv[i], bytes);
+        if (!read && w[u]++ != 0) {
+            snprintf(sim->err, sizeof(sim->err), "writes output unit %zu a second time", u);
             return -1;
         }
-        recv[i] = f->data[f->head];
-        f->data[f->head] = NULL;
-        f->head = (f->head + 1) % 8;
-        f->count--;
     }
-    const br_op_t *op = &rk->op;
-    unsigned char *in = rk->sendbuff != NULL ? rk->sendbuff + in_off * ch->lay.esize : NULL;
-    unsigned char *outbase = rk->scratch != NULL ? rk->scratch : rk->recvbuff;
-    unsigned char *out = outbase != NULL ? outbase + out_off * ch->lay.esize : NULL;
-    unsigned char *data = malloc(bytes + 1);
-    uint32_t p = st.prim;
+    return 0;
+}
+
+/* The step's data (in sim->tmp) and its writes to the output. */
+static int step_compute(sim_t *sim, int r, const br_step_t *st, const unsigned char **recv,
+                        const unsigned char *in, unsigned char *out, size_t out_off, size_t len)
+{
+    const case_t *k = sim->k;
+    size_t bytes = len * sim->esize;
+    uint32_t p = st->prim;
 
     if (p & BR_PRIM_REDUCE) {
-        memcpy(data, in, bytes);
-        for (int i = 0; i < st.nrecv; i++) {
-            combine(data, data, recv[i], len, op);
+        memcpy(sim->tmp, in, bytes);
+        for (int i = 0; i < st->nrecv; i++) {
+            fold(k, sim->tmp, recv[i], len);
+        }
+        if (p & BR_PRIM_POST) {
+            post(k, sim->n, sim->tmp, len);
         }
     } else if (p & BR_PRIM_RECV) {
-        memcpy(data, recv[0], bytes);
+        memcpy(sim->tmp, recv[0], bytes);
     } else if (p & BR_PRIM_FROM_OUTPUT) {
-        memcpy(data, out, bytes);
+        if (note_output(sim, r, out_off, len, 1) != 0) {
+            return -1;
+        }
+        memcpy(sim->tmp, out, bytes);
     } else {
-        if ((p & BR_PRIM_LOCAL) && out != in) {
+        memcpy(sim->tmp, in, bytes);
+        if (p & BR_PRIM_LOCAL) {
+            if (note_output(sim, r, out_off, len, 0) != 0) {
+                return -1;
+            }
             memmove(out, in, bytes);
         }
-        memcpy(data, in, bytes);
     }
-    if ((p & BR_PRIM_COPY) && bytes > 0) {
-        memcpy(out, data, bytes);
+    if (p & BR_PRIM_COPY) {
+        if (note_output(sim, r, out_off, len, 0) != 0) {
+            return -1;
+        }
+        memcpy(out, sim->tmp, bytes);
     }
-    for (int i = 0; i < st.nsend; i++) {
-        fifo_t *f = fifo_of(sim, c, r, st.send[i]);
-        int slot = (f->head + f->count) % 8;
-        f->data[slot] = malloc(bytes + 1);
-        memcpy(f->data[slot], data, bytes);
-        f->bytes[slot] = bytes;
-        f->count++;
+    return 0;
+}
+
+/* Step j of stream si of rank r on channel c: 1 ran, 0 blocked, -1 error (sim->err). */
+static int sim_step(sim_t *sim, int r, int c, int si)
+{
+    rank_t *rk = &sim->ranks[r];
+    chan_t *ch = &rk->ch[c];
+    stream_t *sp = &ch->st[si];
+    const unsigned char *recv[BR_MAX_TREE_ARITY];
+    size_t in_off, out_off, len;
+    char what[256];
+    br_step_t st;
+
+    if (sp->j == 0) {
+        sp->chunk = br_sched_chunk(&ch->s, sp->base, ch->lay.hi, ch->lay.slice);
+    }
+    br_sched_step(&ch->s, si, sp->j, &st);
+    if (step_check(sim, r, c, &st) != 0) {
+        fail_step(sim, r, c, si, &st, sim->err);
+        return -1;
+    }
+    if (sp->chunk == 0 || sp->chunk > ch->lay.slice) {
+        snprintf(what, sizeof(what), "chunk of %zu units, slice %zu", sp->chunk, ch->lay.slice);
+        fail_step(sim, r, c, si, &st, what);
+        return -1;
+    }
+    if (st.after && ch->st[0].nsteps > 0 && ch->st[0].base <= sp->base) {
+        return 0;
     }
     for (int i = 0; i < st.nrecv; i++) {
-        free(recv[i]);
+        if (fifo_get(sim, c, st.recv[i], r)->count == 0) {
+            return 0;
+        }
     }
-    free(data);
-    if (++ch->j[s] == ch->nsteps[s]) {
-        ch->j[s] = 0;
-        ch->base[s] += br_sched_advance(&ch->s, ch->chunk[s]);
-        ch->chunk[s] = 0;
+    for (int i = 0; i < st.nsend; i++) {
+        if (fifo_get(sim, c, r, st.send[i])->count == NSLOTS) {
+            return 0;
+        }
+    }
+    br_sched_place(&ch->s, &st, sp->base, sp->chunk, ch->lay.hi, ch->lay.units,
+                   br_graph_ring(sim->g, c), &in_off, &out_off, &len);
+    size_t bytes = len * sim->esize;
+    if (len > sp->chunk || bytes > sim->cap || in_off + len > rk->in_units ||
+        out_off + len > rk->out_units) {
+        snprintf(what, sizeof(what), "places %zu units at input %zu / output %zu (chunk %zu, "
+                 "extents %zu / %zu units)", len, in_off, out_off, sp->chunk, rk->in_units,
+                 rk->out_units);
+        fail_step(sim, r, c, si, &st, what);
+        return -1;
+    }
+    if (step_take(sim, r, c, si, &st, bytes, recv) != 0) {
+        return -1;
+    }
+    unsigned char *out = rk->outbase + out_off * sim->esize;
+    if (step_compute(sim, r, &st, recv, rk->sendbuff + in_off * sim->esize, out, out_off, len)) {
+        fail_step(sim, r, c, si, &st, sim->err);
+        return -1;
+    }
+    /* Release the received slots only now (the data sent may have been one of them). */
+    for (int i = 0; i < st.nrecv; i++) {
+        fifo_t *f = fifo_get(sim, c, st.recv[i], r);
+        f->head = (f->head + 1) % NSLOTS;
+        f->count--;
+        f->received++;
+    }
+    for (int i = 0; i < st.nsend; i++) {
+        fifo_t *f = fifo_get(sim, c, r, st.send[i]);
+        int slot = (f->head + f->count) % NSLOTS;
+        memcpy(f->data + (size_t)slot * sim->cap, sim->tmp, bytes);
+        f->bytes[slot] = bytes;
+        f->tag[slot] = (tag_t){r, si, sp->j, st.chunk, sp->base};
+        f->count++;
+        f->sent++;
+    }
+    if (++sp->j == sp->nsteps) {
+        sp->j = 0;
+        sp->base += br_sched_advance(&ch->s, sp->chunk);
+        sp->iters++;
     }
     return 1;
 }
 
 static int stream_done(const chan_t *ch, int s)
 {
-    return ch->nsteps[s] == 0 || ch->base[s] >= ch->lay.hi;
+    return !ch->active || ch->st[s].nsteps == 0 || ch->st[s].base >= ch->lay.hi;
 }
 
-/* Run every rank's channels to the end. Returns 0, or -1 with sim->err. */
-static int sim_run(sim_t *sim, rank_t *ranks)
+/* What a blocked stream waits for. */
+static void describe_wait(sim_t *sim, int r, int c, int si, char *buf, size_t len)
 {
+    chan_t *ch = &sim->ranks[r].ch[c];
+    char p[96], peer[160];
+    br_step_t st;
+    size_t at;
+
+    br_sched_step(&ch->s, si, ch->st[si].j, &st);
+    prim_str(st.prim, p, sizeof(p));
+    at = (size_t)snprintf(buf, len, "rank %d channel %d stream %d step %d (%s) at unit %zu of "
+                          "[%zu, %zu) waits for", r, c, si, ch->st[si].j, p, ch->st[si].base,
+                          ch->lay.lo, ch->lay.hi);
+    if (st.after && ch->st[0].nsteps > 0 && ch->st[0].base <= ch->st[si].base) {
+        snprintf(buf + at, len - at, " its stream 0 to finish that chunk (stream 0 at unit %zu)",
+                 ch->st[0].base);
+        return;
+    }
+    for (int i = 0; i < st.nrecv + st.nsend && at < len; i++) {
+        int send = i >= st.nrecv, q = send ? st.send[i - st.nrecv] : st.recv[i];
+        fifo_t *f = fifo_get(sim, c, send ? r : q, send ? q : r);
+        if (send ? f->count == NSLOTS : f->count == 0) {
+            stream_where(sim, q, c, peer, sizeof(peer));
+            at += (size_t)snprintf(buf + at, len - at, " %s %d (%s);",
+                                   send ? "a free slot at rank" : "data from rank", q, peer);
+        }
+    }
+}
+
+static void report_deadlock(sim_t *sim)
+{
+    size_t at = (size_t)snprintf(sim->err, sizeof(sim->err), "deadlock:");
+    int shown = 0;
+    for (int r = 0; r < sim->n && shown < 4; r++) {
+        for (int c = 0; c < sim->nch && shown < 4; c++) {
+            for (int s = 0; s < 2 && shown < 4; s++) {
+                char line[512];
+                if (!stream_done(&sim->ranks[r].ch[c], s) && at < sizeof(sim->err)) {
+                    describe_wait(sim, r, c, s, line, sizeof(line));
+                    at += (size_t)snprintf(sim->err + at, sizeof(sim->err) - at, "\n    %s", line);
+                    shown++;
+                }
+            }
+        }
+    }
+}
+
+static uint32_t rnd(sim_t *sim)
+{
+    sim->rng = sim->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(sim->rng >> 33);
+}
+
+/* Run every stream to its end in the case's order. A pass that moves nothing while some
+ * stream is unfinished is a deadlock: every unfinished stream was tried in it. */
+static int sim_run(sim_t *sim)
+{
+    int order = sim->k->order;
     for (;;) {
-        int progress = 0, pending = 0;
-        for (int r = 0; r < sim->nranks; r++) {
+        int progress = 0, pending = 0, start = order == ORDER_RANDOM ? (int)(rnd(sim) % (uint32_t)sim->n) : 0;
+        for (int v = 0; v < sim->n; v++) {
+            int r = order == ORDER_REVERSE ? sim->n - 1 - v : (start + v) % sim->n;
             for (int c = 0; c < sim->nch; c++) {
-                chan_t *ch = &ranks[r].ch[c];
-                for (int s = 0; ch->active && s < 2; s++) {
-                    while (!stream_done(ch, s)) {
-                        int ret = sim_step(sim, &ranks[r], r, c, s);
+                chan_t *ch = &sim->ranks[r].ch[c];
+                int first = order == ORDER_REVERSE ? 1 : order == ORDER_RANDOM ? (int)(rnd(sim) & 1) : 0;
+                for (int t = 0; t < 2; t++) {
+                    int si = first ^ t, budget = order == ORDER_RANDOM ? 1 + (int)(rnd(sim) % 3) : -1;
+                    while (budget-- != 0 && !stream_done(ch, si)) {
+                        int ret = sim_step(sim, r, c, si);
                         if (ret < 0) {
                             return -1;
                         }
@@ -217,7 +585,7 @@ static int sim_run(sim_t *sim, rank_t *ranks)
                         }
                         progress = 1;
                     }
-                    pending += !stream_done(ch, s);
+                    pending += !stream_done(ch, si);
                 }
             }
         }
@@ -225,393 +593,706 @@ static int sim_run(sim_t *sim, rank_t *ranks)
             return 0;
         }
         if (!progress) {
-            for (int r = 0; r < sim->nranks; r++) {
-                for (int c = 0; c < sim->nch; c++) {
-                    chan_t *ch = &ranks[r].ch[c];
-                    for (int s = 0; ch->active && s < 2; s++) {
-                        if (!stream_done(ch, s)) {
-                            br_step_t st;
-                            br_sched_step(&ch->s, s, ch->j[s], &st);
-                            snprintf(sim->err, sizeof(sim->err),
-                                     "deadlock: rank %d channel %d stream %d step %d (prim 0x%x, "
-                                     "recv from %d, send to %d) at unit %zu of [%zu, %zu)",
-                                     r, c, s, ch->j[s], st.prim, st.recv[0], st.send[0],
-                                     ch->base[s], ch->lay.lo, ch->lay.hi);
-                            return -1;
-                        }
-                    }
+            report_deadlock(sim);
+            return -1;
+        }
+    }
+}
+
+/* ---- a case: buffers, the run, the audit of the FIFOs, the results ---- */
+
+static void region_alloc(region_t *rg, size_t bytes)
+{
+    rg->bytes = bytes;
+    rg->mem = malloc(bytes + 2 * GUARD);
+    memset(rg->mem, GUARD_BYTE, bytes + 2 * GUARD);
+}
+
+static int region_guards_ok(const region_t *rg)
+{
+    for (size_t g = 0; rg->mem != NULL && g < GUARD; g++) {
+        if (rg->mem[g] != GUARD_BYTE || rg->mem[GUARD + rg->bytes + g] != GUARD_BYTE) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* NCCL's buffers: in place, AllGather's input is the rank's block of its output and
+ * ReduceScatter's output the rank's block of its input. */
+static void rank_setup(sim_t *sim, int r)
+{
+    const case_t *k = sim->k;
+    rank_t *rk = &sim->ranks[r];
+    size_t es = br_type_size(k->type), se, re;
+    int n = sim->n, oneshot = k->algo == BR_ALGO_RING_ONESHOT;
+
+    buf_elems(k, n, &se, &re);
+    size_t sb = se * es, rb = re * es;
+    if (k->inplace) {
+        region_alloc(&rk->a, sb > rb ? sb : rb);
+        rk->sendbuff = rk->a.mem + GUARD + (k->func == BR_FUNC_ALLGATHER ? (size_t)r * sb : 0);
+        rk->recvbuff = rk->a.mem + GUARD + (k->func == BR_FUNC_REDUCESCATTER ? (size_t)r * rb : 0);
+    } else {
+        region_alloc(&rk->a, rb);
+        region_alloc(&rk->b, sb);
+        rk->recvbuff = rk->a.mem + GUARD;
+        rk->sendbuff = rk->b.mem + GUARD;
+    }
+    for (size_t i = 0; i < se; i++) {
+        store(rk->sendbuff + i * es, es, input_value(k, r, i));
+    }
+    rk->outbase = rk->recvbuff;
+    if (oneshot) {
+        region_alloc(&rk->scratch, (size_t)n * sb);
+        rk->outbase = rk->scratch.mem + GUARD;
+    }
+    rk->in_units = sim->esize == 1 ? sb : se;
+    rk->out_units = oneshot ? (size_t)n * sb : sim->esize == 1 ? rb : re;
+    rk->writes = sim->track ? calloc(rk->out_units + 1, 1) : NULL;
+
+    br_op_t *op = &rk->op;
+    memset(op, 0, sizeof(*op));
+    op->func = k->func;
+    op->count = k->count;
+    op->type = k->type;
+    br_redop_builtin(&op->redop, k->red, k->type, n);
+    op->root = k->root;
+    op->algo = k->algo;
+    op->proto = BR_PROTO_SIMPLE;
+    op->nchannels = sim->nch;
+    op->chunk_bytes = k->chunk_bytes;
+    op->sendbuff = rk->sendbuff;
+    op->recvbuff = rk->recvbuff;
+}
+
+/* Layouts and schedules of rank r, checked against what plan.h documents. */
+static int rank_plan(sim_t *sim, int r)
+{
+    const case_t *k = sim->k;
+    rank_t *rk = &sim->ranks[r];
+    size_t units = sim->esize == 1 ? k->count * br_type_size(k->type) : k->count, prev_hi = 0;
+
+    for (int c = 0; c < sim->nch; c++) {
+        chan_t *ch = &rk->ch[c];
+        br_plan_layout(&rk->op, sim->n, c, &ch->lay);
+        br_plan_sched(sim->g, &rk->op, c, r, &ch->s);
+        const br_plan_layout_t *l = &ch->lay;
+        int contiguous = l->lo == prev_hi || (l->lo == l->hi && l->lo == units);
+        if (l->esize != sim->esize || l->units != units || l->slice == 0 ||
+            l->slice * l->esize > sim->cap || l->lo > l->hi || l->hi > units || !contiguous) {
+            snprintf(sim->err, sizeof(sim->err), "rank %d channel %d: layout esize %zu units %zu "
+                     "[%zu, %zu) slice %zu (want esize %zu, units %zu, from %zu)", r, c, l->esize,
+                     l->units, l->lo, l->hi, l->slice, sim->esize, units, prev_hi);
+            return -1;
+        }
+        prev_hi = l->hi > prev_hi ? l->hi : prev_hi;
+        ch->active = l->lo < l->hi;
+        for (int s = 0; s < 2; s++) {
+            ch->st[s].base = l->lo;
+            ch->st[s].nsteps = s < br_sched_nstreams(&ch->s) ? br_sched_nsteps(&ch->s, s) : 0;
+            if (sim->n == 1 && ch->st[s].nsteps != 0) {
+                snprintf(sim->err, sizeof(sim->err), "one rank, yet stream %d has steps", s);
+                return -1;
+            }
+        }
+    }
+    if (prev_hi != units) {
+        snprintf(sim->err, sizeof(sim->err), "the channels cover [0, %zu) of %zu units", prev_hi,
+                 units);
+        return -1;
+    }
+    return 0;
+}
+
+static int tree_level(const br_graph_t *g, int c, int r)
+{
+    int level = 0;
+    for (int x = br_graph_tree(g, c, r)->up; x >= 0; x = br_graph_tree(g, c, x)->up) {
+        level++;
+    }
+    return level;
+}
+
+/* Slots one iteration moves on channel c, and on the ring link from position p to p + 1. */
+static uint64_t slots_per_iter(const sim_t *sim, int c, int p)
+{
+    const case_t *k = sim->k;
+    uint64_t n = (uint64_t)sim->n;
+    int root_pos = br_graph_ring_pos(sim->g, c)[k->root], all = p < 0;
+
+    if (k->algo == BR_ALGO_TREE) {
+        switch (k->func) {
+        case BR_FUNC_ALLREDUCE: return 2 * (n - 1);
+        case BR_FUNC_BROADCAST: return n - 1;
+        default: return n - 1 + (uint64_t)tree_level(sim->g, c, k->root);
+        }
+    }
+    switch (k->algo == BR_ALGO_RING_ONESHOT ? BR_FUNC_ALLGATHER : k->func) {
+    case BR_FUNC_ALLREDUCE: return (all ? n : 1) * (2 * n - 2);
+    case BR_FUNC_ALLGATHER:
+    case BR_FUNC_REDUCESCATTER: return (all ? n : 1) * (n - 1);
+    case BR_FUNC_BROADCAST: return all ? n - 1 : (p + 1) % (int)n != root_pos;
+    default: return all ? n - 1 : p != root_pos;
+    }
+}
+
+/* After the run: every FIFO empty, as many iterations as the channel's share needs on
+ * every rank, and the slot counts the algorithm implies. */
+static int sim_audit(sim_t *sim)
+{
+    int n = sim->n;
+    for (int c = 0; c < sim->nch; c++) {
+        const br_plan_layout_t *l = &sim->ranks[0].ch[c].lay;
+        uint64_t span = (uint64_t)(l->hi - l->lo), sl = l->slice, total = 0;
+        int ring_ar = sim->k->algo == BR_ALGO_RING && sim->k->func == BR_FUNC_ALLREDUCE;
+        uint64_t iters = ring_ar ? (span + sl * (uint64_t)n - 1) / (sl * (uint64_t)n)
+                                 : (span + sl - 1) / sl;
+        for (int r = 0; r < n; r++) {
+            for (int s = 0; s < 2; s++) {
+                const stream_t *sp = &sim->ranks[r].ch[c].st[s];
+                if (sp->nsteps > 0 && sp->iters != iters) {
+                    snprintf(sim->err, sizeof(sim->err), "rank %d channel %d stream %d ran %" PRIu64
+                             " iterations, want %" PRIu64, r, c, s, sp->iters, iters);
+                    return -1;
+                }
+            }
+            for (int q = 0; q < n; q++) {
+                fifo_t *f = sim->fifo[((size_t)c * (size_t)n + (size_t)r) * (size_t)n + (size_t)q];
+                if (f == NULL) {
+                    continue;
+                }
+                if (f->count != 0 || f->sent != f->received) {
+                    const tag_t *t = &f->tag[f->head];
+                    snprintf(sim->err, sizeof(sim->err), "channel %d: %d slot(s) from rank %d to "
+                             "rank %d left at the end (%" PRIu64 " sent, %" PRIu64 " received; "
+                             "first from its stream %d step %d at unit %zu)", c, f->count, r, q,
+                             f->sent, f->received, t->stream, t->step, t->base);
+                    return -1;
+                }
+                total += f->sent;
+                int p = br_graph_ring_pos(sim->g, c)[r];
+                if (sim->k->algo != BR_ALGO_TREE && f->sent != iters * slots_per_iter(sim, c, p)) {
+                    snprintf(sim->err, sizeof(sim->err), "channel %d: ring link %d -> %d carried "
+                             "%" PRIu64 " slots, want %" PRIu64, c, r, q, f->sent,
+                             iters * slots_per_iter(sim, c, p));
+                    return -1;
                 }
             }
         }
-    }
-}
-
-/* A case: collective, algorithm, size, layout of the data. */
-typedef struct {
-    br_func_t func;
-    int algo;
-    ncclDataType_t type;
-    size_t count;
-    size_t chunk_bytes;
-    int root, inplace, nch;
-} case_t;
-
-static int32_t in_i32(int r, size_t i)
-{
-    return (int32_t)((i * 2654435761u + (size_t)r * 40503u) % 2001) - 1000;
-}
-
-static uint64_t in_u64(int r, size_t i)
-{
-    return (uint64_t)(i * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)r * 0xc2b2ae3d27d4eb4full);
-}
-
-/* Rank r's input element i of the call, written into dst. */
-static void input_elem(const case_t *k, int r, size_t i, unsigned char *dst)
-{
-    if (k->type == ncclInt32) {
-        int32_t v = in_i32(r, i);
-        memcpy(dst, &v, 4);
-    } else {
-        uint64_t v = in_u64(r, i);
-        memcpy(dst, &v, 8);
-    }
-}
-
-static void reduced_elem(const case_t *k, int n, size_t i, unsigned char *dst)
-{
-    if (k->type == ncclInt32) {
-        uint32_t sum = 0;
-        for (int r = 0; r < n; r++) {
-            sum += (uint32_t)in_i32(r, i);
-        }
-        memcpy(dst, &sum, 4);
-    } else {
-        uint64_t m = 0;
-        for (int r = 0; r < n; r++) {
-            m = in_u64(r, i) > m ? in_u64(r, i) : m;
-        }
-        memcpy(dst, &m, 8);
-    }
-}
-
-/* Sizes of a rank's buffers (in elements) for the call. */
-static void buf_elems(const case_t *k, int n, size_t *send_p, size_t *recv_p)
-{
-    switch (k->func) {
-    case BR_FUNC_ALLGATHER: *send_p = k->count; *recv_p = k->count * (size_t)n; break;
-    case BR_FUNC_REDUCESCATTER: *send_p = k->count * (size_t)n; *recv_p = k->count; break;
-    default: *send_p = *recv_p = k->count; break;
-    }
-}
-
-static void rank_setup(const case_t *k, int n, int r, rank_t *rk)
-{
-    size_t es = br_type_size(k->type), se, re;
-    buf_elems(k, n, &se, &re);
-    rk->send_bytes = se * es;
-    rk->recv_bytes = re * es;
-    rk->recv_mem = malloc(rk->recv_bytes + 2 * GUARD);
-    memset(rk->recv_mem, GUARD_BYTE, rk->recv_bytes + 2 * GUARD);
-    rk->recvbuff = rk->recv_mem + GUARD;
-    if (k->inplace) {
-        /* NCCL's in-place layouts: AllGather's input is the rank's block of the output,
-         * ReduceScatter's output the rank's block of the input. */
-        rk->send_mem = NULL;
-        if (k->func == BR_FUNC_REDUCESCATTER) {
-            rk->recv_mem = realloc(rk->recv_mem, rk->send_bytes + 2 * GUARD);
-            memset(rk->recv_mem, GUARD_BYTE, rk->send_bytes + 2 * GUARD);
-            rk->sendbuff = rk->recv_mem + GUARD;
-            rk->recvbuff = rk->sendbuff + (size_t)r * rk->recv_bytes;
-        } else if (k->func == BR_FUNC_ALLGATHER) {
-            rk->sendbuff = rk->recvbuff + (size_t)r * rk->send_bytes;
-        } else {
-            rk->sendbuff = rk->recvbuff;
-        }
-    } else {
-        rk->send_mem = malloc(rk->send_bytes + 2 * GUARD);
-        memset(rk->send_mem, GUARD_BYTE, rk->send_bytes + 2 * GUARD);
-        rk->sendbuff = rk->send_mem + GUARD;
-    }
-    for (size_t i = 0; i < se; i++) {
-        input_elem(k, r, i, rk->sendbuff + i * es);
-    }
-    memset(&rk->op, 0, sizeof(rk->op));
-    rk->op.func = k->func;
-    rk->op.count = k->count;
-    rk->op.type = k->type;
-    br_redop_builtin(&rk->op.redop, k->type == ncclInt32 ? ncclSum : ncclMax, k->type, n);
-    rk->op.root = k->root;
-    rk->op.algo = k->algo;
-    rk->op.proto = BR_PROTO_SIMPLE;
-    rk->op.nchannels = k->algo == BR_ALGO_RING_ONESHOT ? 1 : k->nch;
-    rk->op.chunk_bytes = k->chunk_bytes;
-    rk->op.sendbuff = rk->sendbuff;
-    rk->op.recvbuff = rk->recvbuff;
-    rk->scratch = k->algo == BR_ALGO_RING_ONESHOT ? calloc((size_t)n, rk->send_bytes + 1) : NULL;
-}
-
-/* Check rank r's output (and guards, and an unchanged input). Returns 0 or writes err. */
-static int rank_verify(const case_t *k, int n, int r, const rank_t *rk, char *err, size_t len)
-{
-    size_t es = br_type_size(k->type), se, re;
-    unsigned char want[8], got[8];
-    buf_elems(k, n, &se, &re);
-    size_t total = k->inplace && k->func == BR_FUNC_REDUCESCATTER ? rk->send_bytes : rk->recv_bytes;
-    for (size_t g = 0; g < GUARD; g++) {
-        if (rk->recv_mem[g] != GUARD_BYTE || rk->recv_mem[GUARD + total + g] != GUARD_BYTE) {
-            snprintf(err, len, "rank %d: a guard byte around the output changed", r);
-            return 1;
-        }
-    }
-    int writes = k->func != BR_FUNC_REDUCE || r == k->root;
-    for (size_t i = 0; i < re && writes; i++) {
-        switch (k->func) {
-        case BR_FUNC_ALLGATHER: input_elem(k, (int)(i / k->count), i % k->count, want); break;
-        case BR_FUNC_BROADCAST: input_elem(k, k->root, i, want); break;
-        case BR_FUNC_REDUCESCATTER: reduced_elem(k, n, (size_t)r * k->count + i, want); break;
-        default: reduced_elem(k, n, i, want); break;
-        }
-        memcpy(got, rk->recvbuff + i * es, es);
-        if (memcmp(want, got, es) != 0) {
-            snprintf(err, len, "rank %d: output element %zu of %zu is wrong", r, i, re);
-            return 1;
-        }
-    }
-    /* Inputs stay as they were (out of place; in place where the output does not cover
-     * them: a Reduce's non-roots). */
-    int input_kept = !k->inplace || (k->func == BR_FUNC_REDUCE && r != k->root);
-    for (size_t i = 0; i < se && input_kept; i++) {
-        input_elem(k, r, i, want);
-        if (memcmp(want, rk->sendbuff + i * es, es) != 0) {
-            snprintf(err, len, "rank %d: input element %zu changed", r, i);
-            return 1;
-        }
-    }
-    if (!writes && !k->inplace) {
-        for (size_t b = 0; b < rk->recv_bytes; b++) {
-            if (rk->recvbuff[b] != GUARD_BYTE) {
-                snprintf(err, len, "rank %d: a Reduce non-root's output was written", r);
-                return 1;
-            }
+        if (total != iters * slots_per_iter(sim, c, -1)) {
+            snprintf(sim->err, sizeof(sim->err), "channel %d carried %" PRIu64 " slots in %" PRIu64
+                     " iterations, want %" PRIu64 " per iteration", c, total, iters,
+                     slots_per_iter(sim, c, -1));
+            return -1;
         }
     }
     return 0;
 }
 
-/* RingOneShot's last step: each rank folds the gathered inputs. */
-static void gather_fold(const case_t *k, int n, rank_t *rk)
+/* RingOneShot's last part: each rank folds the gathered inputs in rank order. */
+static void gather_fold(sim_t *sim, rank_t *rk)
 {
-    size_t es = br_type_size(k->type), bytes = k->count * es;
-    memcpy(rk->recvbuff, rk->scratch, bytes);
-    for (int r = 1; r < n; r++) {
-        combine(rk->recvbuff, rk->recvbuff, rk->scratch + (size_t)r * bytes, k->count, &rk->op);
+    size_t bytes = sim->k->count * br_type_size(sim->k->type);
+    const unsigned char *scratch = rk->scratch.mem + GUARD;
+    memcpy(rk->recvbuff, scratch, bytes);
+    for (int r = 1; r < sim->n; r++) {
+        fold(sim->k, rk->recvbuff, scratch + (size_t)r * bytes, sim->k->count);
+    }
+    post(sim->k, sim->n, rk->recvbuff, sim->k->count);
+}
+
+/* Rank r's output element i as it should be. */
+static uint64_t want_value(const sim_t *sim, const uint64_t *ref, int r, size_t i)
+{
+    const case_t *k = sim->k;
+    switch (k->func) {
+    case BR_FUNC_BROADCAST: return input_value(k, k->root, i);
+    case BR_FUNC_ALLGATHER: return input_value(k, (int)(i / k->count), i % k->count);
+    case BR_FUNC_REDUCESCATTER: return ref[(size_t)r * k->count + i];
+    default: return ref[i];
     }
 }
 
-static void case_name(const case_t *k, int n, const char *layout, char *buf, size_t len)
+/* Rank r's output, guards, input and write counts. */
+static int rank_verify(sim_t *sim, const uint64_t *ref, int r)
 {
-    snprintf(buf, len, "%s %s %s count %zu chunk %zu root %d %s, %d ranks (%s), %d channels",
-             br_func_name(k->func), br_algo_name(k->algo), br_type_name(k->type), k->count,
-             k->chunk_bytes, k->root, k->inplace ? "in place" : "out of place", n, layout, k->nch);
+    const case_t *k = sim->k;
+    const rank_t *rk = &sim->ranks[r];
+    size_t es = br_type_size(k->type), se, re, nbad = 0, first = 0, last = 0;
+    uint64_t got = 0, want = 0;
+    int writes = k->func != BR_FUNC_REDUCE || r == k->root;
+
+    buf_elems(k, sim->n, &se, &re);
+    if (!region_guards_ok(&rk->a) || !region_guards_ok(&rk->b) || !region_guards_ok(&rk->scratch)) {
+        snprintf(sim->err, sizeof(sim->err), "rank %d: a guard byte around a buffer changed", r);
+        return -1;
+    }
+    for (size_t i = 0; writes && i < re; i++) {
+        uint64_t w = want_value(sim, ref, r, i), g = load(rk->recvbuff + i * es, es);
+        if (g != w && nbad++ == 0) {
+            first = i;
+            got = g;
+            want = w;
+        }
+        last = g != w ? i : last;
+    }
+    if (nbad > 0) {
+        snprintf(sim->err, sizeof(sim->err), "rank %d: output element %zu of %zu is 0x%" PRIx64
+                 ", want 0x%" PRIx64 " (%zu wrong, the last at %zu)", r, first, re, got, want,
+                 nbad, last);
+        return -1;
+    }
+    /* Inputs stay as they were wherever the output does not cover them. */
+    for (size_t i = 0; i < se; i++) {
+        int covered = k->inplace && writes && (k->func != BR_FUNC_REDUCESCATTER ||
+                                                i / k->count == (size_t)r);
+        if (!covered && load(rk->sendbuff + i * es, es) != input_value(k, r, i)) {
+            snprintf(sim->err, sizeof(sim->err), "rank %d: input element %zu of %zu changed", r,
+                     i, se);
+            return -1;
+        }
+    }
+    for (size_t b = 0; !writes && !k->inplace && b < re * es; b++) {
+        if (rk->recvbuff[b] != GUARD_BYTE) {
+            snprintf(sim->err, sizeof(sim->err), "rank %d: byte %zu of a Reduce non-root's output "
+                     "was written", r, b);
+            return -1;
+        }
+    }
+    int once = writes || k->algo == BR_ALGO_RING_ONESHOT;
+    for (size_t u = 0; sim->track && sim->n > 1 && u < rk->out_units; u++) {
+        if (rk->writes[u] != once) {
+            snprintf(sim->err, sizeof(sim->err), "rank %d: output unit %zu of %zu written %d "
+                     "times, want %d", r, u, rk->out_units, rk->writes[u], once);
+            return -1;
+        }
+    }
+    return 0;
 }
 
-/* Run one case; returns 0 or 1 with msg. */
-static int run_case(const case_t *k, const br_graph_t *g, const char *layout, char *msg,
-                    size_t len)
+/* The reduction of every element a rank may need (ReduceScatter: all blocks). */
+static uint64_t *reference(const case_t *k, int n)
 {
+    size_t m = k->func == BR_FUNC_REDUCESCATTER ? k->count * (size_t)n : k->count;
+    uint64_t *ref = malloc((m + 1) * sizeof(*ref));
+    for (size_t i = 0; is_reduction(k) && i < m; i++) {
+        ref[i] = reduced_value(k, n, i);
+    }
+    return ref;
+}
+
+static void sim_free(sim_t *sim)
+{
+    size_t nf = (size_t)sim->nch * (size_t)sim->n * (size_t)sim->n;
+    for (int r = 0; sim->ranks != NULL && r < sim->n; r++) {
+        free(sim->ranks[r].a.mem);
+        free(sim->ranks[r].b.mem);
+        free(sim->ranks[r].scratch.mem);
+        free(sim->ranks[r].writes);
+    }
+    for (size_t f = 0; sim->fifo != NULL && f < nf; f++) {
+        if (sim->fifo[f] != NULL) {
+            free(sim->fifo[f]->data);
+            free(sim->fifo[f]);
+        }
+    }
+    free(sim->fifo);
+    free(sim->ranks);
+    free(sim->tmp);
+}
+
+/* The whole run of one case: 0, or -1 with sim->err. */
+static int sim_case(sim_t *sim)
+{
+    const case_t *k = sim->k;
+    int n = sim->n, ret = 0;
+    uint64_t *ref = reference(k, n);
+
+    for (int r = 0; r < n && ret == 0; r++) {
+        rank_setup(sim, r);
+        ret = rank_plan(sim, r);
+    }
+    if (ret == 0 && n > 1) {
+        ret = sim_run(sim);
+        ret = ret == 0 ? sim_audit(sim) : ret;
+    }
+    for (int r = 0; r < n && ret == 0; r++) {
+        rank_t *rk = &sim->ranks[r];
+        size_t se, re;
+        buf_elems(k, n, &se, &re);
+        if (n == 1 && k->count > 0 && rk->recvbuff != rk->sendbuff) {
+            /* One rank: the executor copies, no schedule runs. */
+            memcpy(rk->recvbuff, rk->sendbuff, re * br_type_size(k->type));
+        } else if (n > 1 && k->count > 0 && k->algo == BR_ALGO_RING_ONESHOT) {
+            gather_fold(sim, rk);
+        }
+        ret = rank_verify(sim, ref, r);
+    }
+    free(ref);
+    return ret;
+}
+
+static void case_name(const case_t *k, int n, char *buf, size_t len)
+{
+    char red[16] = "", root[16] = "";
+    if (is_reduction(k)) {
+        snprintf(red, sizeof(red), " %s", k->red == ncclSum ? "sum" : k->red == ncclAvg ? "avg"
+                                                                                        : "max");
+    }
+    if (k->func == BR_FUNC_BROADCAST || k->func == BR_FUNC_REDUCE) {
+        snprintf(root, sizeof(root), " root %d", k->root);
+    }
+    snprintf(buf, len, "%s %s %s%s count %zu chunk %zu B%s, %s, %d ranks (%s), %d channel%s, "
+             "%s order", br_func_name(k->func), br_algo_name(k->algo), br_type_name(k->type), red,
+             k->count, k->chunk_bytes, root, k->inplace ? "in place" : "out of place", n,
+             k->layout, k->nch, k->nch > 1 ? "s" : "", order_names[k->order]);
+}
+
+/* Run one case on graph g (built for k->nch channels). 0, or 1 with msg. */
+static int run_case(const case_t *k, const br_graph_t *g, char *msg, size_t len)
+{
+    sim_t sim;
     int n = g->nranks;
-    rank_t *ranks = calloc((size_t)n, sizeof(*ranks));
-    sim_t sim = {.nranks = n, .nch = k->algo == BR_ALGO_RING_ONESHOT ? 1 : k->nch, .g = g};
-    char what[256], err[512] = "";
-    int bad = 0;
+    size_t se, re, es = br_type_size(k->type);
 
-    sim.fifo = calloc((size_t)sim.nch * (size_t)n * (size_t)n, sizeof(fifo_t));
-    for (int r = 0; r < n; r++) {
-        rank_setup(k, n, r, &ranks[r]);
-        for (int c = 0; c < sim.nch && n > 1; c++) {
-            chan_t *ch = &ranks[r].ch[c];
-            br_plan_layout(&ranks[r].op, n, c, &ch->lay);
-            br_plan_sched(g, &ranks[r].op, c, r, &ch->s);
-            ch->active = ch->lay.lo < ch->lay.hi;
-            for (int s = 0; s < 2; s++) {
-                ch->base[s] = ch->lay.lo;
-                ch->nsteps[s] = s < br_sched_nstreams(&ch->s) ? br_sched_nsteps(&ch->s, s) : 0;
-            }
-        }
-    }
-    if (n > 1 && sim_run(&sim, ranks) != 0) {
-        snprintf(err, sizeof(err), "%s", sim.err);
-        bad = 1;
-    }
-    for (size_t f = 0; !bad && f < (size_t)sim.nch * (size_t)n * (size_t)n; f++) {
-        if (sim.fifo[f].count != 0) {
-            snprintf(err, sizeof(err), "a FIFO still holds %d slots at the end", sim.fifo[f].count);
-            bad = 1;
-        }
-    }
-    for (int r = 0; r < n; r++) {
-        if (!bad && n == 1) { /* a local copy, as the executor does */
-            if (ranks[r].recvbuff != ranks[r].sendbuff) {
-                memcpy(ranks[r].recvbuff, ranks[r].sendbuff, ranks[r].recv_bytes);
-            }
-        } else if (!bad && k->algo == BR_ALGO_RING_ONESHOT) {
-            gather_fold(k, n, &ranks[r]);
-        }
-        if (!bad) {
-            bad = rank_verify(k, n, r, &ranks[r], err, sizeof(err));
-        }
-    }
+    memset(&sim, 0, sizeof(sim));
+    sim.k = k;
+    sim.g = g;
+    sim.n = n;
+    sim.nch = k->nch;
+    sim.esize = is_reduction(k) && k->algo != BR_ALGO_RING_ONESHOT ? es : 1;
+    sim.cap = k->chunk_bytes > sim.esize ? k->chunk_bytes : sim.esize;
+    buf_elems(k, n, &se, &re);
+    /* A write count per output unit, unless that would take more than 64 MiB. */
+    sim.track = (double)n * (double)(k->algo == BR_ALGO_RING_ONESHOT ? se * (size_t)n : re) *
+                    (double)(sim.esize == 1 ? es : 1) <= 64.0 * 1024 * 1024;
+    sim.rng = mix64(k->count * 131 + k->chunk_bytes * 7 + (uint64_t)k->nch + (uint64_t)n * 977);
+    sim.ranks = calloc((size_t)n, sizeof(rank_t));
+    sim.fifo = calloc((size_t)sim.nch * (size_t)n * (size_t)n, sizeof(fifo_t *));
+    sim.tmp = malloc(sim.cap);
+    int bad = sim_case(&sim) != 0;
     if (bad) {
-        case_name(k, n, layout, what, sizeof(what));
-        snprintf(msg, len, "%s: %s", what, err);
+        char what[256];
+        case_name(k, n, what, sizeof(what));
+        snprintf(msg, len, "%s:\n  %s", what, sim.err);
     }
-    for (int r = 0; r < n; r++) {
-        free(ranks[r].send_mem);
-        free(ranks[r].recv_mem);
-        free(ranks[r].scratch);
-    }
-    for (size_t f = 0; f < (size_t)sim.nch * (size_t)n * (size_t)n; f++) {
-        for (int s = 0; s < 8; s++) {
-            free(sim.fifo[f].data[s]);
-        }
-    }
-    free(sim.fifo);
-    free(ranks);
+    sim_free(&sim);
     return bad;
 }
 
+/* ---- the matrix ---- */
+
 static const int rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 31, 32, 33, 64};
-#define NCOUNTS ((int)(sizeof(rank_counts) / sizeof(rank_counts[0])))
+#define NRANKCOUNTS ((int)(sizeof(rank_counts) / sizeof(rank_counts[0])))
+
 enum { L_ONE, L_OWN, L_PAIRS, L_RR3, NLAYOUTS };
-static const char *const layouts[NLAYOUTS] = {"one host", "a host each", "two per host",
-                                              "round-robin over 3 hosts"};
+static const char *const layout_names[NLAYOUTS] = {"one host", "a host each", "two per host",
+                                                   "round-robin over 3 hosts"};
 
-/* (count, chunk bytes): one element per slot, a few, a slot per channel share, many. */
-static const size_t sizes[][2] = {{1, 4}, {7, 8}, {64, 64}, {1000, 64}, {4097, 1024}};
-#define NSIZES ((int)(sizeof(sizes) / sizeof(sizes[0])))
-
-START_TEST(test_schedules)
+static void layout_hosts(int layout, int n, uint64_t *hosts)
 {
-    int n = rank_counts[_i / NLAYOUTS], layout = _i % NLAYOUTS;
-    uint64_t hosts[MAXR];
-    br_graph_t *g[5] = {NULL};
-    static const br_func_t funcs[] = {BR_FUNC_ALLREDUCE, BR_FUNC_BROADCAST, BR_FUNC_REDUCE,
-                                      BR_FUNC_ALLGATHER, BR_FUNC_REDUCESCATTER};
-    char msg[1024];
-    int ncases = 0, idx = 0;
-
     for (int r = 0; r < n; r++) {
         hosts[r] = layout == L_ONE ? 0 : layout == L_OWN ? (uint64_t)r
-                 : layout == L_PAIRS ? (uint64_t)(r / 2) : (uint64_t)(r % 3);
+                   : layout == L_PAIRS ? (uint64_t)(r / 2) : (uint64_t)(r % 3);
     }
-    for (int nch = 1; nch <= 4; nch++) {
+}
+
+static const struct {
+    br_func_t func;
+    int algo;
+} combos[] = {
+    {BR_FUNC_ALLREDUCE, BR_ALGO_RING}, {BR_FUNC_ALLREDUCE, BR_ALGO_TREE},
+    {BR_FUNC_ALLREDUCE, BR_ALGO_RING_ONESHOT}, {BR_FUNC_BROADCAST, BR_ALGO_RING},
+    {BR_FUNC_BROADCAST, BR_ALGO_TREE}, {BR_FUNC_REDUCE, BR_ALGO_RING},
+    {BR_FUNC_REDUCE, BR_ALGO_TREE}, {BR_FUNC_ALLGATHER, BR_ALGO_RING},
+    {BR_FUNC_REDUCESCATTER, BR_ALGO_RING},
+};
+#define NCOMBOS ((int)(sizeof(combos) / sizeof(combos[0])))
+
+static const size_t counts[] = {0, 1, 7, 64, 1000, 4097};
+static const size_t chunk_sizes[] = {4, 64, 1024};
+#define NCOUNTS ((int)(sizeof(counts) / sizeof(counts[0])))
+#define NCHUNKS ((int)(sizeof(chunk_sizes) / sizeof(chunk_sizes[0])))
+
+/* Data types and reductions, in turn (max only on uint64, average only on uint32). */
+static const struct {
+    ncclDataType_t type;
+    ncclRedOp_t red;
+} dtypes[] = {{ncclInt32, ncclSum}, {ncclUint32, ncclAvg}, {ncclUint64, ncclSum},
+              {ncclInt32, ncclSum}, {ncclUint64, ncclMax}};
+#define NDTYPES ((int)(sizeof(dtypes) / sizeof(dtypes[0])))
+
+/* Steps the whole case takes, roughly, over all ranks and channels. */
+static double est_steps(const case_t *k, int n)
+{
+    size_t tsize = br_type_size(k->type);
+    int moved = !is_reduction(k) || k->algo == BR_ALGO_RING_ONESHOT;
+    double units = (double)k->count * (moved ? (double)tsize : 1.0);
+    double slice = moved ? (double)k->chunk_bytes : (double)(k->chunk_bytes / tsize);
+    double iters = units / (slice < 1 ? 1 : slice) + k->nch, dn = n;
+
+    if (n == 1 || k->count == 0) {
+        return 1;
+    }
+    if (k->algo == BR_ALGO_TREE) {
+        return iters * 2 * dn;
+    }
+    switch (k->algo == BR_ALGO_RING_ONESHOT ? BR_FUNC_ALLGATHER : k->func) {
+    case BR_FUNC_ALLREDUCE: return (iters + dn) * (2 * dn - 1);
+    case BR_FUNC_ALLGATHER:
+    case BR_FUNC_REDUCESCATTER: return iters * dn * dn;
+    default: return iters * dn;
+    }
+}
+
+/* Is the environment variable set to something other than 0? */
+static int env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' && v[0] != '0';
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Loop test i: rank count, host layout, collective and algorithm; inside, every root, count,
+ * slot size, placement and channel count (sampled where costly). */
+START_TEST(test_schedules)
+{
+    int combo = _i % NCOMBOS, layout = (_i / NCOMBOS) % NLAYOUTS;
+    int n = rank_counts[_i / NCOMBOS / NLAYOUTS], full = env_on("BRAID_PLAN_FULL");
+    br_func_t func = combos[combo].func;
+    int algo = combos[combo].algo, oneshot = algo == BR_ALGO_RING_ONESHOT;
+    int rooted = func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE;
+    int roots[3] = {0, n - 1, n / 2}, nroots = rooted ? 3 : 1;
+    int nvariants = oneshot ? 2 : 2 * MAXCH, group = 0, ncases = 0, nfail = 0;
+    uint64_t hosts[MAXR];
+    br_graph_t *g[MAXCH + 1] = {NULL};
+    char msg[3072], first[3072] = "";
+    double t0 = now_s(), steps = 0;
+
+    layout_hosts(layout, n, hosts);
+    for (int nch = 1; nch <= MAXCH; nch++) {
         ck_assert_int_eq(br_graph_build(n, hosts, nch, &g[nch]), ncclSuccess);
     }
-    for (int f = 0; f < 5; f++) {
-        for (int algo = 0; algo < BR_NUM_ALGOS; algo++) {
-            int tree_ok = f < 3, ok = algo == BR_ALGO_RING || (algo == BR_ALGO_TREE && tree_ok) ||
-                                      (algo == BR_ALGO_RING_ONESHOT && f == 0);
-            if (!ok) {
-                continue;
-            }
-            int roots[3] = {0, n - 1, n / 2}, nroots = funcs[f] == BR_FUNC_BROADCAST ||
-                                                       funcs[f] == BR_FUNC_REDUCE ? 3 : 1;
-            for (int ri = 0; ri < nroots; ri++) {
-                for (int sz = 0; sz < NSIZES; sz++) {
-                    for (int inplace = 0; inplace < 2; inplace++, idx++) {
-                        case_t k = {funcs[f], algo, idx % 3 == 2 ? ncclUint64 : ncclInt32,
-                                    sizes[sz][0], sizes[sz][1], roots[ri], inplace, 1 + idx % 4};
-                        if (k.type == ncclUint64 && k.func != BR_FUNC_ALLREDUCE &&
-                            k.func != BR_FUNC_REDUCE && k.func != BR_FUNC_REDUCESCATTER) {
-                            k.type = ncclInt32; /* max matters only where data combines */
+    for (int ri = 0; ri < nroots; ri++) {
+        if ((ri == 1 && roots[1] == roots[0]) || (ri == 2 && (roots[2] == roots[0] || roots[2] == roots[1]))) {
+            continue;
+        }
+        for (int ci = 0; ci < NCOUNTS; ci++) {
+            for (int si = 0; si < NCHUNKS && (si == 0 || counts[ci] > 0); si++, group++) {
+                int d = (group + _i) % NDTYPES;
+                case_t k = {func, algo, dtypes[d].type, dtypes[d].red, counts[ci], chunk_sizes[si],
+                            roots[ri], 0, 1, 0, layout_names[layout]};
+                if (!br_func_is_reduction(func) && k.type == ncclUint32) {
+                    k.type = ncclInt32;
+                }
+                k.nch = oneshot ? 1 : MAXCH;
+                double est = est_steps(&k, n);
+                /* Every variant of a cheap group; a rotating few of a costly one. */
+                int take = full || est * nvariants <= STEP_BUDGET ? nvariants
+                           : est <= STEP_BUDGET / 2 ? (int)(STEP_BUDGET / est) : est <= 4 * STEP_BUDGET;
+                for (int t = 0; t < take; t++) {
+                    int v = (group * 3 + t) % nvariants;
+                    k.inplace = v % 2;
+                    k.nch = oneshot ? 1 : 1 + v / 2;
+                    k.order = (group + t) % NORDERS;
+                    ncases++;
+                    steps += est_steps(&k, n);
+                    if (run_case(&k, g[k.nch], msg, sizeof(msg)) != 0) {
+                        if (nfail++ < MAX_REPORTS) {
+                            fprintf(stderr, "check_plan: FAIL %s\n", msg);
                         }
-                        if (k.chunk_bytes < br_type_size(k.type)) {
-                            k.chunk_bytes = br_type_size(k.type);
+                        if (first[0] == '\0') {
+                            snprintf(first, sizeof(first), "%s", msg);
                         }
-                        if (algo == BR_ALGO_RING_ONESHOT) {
-                            k.chunk_bytes = k.count * br_type_size(k.type); /* one slot */
-                        }
-                        int bad = run_case(&k, g[k.nch], layouts[layout], msg, sizeof(msg));
-                        ck_assert_msg(!bad, "%s", msg);
-                        ncases++;
                     }
                 }
             }
         }
     }
-    for (int nch = 1; nch <= 4; nch++) {
+    for (int nch = 1; nch <= MAXCH; nch++) {
         br_graph_free(g[nch]);
     }
+    if (env_on("BRAID_PLAN_VERBOSE")) {
+        fprintf(stderr, "check_plan: %s %s, %d ranks (%s): %d cases, ~%.3g steps, %.2f s\n",
+                br_func_name(func), br_algo_name(algo), n, layout_names[layout], ncases, steps,
+                now_s() - t0);
+    }
+    ck_assert_msg(nfail == 0, "%d of %d cases failed; the first: %s", nfail, ncases, first);
     ck_assert_int_gt(ncases, 0);
 }
 END_TEST
 
-/* The step counts plan_sched.h documents, and the peers a step names. */
-START_TEST(test_shapes)
+/* ---- the shapes plan_sched.h documents ---- */
+
+static uint64_t bit(int i)
 {
-    uint64_t hosts[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    br_graph_t *g = NULL;
-    br_op_t op;
+    return (uint64_t)1 << i;
+}
+
+static uint64_t all_bits(int n)
+{
+    return n == 64 ? ~0ull : bit(n) - 1;
+}
+
+/* Ring, per rank and channel: steps per iteration, peers, which chunks each step moves and
+ * which steps write the output or complete a reduction. */
+static void check_ring_shape(const br_graph_t *g, int c, int r, br_func_t func, int root)
+{
+    int n = g->nranks, pos = br_graph_ring_pos(g, c)[r];
+    const int *ring = br_graph_ring(g, c);
+    br_op_t op = {.func = func, .count = 1000, .type = ncclInt32, .root = root,
+                  .algo = BR_ALGO_RING, .nchannels = 1, .chunk_bytes = 64};
+    br_sched_t s;
+    br_step_t st;
+    uint64_t head = 0, tail = 0, copies = 0;
+    int want = func == BR_FUNC_ALLREDUCE ? 2 * n - 1
+               : func == BR_FUNC_ALLGATHER || func == BR_FUNC_REDUCESCATTER ? n : 1;
+
+    br_plan_sched(g, &op, c, r, &s);
+    ck_assert_int_eq(br_sched_nstreams(&s), 1);
+    ck_assert_int_eq(br_sched_nsteps(&s, 0), want);
+    for (int j = 0; j < want; j++) {
+        br_sched_step(&s, 0, j, &st);
+        ck_assert_int_le(st.nrecv, 1);
+        ck_assert_int_le(st.nsend, 1);
+        ck_assert(st.nrecv == 0 || st.recv[0] == ring[(pos + n - 1) % n]);
+        ck_assert(st.nsend == 0 || st.send[0] == ring[(pos + 1) % n]);
+        ck_assert_int_eq(st.after, 0);
+        ck_assert(st.chunk >= 0 && st.chunk < n);
+        /* AllReduce: steps 0..n-1 reduce-scatter every chunk, n-1..2n-2 gather every one. */
+        head |= j < n ? bit(st.chunk) : 0;
+        tail |= j >= want - n ? bit(st.chunk) : 0;
+        copies += (st.prim & (BR_PRIM_COPY | BR_PRIM_LOCAL)) != 0;
+        if ((st.prim & BR_PRIM_POST) && func != BR_FUNC_REDUCE) {
+            ck_assert_int_eq(st.chunk, pos); /* the rank completes its own chunk */
+        }
+    }
+    br_sched_step(&s, 0, 0, &st);
+    int first_recv = st.nrecv;
+    br_sched_step(&s, 0, want - 1, &st);
+    if (func == BR_FUNC_ALLREDUCE || func == BR_FUNC_ALLGATHER || func == BR_FUNC_REDUCESCATTER) {
+        ck_assert_uint_eq(head, all_bits(n));
+        ck_assert_uint_eq(tail, all_bits(n));
+        ck_assert_int_eq(first_recv, 0); /* an iteration starts by sending */
+        ck_assert_int_eq(st.nsend, 0);   /* and ends by receiving */
+        ck_assert_uint_eq(copies, func == BR_FUNC_REDUCESCATTER ? 1 : (uint64_t)n);
+    } else {
+        int rel = (pos - br_graph_ring_pos(g, c)[root] + n) % n;
+        /* Broadcast: the root only sends, its predecessor only receives; Reduce: the root
+         * only receives, its successor only sends. */
+        int src = func == BR_FUNC_BROADCAST ? 0 : 1, sink = func == BR_FUNC_BROADCAST ? n - 1 : 0;
+        ck_assert_int_eq(st.nrecv == 0, rel == src);
+        ck_assert_int_eq(st.nsend == 0, rel == sink);
+        ck_assert_uint_eq(copies, func == BR_FUNC_BROADCAST || r == root);
+    }
+}
+
+/* Does the step name exactly these peers (any order)? */
+static int same_peers(const int32_t *peers, int npeers, const int *want, int nwant)
+{
+    int m = 0;
+    for (int i = 0; i < nwant; i++) {
+        for (int q = 0; want[i] >= 0 && q < npeers; q++) {
+            m += peers[q] == want[i];
+        }
+    }
+    return m == npeers && npeers == nwant;
+}
+
+/* Tree, per rank and channel: AllReduce up and down its links; how many ranks work in each
+ * stream of a Broadcast or Reduce from `root`. */
+static void check_tree_shape(const br_graph_t *g, int c, int root)
+{
+    int n = g->nranks, level = 0, busy[2][2] = {{0, 0}, {0, 0}};
+    br_op_t op = {.func = BR_FUNC_ALLREDUCE, .count = 1000, .type = ncclInt32, .root = root,
+                  .algo = BR_ALGO_TREE, .nchannels = 1, .chunk_bytes = 64};
     br_sched_t s;
     br_step_t st;
 
-    ck_assert_int_eq(br_graph_build(8, hosts, 2, &g), ncclSuccess);
-    memset(&op, 0, sizeof(op));
-    op.count = 100;
-    op.type = ncclFloat32;
-    op.algo = BR_ALGO_RING;
-    static const struct {
-        br_func_t f;
-        int steps;
-    } ring[] = {{BR_FUNC_ALLREDUCE, 15}, {BR_FUNC_ALLGATHER, 8}, {BR_FUNC_REDUCESCATTER, 8},
-                {BR_FUNC_BROADCAST, 1}, {BR_FUNC_REDUCE, 1}};
-    for (size_t i = 0; i < sizeof(ring) / sizeof(ring[0]); i++) {
-        op.func = ring[i].f;
-        br_plan_sched(g, &op, 0, 3, &s);
-        ck_assert_int_eq(br_sched_nstreams(&s), 1);
-        ck_assert_int_eq(br_sched_nsteps(&s, 0), ring[i].steps);
+    for (int x = br_graph_tree(g, c, root)->up; x >= 0; x = br_graph_tree(g, c, x)->up) {
+        level++;
     }
-    /* Ring AllReduce: step 0 sends, step n-1 completes the reduction (post) and step 2n-2
-     * only receives; every receive is from the previous rank, every send to the next. */
-    op.func = BR_FUNC_ALLREDUCE;
-    br_plan_sched(g, &op, 0, 3, &s);
-    br_sched_step(&s, 0, 0, &st);
-    ck_assert_uint_eq(st.prim, BR_PRIM_SEND);
-    ck_assert_int_eq(st.send[0], s.next);
-    br_sched_step(&s, 0, 7, &st);
-    ck_assert(st.prim & BR_PRIM_POST);
-    ck_assert_int_eq(st.chunk, s.pos);
-    br_sched_step(&s, 0, 14, &st);
-    ck_assert_uint_eq(st.prim, BR_PRIM_RECV | BR_PRIM_COPY);
-    ck_assert_int_eq(st.recv[0], s.prev);
-    /* Tree AllReduce at the root (rank 0, one child): up completes, down sends after it. */
-    op.algo = BR_ALGO_TREE;
-    br_plan_sched(g, &op, 0, 0, &s);
-    ck_assert_int_eq(br_sched_nstreams(&s), 2);
-    br_sched_step(&s, 0, 0, &st);
-    ck_assert_uint_eq(st.prim, BR_PRIM_RECV | BR_PRIM_REDUCE | BR_PRIM_COPY | BR_PRIM_POST);
-    ck_assert_int_eq(st.nrecv, 1);
-    br_sched_step(&s, 1, 0, &st);
-    ck_assert_uint_eq(st.prim, BR_PRIM_SEND | BR_PRIM_FROM_OUTPUT);
-    ck_assert_int_eq(st.after, 1);
-    /* A leaf (odd node, tree 0): sends up, receives down. */
-    br_plan_sched(g, &op, 0, 5, &s);
-    br_sched_step(&s, 0, 0, &st);
-    ck_assert_uint_eq(st.prim, BR_PRIM_SEND);
-    ck_assert_int_eq(st.send[0], br_graph_tree(g, 0, 5)->up);
-    br_sched_step(&s, 1, 0, &st);
-    ck_assert_uint_eq(st.prim, BR_PRIM_RECV | BR_PRIM_COPY);
-    /* Broadcast from a leaf: only the path to the tree's root climbs. */
-    op.func = BR_FUNC_BROADCAST;
-    op.root = 5;
-    br_plan_sched(g, &op, 0, 5, &s);
-    ck_assert_int_eq(br_sched_nsteps(&s, 0), 1);
-    ck_assert_int_eq(br_sched_nsteps(&s, 1), 0);
-    br_plan_sched(g, &op, 0, 1, &s); /* off the path: nothing up, receives down */
-    ck_assert_int_eq(br_sched_nsteps(&s, 0), 0);
-    ck_assert_int_eq(br_sched_nsteps(&s, 1), 1);
+    for (int r = 0; r < n; r++) {
+        const br_tree_node_t *t = br_graph_tree(g, c, r);
+        op.func = BR_FUNC_ALLREDUCE;
+        br_plan_sched(g, &op, c, r, &s);
+        ck_assert_int_eq(br_sched_nstreams(&s), 2);
+        ck_assert_int_eq(br_sched_nsteps(&s, 0), 1);
+        ck_assert_int_eq(br_sched_nsteps(&s, 1), 1);
+        br_sched_step(&s, 0, 0, &st);
+        ck_assert(same_peers(st.recv, st.nrecv, t->down, t->ndown));
+        ck_assert(same_peers(st.send, st.nsend, &t->up, t->up >= 0));
+        ck_assert_int_eq((st.prim & BR_PRIM_POST) != 0, t->up < 0);
+        br_sched_step(&s, 1, 0, &st);
+        ck_assert(same_peers(st.recv, st.nrecv, &t->up, t->up >= 0));
+        ck_assert(same_peers(st.send, st.nsend, t->down, t->ndown));
+        ck_assert_int_eq(st.after, t->up < 0); /* the root sends what stream 0 wrote */
+        for (int f = 0; f < 2; f++) {
+            op.func = f == 0 ? BR_FUNC_BROADCAST : BR_FUNC_REDUCE;
+            br_plan_sched(g, &op, c, r, &s);
+            busy[f][0] += br_sched_nsteps(&s, 0) > 0;
+            busy[f][1] += br_sched_nsteps(&s, 1) > 0;
+        }
+    }
+    /* Broadcast climbs from the root to the top (level + 1 ranks, none when the root is the
+     * top); Reduce works up everywhere, then down the path from the top to the root. */
+    ck_assert_int_eq(busy[0][0], level > 0 ? level + 1 : 0);
+    ck_assert_int_eq(busy[1][0], n);
+    ck_assert_int_eq(busy[1][1], level);
+}
+
+START_TEST(test_shapes)
+{
+    int n = rank_counts[_i / NLAYOUTS];
+    uint64_t hosts[MAXR];
+    br_graph_t *g = NULL;
+    static const br_func_t funcs[] = {BR_FUNC_ALLREDUCE, BR_FUNC_ALLGATHER,
+                                      BR_FUNC_REDUCESCATTER, BR_FUNC_BROADCAST, BR_FUNC_REDUCE};
+
+    if (n < 2) {
+        return;
+    }
+    layout_hosts(_i % NLAYOUTS, n, hosts);
+    ck_assert_int_eq(br_graph_build(n, hosts, MAXCH, &g), ncclSuccess);
+    for (int c = 0; c < MAXCH; c++) {
+        int roots[3] = {0, n / 2, n - 1};
+        for (int ri = 0; ri < 3; ri++) {
+            check_tree_shape(g, c, roots[ri]);
+            for (int r = 0; r < n; r++) {
+                for (size_t f = 0; f < sizeof(funcs) / sizeof(funcs[0]); f++) {
+                    check_ring_shape(g, c, r, funcs[f], roots[ri]);
+                }
+            }
+        }
+    }
     br_graph_free(g);
+}
+END_TEST
+
+/* Channel shares: contiguous, covering, cut on 64-unit boundaries. */
+START_TEST(test_channel_range)
+{
+    static const size_t units[] = {0, 1, 63, 64, 65, 127, 1000, 4097, 1 << 20, (1 << 20) + 3};
+    for (size_t u = 0; u < sizeof(units) / sizeof(units[0]); u++) {
+        for (int nch = 1; nch <= BR_MAX_CHANNELS; nch++) {
+            size_t at = 0, lo, hi;
+            for (int c = 0; c < nch; c++) {
+                br_plan_channel_range(units[u], nch, c, &lo, &hi);
+                ck_assert(lo <= hi && hi <= units[u]);
+                ck_assert(lo == at || lo == hi);
+                ck_assert(hi == units[u] || hi % 64 == 0);
+                at = hi > at ? hi : at;
+            }
+            ck_assert_uint_eq(at, units[u]);
+        }
+    }
 }
 END_TEST
 
@@ -620,8 +1301,12 @@ static Suite *plan_suite(void)
     Suite *s = suite_create("plan");
     TCase *tc = tcase_create("schedules");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, test_schedules, 0, NCOUNTS * NLAYOUTS);
-    tcase_add_test(tc, test_shapes);
+    tcase_add_loop_test(tc, test_schedules, 0, NRANKCOUNTS * NLAYOUTS * NCOMBOS);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("shapes");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_shapes, 0, NRANKCOUNTS * NLAYOUTS);
+    tcase_add_test(tc, test_channel_range);
     suite_add_tcase(s, tc);
     return s;
 }
