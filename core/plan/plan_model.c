@@ -20,7 +20,7 @@
 /* Smallest slot a pipelined network ring step is cut into. */
 #define BR_MIN_SLICE ((size_t)64 << 10)
 /* Payload bytes of a Tree slot. */
-#define BR_TREE_CHUNK ((size_t)32 << 10)
+#define BR_TREE_CHUNK ((size_t)32 << 10) /* the smallest */
 /* Below this many bytes per channel a second channel costs more than it brings. */
 #define BR_MIN_CHANNEL_BYTES (256 * 1024)
 
@@ -159,8 +159,9 @@ static double ring_us(const br_plan_t *p, int func, int proto, size_t bytes, int
  *    hosts, every rank with two children) moves half as much again as a ring rank (the
  *    2-rank chain measured 1.4x the ring's time at 64 MiB; NCCL's model halves the
  *    tree's bandwidth for the same reason). Where ranks share cores over the network the
- *    tree measured faster than the ring, 0.8 of its time from 32 KiB to 32 MiB; on
- *    shared memory the two measured alike.
+ *    ratio moved between runs (0.8 to 1.45 of the ring's time from 1 to 64 MiB over
+ *    sockets at 4 and 8 ranks; 1.0 to 1.6 over libfabric's tcp provider): 1.2, so large
+ *    messages go to the ring, as on the GPU. On shared memory the two measured alike.
  */
 static double tree_us(const br_plan_t *p, int func, int proto, size_t bytes, int nch)
 {
@@ -171,7 +172,7 @@ static double tree_us(const br_plan_t *p, int func, int proto, size_t bytes, int
                    p->tree_inter * hop_us(p, BR_HW_NET, a, proto);
     double ways = (func == BR_FUNC_ALLREDUCE ? 2.0 : 1.5) * (net ? p->h.tree_hop : 1.0);
     double traffic = func == BR_FUNC_ALLREDUCE ? 2.0 * (n - 1) / n : 1.0;
-    double fan = pc->share <= 1.0 ? 1.5 : net ? 0.8 : 1.0;
+    double fan = pc->share <= 1.0 ? 1.5 : net ? 1.2 : 1.0;
     return p->k.base_latencies[a][proto] + ways * depth +
            (double)bytes * traffic * fan / link_bw(p, proto, nch);
 }
@@ -228,10 +229,17 @@ size_t br_plan_chunk(const br_plan_t *p, int func, int algo, int proto, size_t b
         return want < slot ? want : slot;
     }
     if (algo == BR_ALGO_TREE) {
-        /* Down a tree every chunk is a hop per level, so chunks pipeline the levels;
-         * 32 KiB measured best (or within noise of it) at 4, 8 and 16 ranks over
-         * sockets, from 64 KiB to 4 MiB (docs/performance.md). */
-        return BR_TREE_CHUNK < slot ? BR_TREE_CHUNK : slot;
+        /* Down a tree every chunk is a hop per level, so chunks pipeline the levels: cut a
+         * channel's share into 8 chunks per level of the deepest path, no smaller than
+         * BR_TREE_CHUNK and no larger than a slot. Small chunks pipeline best where a
+         * message costs little (sockets: 32 KiB to 512 KiB measured alike); large ones pay
+         * each message's fixed cost less often (libfabric's tcp provider: 32 KiB chunks
+         * ran 2x slower than 512 KiB at 16 MiB, docs/performance.md). */
+        size_t depth = (size_t)(p->tree_intra + p->tree_inter);
+        want = share / (8 * (depth > 0 ? depth : 1));
+        want = (want + 63) & ~(size_t)63;
+        want = want > BR_TREE_CHUNK ? want : BR_TREE_CHUNK;
+        return want < slot ? want : slot;
     }
     /* Ring: on rings that cross the network, cut what one step moves into at least
      * `pipeline` slots (of at least BR_MIN_SLICE bytes): a mid-size call that fits one slot
