@@ -20,4 +20,8 @@ void br_api_enter(ncclComm_t comm);
 /* A live communicator, or ncclInvalidArgument with a message naming fn. */
 ncclResult_t br_api_check_comm(ncclComm_t comm, const char *fn);
 
+/* The same, and held for the call (br_comm_unhold when done): a call that may block holds
+ * its comm, so another thread's ncclCommAbort cannot free it underneath. */
+ncclResult_t br_api_hold_comm(ncclComm_t comm, const char *fn);
+
 #endif /* BR_API_H_ */

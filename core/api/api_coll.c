@@ -117,7 +117,11 @@ static ncclResult_t submit(ncclComm_t comm, const call_t *c)
     br_op_t op;
     ncclResult_t res = check_call(comm, c, &op);
     if (res == ncclSuccess) {
-        res = br_group_add_op(comm, &op);
+        res = br_api_hold_comm(comm, c->fn);
+        if (res == ncclSuccess) {
+            res = br_group_add_op(comm, &op);
+            br_comm_unhold(comm);
+        }
     }
     br_group_note_error(res);
     return res;
@@ -245,12 +249,13 @@ static ncclResult_t p2p_pattern(ncclComm_t comm, const call_t *c)
     size_t block;
 
     res = check_call(comm, c, &op);
+    res = res == ncclSuccess ? br_api_hold_comm(comm, c->fn) : res;
     if (res != ncclSuccess) {
         br_group_note_error(res);
         return res;
     }
     block = c->count * br_type_size(c->type);
-    BR_CHECK(br_group_start());
+    br_group_start();
     for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) {
         br_op_t s = op, r = op;
         int sends = c->func == BR_FUNC_ALLTOALL || (c->func == BR_FUNC_SCATTER && comm->rank == c->root) ||
@@ -273,6 +278,7 @@ static ncclResult_t p2p_pattern(ncclComm_t comm, const call_t *c)
         }
     }
     end = br_group_end();
+    br_comm_unhold(comm);
     return res != ncclSuccess ? res : end;
 }
 

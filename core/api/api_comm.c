@@ -31,6 +31,17 @@ ncclResult_t br_api_check_comm(ncclComm_t comm, const char *fn)
     return ncclSuccess;
 }
 
+ncclResult_t br_api_hold_comm(ncclComm_t comm, const char *fn)
+{
+    BR_CHECK(br_api_check_comm(comm, fn));
+    if (br_comm_hold(comm) != ncclSuccess) { /* released by another thread just now */
+        BR_WARN(NCCL_INIT, "%s: %p was destroyed or aborted by another thread (host %s)", fn,
+                (void *)comm, br_host_name());
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
 BR_API(ncclResult_t, ncclGetVersion, (int *version))
 {
     br_api_enter(NULL);
@@ -190,7 +201,10 @@ BR_API(ncclResult_t, ncclCommSplit,
     }
     BR_CHECK(config_import(fn, config, &cfg));
     *newcomm = NULL;
-    return br_group_add_split(comm, color, key, newcomm, config != NULL ? &cfg : NULL);
+    BR_CHECK(br_api_hold_comm(comm, fn));
+    ncclResult_t res = br_group_add_split(comm, color, key, newcomm, config != NULL ? &cfg : NULL);
+    br_comm_unhold(comm);
+    return res;
 }
 
 BR_API(ncclResult_t, ncclCommShrink,
@@ -225,8 +239,7 @@ BR_API(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
         return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
     }
     BR_CHECK(br_api_check_comm(comm, "ncclCommDestroy"));
-    br_comm_free(comm, comm->ec->error == ncclSuccess);
-    return ncclSuccess;
+    return br_comm_release(comm, comm->ec->error == ncclSuccess, "ncclCommDestroy");
 }
 
 BR_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
@@ -236,8 +249,7 @@ BR_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
         return ncclSuccess;
     }
     BR_CHECK(br_api_check_comm(comm, "ncclCommAbort"));
-    br_comm_free(comm, 0);
-    return ncclSuccess;
+    return br_comm_release(comm, 0, "ncclCommAbort");
 }
 
 BR_API(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
@@ -248,7 +260,9 @@ BR_API(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
         BR_WARN(NCCL_INIT, "ncclCommRevoke: revokeFlags must be 0, not %d", revokeFlags);
         return ncclInvalidArgument;
     }
-    /* Host operations never stay in flight after their call returns: nothing to stop. */
+    /* Calls in flight in other threads fail within ~100 ms, later calls at once; the
+     * communicator is then only good for ncclCommDestroy or ncclCommAbort. */
+    br_comm_revoke(comm, "the communicator was revoked (ncclCommRevoke)");
     return ncclSuccess;
 }
 

@@ -63,6 +63,13 @@ ncclResult_t br_bootstrap_recv(br_bootstrap_t *boot, int peer, int tag, void *da
  * about a second in total, never blocks on a dead peer). */
 void br_bootstrap_abort_notify(br_bootstrap_t *boot, const char *reason);
 
+/* From any thread: every wait of this bootstrap, in progress or to come, ends at once
+ * with reason (the communicator was aborted or revoked). */
+void br_bootstrap_cancel(br_bootstrap_t *boot, const char *reason);
+
+/* Was it cancelled? If so returns 1 and fills the reason. */
+int br_bootstrap_cancelled(br_bootstrap_t *boot, char *reason, size_t len);
+
 /* Non-blocking: has another rank sent an abort notification? If so returns 1 and fills
  * the sender's rank and its reason. */
 int br_bootstrap_poll_abort(br_bootstrap_t *boot, int *from_rank_p, char *reason, size_t len);

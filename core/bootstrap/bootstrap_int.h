@@ -152,6 +152,8 @@ struct br_bootstrap {
     int thread_failed;
     int abort_from;
     char abort_reason[BR_BOOT_REASON_LEN];
+    int cancelled; /* br_bootstrap_cancel: every wait ends with cancel_reason */
+    char cancel_reason[BR_BOOT_REASON_LEN];
     /* Set (release) after abort_from/abort_reason are written, so poll_abort may read it
      * without the lock. */
     _Atomic int aborted;

@@ -561,6 +561,10 @@ static ncclResult_t wait_blocked(br_bootstrap_t *boot, int peer, char *why, size
         snprintf(why, len, "rank %d reported a failure: %s", boot->abort_from, boot->abort_reason);
         return ncclRemoteError;
     }
+    if (boot->cancelled) {
+        snprintf(why, len, "%s", boot->cancel_reason);
+        return ncclInvalidUsage;
+    }
     if (boot->peers[peer].in_closed) {
         snprintf(why, len,
                  "it closed its connection (its process exited or it closed the communicator)");
@@ -571,6 +575,32 @@ static ncclResult_t wait_blocked(br_bootstrap_t *boot, int peer, char *why, size
         return ncclInternalError;
     }
     return ncclSuccess;
+}
+
+void br_bootstrap_cancel(br_bootstrap_t *boot, const char *reason)
+{
+    if (boot == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&boot->lock);
+    if (!boot->cancelled) {
+        boot->cancelled = 1;
+        snprintf(boot->cancel_reason, sizeof(boot->cancel_reason), "%s", reason);
+    }
+    pthread_cond_broadcast(&boot->cond);
+    pthread_mutex_unlock(&boot->lock);
+}
+
+int br_bootstrap_cancelled(br_bootstrap_t *boot, char *reason, size_t len)
+{
+    int c;
+    pthread_mutex_lock(&boot->lock);
+    c = boot->cancelled;
+    if (c) {
+        snprintf(reason, len, "%s", boot->cancel_reason);
+    }
+    pthread_mutex_unlock(&boot->lock);
+    return c;
 }
 
 ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag, void *data,
@@ -627,7 +657,7 @@ ncclResult_t br_boot_wait_hello(br_bootstrap_t *boot, int peer, uint64_t deadlin
 
     deadline_to_ts(deadline_ns, &ts);
     pthread_mutex_lock(&boot->lock);
-    while (!boot->peers[peer].in_open && !boot->stop && !boot->thread_failed) {
+    while (!boot->peers[peer].in_open && !boot->stop && !boot->thread_failed && !boot->cancelled) {
         if (pthread_cond_timedwait(&boot->cond, &boot->lock, &ts) == ETIMEDOUT &&
             br_time_ns() >= deadline_ns) {
             res = ncclSystemError;

@@ -9,6 +9,7 @@
 #define BR_COMM_H_
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "exec.h"
@@ -43,6 +44,9 @@ struct ncclComm {
     br_user_op_t user_ops[BR_MAX_USER_OPS];
     pthread_mutex_t lock;       /* user ops */
     int finalized;
+    _Atomic int refs;           /* the registry's one, plus one per thread using the comm */
+    _Atomic int queued;         /* of those, held by calls queued in open groups */
+    int flush;                  /* what the last holder frees it with */
 };
 
 /* Create this rank's communicator (collective over all ranks). */
@@ -64,10 +68,32 @@ ncclResult_t br_comm_channels_setup(ncclComm_t comm);
  * the profiler plugins (comm_tune.c). */
 ncclResult_t br_comm_tune_setup(ncclComm_t comm);
 
-/* Free everything; with flush, pending network sends finish first (bounded). */
+/* Free everything; with flush, pending network sends finish first (bounded). Only for a
+ * communicator no other thread can reach (a failed init); live ones go through
+ * br_comm_release. */
 void br_comm_free(ncclComm_t comm, int flush);
 
 /* Is comm a live communicator of this process? */
 int br_comm_is_live(ncclComm_t comm);
+
+/*
+ * Lifetime across threads. A thread that uses a communicator beyond a quick look holds it:
+ * br_comm_hold (a live comm only) or br_comm_hold_again (already held), then
+ * br_comm_unhold. br_comm_release (ncclCommDestroy, ncclCommAbort) takes it out of the
+ * registry, so no new holder can come, revokes it if another thread is using it (their
+ * blocked calls fail within ~100 ms), waits for them up to a bound, and drops the
+ * registry's reference: whoever drops the last one frees it.
+ */
+ncclResult_t br_comm_hold(ncclComm_t comm);
+void br_comm_hold_again(ncclComm_t comm);
+void br_comm_unhold(ncclComm_t comm);
+/* A hold by a call queued in an open group: release does not wait for it until
+ * br_comm_dequeue (its ncclGroupEnd runs it); then br_comm_unhold. */
+void br_comm_hold_queued(ncclComm_t comm);
+void br_comm_dequeue(ncclComm_t comm);
+/* ncclInvalidArgument if comm is no longer live (another thread released it first). */
+ncclResult_t br_comm_release(ncclComm_t comm, int flush, const char *fn);
+/* Make every call in flight and to come fail with why (ncclCommRevoke, abort). */
+void br_comm_revoke(ncclComm_t comm, const char *why);
 
 #endif /* BR_COMM_H_ */

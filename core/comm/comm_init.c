@@ -43,12 +43,15 @@ static ncclResult_t registry_add(ncclComm_t comm)
     return ncclSuccess;
 }
 
-static void registry_remove(ncclComm_t comm)
+/* Take comm out of the registry; was it there? */
+static int registry_remove(ncclComm_t comm)
 {
+    int found = 0;
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < registry_n; i++) {
         if (registry[i] == comm) {
             registry[i] = registry[--registry_n];
+            found = 1;
             break;
         }
     }
@@ -59,6 +62,7 @@ static void registry_remove(ncclComm_t comm)
         registry_cap = 0;
     }
     pthread_mutex_unlock(&registry_lock);
+    return found;
 }
 
 int br_comm_is_live(ncclComm_t comm)
@@ -80,6 +84,89 @@ int br_comm_is_live(ncclComm_t comm)
         live_gen = gen;
     }
     return live;
+}
+
+ncclResult_t br_comm_hold(ncclComm_t comm)
+{
+    int live = 0;
+    /* Under the lock: a comm found here cannot be freed before the reference is taken. */
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < registry_n && !live; i++) {
+        live = registry[i] == comm;
+    }
+    if (live) {
+        atomic_fetch_add_explicit(&comm->refs, 1, memory_order_acq_rel);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return live ? ncclSuccess : ncclInvalidArgument;
+}
+
+void br_comm_hold_again(ncclComm_t comm)
+{
+    atomic_fetch_add_explicit(&comm->refs, 1, memory_order_acq_rel);
+}
+
+void br_comm_unhold(ncclComm_t comm)
+{
+    if (atomic_fetch_sub_explicit(&comm->refs, 1, memory_order_acq_rel) == 1) {
+        br_comm_free(comm, comm->flush);
+    }
+}
+
+void br_comm_hold_queued(ncclComm_t comm)
+{
+    br_comm_hold_again(comm);
+    atomic_fetch_add_explicit(&comm->queued, 1, memory_order_acq_rel);
+}
+
+void br_comm_dequeue(ncclComm_t comm)
+{
+    atomic_fetch_sub_explicit(&comm->queued, 1, memory_order_acq_rel);
+}
+
+/* Threads inside a call on comm, besides the registry's reference. */
+static int comm_busy(ncclComm_t comm)
+{
+    return atomic_load_explicit(&comm->refs, memory_order_acquire) - 1 -
+           atomic_load_explicit(&comm->queued, memory_order_acquire);
+}
+
+void br_comm_revoke(ncclComm_t comm, const char *why)
+{
+    br_exec_revoke(comm->ec, why);
+    /* Connection setup and splits wait in the bootstrap: end those waits too. */
+    br_bootstrap_cancel(comm->tc->boot, why);
+}
+
+ncclResult_t br_comm_release(ncclComm_t comm, int flush, const char *fn)
+{
+    if (!registry_remove(comm)) {
+        BR_WARN(NCCL_INIT, "%s: %p is not a live communicator (another thread destroyed or "
+                "aborted it first) (host %s)", fn, (void *)comm, br_host_name());
+        return ncclInvalidArgument;
+    }
+    comm->flush = flush;
+    if (atomic_load_explicit(&comm->refs, memory_order_acquire) > 1) {
+        /* Another thread is inside a call on it: stop that call, and do not wait on the
+         * network for a flush it may never see. */
+        char why[160];
+        snprintf(why, sizeof(why), "the communicator was %s (%s) by another thread",
+                 flush ? "destroyed" : "aborted", fn);
+        comm->flush = 0;
+        br_comm_revoke(comm, why);
+        /* Let their calls fail and return, so their resources go now; a thread that holds
+         * the comm in an open group frees it at its ncclGroupEnd instead. */
+        uint64_t until = br_time_ns() + 2000000000ull;
+        while (comm_busy(comm) > 0 && br_time_ns() < until) {
+            usleep(1000);
+        }
+        if (atomic_load_explicit(&comm->refs, memory_order_acquire) > 1) {
+            BR_INFO(NCCL_INIT, "%s: rank %d: another thread still holds the communicator; it "
+                    "is freed when that thread's call or group ends", fn, comm->rank);
+        }
+    }
+    br_comm_unhold(comm);
+    return ncclSuccess;
 }
 
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
@@ -324,6 +411,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     BR_CHECK_GOTO(br_comm_tune_setup(comm), res, fail);
     BR_CHECK_GOTO(br_bootstrap_barrier(tc->boot), res, fail);
     comm->magic = BR_COMM_MAGIC;
+    atomic_store_explicit(&comm->refs, 1, memory_order_release); /* the registry's */
     BR_CHECK_GOTO(registry_add(comm), res, fail);
     BR_INFO(NCCL_INIT,
             "ncclCommInitRank comm %p rank %d nranks %d commId 0x%llx - Init COMPLETE "

@@ -61,7 +61,12 @@ typedef struct br_exec_comm {
     uint64_t symptom_ns;             /* when a local network symptom was first seen */
     ncclResult_t error;              /* sticky: the first failure */
     char error_msg[1024];
+    _Atomic int revoked;             /* set by any thread: every call now fails with ... */
+    char revoked_why[160];           /* ... this (written before revoked is set) */
 } br_exec_comm_t;
+
+/* From any thread: calls in flight on ec fail within ~100 ms, later ones at once. */
+void br_exec_revoke(br_exec_comm_t *ec, const char *why);
 
 /* The send and receive connections of channel c to/from peer (NULL if none). */
 br_conn_t *br_exec_chan_send(const br_exec_comm_t *ec, int c, int peer);

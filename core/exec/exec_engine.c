@@ -291,6 +291,11 @@ static ncclResult_t host_run(br_exec_batch_t *b)
         }
     }
     proxies_active(b, 1);
+    int revoked = br_exec_revoked_check(b);
+    if (revoked) {
+        res = b->queues[revoked - 1].ec->error;
+        goto fail;
+    }
     for (;;) {
         int pending = 0, moved = 0;
         for (int i = 0; i < b->n; i++) {
@@ -332,6 +337,12 @@ static ncclResult_t host_run(br_exec_batch_t *b)
         nap(idle++, spin);
         if ((idle & 63) != 0) {
             continue;
+        }
+        /* Another thread's ncclCommAbort, ncclCommDestroy or ncclCommRevoke. */
+        revoked = br_exec_revoked_check(b);
+        if (revoked) {
+            res = b->queues[revoked - 1].ec->error;
+            goto fail;
         }
         uint64_t now = br_time_ns();
         if (blocked_since == 0) {

@@ -54,9 +54,14 @@ static void describe_wait(const br_exec_queue_t *q, char *buf, size_t len)
     } else if (w->kind == BR_WORK_SEND || w->kind == BR_WORK_RECV) {
         snprintf(where, sizeof(where), ", peer %d", w->op.peer);
     }
+    if (q->wait_what == NULL || q->wait_peer < 0) { /* it has not had to wait yet */
+        snprintf(buf, len, "%s #%llu (count %zu, %s%s)", br_func_name(w->op.func),
+                 (unsigned long long)w->op.seq, w->op.count, br_type_name(w->op.type), where);
+        return;
+    }
     snprintf(buf, len, "%s #%llu (count %zu, %s%s) waiting for %s rank %d",
              br_func_name(w->op.func), (unsigned long long)w->op.seq, w->op.count,
-             br_type_name(w->op.type), where, q->wait_what ? q->wait_what : "", q->wait_peer);
+             br_type_name(w->op.type), where, q->wait_what, q->wait_peer);
 }
 
 /* Has the executor consumed everything the connection delivered? */
@@ -76,6 +81,37 @@ static int symptom_wait(br_exec_comm_t *ec)
         ec->symptom_ns = now;
     }
     return now - ec->symptom_ns < 300000000ull;
+}
+
+void br_exec_revoke(br_exec_comm_t *ec, const char *why)
+{
+    int expected = 0;
+    /* The first revoker's reason stands; it is written before the flag is seen. */
+    if (atomic_load_explicit(&ec->revoked, memory_order_acquire) == 0) {
+        snprintf(ec->revoked_why, sizeof(ec->revoked_why), "%s", why);
+    }
+    atomic_compare_exchange_strong_explicit(&ec->revoked, &expected, 1, memory_order_release,
+                                            memory_order_relaxed);
+}
+
+int br_exec_revoked_check(br_exec_batch_t *b)
+{
+    for (int i = 0; i < b->n; i++) {
+        br_exec_comm_t *ec = b->queues[i].ec;
+        if (atomic_load_explicit(&ec->revoked, memory_order_acquire)) {
+            char what[300] = "a call that had not started";
+            for (int j = 0; j < b->n; j++) {
+                if (b->queues[j].ec == ec && queue_head(&b->queues[j]) != NULL) {
+                    describe_wait(&b->queues[j], what, sizeof(what));
+                    break;
+                }
+            }
+            br_exec_fail(ec, ncclInvalidUsage, "rank %d (host %s): %s while in %s", ec->rank,
+                         br_host_name(), ec->revoked_why, what);
+            return i + 1;
+        }
+    }
+    return 0;
 }
 
 /* The periodic checks of a blocked communicator. Returns nonzero on failure. */

@@ -87,6 +87,8 @@ void br_exec_prof_batch_end(br_exec_batch_t *b);
  * that show mismatched calls, dead peers and connections, the timeout. Returns nonzero on
  * failure (recorded in ec). */
 int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_ns);
+/* A communicator of the batch revoked? Fails it and returns its queue index + 1, else 0. */
+int br_exec_revoked_check(br_exec_batch_t *b);
 /* Log what every blocked queue waits for (BRAID_WAIT_WARN). */
 void br_exec_watchdog_warn(br_exec_batch_t *b, uint64_t blocked_ns);
 

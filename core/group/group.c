@@ -62,7 +62,30 @@ static ncclResult_t push(const gcall_t *c)
         calls_cap = cap;
     }
     calls[ncalls++] = *c;
+    if (c->comm != NULL) {
+        br_comm_hold_queued(c->comm); /* the caller holds it; the queue now does too */
+    }
     return ncclSuccess;
+}
+
+/* The queue is running: its holds now count as a thread inside a call. */
+static void dequeue_all(gcall_t *cs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (cs[i].comm != NULL) {
+            br_comm_dequeue(cs[i].comm);
+        }
+    }
+}
+
+/* Drop the queue's references: the last may free a communicator released meanwhile. */
+static void unhold_all(gcall_t *cs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (cs[i].comm != NULL) {
+            br_comm_unhold(cs[i].comm);
+        }
+    }
 }
 
 /* Run fn(arg[i]) for n items, in threads when there is more than one. */
@@ -309,6 +332,7 @@ ncclResult_t br_group_end(void)
     n = ncalls;
     calls = NULL;
     ncalls = calls_cap = 0;
+    dequeue_all(cs, n);
     if (group_error != ncclSuccess) {
         res = group_error;
         group_error = ncclSuccess;
@@ -316,6 +340,7 @@ ncclResult_t br_group_end(void)
                 "ncclGroupEnd: a call inside the group failed (error %d); the group's "
                 "%d queued calls were not run",
                 (int)res, n);
+        unhold_all(cs, n);
         free(cs);
         return res;
     }
@@ -323,6 +348,7 @@ ncclResult_t br_group_end(void)
     if (res == ncclSuccess) {
         res = run_ops(cs, n);
     }
+    unhold_all(cs, n);
     free(cs);
     return res;
 }

@@ -20,10 +20,12 @@ int br_group_depth(void);
  * and runs nothing of the group, as NCCL does. No effect outside a group. */
 void br_group_note_error(ncclResult_t res);
 
-/* Queue an operation (assigns its sequence number) and, outside a group, run it. */
+/* Queue an operation (assigns its sequence number) and, outside a group, run it. The
+ * caller holds comm (br_comm_hold); a queued call holds it until its group has run. */
 ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op);
 
-/* Communicator creation, deferred to ncclGroupEnd inside a group. */
+/* Communicator creation, deferred to ncclGroupEnd inside a group (a split's caller holds
+ * the parent, as for an operation). */
 ncclResult_t br_group_add_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
                                const ncclConfig_t *config);
 ncclResult_t br_group_add_split(ncclComm_t parent, int color, int key, ncclComm_t *comm_p,

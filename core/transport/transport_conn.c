@@ -138,6 +138,13 @@ static ncclResult_t complete_all(br_transport_comm_t *tc, br_conn_t **conns, int
         if (left == 0) {
             break;
         }
+        char why[256];
+        if (br_bootstrap_cancelled(tc->boot, why, sizeof(why))) {
+            BR_WARN(NCCL_INIT, "rank %d (host %s): connection setup stopped: %s", tc->rank,
+                    br_host_name(), why);
+            free(done);
+            return ncclInvalidUsage;
+        }
         if (br_time_ns() > deadline) {
             for (int i = 0; i < n; i++) {
                 if (!done[i]) {

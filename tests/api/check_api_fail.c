@@ -15,11 +15,15 @@
  *             an error instead of hanging; a rank that makes no call at all: the other
  *             fails after BRAID_TIMEOUT, naming it; a Broadcast root whose buffer is not
  *             readable: the ranks that read it in place fail naming it, and so does it
+ *   abort     another thread aborts, revokes or destroys a communicator that a blocked
+ *             call (AllReduce, Recv) or an open group is using: the call fails within 1 s
  * CTest runs each TCase on its own (CK_RUN_CASE), over shm and over the socket plugin.
  */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -445,6 +449,139 @@ START_TEST(test_silent_peer)
 }
 END_TEST
 
+/*
+ * Another thread ends the communicator while rank 0's first thread is blocked in a call on
+ * it (how PyTorch's watchdog recovers from a hang). Rank 1 never makes the call. Variants:
+ *   0  ncclCommAbort while the AllReduce waits for rank 1
+ *   1  ncclCommAbort while a Recv waits for a Send that never comes
+ *   2  ncclCommRevoke while the AllReduce waits, then ncclCommDestroy
+ *   3  ncclCommAbort while the first thread holds a queued AllReduce in an open group; the
+ *      thread then calls ncclGroupEnd, which fails instead of touching freed memory
+ * The blocked call must return an error naming what happened within 1 s (scaled under
+ * sanitizers), and nothing may crash; ASan checks that nothing is used after its free.
+ */
+#define ABORT_VARIANTS 4
+#define ABORT_LIMIT 1.0 /* seconds from the abort to the blocked call's return */
+
+typedef struct {
+    ncclComm_t comm;
+    int variant;
+    _Atomic int stage; /* 1: about to block, 2: the comm was ended (variant 3) */
+    ncclResult_t res;
+    double t_return;
+    char msg[1024];
+} abort_job_t;
+
+static void *abort_victim(void *arg)
+{
+    abort_job_t *j = arg;
+    float a[256] = {0};
+    ncclResult_t res;
+
+    if (j->variant == 3) {
+        ncclGroupStart();
+        res = ncclAllReduce(a, a, 256, ncclFloat, ncclSum, j->comm, NULL);
+        atomic_store(&j->stage, 1);
+        while (atomic_load(&j->stage) != 2) {
+            brt_sleep_ms(5);
+        }
+        res = res == ncclSuccess ? ncclGroupEnd() : res;
+    } else {
+        atomic_store(&j->stage, 1);
+        res = j->variant == 1 ? ncclRecv(a, 256, ncclFloat, 1, j->comm, NULL)
+                              : ncclAllReduce(a, a, 256, ncclFloat, ncclSum, j->comm, NULL);
+    }
+    j->t_return = brt_now();
+    j->res = res;
+    snprintf(j->msg, sizeof(j->msg), "%s", ncclGetLastError(NULL));
+    return NULL;
+}
+
+static int body_abort_thread(brt_rank_ctx_t *ctx)
+{
+    abort_job_t j;
+    pthread_t th;
+    ncclResult_t res;
+
+    memset(&j, 0, sizeof(j));
+    j.variant = *(const int *)ctx->arg;
+    if (brt_rank_init(ctx, &j.comm) != ncclSuccess) {
+        return 1;
+    }
+    if (ctx->rank == 1) {
+        brt_doing(ctx, "staying silent until rank 0 is done");
+        double until = brt_now() + 30 * brt_time_scale();
+        while (!__atomic_load_n(&ctx->all[0].done, __ATOMIC_ACQUIRE) && brt_now() < until) {
+            brt_sleep_ms(20);
+        }
+        ncclCommAbort(j.comm);
+        return 0;
+    }
+    brt_doing(ctx, "variant %d: a second thread blocks on the communicator", j.variant);
+    if (pthread_create(&th, NULL, abort_victim, &j) != 0) {
+        brt_fail(ctx, "pthread_create failed");
+        __atomic_store_n(&ctx->report->done, 1, __ATOMIC_RELEASE);
+        return 1;
+    }
+    while (atomic_load(&j.stage) < 1) {
+        brt_sleep_ms(5);
+    }
+    brt_sleep_ms(300); /* let it block */
+    brt_doing(ctx, "variant %d: ending the communicator from the main thread", j.variant);
+    double t0 = brt_now();
+    if (j.variant == 2) {
+        res = ncclCommRevoke(j.comm, NCCL_REVOKE_DEFAULT);
+        if (res == ncclSuccess) {
+            /* The revoked call returns on its own; then the comm is destroyed. */
+            double until = t0 + 5 * brt_time_scale();
+            while (j.t_return == 0 && brt_now() < until) {
+                brt_sleep_ms(5);
+            }
+            res = ncclCommDestroy(j.comm);
+        }
+    } else {
+        res = ncclCommAbort(j.comm);
+    }
+    double t_end = brt_now();
+    atomic_store(&j.stage, 2);
+    pthread_join(th, NULL);
+    ctx->report->result = j.res;
+    ctx->report->t_mark = (j.variant == 3 ? t_end : j.t_return) - t0;
+    snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s", j.msg);
+    __atomic_store_n(&ctx->report->done, 1, __ATOMIC_RELEASE); /* rank 1 may go */
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "ending the communicator returned %d: %s", res, ncclGetLastError(NULL));
+        return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_abort_from_thread)
+{
+    static const char *const what[ABORT_VARIANTS] = {
+        "abort during AllReduce", "abort during Recv", "revoke during AllReduce, then destroy",
+        "abort of a comm queued in another thread's open group"};
+    static const char *const says[ABORT_VARIANTS] = {"aborted", "aborted", "revoked", "aborted"};
+    int variant = _i;
+    char out[16384];
+    brt_procs_t p;
+
+    ck_assert_int_eq(brt_procs_start(&p, 2, body_abort_thread, &variant, out, sizeof(out)), 0);
+    int bad = brt_procs_wait(&p, brt_now() + 60 * brt_time_scale(), 0, out, sizeof(out), 1);
+    const brt_report_t *rep = &p.reports[0];
+    fprintf(stderr, "%s: the blocked call returned %d %.3f s after: %s\n", what[variant],
+            rep->result, rep->t_mark, rep->msg);
+    ck_assert_msg(!bad, "%s: %s", what[variant], brt_clip(out, 3000));
+    ck_assert_msg(rep->result != ncclSuccess, "%s: the blocked call succeeded", what[variant]);
+    ck_assert_msg(rep->t_mark < ABORT_LIMIT * brt_time_scale(),
+                  "%s: the blocked call returned %.2f s after the abort (limit %.1f s)",
+                  what[variant], rep->t_mark, ABORT_LIMIT * brt_time_scale());
+    ck_assert_msg(brt_text_has(rep->msg, says[variant]), "%s: the error does not say \"%s\": %s",
+                  what[variant], says[variant], rep->msg);
+    brt_procs_free(&p);
+}
+END_TEST
+
 static Suite *api_fail_suite(void)
 {
     Suite *s = suite_create("api_fail");
@@ -461,6 +598,10 @@ static Suite *api_fail_suite(void)
     tcase_add_loop_test(tc, test_mismatched_calls, 0, 5);
     tcase_add_test(tc, test_unreadable_root_buffer);
     tcase_add_test(tc, test_silent_peer);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("abort");
+    tcase_set_timeout(tc, 90 * brt_time_scale());
+    tcase_add_loop_test(tc, test_abort_from_thread, 0, ABORT_VARIANTS);
     suite_add_tcase(s, tc);
     return s;
 }
