@@ -143,6 +143,10 @@ typedef struct {
     int algo, proto;
     int nchannels;
     size_t chunk_bytes; /* most payload bytes one FIFO slot carries (0 for the arena) */
+    /* Profiler: the mask snapshot of the call's group and its CollApi/P2pApi event (the
+     * parent of its Coll/P2p event; NULL when not profiled). Host side only. */
+    int prof_mask;
+    void *prof_parent;
 } br_op_t;
 
 /* Bytes of the call as NCCL sizes it for tuning: count x type size (per rank). */

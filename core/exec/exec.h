@@ -65,6 +65,20 @@ typedef struct br_exec_comm {
     char revoked_why[160];           /* ... this (written before revoked is set) */
 } br_exec_comm_t;
 
+/*
+ * Profiler events of the API layer, in NCCL's hierarchy: GroupApi (one per communicator
+ * per outermost group, started at its first operation) -> CollApi / P2pApi (started and
+ * stopped inside the call) -> Coll / P2p (started by the executor) -> ... An event is
+ * emitted when its bit or a descendant's is in the mask snapshot taken when the group's
+ * event starts. A NULL handle means not emitted (or dropped by the plugin).
+ */
+int br_exec_prof_mask(const br_exec_comm_t *ec); /* the snapshot to take; 0 without plugin */
+void *br_exec_prof_group_start(br_exec_comm_t *ec, int mask, int depth);
+void br_exec_prof_group_end_api(br_exec_comm_t *ec, void *group); /* GroupEndApiStart */
+void br_exec_prof_group_stop(br_exec_comm_t *ec, void *group);
+/* Start and stop op's CollApi or P2pApi event under group; sets op->prof_parent. */
+void br_exec_prof_api(br_exec_comm_t *ec, void *group, br_op_t *op);
+
 /* From any thread: calls in flight on ec fail within ~100 ms, later ones at once. */
 void br_exec_revoke(br_exec_comm_t *ec, const char *why);
 

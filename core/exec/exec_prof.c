@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Profiler events of the host executor: a GroupApi event per communicator and batch, and
- * a Coll or P2p event per operation that stops when the operation's last work item
- * finishes (or when the batch ends, after a failure too). Coll events name the algorithm
- * and protocol plan chose. Called by the thread that runs the batch.
+ * Profiler events in NCCL's hierarchy. The group layer starts a GroupApi event per
+ * communicator and outermost group and a CollApi or P2pApi event per call (exec.h); the
+ * executor starts a Coll or P2p event per operation, whose parent is the call's API event,
+ * and stops it when the operation's last work item finishes (or when the batch ends, after
+ * a failure too). Coll events name the algorithm and protocol plan chose.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -36,9 +37,95 @@ static const char *prof_proto_name(int proto)
     return proto >= 0 && proto < BR_NUM_PROTOS ? names[proto] : "UNDEF";
 }
 
-static int prof_wants(const br_exec_comm_t *ec, uint64_t bits)
+/* Event bits below each kind of event (itself included): an event is emitted when one of
+ * them is in the mask. */
+#define PROF_BELOW_COLL                                                                           \
+    (ncclProfileColl | ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileKernelCh |         \
+     ncclProfileNetPlugin)
+#define PROF_BELOW_P2P                                                                            \
+    (ncclProfileP2p | ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileKernelCh |          \
+     ncclProfileNetPlugin)
+#define PROF_BELOW_COLLAPI (ncclProfileCollApi | PROF_BELOW_COLL)
+#define PROF_BELOW_P2PAPI (ncclProfileP2pApi | PROF_BELOW_P2P)
+#define PROF_BELOW_GROUPAPI                                                                       \
+    (ncclProfileGroupApi | ncclProfileKernelLaunch | PROF_BELOW_COLLAPI | PROF_BELOW_P2PAPI)
+
+int br_exec_prof_mask(const br_exec_comm_t *ec)
 {
-    return ec->prof != NULL && (br_plugin_profiler_mask() & bits) != 0;
+    return ec->prof != NULL ? br_plugin_profiler_mask() : 0;
+}
+
+static int is_p2p(const br_op_t *op)
+{
+    return op->func == BR_FUNC_SEND || op->func == BR_FUNC_RECV;
+}
+
+void *br_exec_prof_group_start(br_exec_comm_t *ec, int mask, int depth)
+{
+    ncclProfilerEventDescr_v6_t d;
+    void *h = NULL;
+
+    if (ec->prof == NULL || (mask & PROF_BELOW_GROUPAPI) == 0) {
+        return NULL;
+    }
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileGroupApi;
+    d.rank = ec->rank;
+    d.groupApi.groupDepth = depth;
+    if (br_plugin_profiler_start_event(ec->prof, &d, &h) != ncclSuccess || h == NULL) {
+        return NULL;
+    }
+    (void)br_plugin_profiler_record_event_state(ec->prof, h, ncclProfilerGroupStartApiStop, NULL);
+    return h;
+}
+
+void br_exec_prof_group_end_api(br_exec_comm_t *ec, void *group)
+{
+    if (group != NULL) {
+        (void)br_plugin_profiler_record_event_state(ec->prof, group, ncclProfilerGroupEndApiStart,
+                                                    NULL);
+    }
+}
+
+void br_exec_prof_group_stop(br_exec_comm_t *ec, void *group)
+{
+    if (group != NULL) {
+        (void)br_plugin_profiler_stop_event(ec->prof, group);
+    }
+}
+
+void br_exec_prof_api(br_exec_comm_t *ec, void *group, br_op_t *op)
+{
+    ncclProfilerEventDescr_v6_t d;
+    void *h = NULL;
+    int p2p = is_p2p(op);
+
+    op->prof_parent = NULL;
+    if (ec->prof == NULL || (op->prof_mask & (p2p ? PROF_BELOW_P2PAPI : PROF_BELOW_COLLAPI)) == 0) {
+        return;
+    }
+    memset(&d, 0, sizeof(d));
+    d.parentObj = group;
+    d.rank = ec->rank;
+    if (p2p) {
+        d.type = ncclProfileP2pApi;
+        d.p2pApi.func = br_func_name(op->func);
+        d.p2pApi.count = op->count;
+        d.p2pApi.datatype = prof_type_name(op->type);
+    } else {
+        d.type = ncclProfileCollApi;
+        d.collApi.func = br_func_name(op->func);
+        d.collApi.count = op->count;
+        d.collApi.datatype = prof_type_name(op->type);
+        d.collApi.root = op->root;
+    }
+    if (br_plugin_profiler_start_event(ec->prof, &d, &h) != ncclSuccess || h == NULL) {
+        return;
+    }
+    /* As NCCL: the API event stops before the call returns; the Coll or P2p event that the
+     * executor starts later names it as its parent. */
+    (void)br_plugin_profiler_stop_event(ec->prof, h);
+    op->prof_parent = h;
 }
 
 static ncclResult_t event_push(br_exec_batch_t *b, br_exec_comm_t *ec, void *handle, int remaining,
@@ -61,44 +148,19 @@ static ncclResult_t event_push(br_exec_batch_t *b, br_exec_comm_t *ec, void *han
     return ncclSuccess;
 }
 
-/* The GroupApi event of this comm in this batch (remaining -1 marks group events). */
-static void *prof_group(br_exec_batch_t *b, br_exec_comm_t *ec)
-{
-    ncclProfilerEventDescr_v6_t d;
-    void *h = NULL;
-    int idx;
-
-    for (int i = 0; i < b->nevents; i++) {
-        if (b->events[i].ec == ec && b->events[i].remaining == -1) {
-            return b->events[i].handle;
-        }
-    }
-    memset(&d, 0, sizeof(d));
-    d.type = ncclProfileGroupApi;
-    d.rank = ec->rank;
-    d.groupApi.groupDepth = 1;
-    if (br_plugin_profiler_start_event(ec->prof, &d, &h) != ncclSuccess ||
-        event_push(b, ec, h, -1, &idx) != ncclSuccess) {
-        return NULL;
-    }
-    (void)br_plugin_profiler_record_event_state(ec->prof, h, ncclProfilerGroupStartApiStop, NULL);
-    (void)br_plugin_profiler_record_event_state(ec->prof, h, ncclProfilerGroupEndApiStart, NULL);
-    return h;
-}
-
 /* Start the Coll or P2p event of op; returns its index, or -1 when not profiled. */
 int br_exec_prof_op_start(br_exec_batch_t *b, br_exec_comm_t *ec, const br_op_t *op)
 {
     ncclProfilerEventDescr_v6_t d;
     void *h = NULL;
     int idx;
-    int p2p = op->func == BR_FUNC_SEND || op->func == BR_FUNC_RECV;
+    int p2p = is_p2p(op);
 
-    if (!prof_wants(ec, ncclProfileColl | ncclProfileP2p | ncclProfileGroupApi)) {
+    if (ec->prof == NULL || (op->prof_mask & (p2p ? PROF_BELOW_P2P : PROF_BELOW_COLL)) == 0) {
         return -1;
     }
     memset(&d, 0, sizeof(d));
-    d.parentObj = prof_group(b, ec);
+    d.parentObj = op->prof_parent;
     d.rank = ec->rank;
     if (p2p) {
         d.type = ncclProfileP2p;
@@ -143,16 +205,14 @@ void br_exec_prof_op_done(br_exec_batch_t *b, int idx, int finished)
     }
 }
 
-/* End of a batch: every event still open stops (after a failure too), groups last. */
+/* End of a batch: every event still open stops (after a failure too). */
 void br_exec_prof_batch_end(br_exec_batch_t *b)
 {
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < b->nevents; i++) {
-            br_exec_event_t *e = &b->events[i];
-            if (e->handle != NULL && (e->remaining == -1) == (pass == 1)) {
-                (void)br_plugin_profiler_stop_event(e->ec->prof, e->handle);
-                e->handle = NULL;
-            }
+    for (int i = 0; i < b->nevents; i++) {
+        br_exec_event_t *e = &b->events[i];
+        if (e->handle != NULL) {
+            (void)br_plugin_profiler_stop_event(e->ec->prof, e->handle);
+            e->handle = NULL;
         }
     }
 }

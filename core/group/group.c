@@ -31,6 +31,18 @@ static _Thread_local ncclResult_t group_error;
 static _Thread_local gcall_t *calls;
 static _Thread_local int ncalls, calls_cap;
 
+/* The profiler's GroupApi event of each communicator the open group has operations of,
+ * with the event mask snapshot taken when it started. */
+typedef struct {
+    ncclComm_t comm;
+    void *handle;
+    int mask;
+} gprof_t;
+static _Thread_local gprof_t *gprofs;
+static _Thread_local int ngprofs, gprofs_cap;
+static void group_prof_end_api(void);
+static void group_prof_stop(void);
+
 int br_group_depth(void)
 {
     return depth;
@@ -340,17 +352,63 @@ ncclResult_t br_group_end(void)
                 "ncclGroupEnd: a call inside the group failed (error %d); the group's "
                 "%d queued calls were not run",
                 (int)res, n);
+        group_prof_end_api();
+        group_prof_stop();
         unhold_all(cs, n);
         free(cs);
         return res;
     }
+    group_prof_end_api();
     res = run_creations(cs, n);
     if (res == ncclSuccess) {
         res = run_ops(cs, n);
     }
+    group_prof_stop();
     unhold_all(cs, n);
     free(cs);
     return res;
+}
+
+/* The open group's GroupApi event for comm, started on its first operation. */
+static const gprof_t *group_prof(ncclComm_t comm)
+{
+    for (int i = 0; i < ngprofs; i++) {
+        if (gprofs[i].comm == comm) {
+            return &gprofs[i];
+        }
+    }
+    if (ngprofs == gprofs_cap) {
+        int cap = gprofs_cap ? 2 * gprofs_cap : 8;
+        gprof_t *g = realloc(gprofs, (size_t)cap * sizeof(*g));
+        if (g == NULL) {
+            return NULL; /* not profiled, nothing else lost */
+        }
+        gprofs = g;
+        gprofs_cap = cap;
+    }
+    gprof_t *g = &gprofs[ngprofs++];
+    g->comm = comm;
+    g->mask = br_exec_prof_mask(comm->ec);
+    /* A stand-alone call is an implicit group of depth 1; inside ncclGroupStart, 2 and up. */
+    g->handle = br_exec_prof_group_start(comm->ec, g->mask, depth + 1);
+    return g;
+}
+
+/* The outermost ncclGroupEnd begins (GroupEndApiStart), or it ended (stop). Each group
+ * event's comm is still held by the calls of the group. */
+static void group_prof_end_api(void)
+{
+    for (int i = 0; i < ngprofs; i++) {
+        br_exec_prof_group_end_api(gprofs[i].comm->ec, gprofs[i].handle);
+    }
+}
+
+static void group_prof_stop(void)
+{
+    for (int i = 0; i < ngprofs; i++) {
+        br_exec_prof_group_stop(gprofs[i].comm->ec, gprofs[i].handle);
+    }
+    ngprofs = 0;
 }
 
 ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
@@ -366,9 +424,20 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
         BR_CHECK(br_plan_choose(comm->plan, op));
         op->seq = ec->coll_seq++;
     }
+    if (ec->prof != NULL) {
+        const gprof_t *g = group_prof(comm);
+        op->prof_mask = g != NULL ? g->mask : 0;
+        br_exec_prof_api(ec, g != NULL ? g->handle : NULL, op);
+    }
     if (depth == 0 && op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) {
         /* A lone collective: no group bookkeeping, no allocation. */
-        return br_exec_run_solo(ec, op);
+        if (ngprofs == 0) {
+            return br_exec_run_solo(ec, op);
+        }
+        group_prof_end_api();
+        ncclResult_t res = br_exec_run_solo(ec, op);
+        group_prof_stop();
+        return res;
     }
     memset(&c, 0, sizeof(c));
     c.kind = G_OP;

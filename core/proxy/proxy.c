@@ -72,7 +72,9 @@ static void step_start(br_proxy_t *proxy, br_net_conn_t *nc, int slot, size_t by
     ncclProfilerEventStateArgs_v6_t args;
 
     nc->ev[slot] = NULL;
-    if (proxy->prof == NULL || (br_plugin_profiler_mask() & ncclProfileProxyStep) == 0) {
+    /* Emitted for its own bit and for its child's (NetPlugin), as NCCL does. */
+    if (proxy->prof == NULL ||
+        (br_plugin_profiler_mask() & (ncclProfileProxyStep | ncclProfileNetPlugin)) == 0) {
         return;
     }
     memset(&d, 0, sizeof(d));
