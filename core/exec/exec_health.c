@@ -211,8 +211,16 @@ void br_exec_watchdog_warn(br_exec_batch_t *b, uint64_t blocked_ns)
     for (int i = 0; i < b->n; i++) {
         if (queue_head(&b->queues[i]) != NULL) {
             describe_wait(&b->queues[i], what, sizeof(what));
-            BR_WARN(NCCL_COLL, "rank %d: no progress for %llu s: %s", b->queues[i].ec->rank,
-                    (unsigned long long)(blocked_ns / 1000000000ull), what);
+            if (br_log_enabled(NCCL_LOG_WARN, NCCL_COLL)) {
+                BR_WARN(NCCL_COLL, "rank %d: no progress for %llu s: %s", b->queues[i].ec->rank,
+                        (unsigned long long)(blocked_ns / 1000000000ull), what);
+            } else {
+                /* A hang explains itself even with NCCL_DEBUG unset: one line, no more
+                 * often than BRAID_WAIT_WARN. */
+                fprintf(stderr, "braid: rank %d (host %s): no progress for %llu s in %s "
+                        "(BRAID_WAIT_WARN)\n", b->queues[i].ec->rank, br_host_name(),
+                        (unsigned long long)(blocked_ns / 1000000000ull), what);
+            }
         }
     }
 }

@@ -13,7 +13,9 @@
  *   mismatch  ranks make different calls (count, collective, datatype, and sizes that
  *             take different paths on one host): with BRAID_TIMEOUT=5 every rank returns
  *             an error instead of hanging; a rank that makes no call at all: the other
- *             fails after BRAID_TIMEOUT, naming it; a Broadcast root whose buffer is not
+ *             fails after BRAID_TIMEOUT, naming it (and with BRAID_WAIT_WARN below it and
+ *             NCCL_DEBUG unset, first prints a line on its own naming it); a Broadcast root
+ *             whose buffer is not
  *             readable: the ranks that read it in place fail naming it, and so does it
  *   abort     another thread aborts, revokes or destroys a communicator that a blocked
  *             call (AllReduce, Recv) or an open group is using: the call fails within 1 s
@@ -411,11 +413,27 @@ static int body_silent_peer(brt_rank_ctx_t *ctx)
         return 0;
     }
     double t0 = brt_now();
+    /* What the wait prints on its own (BRAID_WAIT_WARN, NCCL_DEBUG unset) goes to a file. */
+    char path[] = "/tmp/braid-wait-warn-XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    if (fd >= 0 && saved >= 0) {
+        fflush(stderr);
+        dup2(fd, 2);
+    }
     brt_doing(ctx, "AllReduce that rank 1 never joins");
     res = ncclAllReduce(a, a, 1024, ncclFloat, ncclSum, comm, NULL);
     ctx->report->t_mark = brt_now() - t0;
     ctx->report->result = res;
     snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s", ncclGetLastError(comm));
+    if (fd >= 0 && saved >= 0) {
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        ssize_t n = pread(fd, ctx->report->doing, sizeof(ctx->report->doing) - 1, 0);
+        ctx->report->doing[n > 0 ? n : 0] = '\0';
+        close(fd);
+        unlink(path);
+    }
     __atomic_store_n(&ctx->report->done, 1, __ATOMIC_RELEASE);
     ncclCommAbort(comm);
     return 0;
@@ -445,6 +463,15 @@ START_TEST(test_silent_peer)
                   "rank 0 gave up after %.1f s, before BRAID_TIMEOUT=%g", rep->t_mark, timeout);
     ck_assert_msg(brt_text_names_rank(rep->msg, 1), "the timeout does not name rank 1: \"%s\"",
                   rep->msg);
+    /* With BRAID_WAIT_WARN below the timeout and NCCL_DEBUG unset, the wait said so itself. */
+    const char *ww = getenv("BRAID_WAIT_WARN"), *dbg = getenv("NCCL_DEBUG");
+    if (ww != NULL && atof(ww) > 0 && atof(ww) < timeout && (dbg == NULL || dbg[0] == '\0')) {
+        fprintf(stderr, "silent peer: rank 0 printed: %s\n", rep->doing);
+        ck_assert_msg(brt_text_has(rep->doing, "no progress for") &&
+                          brt_text_names_rank(rep->doing, 1),
+                      "with BRAID_WAIT_WARN=%s and NCCL_DEBUG unset, rank 0's wait printed no "
+                      "line naming rank 1: \"%s\"", ww, rep->doing);
+    }
     brt_procs_free(&p);
 }
 END_TEST
