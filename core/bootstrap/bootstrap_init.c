@@ -7,6 +7,7 @@
  * runs the ring in both directions at once (n/2 steps). Collectives are called by one
  * thread per rank; their messages are tagged with a per-bootstrap sequence number.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,9 +90,21 @@ static ncclResult_t root_exchange(br_bootstrap_t *boot, const br_boot_handle_t *
     c.pid = (int32_t)getpid();
     c.addr = boot->listen_addr;
     snprintf(c.host, sizeof(c.host), "%s", br_host_name());
-    res = br_socket_connect(&h->root, deadline, &fd);
+    /* A unique id's root listens from ncclGetUniqueId on, so refusals mean its process is
+     * gone: give up after BR_BOOT_REFUSED_NS. NCCL_COMM_ID's rank 0 may simply start late. */
+    res = br_socket_connect_up(&h->root, deadline,
+                               (h->flags & BR_BOOT_FLAG_COMM_ID) ? 0 : BR_BOOT_REFUSED_NS, &fd);
     if (res == ncclSuccess) {
         res = br_socket_send_all(fd, &c, sizeof(c), deadline);
+    }
+    if (res != ncclSuccess && errno == ECONNREFUSED && !(h->flags & BR_BOOT_FLAG_COMM_ID)) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d: the root at %s refused every connection for %d s: the "
+                "process that called ncclGetUniqueId for this id is gone (or the id is not "
+                "this job's)",
+                boot->rank, root, (int)(BR_BOOT_REFUSED_NS / 1000000000ull));
+        res = ncclSystemError;
+        goto out;
     }
     if (res != ncclSuccess) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,

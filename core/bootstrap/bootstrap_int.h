@@ -31,6 +31,8 @@
 #define BR_BOOT_MAX_MSG (1ull << 30)
 /* Extra time a rank gives the root beyond the root's own deadline, for its answer. */
 #define BR_BOOT_ANSWER_GRACE_NS (2ull * 1000000000ull)
+/* A unique id's root refusing connections this long in a row is gone. */
+#define BR_BOOT_REFUSED_NS (2ull * 1000000000ull)
 
 /* The front of the 128-byte ncclUniqueId; the remaining bytes are zero. */
 typedef struct {

@@ -550,11 +550,12 @@ static int connect_retryable(int err)
            err == ENETUNREACH || err == EAGAIN || err == ETIMEDOUT;
 }
 
-/* Connect, retrying refusals and timeouts with growing pauses when retry is set. */
+/* Connect, retrying refusals and timeouts with growing pauses when retry is set; with
+ * refused_ns, refusals in a row for that long end it early. */
 static ncclResult_t connect_impl(const br_socket_addr_t *remote, uint64_t deadline_ns, int retry,
-                                 int *fd_p)
+                                 uint64_t refused_ns, int *fd_p)
 {
-    uint64_t pause_ms = 5;
+    uint64_t pause_ms = 5, refused_since = 0;
 
     for (;;) {
         int fd, err;
@@ -571,9 +572,11 @@ static ncclResult_t connect_impl(const br_socket_addr_t *remote, uint64_t deadli
             return ncclSuccess;
         }
         close(fd);
+        uint64_t now = br_time_ns();
+        refused_since = err != ECONNREFUSED ? 0 : refused_since != 0 ? refused_since : now;
         /* Refused: the listener is not up yet. Retry while the deadline allows. */
-        if (!retry || !connect_retryable(err) ||
-            br_time_ns() + pause_ms * 1000000ull >= deadline_ns) {
+        if (!retry || !connect_retryable(err) || now + pause_ms * 1000000ull >= deadline_ns ||
+            (refused_ns > 0 && refused_since != 0 && now - refused_since >= refused_ns)) {
             errno = err;
             return ncclRemoteError;
         }
@@ -584,12 +587,18 @@ static ncclResult_t connect_impl(const br_socket_addr_t *remote, uint64_t deadli
 
 ncclResult_t br_socket_connect(const br_socket_addr_t *remote, uint64_t deadline_ns, int *fd_p)
 {
-    return connect_impl(remote, deadline_ns, 1, fd_p);
+    return connect_impl(remote, deadline_ns, 1, 0, fd_p);
+}
+
+ncclResult_t br_socket_connect_up(const br_socket_addr_t *remote, uint64_t deadline_ns,
+                                  uint64_t refused_ns, int *fd_p)
+{
+    return connect_impl(remote, deadline_ns, 1, refused_ns, fd_p);
 }
 
 ncclResult_t br_socket_connect_once(const br_socket_addr_t *remote, uint64_t deadline_ns, int *fd_p)
 {
-    return connect_impl(remote, deadline_ns, 0, fd_p);
+    return connect_impl(remote, deadline_ns, 0, 0, fd_p);
 }
 
 ncclResult_t br_socket_accept(int listen_fd, uint64_t deadline_ns, int *fd_p,

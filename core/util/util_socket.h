@@ -73,6 +73,10 @@ ncclResult_t br_socket_listen(const br_socket_addr_t *addr, int *fd_p, br_socket
 /* Connect to remote, retrying refused or unreachable attempts (a listener that is not up
  * yet) with growing pauses until deadline_ns. The socket is non-blocking with TCP_NODELAY. */
 ncclResult_t br_socket_connect(const br_socket_addr_t *remote, uint64_t deadline_ns, int *fd_p);
+/* The same for a listener that should be up already: refusals in a row for refused_ns
+ * mean its owner is gone (errno ECONNREFUSED), whatever deadline_ns allows. */
+ncclResult_t br_socket_connect_up(const br_socket_addr_t *remote, uint64_t deadline_ns,
+                                  uint64_t refused_ns, int *fd_p);
 /* One connect attempt, bounded by deadline_ns: for a listener known to be up, where a
  * refusal means its owner is gone. */
 ncclResult_t br_socket_connect_once(const br_socket_addr_t *remote, uint64_t deadline_ns,

@@ -358,7 +358,8 @@ static int body_make_id_and_exit(brt_rank_ctx_t *ctx)
     return 0;
 }
 
-/* An id whose root (the process that made it) is gone: init fails, in bounded time. */
+/* An id whose root (the process that made it) is gone: init fails within a few seconds
+ * (refusals for 2 s in a row), not after BRAID_BOOTSTRAP_TIMEOUT, and says so. */
 START_TEST(test_stale_unique_id)
 {
     brt_procs_t p;
@@ -373,6 +374,9 @@ START_TEST(test_stale_unique_id)
     ck_assert_msg(res != ncclSuccess, "init with the id of an exited root succeeded");
     fprintf(stderr, "stale unique id: ncclCommInitRank returned %d after %.1f s: %s\n", (int)res,
             secs, msg);
+    ck_assert_msg(secs < 6.0, "init with the id of an exited root took %.1f s to fail", secs);
+    ck_assert_msg(brt_text_has(msg, "refused"), "the error does not say the root refused: %s",
+                  msg);
 }
 END_TEST
 
