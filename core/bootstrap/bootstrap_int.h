@@ -31,6 +31,10 @@
 #define BR_BOOT_MAX_MSG (1ull << 30)
 /* Extra time a rank gives the root beyond the root's own deadline, for its answer. */
 #define BR_BOOT_ANSWER_GRACE_NS (2ull * 1000000000ull)
+/* The secret of an NCCL_COMM_ID handle: from the address and the job's identity ("NAME=value"
+ * of BRAID_COMM_SECRET or the launcher's job id; NULL when there is none). */
+uint64_t br_boot_comm_id_secret(const char *comm_id, const char *job);
+
 /* A unique id's root refusing connections this long in a row is gone. */
 #define BR_BOOT_REFUSED_NS (2ull * 1000000000ull)
 

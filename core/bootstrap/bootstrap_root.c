@@ -154,21 +154,64 @@ ncclResult_t br_bootstrap_new_unique_id(ncclUniqueId *id)
     return ncclSuccess;
 }
 
+uint64_t br_boot_comm_id_secret(const char *comm_id, const char *job)
+{
+    uint64_t s = br_hash_bytes(comm_id, strlen(comm_id), BR_BOOT_ID_MAGIC);
+    if (job != NULL) {
+        s = br_hash_bytes(job, strlen(job), s);
+    }
+    return s | 1; /* never 0 */
+}
+
+/* What tells this job from another on the same NCCL_COMM_ID: BRAID_COMM_SECRET, else the
+ * launcher's job id ("NAME=value" in buf), else NULL. */
+static const char *job_identity(char *buf, size_t len)
+{
+    static const char *const launchers[] = {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID",
+                                            "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"};
+    const char *secret = BR_PARAM_STR(COMM_SECRET);
+
+    if (secret != NULL && secret[0] != '\0') {
+        snprintf(buf, len, "BRAID_COMM_SECRET=%s", secret);
+        return buf;
+    }
+    for (size_t i = 0; i < sizeof(launchers) / sizeof(launchers[0]); i++) {
+        const char *v = getenv(launchers[i]); /* the launcher's, not a Braid parameter */
+        /* torchrun's default run id is "none", shared by every run: no identity. */
+        if (v != NULL && v[0] != '\0' && strcmp(v, "none") != 0) {
+            snprintf(buf, len, "%s=%s", launchers[i], v);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
 ncclResult_t br_bootstrap_get_unique_id(ncclUniqueId *id)
 {
-    const char *comm_id = BR_PARAM_STR(COMM_ID);
+    const char *comm_id = BR_PARAM_STR(COMM_ID), *job;
     br_boot_handle_t h;
+    char ident[256];
 
     if (comm_id == NULL) {
         return br_bootstrap_new_unique_id(id);
     }
-    /* Every process derives the same id from the same text; rank 0 hosts the root. */
+    /* Every process of a job derives the same id from the same text and job identity;
+     * rank 0 hosts the root, which refuses ranks whose secret differs. */
     memset(&h, 0, sizeof(h));
     h.magic = BR_BOOT_ID_MAGIC;
     BR_CHECK(br_socket_addr_parse(comm_id, &h.root));
-    h.secret = br_hash_bytes(comm_id, strlen(comm_id), BR_BOOT_ID_MAGIC) | 1;
+    job = job_identity(ident, sizeof(ident));
+    h.secret = br_boot_comm_id_secret(comm_id, job);
     h.flags = BR_BOOT_FLAG_COMM_ID;
-    BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "unique id from NCCL_COMM_ID %s", comm_id);
+    if (job != NULL) {
+        /* The value is the secret: log only where it came from. */
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "unique id from NCCL_COMM_ID %s and the job identity "
+                "in %.*s", comm_id, (int)strcspn(job, "="), job);
+    } else {
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "unique id from NCCL_COMM_ID %s, no job identity "
+                "(BRAID_COMM_SECRET or a launcher's job id): another job on the same address "
+                "could join this one", comm_id);
+    }
     memset(id, 0, sizeof(*id));
     memcpy(id->internal, &h, sizeof(h));
     return ncclSuccess;
@@ -359,7 +402,7 @@ static int root_pending_read(root_t *rt, root_pending_t *p)
 {
     char text[BR_SOCKET_ADDR_STRLEN];
     size_t got = 0;
-    ncclResult_t res;
+    ncclResult_t res = ncclSuccess;
 
     while (p->got < sizeof(p->in)) {
         res = br_socket_recv_some(p->fd, (char *)&p->in + p->got, sizeof(p->in) - p->got, &got);
@@ -369,6 +412,28 @@ static int root_pending_read(root_t *rt, root_pending_t *p)
         p->got += got;
     }
     br_socket_addr_str(&p->from, text, sizeof(text));
+    /* A whole check-in of this protocol with another secret: a Braid rank of another job.
+     * (A rank sends its check-in in one write; read all of it before replying, since
+     * closing on unread bytes would reset the reply.) Anything else is dropped below. */
+    if (p->got == sizeof(p->in) && p->in.secret != rt->secret && p->in.proto == BR_BOOT_PROTO) {
+        /* Tell the rank why, under its own secret (all a refusal can prove), then drop it. */
+        br_boot_answer_t ans;
+        memset(&ans, 0, sizeof(ans));
+        ans.secret = p->in.secret;
+        ans.res = ncclInvalidUsage;
+        snprintf(ans.msg, sizeof(ans.msg),
+                 "bootstrap: the root at %s belongs to another job or communicator (its secret "
+                 "differs): do two jobs share one NCCL_COMM_ID? Give each job its own address, "
+                 "and every rank of one job the same BRAID_COMM_SECRET or launcher job id",
+                 rt->addr_text);
+        (void)br_socket_send_all(p->fd, &ans, sizeof(ans), br_time_ns() + 1000000000ull);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: root at %s refused a connection from %s with another secret "
+                "(another job on the same NCCL_COMM_ID, or a stale unique id)",
+                rt->addr_text, text);
+        br_socket_close(&p->fd);
+        return 1;
+    }
     if ((res != ncclSuccess && p->got < sizeof(p->in.secret)) ||
         (p->got >= sizeof(p->in.secret) && p->in.secret != rt->secret)) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,

@@ -163,6 +163,35 @@ START_TEST(test_root_absent)
 }
 END_TEST
 
+/* A rank of another job (another secret) reaches this job's root: it is refused at once
+ * with a reason, and the secret of an NCCL_COMM_ID id depends on the job's identity. */
+START_TEST(test_other_job)
+{
+    ncclUniqueId id;
+    br_boot_handle_t h;
+    bt_rank_job_t job;
+
+    ck_assert_uint_ne(br_boot_comm_id_secret("127.0.0.1:5000", "SLURM_JOB_ID=1"),
+                      br_boot_comm_id_secret("127.0.0.1:5000", "SLURM_JOB_ID=2"));
+    ck_assert_uint_eq(br_boot_comm_id_secret("127.0.0.1:5000", "BRAID_COMM_SECRET=x"),
+                      br_boot_comm_id_secret("127.0.0.1:5000", "BRAID_COMM_SECRET=x"));
+    ck_assert_uint_ne(br_boot_comm_id_secret("127.0.0.1:5000", NULL),
+                      br_boot_comm_id_secret("127.0.0.1:5000", "BRAID_COMM_SECRET=x"));
+
+    ck_assert_int_eq(br_bootstrap_get_unique_id(&id), ncclSuccess);
+    memcpy(&h, id.internal, sizeof(h));
+    h.secret ^= 0x2; /* another job's */
+    memset(&job, 0, sizeof(job));
+    memcpy(job.id.internal, &h, sizeof(h));
+    job.rank = 1;
+    job.nranks = 2;
+    bt_run_jobs(&job, 1);
+    ck_assert_int_eq(job.init_res, ncclInvalidUsage);
+    ck_assert_msg(strstr(job.err, "belongs to another job") != NULL, "%s", job.err);
+    ck_assert_msg(job.secs < 3.0, "refused after %.1f s", job.secs);
+}
+END_TEST
+
 static Suite *bootstrap_fail_suite(void)
 {
     Suite *s = suite_create("bootstrap");
@@ -173,6 +202,7 @@ static Suite *bootstrap_fail_suite(void)
     tcase_add_test(tc, test_abort_threads);
     tcase_add_test(tc, test_abort_procs);
     tcase_add_test(tc, test_abort_dead_peer);
+    tcase_add_test(tc, test_other_job);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("timeout");
