@@ -32,7 +32,7 @@ typedef struct {
     br_boot_checkin_t in;
 } root_pending_t;
 
-typedef struct {
+typedef struct root {
     int listen_fd;
     br_socket_addr_t addr;
     char addr_text[BR_SOCKET_ADDR_STRLEN];
@@ -45,13 +45,70 @@ typedef struct {
     root_pending_t *pend;
     int npend;
     int pend_cap;
-    struct pollfd *pfd; /* handed to the thread at start */
+    struct pollfd *pfd; /* the poll set (allocated at start, grown by the thread) */
     size_t pfd_cap;
     ncclResult_t err_res; /* set once the init has failed */
     char err[BR_BOOT_MSG_LEN];
     int nanswered; /* connections answered with the error */
     int done;
+    struct root *next_live; /* live_roots */
 } root_t;
+
+/*
+ * The roots this process runs, so a fork()ed child, which does not inherit their threads,
+ * closes its copies of their listening sockets (or the port would keep accepting, in the
+ * kernel, for nobody once the parent's root is done) and keeps their memory reachable.
+ */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static root_t *live_roots;
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+
+static void live_prepare(void)
+{
+    pthread_mutex_lock(&live_lock);
+}
+
+static void live_parent(void)
+{
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_child(void)
+{
+    for (root_t *rt = live_roots; rt != NULL; rt = (root_t *)rt->next_live) {
+        if (rt->listen_fd >= 0) {
+            close(rt->listen_fd);
+            rt->listen_fd = -1;
+        }
+    }
+    pthread_mutex_init(&live_lock, NULL);
+}
+
+static void live_init(void)
+{
+    (void)pthread_atfork(live_prepare, live_parent, live_child);
+}
+
+static void live_add(root_t *rt)
+{
+    pthread_once(&live_once, live_init);
+    pthread_mutex_lock(&live_lock);
+    rt->next_live = (struct root *)live_roots;
+    live_roots = rt;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_remove(root_t *rt)
+{
+    pthread_mutex_lock(&live_lock);
+    for (root_t **at = &live_roots; *at != NULL; at = (root_t **)&(*at)->next_live) {
+        if (*at == rt) {
+            *at = (root_t *)rt->next_live;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
+}
 
 uint64_t br_boot_timeout_ns(void)
 {
@@ -575,6 +632,7 @@ static int root_step(root_t *rt, struct pollfd *pfd)
 
 static void root_free(root_t *rt)
 {
+    live_remove(rt);
     for (int i = 0; i < rt->npend; i++) {
         br_socket_close(&rt->pend[i].fd);
     }
@@ -583,6 +641,7 @@ static void root_free(root_t *rt)
     }
     br_socket_close(&rt->listen_fd);
     free(rt->pend);
+    free(rt->pfd);
     free(rt->fds);
     free(rt->info);
     free(rt);
@@ -600,10 +659,7 @@ static void *root_main(void *arg)
 {
     root_start_t *start = arg;
     root_t *rt = start->rt;
-    struct pollfd *pfd = rt->pfd;
-    size_t pfd_cap = rt->pfd_cap;
 
-    rt->pfd = NULL;
     pthread_setname_np(pthread_self(), "braid-bootroot");
     BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap root listening on %s", rt->addr_text);
     /* From here on the thread sits in poll() until a rank connects, holding no lock, so a
@@ -620,20 +676,19 @@ static void *root_main(void *arg)
             root_deadline(rt);
             break;
         }
-        if (need > pfd_cap) {
-            struct pollfd *p = realloc(pfd, need * 2 * sizeof(*p));
+        if (need > rt->pfd_cap) {
+            struct pollfd *p = realloc(rt->pfd, need * 2 * sizeof(*p));
             if (p == NULL) {
                 BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap root: out of memory");
                 break;
             }
-            pfd = p;
-            pfd_cap = need * 2;
+            rt->pfd = p;
+            rt->pfd_cap = need * 2;
         }
-        if (root_step(rt, pfd) != 0) {
+        if (root_step(rt, rt->pfd) != 0) {
             break;
         }
     }
-    free(pfd);
     root_free(rt);
     return NULL;
 }
@@ -666,6 +721,7 @@ ncclResult_t br_boot_root_start(int listen_fd, const br_socket_addr_t *addr, uin
         goto err_free;
     }
     start.rt = rt;
+    live_add(rt); /* before the thread exists: its end removes it */
     pthread_mutex_init(&start.lock, NULL);
     pthread_cond_init(&start.cond, NULL);
     pthread_attr_init(&attr);
@@ -691,6 +747,7 @@ ncclResult_t br_boot_root_start(int listen_fd, const br_socket_addr_t *addr, uin
     return ncclSuccess;
 err_free:
     if (rt != NULL) {
+        live_remove(rt);
         free(rt->pend);
         free(rt->pfd);
         free(rt);
