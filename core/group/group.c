@@ -408,7 +408,10 @@ static void group_prof_stop(void)
     for (int i = 0; i < ngprofs; i++) {
         br_exec_prof_group_stop(gprofs[i].comm->ec, gprofs[i].handle);
     }
-    ngprofs = 0;
+    /* Freed per group (only profiled groups have one): a thread that ends leaves nothing. */
+    free(gprofs);
+    gprofs = NULL;
+    ngprofs = gprofs_cap = 0;
 }
 
 ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
