@@ -65,18 +65,27 @@ static int registry_remove(ncclComm_t comm)
     return found;
 }
 
+/* Is comm in the registry? Called with registry_lock. */
+static int registry_has(ncclComm_t comm)
+{
+    for (int i = 0; i < registry_n; i++) {
+        if (registry[i] == comm) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int br_comm_is_live(ncclComm_t comm)
 {
-    int live = 0;
+    int live;
     uint64_t gen = atomic_load_explicit(&registry_gen, memory_order_acquire);
     if (comm != NULL && comm == live_comm && gen == live_gen) {
         return comm->magic == BR_COMM_MAGIC; /* no comm was removed since we looked */
     }
     pthread_mutex_lock(&registry_lock);
     gen = atomic_load_explicit(&registry_gen, memory_order_relaxed);
-    for (int i = 0; i < registry_n && !live; i++) {
-        live = registry[i] == comm;
-    }
+    live = registry_has(comm);
     pthread_mutex_unlock(&registry_lock);
     live = live && comm->magic == BR_COMM_MAGIC;
     if (live) {
@@ -88,12 +97,10 @@ int br_comm_is_live(ncclComm_t comm)
 
 ncclResult_t br_comm_hold(ncclComm_t comm)
 {
-    int live = 0;
+    int live;
     /* Under the lock: a comm found here cannot be freed before the reference is taken. */
     pthread_mutex_lock(&registry_lock);
-    for (int i = 0; i < registry_n && !live; i++) {
-        live = registry[i] == comm;
-    }
+    live = registry_has(comm);
     if (live) {
         atomic_fetch_add_explicit(&comm->refs, 1, memory_order_acq_rel);
     }

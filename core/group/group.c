@@ -40,8 +40,6 @@ typedef struct {
 } gprof_t;
 static _Thread_local gprof_t *gprofs;
 static _Thread_local int ngprofs, gprofs_cap;
-static void group_prof_end_api(void);
-static void group_prof_stop(void);
 
 int br_group_depth(void)
 {
@@ -326,49 +324,6 @@ out:
     return res;
 }
 
-ncclResult_t br_group_end(void)
-{
-    ncclResult_t res;
-    gcall_t *cs;
-    int n;
-
-    if (depth == 0) {
-        BR_WARN(NCCL_INIT, "ncclGroupEnd called without a matching ncclGroupStart");
-        return ncclInvalidUsage;
-    }
-    if (--depth > 0) {
-        return ncclSuccess;
-    }
-    /* Take the queue: what runs below may not queue into it. */
-    cs = calls;
-    n = ncalls;
-    calls = NULL;
-    ncalls = calls_cap = 0;
-    dequeue_all(cs, n);
-    if (group_error != ncclSuccess) {
-        res = group_error;
-        group_error = ncclSuccess;
-        BR_WARN(NCCL_INIT,
-                "ncclGroupEnd: a call inside the group failed (error %d); the group's "
-                "%d queued calls were not run",
-                (int)res, n);
-        group_prof_end_api();
-        group_prof_stop();
-        unhold_all(cs, n);
-        free(cs);
-        return res;
-    }
-    group_prof_end_api();
-    res = run_creations(cs, n);
-    if (res == ncclSuccess) {
-        res = run_ops(cs, n);
-    }
-    group_prof_stop();
-    unhold_all(cs, n);
-    free(cs);
-    return res;
-}
-
 /* The open group's GroupApi event for comm, started on its first operation. */
 static const gprof_t *group_prof(ncclComm_t comm)
 {
@@ -414,6 +369,49 @@ static void group_prof_stop(void)
     ngprofs = gprofs_cap = 0;
 }
 
+ncclResult_t br_group_end(void)
+{
+    ncclResult_t res;
+    gcall_t *cs;
+    int n;
+
+    if (depth == 0) {
+        BR_WARN(NCCL_INIT, "ncclGroupEnd called without a matching ncclGroupStart");
+        return ncclInvalidUsage;
+    }
+    if (--depth > 0) {
+        return ncclSuccess;
+    }
+    /* Take the queue: what runs below may not queue into it. */
+    cs = calls;
+    n = ncalls;
+    calls = NULL;
+    ncalls = calls_cap = 0;
+    dequeue_all(cs, n);
+    if (group_error != ncclSuccess) {
+        res = group_error;
+        group_error = ncclSuccess;
+        BR_WARN(NCCL_INIT,
+                "ncclGroupEnd: a call inside the group failed (error %d); the group's "
+                "%d queued calls were not run",
+                (int)res, n);
+        group_prof_end_api();
+        group_prof_stop();
+        unhold_all(cs, n);
+        free(cs);
+        return res;
+    }
+    group_prof_end_api();
+    res = run_creations(cs, n);
+    if (res == ncclSuccess) {
+        res = run_ops(cs, n);
+    }
+    group_prof_stop();
+    unhold_all(cs, n);
+    free(cs);
+    return res;
+}
+
 ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
 {
     gcall_t c;
@@ -433,10 +431,7 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
         br_exec_prof_api(ec, g != NULL ? g->handle : NULL, op);
     }
     if (depth == 0 && op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) {
-        /* A lone collective: no group bookkeeping, no allocation. */
-        if (ngprofs == 0) {
-            return br_exec_run_solo(ec, op);
-        }
+        /* A lone collective: no group bookkeeping, no allocation (but its profiler events). */
         group_prof_end_api();
         ncclResult_t res = br_exec_run_solo(ec, op);
         group_prof_stop();
