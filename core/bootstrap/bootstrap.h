@@ -63,6 +63,20 @@ ncclResult_t br_bootstrap_recv(br_bootstrap_t *boot, int peer, int tag, void *da
  * about a second in total, never blocks on a dead peer). */
 void br_bootstrap_abort_notify(br_bootstrap_t *boot, const char *reason);
 
+/* Tell every other rank what this rank is blocked in: the operation (key, nonzero, as the
+ * caller numbers them), for each of BR_BOOT_WAIT_SLOTS slots (the caller's channels) the
+ * rank it waits for there (-1: none), and a text. Each rank keeps the latest notice of
+ * each peer; a rank that times out follows the chain of waits to the rank that is not in
+ * the operation. Best effort, bounded like abort_notify. */
+#define BR_BOOT_WAIT_SLOTS 16
+void br_bootstrap_post_wait(br_bootstrap_t *boot, uint64_t key, const int *wait_peer,
+                            const char *what);
+
+/* rank's latest wait notice: returns 1 and fills key, wait_peer (BR_BOOT_WAIT_SLOTS
+ * entries) and what, or 0 if none. */
+int br_bootstrap_peer_wait(br_bootstrap_t *boot, int rank, uint64_t *key_p, int *wait_peer,
+                           char *what, size_t len);
+
 /* From any thread: every wait of this bootstrap, in progress or to come, ends at once
  * with reason (the communicator was aborted or revoked). */
 void br_bootstrap_cancel(br_bootstrap_t *boot, const char *reason);

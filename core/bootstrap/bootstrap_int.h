@@ -80,7 +80,14 @@ typedef struct {
 } br_boot_hello_t;
 
 /* Kinds of message; each has its own tag space. */
-enum { BR_BOOT_MSG_USER = 1, BR_BOOT_MSG_RING = 2, BR_BOOT_MSG_ABORT = 3 };
+enum { BR_BOOT_MSG_USER = 1, BR_BOOT_MSG_RING = 2, BR_BOOT_MSG_ABORT = 3, BR_BOOT_MSG_WAIT = 4 };
+
+/* A wait notice: what a blocked rank waits in (br_bootstrap_post_wait). */
+typedef struct {
+    uint64_t key;                         /* the operation, as the caller numbers it; 0: none */
+    int32_t wait_peer[BR_BOOT_WAIT_SLOTS]; /* per slot (channel): the rank it waits for, or -1 */
+    char what[BR_BOOT_REASON_LEN];
+} br_boot_wait_t;
 
 /* Header of every message after the hello. */
 typedef struct {
@@ -122,6 +129,7 @@ typedef struct {
     br_boot_msg_t *head, *tail; /* unexpected queue, in arrival order */
     int in_open;                /* the peer's message connection said hello */
     int in_closed;              /* ... and has since closed */
+    br_boot_wait_t wait;        /* the peer's latest wait notice (key 0: none) */
 } br_boot_rank_t;
 
 /* A connection accepted by the background thread (owned by that thread). */

@@ -143,6 +143,16 @@ static void msg_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
     c->msg = NULL;
     c->state = IN_FRAME;
     c->got = 0;
+    if (m->kind == BR_BOOT_MSG_WAIT) {
+        if (m->size == sizeof(br_boot_wait_t)) {
+            pthread_mutex_lock(&boot->lock);
+            memcpy(&boot->peers[from].wait, m->data, sizeof(br_boot_wait_t));
+            boot->peers[from].wait.what[sizeof(boot->peers[from].wait.what) - 1] = '\0';
+            pthread_mutex_unlock(&boot->lock);
+        }
+        free(m);
+        return;
+    }
     if (m->kind != BR_BOOT_MSG_ABORT) {
         queue_push(boot, from, m);
         return;
@@ -173,10 +183,9 @@ static int frame_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
     const br_boot_frame_t *f = &c->frame;
     char why[128];
 
-    if ((f->kind != BR_BOOT_MSG_USER && f->kind != BR_BOOT_MSG_RING &&
-         f->kind != BR_BOOT_MSG_ABORT) ||
-        f->size > BR_BOOT_MAX_MSG ||
-        (c->hello.conn == BR_BOOT_CONN_ABORT && f->kind != BR_BOOT_MSG_ABORT)) {
+    int notice = f->kind == BR_BOOT_MSG_ABORT || f->kind == BR_BOOT_MSG_WAIT;
+    if ((f->kind != BR_BOOT_MSG_USER && f->kind != BR_BOOT_MSG_RING && !notice) ||
+        f->size > BR_BOOT_MAX_MSG || (c->hello.conn == BR_BOOT_CONN_ABORT && !notice)) {
         snprintf(why, sizeof(why), "from rank %d: corrupt message header (kind %u, %llu bytes)",
                  c->hello.rank, f->kind, (unsigned long long)f->size);
         drop_conn(boot, c, why);
@@ -697,15 +706,18 @@ ncclResult_t br_bootstrap_recv(br_bootstrap_t *boot, int peer, int tag, void *da
                             br_time_ns() + boot->timeout_ns);
 }
 
-/* One abort notice on a connection of its own, within deadline_ns. */
-static void abort_one(br_bootstrap_t *boot, int peer, const char *text, uint64_t deadline_ns)
+/* One notice (an abort, or a wait) on a connection of its own, within deadline_ns: it
+ * never waits behind a message connection's traffic, and a dead peer costs no more than
+ * the deadline. */
+static void notice_one(br_bootstrap_t *boot, int peer, uint32_t kind, const void *data,
+                       size_t len, uint64_t deadline_ns)
 {
     struct {
         br_boot_hello_t hello;
         br_boot_frame_t frame;
-        char reason[BR_BOOT_REASON_LEN];
+        char body[sizeof(br_boot_wait_t)];
     } pkt;
-    size_t len = strlen(text) + 1;
+    const char *what = kind == BR_BOOT_MSG_ABORT ? "the failure" : "what it waits for";
     int fd = -1;
 
     memset(&pkt, 0, sizeof(pkt));
@@ -713,45 +725,94 @@ static void abort_one(br_bootstrap_t *boot, int peer, const char *text, uint64_t
     pkt.hello.proto = BR_BOOT_PROTO;
     pkt.hello.rank = boot->rank;
     pkt.hello.conn = BR_BOOT_CONN_ABORT;
-    pkt.frame.kind = BR_BOOT_MSG_ABORT;
+    pkt.frame.kind = kind;
     pkt.frame.size = len;
-    memcpy(pkt.reason, text, len);
+    memcpy(pkt.body, data, len);
     if (br_socket_connect_once(&boot->peers[peer].info.addr, deadline_ns, &fd) != ncclSuccess) {
-        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
-                "bootstrap: could not tell rank %d about the failure: %s", peer, strerror(errno));
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: could not tell rank %d about %s: %s",
+                peer, what, strerror(errno));
         return;
     }
     if (br_socket_send_all(fd, &pkt, sizeof(pkt.hello) + sizeof(pkt.frame) + len, deadline_ns) !=
         ncclSuccess) {
-        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
-                "bootstrap: could not tell rank %d about the failure: %s", peer, strerror(errno));
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: could not tell rank %d about %s: %s",
+                peer, what, strerror(errno));
     }
     br_socket_close(&fd);
 }
 
-void br_bootstrap_abort_notify(br_bootstrap_t *boot, const char *reason)
+/* The same notice to every other rank, within about a second in all. */
+static void notice_all(br_bootstrap_t *boot, uint32_t kind, const void *data, size_t len)
 {
     uint64_t end = br_time_ns() + ABORT_TOTAL_NS;
-    char text[BR_BOOT_REASON_LEN];
 
-    if (boot == NULL) {
-        return;
-    }
-    snprintf(text, sizeof(text), "%s", reason != NULL && reason[0] != '\0' ? reason : "unknown");
     /* Peer addresses are written during init only, so they are read here without a lock. */
     for (int i = 1; i < boot->nranks; i++) {
         int peer = (boot->rank + i) % boot->nranks;
         uint64_t now = br_time_ns();
         if (now >= end) {
             BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
-                    "bootstrap: out of time telling peers about the failure; %d rank(s) not told",
+                    "bootstrap: out of time sending notices; %d rank(s) not told",
                     boot->nranks - i);
             break;
         }
         if (br_socket_addr_is_valid(&boot->peers[peer].info.addr)) {
-            abort_one(boot, peer, text, now + ABORT_PEER_NS < end ? now + ABORT_PEER_NS : end);
+            notice_one(boot, peer, kind, data, len,
+                       now + ABORT_PEER_NS < end ? now + ABORT_PEER_NS : end);
         }
     }
+}
+
+void br_bootstrap_post_wait(br_bootstrap_t *boot, uint64_t key, const int *wait_peer,
+                            const char *what)
+{
+    br_boot_wait_t w;
+
+    if (boot == NULL) {
+        return;
+    }
+    memset(&w, 0, sizeof(w));
+    w.key = key;
+    for (int i = 0; i < BR_BOOT_WAIT_SLOTS; i++) {
+        w.wait_peer[i] = wait_peer[i];
+    }
+    snprintf(w.what, sizeof(w.what), "%s", what != NULL ? what : "");
+    notice_all(boot, BR_BOOT_MSG_WAIT, &w, sizeof(w));
+}
+
+int br_bootstrap_peer_wait(br_bootstrap_t *boot, int rank, uint64_t *key_p, int *wait_peer,
+                           char *what, size_t len)
+{
+    int known;
+
+    if (boot == NULL || rank < 0 || rank >= boot->nranks) {
+        return 0;
+    }
+    pthread_mutex_lock(&boot->lock);
+    const br_boot_wait_t *w = &boot->peers[rank].wait;
+    known = w->key != 0;
+    if (known) {
+        *key_p = w->key;
+        for (int i = 0; i < BR_BOOT_WAIT_SLOTS; i++) {
+            wait_peer[i] = w->wait_peer[i];
+        }
+        if (what != NULL && len > 0) {
+            snprintf(what, len, "%s", w->what);
+        }
+    }
+    pthread_mutex_unlock(&boot->lock);
+    return known;
+}
+
+void br_bootstrap_abort_notify(br_bootstrap_t *boot, const char *reason)
+{
+    char text[BR_BOOT_REASON_LEN];
+
+    if (boot == NULL) {
+        return;
+    }
+    snprintf(text, sizeof(text), "%s", reason != NULL && reason[0] != '\0' ? reason : "unknown");
+    notice_all(boot, BR_BOOT_MSG_ABORT, text, strlen(text) + 1);
 }
 
 int br_bootstrap_poll_abort(br_bootstrap_t *boot, int *from_rank_p, char *reason, size_t len)

@@ -59,6 +59,7 @@ typedef struct br_exec_comm {
     br_profiler_t *prof;    /* profiler plugin, or NULL */
     uint64_t prof_seq[BR_NUM_FUNCS]; /* per-function counters for its events */
     uint64_t symptom_ns;             /* when a local network symptom was first seen */
+    uint64_t wait_posted;            /* key of the last wait notice sent to the peers */
     ncclResult_t error;              /* sticky: the first failure */
     char error_msg[1024];
     _Atomic int revoked;             /* set by any thread: every call now fails with ... */

@@ -91,12 +91,17 @@ static void oneshot_output(const br_exec_comm_t *ec, const br_work_t *w)
     }
 }
 
-/* Does this rank need rank r's input? Broadcast needs only the root's, and a Reduce's
- * non-roots need nothing (they publish and go, as a root's send is eager). */
+/* Does this rank need rank r's input (or at least its call descriptor)? A Reduce's
+ * non-roots need nothing (they publish and go, as a root's send is eager). A Broadcast's
+ * non-roots need the root's input; its root needs every rank's descriptor, although no
+ * data: a rank that wrongly believes it is the root would otherwise publish, return at
+ * once and keep its own buffer as the "result" with nobody noticing. Checking everyone
+ * costs the root a wait for the last rank to arrive (the readers make it wait for them
+ * anyway when it reads in place). */
 static int needs(const br_exec_comm_t *ec, const br_op_t *op, int r)
 {
     switch (op->func) {
-    case BR_FUNC_BROADCAST: return r == op->root;
+    case BR_FUNC_BROADCAST: return r == op->root || ec->rank == op->root;
     case BR_FUNC_REDUCE: return ec->rank == op->root;
     default: return 1;
     }

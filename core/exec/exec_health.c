@@ -115,6 +115,98 @@ int br_exec_revoked_check(br_exec_batch_t *b)
 }
 
 /* The periodic checks of a blocked communicator. Returns nonzero on failure. */
+/* The key of a blocked queue's operation in wait notices: the same call has the same key
+ * on every rank (collectives by their sequence number, messages by theirs per pair). */
+static uint64_t wait_key(const br_work_t *w)
+{
+    uint64_t kind = w->op.func == BR_FUNC_SEND || w->op.func == BR_FUNC_RECV ? 2 : 1;
+    return kind << 56 | (w->op.seq + 1);
+}
+
+/* The notice slot of a queue: its channel (messages: slot 0). */
+static int wait_slot(const br_work_t *w)
+{
+    return w->kind == BR_WORK_SCHED && w->ch >= 0 ? w->ch % BR_BOOT_WAIT_SLOTS : 0;
+}
+
+/* Which rank `rank` waits for in slot `slot` per its notice, or on any slot if not there;
+ * -1 if none. */
+static int notice_next(const int *peers, int slot, int nranks)
+{
+    if (peers[slot] >= 0 && peers[slot] < nranks) {
+        return peers[slot];
+    }
+    for (int i = 0; i < BR_BOOT_WAIT_SLOTS; i++) {
+        if (peers[i] >= 0 && peers[i] < nranks) {
+            return peers[i];
+        }
+    }
+    return -1;
+}
+
+/* After BRAID_TIMEOUT, follow the waits from the rank this one waits for to the rank that
+ * is not waiting in the same call, and say so: in a ring every rank times out waiting for
+ * its neighbour, and only the end of the chain is the one to look at. Each step follows
+ * the same channel, whose waits form one path. */
+static void explain_chain(br_exec_comm_t *ec, const br_exec_queue_t *q, char *buf, size_t len)
+{
+    const br_work_t *w = queue_head(q);
+    uint64_t key = wait_key(w), k;
+    int slot = wait_slot(w), cur = q->wait_peer, next, steps = 0;
+    int peers[BR_BOOT_WAIT_SLOTS];
+    char what[300];
+    size_t at = 0;
+
+    buf[0] = '\0';
+    if (cur < 0 || cur >= ec->nranks || cur == ec->rank) {
+        return;
+    }
+    while (steps++ < ec->nranks &&
+           br_bootstrap_peer_wait(ec->tc->boot, cur, &k, peers, what, sizeof(what)) && k == key &&
+           (next = notice_next(peers, slot, ec->nranks)) >= 0 && next != cur) {
+        at += (size_t)snprintf(buf + at, len - at, "; rank %d waits in the same call for rank %d",
+                               cur, next);
+        if (at >= len || next == ec->rank) {
+            if (at < len) {
+                snprintf(buf + at, len - at, ": the ranks wait for each other in a cycle");
+            }
+            return;
+        }
+        cur = next;
+    }
+    if (at >= len) {
+        return;
+    }
+    if (br_bootstrap_peer_wait(ec->tc->boot, cur, &k, peers, what, sizeof(what)) && k != key) {
+        snprintf(buf + at, len - at, "; rank %d is not in this call but blocked in %s", cur, what);
+    } else {
+        snprintf(buf + at, len - at,
+                 "; rank %d has not reported waiting in this call: did it skip it, or is it "
+                 "busy or stuck outside the library?",
+                 cur);
+    }
+}
+
+/* Tell the peers what this communicator's queues wait for in the call `key`. */
+static void post_wait(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t key, const char *what)
+{
+    int peers[BR_BOOT_WAIT_SLOTS];
+
+    for (int i = 0; i < BR_BOOT_WAIT_SLOTS; i++) {
+        peers[i] = -1;
+    }
+    for (int i = 0; i < b->n; i++) {
+        const br_exec_queue_t *q = &b->queues[i];
+        const br_work_t *w = queue_head(q);
+        if (q->ec == ec && w != NULL && wait_key(w) == key && q->wait_peer >= 0 &&
+            peers[wait_slot(w)] < 0) {
+            peers[wait_slot(w)] = q->wait_peer;
+        }
+    }
+    ec->wait_posted = key;
+    br_bootstrap_post_wait(ec->tc->boot, key, peers, what);
+}
+
 int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_ns)
 {
     br_transport_comm_t *tc = ec->tc;
@@ -195,11 +287,28 @@ int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocke
         }
     }
     int64_t timeout = BR_PARAM_INT(TIMEOUT);
-    if (timeout > 0 && blocked_ns > (uint64_t)timeout * 1000000000ull) {
+    const br_exec_queue_t *blocked = NULL;
+    for (int i = 0; i < b->n && blocked == NULL; i++) {
+        if (b->queues[i].ec == ec && queue_head(&b->queues[i]) != NULL) {
+            blocked = &b->queues[i];
+        }
+    }
+    if (timeout <= 0 || blocked == NULL) {
+        return 0;
+    }
+    /* Halfway to the timeout, tell the peers what we wait in, so that whoever times out
+     * can find the rank at the end of the chain of waits. */
+    uint64_t key = wait_key(queue_head(blocked));
+    if (blocked_ns > (uint64_t)timeout * 500000000ull && ec->wait_posted != key) {
+        post_wait(b, ec, key, what);
+    }
+    if (blocked_ns > (uint64_t)timeout * 1000000000ull) {
+        char chain[600];
+        explain_chain(ec, blocked, chain, sizeof(chain));
         br_exec_fail(ec, ncclRemoteError,
-                     "rank %d (host %s): no progress for %lld s (BRAID_TIMEOUT) in %s: is that "
-                     "rank stuck, or did the ranks make different calls?",
-                     ec->rank, br_host_name(), (long long)timeout, what);
+                     "rank %d (host %s): no progress for %lld s (BRAID_TIMEOUT) in %s%s%s", ec->rank,
+                     br_host_name(), (long long)timeout, what, chain,
+                     chain[0] != '\0' ? "" : ": is that rank stuck, or did the ranks make different calls?");
         return 1;
     }
     return 0;

@@ -295,7 +295,8 @@ static void gather_fold(br_work_t *w)
 
 int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
-    int moved = 0, progress = 1;
+    int moved = 0, progress = 1, up_peer = -1;
+    const char *up_what = NULL;
     while (progress) {
         progress = 0;
         for (int s = 0; s < 2; s++) {
@@ -306,6 +307,10 @@ int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p)
                     return -1;
                 }
                 if (r == 0) {
+                    if (s == 0) {
+                        up_peer = q->wait_peer;
+                        up_what = q->wait_what;
+                    }
                     break;
                 }
                 moved++;
@@ -315,6 +320,12 @@ int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p)
     }
     for (int s = 0; s < 2; s++) {
         if (w->st[s].nsteps > 0 && w->st[s].base < w->lay.hi) {
+            /* Stream 1 (a tree's broadcast down) waits, in the end, on what stream 0 waits
+             * for: that is the wait to report, and to follow from rank to rank. */
+            if (s == 0 && up_peer >= 0) {
+                q->wait_peer = up_peer;
+                q->wait_what = up_what;
+            }
             return moved;
         }
     }

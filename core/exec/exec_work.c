@@ -35,10 +35,20 @@ br_slot_desc_t br_desc_make(const br_op_t *op, size_t bytes)
 
 void br_desc_describe(char *buf, size_t len, const br_slot_desc_t *d)
 {
-    snprintf(buf, len, "%s #%llu (count %llu, %s, %s/%s)", br_func_name((br_func_t)(d->func & 0xff)),
+    br_func_t func = (br_func_t)(d->func & 0xff);
+    char what[64] = "";
+
+    /* The reduction and root words are part of the call only where the function has them. */
+    if (func == BR_FUNC_ALLREDUCE || func == BR_FUNC_REDUCE || func == BR_FUNC_REDUCESCATTER) {
+        snprintf(what, sizeof(what), ", %s", br_red_kind_name((br_red_kind_t)((d->type >> 8) & 0xff)));
+    }
+    if (func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE) {
+        snprintf(what + strlen(what), sizeof(what) - strlen(what), ", root %u", d->type >> 16);
+    }
+    snprintf(buf, len, "%s #%llu (count %llu, %s%s, %s/%s)", br_func_name(func),
              (unsigned long long)(d->seq - 1), (unsigned long long)d->count,
-             br_type_name((ncclDataType_t)(d->type & 0xff)), br_algo_name((int)(d->func >> 8) & 0xff),
-             br_proto_name((int)(d->func >> 16) & 0xff));
+             br_type_name((ncclDataType_t)(d->type & 0xff)), what,
+             br_algo_name((int)(d->func >> 8) & 0xff), br_proto_name((int)(d->func >> 16) & 0xff));
 }
 
 int br_desc_matches(const br_slot_desc_t *d, const br_op_t *op)
@@ -65,12 +75,11 @@ void br_desc_mismatch(br_exec_comm_t *ec, const br_op_t *op, int peer, const cha
         hint = " (the same call runs another algorithm there: does a tuner decide differently "
                "on different ranks?)";
     }
-    br_exec_fail(ec, ncclInvalidUsage,
-                 "mismatched calls: rank %d is in %s #%llu (count %zu, %s, %s, root %d, %s/%s) "
-                 "but rank %d %s %s%s",
-                 ec->rank, br_func_name(op->func), (unsigned long long)op->seq, op->count,
-                 br_type_name(op->type), br_red_kind_name(op->redop.kind), op->root,
-                 br_algo_name(op->algo), br_proto_name(op->proto), peer, what, theirs, hint);
+    br_slot_desc_t mine_d = br_desc_make(op, 0);
+    char mine[200];
+    br_desc_describe(mine, sizeof(mine), &mine_d);
+    br_exec_fail(ec, ncclInvalidUsage, "mismatched calls: rank %d is in %s but rank %d %s %s%s",
+                 ec->rank, mine, peer, what, theirs, hint);
 }
 
 int br_desc_check(br_exec_comm_t *ec, const br_work_t *w, int peer, const br_slot_desc_t *d,
