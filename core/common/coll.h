@@ -146,7 +146,8 @@ typedef struct {
     /* Profiler: the mask snapshot of the call's group and its CollApi/P2pApi event (the
      * parent of its Coll/P2p event; NULL when not profiled). Host side only. */
     int prof_mask;
-    void *prof_parent;
+    void *prof_parent;  /* the call's CollApi / P2pApi event */
+    void *prof_group;   /* the GroupApi event it was called in */
 } br_op_t;
 
 /* Bytes of the call as NCCL sizes it for tuning: count x type size (per rank). */

@@ -99,11 +99,13 @@ typedef struct {
     const char *wait_what; /* "data from" / "space at" */
 } br_exec_queue_t;
 
-/* A profiler event that stops when its last work item finishes. */
+/* The Coll or P2p event of one operation: recorded at enqueue, started and stopped when
+ * the batch is launched (NCCL's "stop" of a task means enqueued); its handle stays the
+ * parent of the KernelCh events of the operation's work items. */
 typedef struct {
     br_exec_comm_t *ec;
+    br_op_t op;
     void *handle;
-    int remaining;
 } br_exec_event_t;
 
 /* A group's worth of queues across communicators. Queue slots keep their item arrays

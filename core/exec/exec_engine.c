@@ -112,14 +112,6 @@ br_conn_t *br_exec_chan_recv(const br_exec_comm_t *ec, int c, int peer)
     return NULL;
 }
 
-/* The work item of op is counted in its profiler event. */
-static ncclResult_t push_counted(br_exec_batch_t *b, br_exec_queue_t *q, const br_work_t *w)
-{
-    if (w->event >= 0) {
-        b->events[w->event].remaining++;
-    }
-    return queue_push(q, w);
-}
 
 /* RingOneShot gathers every rank's input into a buffer of the communicator, sized once
  * for the largest input plan lets it take: queued items keep pointing at it. */
@@ -144,7 +136,7 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
         w->copy_src = op->sendbuff;
         w->bytes = br_op_bytes(op);
         BR_CHECK(queue_get(b, ec, Q_LOCAL, 0, &q));
-        return push_counted(b, q, w);
+        return queue_push(q, w);
     }
     if (op->algo == BR_ALGO_ONESHOT || op->algo == BR_ALGO_DIRECT_READ) {
         size_t bytes = br_op_bytes(op) * (op->func == BR_FUNC_REDUCESCATTER ? (size_t)ec->nranks : 1);
@@ -153,7 +145,7 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
         /* Decided on the call's arguments alone, so writer and readers pick the same slot. */
         w->arena_small = op->algo == BR_ALGO_DIRECT_READ || br_arena_is_small(bytes);
         BR_CHECK(queue_get(b, ec, Q_ARENA, 0, &q));
-        return push_counted(b, q, w);
+        return queue_push(q, w);
     }
     char *scratch = NULL;
     if (op->algo == BR_ALGO_RING_ONESHOT) {
@@ -164,7 +156,7 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
             continue;
         }
         BR_CHECK(queue_get(b, ec, Q_CHANNEL, c, &q));
-        BR_CHECK(push_counted(b, q, w));
+        BR_CHECK(queue_push(q, w));
     }
     return ncclSuccess;
 }
@@ -181,12 +173,10 @@ static ncclResult_t host_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const b
         if (op->count > 0) {
             BR_CHECK(enqueue_coll(b, ec, &w));
         }
-        br_exec_prof_op_done(b, w.event, 0);
         return ncclSuccess;
     }
     w.bytes = br_op_bytes(op);
     if (w.bytes == 0) {
-        br_exec_prof_op_done(b, w.event, 0);
         return ncclSuccess;
     }
     if (op->func == BR_FUNC_SEND) {
@@ -198,7 +188,7 @@ static ncclResult_t host_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const b
         w.conn = ec->p2p_recv[op->peer];
         BR_CHECK(queue_get(b, ec, Q_RECV, op->peer, &q));
     }
-    return push_counted(b, q, &w);
+    return queue_push(q, &w);
 }
 
 static ncclResult_t host_enqueue_copy(br_exec_batch_t *b, br_exec_comm_t *ec, const void *src,
@@ -290,6 +280,9 @@ static ncclResult_t host_run(br_exec_batch_t *b)
             return b->queues[i].ec->error;
         }
     }
+    if (b->nevents > 0) {
+        br_exec_prof_launch(b);
+    }
     proxies_active(b, 1);
     int revoked = br_exec_revoked_check(b);
     if (revoked) {
@@ -302,7 +295,11 @@ static ncclResult_t host_run(br_exec_batch_t *b)
             br_exec_queue_t *q = &b->queues[i];
             while (q->cur < q->n) {
                 int done = 0;
-                int r = br_work_step(q, &q->items[q->cur], &done);
+                br_work_t *w = &q->items[q->cur];
+                if (w->event >= 0 && !w->kch_started) {
+                    br_exec_prof_work_start(b, w);
+                }
+                int r = br_work_step(q, w, &done);
                 if (r < 0) {
                     res = q->ec->error;
                     goto fail;
@@ -311,7 +308,9 @@ static ncclResult_t host_run(br_exec_batch_t *b)
                 if (!done) {
                     break;
                 }
-                br_exec_prof_op_done(b, q->items[q->cur].event, 1);
+                if (w->kch != NULL) {
+                    br_exec_prof_work_done(b, w);
+                }
                 q->cur++;
             }
             pending += q->cur < q->n;

@@ -40,6 +40,8 @@ struct br_work {
     int arena_next;    /* first rank whose input (or done) has not been seen yet */
     int arena_small;   /* the input goes in a small slot */
     int event;         /* index in the batch's events, or -1 */
+    void *kch;         /* its KernelCh event while it runs, or NULL */
+    int kch_started;   /* br_exec_prof_work_start ran for it */
 };
 
 /* Do as many steps of w as the FIFOs allow. Returns >0 steps done, 0 if blocked (with
@@ -75,12 +77,16 @@ void br_desc_mismatch(br_exec_comm_t *ec, const br_op_t *op, int peer, const cha
 int br_desc_check(br_exec_comm_t *ec, const br_work_t *w, int peer, const br_slot_desc_t *d,
                   size_t bytes);
 
-/* Profiler events (exec_prof.c). Start the Coll or P2p event of op: its index in the
+/* Profiler events (exec_prof.c). Record the Coll or P2p event of op: its index in the
  * batch's events, or -1 when not profiled. */
 int br_exec_prof_op_start(br_exec_batch_t *b, br_exec_comm_t *ec, const br_op_t *op);
-/* `finished` work items of event idx are done (0: none was queued). */
-void br_exec_prof_op_done(br_exec_batch_t *b, int idx, int finished);
-/* End of a batch: every event still open stops, groups last. */
+/* The batch is handed to the executor: per communicator KernelLaunch, the legacy Group,
+ * and every Coll / P2p event, started and stopped (enqueued) as NCCL does. */
+void br_exec_prof_launch(br_exec_batch_t *b);
+/* A work item starts running / has finished: its KernelCh event. */
+void br_exec_prof_work_start(br_exec_batch_t *b, br_work_t *w);
+void br_exec_prof_work_done(br_exec_batch_t *b, br_work_t *w);
+/* End of a batch: every KernelCh event still open stops (after a failure too). */
 void br_exec_prof_batch_end(br_exec_batch_t *b);
 
 /* The periodic checks of a blocked communicator (exec_health.c): abort notices, paths

@@ -64,23 +64,44 @@ static void proxy_fail(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, c
     }
 }
 
-/* ProxyStep events: one per network transfer, started when it is posted and stopped when
- * the plugin reports it complete. */
-static void step_start(br_proxy_t *proxy, br_net_conn_t *nc, int slot, size_t bytes)
+/* ProxyStep events: one per network transfer, under the ProxyOp of the operation the
+ * step belongs to. A send step starts when it is posted and stops when the plugin reports
+ * it complete (SendWait in between). A receive is posted ahead of need, often before the
+ * executor has reached the operation it belongs to; its event starts when both are known
+ * (RecvWait), and at completion records RecvFlushWait (bytes received) and RecvGPUWait
+ * (handed to the executor: there is no flush or GPU on the host) before it stops. */
+static int steps_profiled(const br_proxy_t *proxy)
+{
+    return proxy->prof != NULL &&
+           (br_plugin_profiler_mask() & (ncclProfileProxyStep | ncclProfileNetPlugin)) != 0;
+}
+
+/* The ProxyOp entry whose steps include `step`, or -1. */
+static int op_of(const br_net_conn_t *nc, uint64_t step)
+{
+    for (int i = 0; i < BR_PROXY_OPS; i++) {
+        if (nc->ops[i].ev != NULL && nc->ops[i].first <= step && step < nc->ops[i].end) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void step_start(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step, size_t bytes)
 {
     ncclProfilerEventDescr_v6_t d;
     ncclProfilerEventStateArgs_v6_t args;
+    int slot = (int)(step % BR_STEPS), op = op_of(nc, step);
 
     nc->ev[slot] = NULL;
-    /* Emitted for its own bit and for its child's (NetPlugin), as NCCL does. */
-    if (proxy->prof == NULL ||
-        (br_plugin_profiler_mask() & (ncclProfileProxyStep | ncclProfileNetPlugin)) == 0) {
+    if (!steps_profiled(proxy) || op < 0) {
         return;
     }
     memset(&d, 0, sizeof(d));
     d.type = ncclProfileProxyStep;
+    d.parentObj = nc->ops[op].ev;
     d.rank = proxy->rank;
-    d.proxyStep.step = (int)(nc->posted % 0x7fffffff);
+    d.proxyStep.step = (int)(step % 0x7fffffff);
     if (br_plugin_profiler_start_event(proxy->prof, &d, &nc->ev[slot]) != ncclSuccess) {
         nc->ev[slot] = NULL;
         return;
@@ -92,18 +113,93 @@ static void step_start(br_proxy_t *proxy, br_net_conn_t *nc, int slot, size_t by
         nc->is_send ? ncclProfilerProxyStepSendWait : ncclProfilerProxyStepRecvWait, &args);
 }
 
-static void step_stop(br_proxy_t *proxy, br_net_conn_t *nc, int slot)
+/* Step `step` completed (size: bytes received): its event stops, and the ProxyOp whose
+ * last step it was. */
+static void step_done(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step, size_t size)
 {
-    if (nc->ev[slot] != NULL) {
-        (void)br_plugin_profiler_stop_event(proxy->prof, nc->ev[slot]);
+    int slot = (int)(step % BR_STEPS);
+    void *ev = nc->ev[slot];
+
+    if (ev != NULL) {
+        if (!nc->is_send) {
+            ncclProfilerEventStateArgs_v6_t args;
+            memset(&args, 0, sizeof(args));
+            args.proxyStep.transSize = size;
+            (void)br_plugin_profiler_record_event_state(proxy->prof, ev,
+                                                        ncclProfilerProxyStepRecvFlushWait, &args);
+            (void)br_plugin_profiler_record_event_state(proxy->prof, ev,
+                                                        ncclProfilerProxyStepRecvGPUWait, &args);
+        }
+        (void)br_plugin_profiler_stop_event(proxy->prof, ev);
         nc->ev[slot] = NULL;
+    }
+    int op = op_of(nc, step);
+    if (op >= 0 && step + 1 == nc->ops[op].end) {
+        (void)br_plugin_profiler_stop_event(proxy->prof, nc->ops[op].ev);
+        nc->ops[op].ev = NULL;
+    }
+}
+
+void br_proxy_op_begin(br_proxy_t *proxy, br_net_conn_t *nc, void *ev, uint64_t first,
+                       uint64_t nsteps)
+{
+    int slot = -1;
+
+    pthread_mutex_lock(&proxy->lock);
+    for (int i = 0; i < BR_PROXY_OPS && slot < 0; i++) {
+        if (nc->ops[i].ev == NULL) {
+            slot = i;
+        }
+    }
+    if (slot < 0 || proxy->prof == NULL || nsteps == 0) {
+        if (proxy->prof != NULL) {
+            (void)br_plugin_profiler_stop_event(proxy->prof, ev);
+        }
+        pthread_mutex_unlock(&proxy->lock);
+        return;
+    }
+    nc->ops[slot].ev = ev;
+    nc->ops[slot].first = first;
+    nc->ops[slot].end = first + nsteps;
+    /* Receives posted before the operation was known get their events now; those that
+     * even completed, all their states at once (their slots wait unread for the
+     * executor, so their descriptors are still there). */
+    for (uint64_t k = first; k < nc->posted && k < first + nsteps; k++) {
+        if (nc->ev[k % BR_STEPS] == NULL) {
+            step_start(proxy, nc, k, nc->step_size + sizeof(br_slot_desc_t));
+            if (k < nc->done) {
+                step_done(proxy, nc, k, (size_t)nc->ctrl->slot[k % BR_STEPS].bytes);
+            }
+        }
+    }
+    pthread_mutex_unlock(&proxy->lock);
+}
+
+/* At the end: events of steps and operations that never completed stop. */
+static void events_stop(br_proxy_t *proxy, br_net_conn_t *nc)
+{
+    if (proxy->prof == NULL) {
+        return;
+    }
+    for (int i = 0; i < BR_STEPS; i++) {
+        if (nc->ev[i] != NULL) {
+            (void)br_plugin_profiler_stop_event(proxy->prof, nc->ev[i]);
+            nc->ev[i] = NULL;
+        }
+    }
+    for (int i = 0; i < BR_PROXY_OPS; i++) {
+        if (nc->ops[i].ev != NULL) {
+            (void)br_plugin_profiler_stop_event(proxy->prof, nc->ops[i].ev);
+            nc->ops[i].ev = NULL;
+        }
     }
 }
 
 void br_proxy_set_profiler(br_proxy_t *proxy, br_profiler_t *prof)
 {
     pthread_mutex_lock(&proxy->lock);
-    proxy->prof = prof;
+    /* Atomic: the proxy thread reads it for ProxyCtrl events without this lock. */
+    __atomic_store_n(&proxy->prof, prof, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&proxy->lock);
 }
 
@@ -133,7 +229,7 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
             break; /* the plugin is full: retry later */
         }
         nc->req[slot] = req;
-        step_start(proxy, nc, slot, nc->ctrl->slot[slot].bytes);
+        step_start(proxy, nc, nc->posted, nc->ctrl->slot[slot].bytes);
         nc->posted++;
         moved++;
     }
@@ -148,7 +244,7 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
             break;
         }
         nc->req[slot] = NULL;
-        step_stop(proxy, nc, slot);
+        step_done(proxy, nc, nc->done, 0);
         nc->done++;
         /* Release: the executor may now overwrite the slot. */
         atomic_store_explicit(&nc->ctrl->head, nc->done, memory_order_release);
@@ -181,7 +277,7 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
             break;
         }
         nc->req[slot] = req;
-        step_start(proxy, nc, slot, size);
+        step_start(proxy, nc, nc->posted, size);
         nc->posted++;
         moved++;
     }
@@ -196,7 +292,8 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
             break;
         }
         nc->req[slot] = NULL;
-        step_stop(proxy, nc, slot);
+        step_done(proxy, nc, nc->done,
+                  (size_t)size >= sizeof(br_slot_desc_t) ? (size_t)size - sizeof(br_slot_desc_t) : 0);
         /* The sender's descriptor is the message's last bytes. */
         br_slot_desc_t d;
         if ((size_t)size < sizeof(d)) {
@@ -257,10 +354,45 @@ static void wait_ms(br_proxy_t *proxy, long ms)
     pthread_cond_timedwait(&proxy->wake, &proxy->wake_lock, &ts);
 }
 
+/* A ProxyCtrl event (live mask, as NCCL): start, one state, stop; for `sleep`, the
+ * Sleep state and the event stay open until ctrl_wakeup. */
+static void *ctrl_event(br_proxy_t *proxy, ncclProfilerEventState_v6_t state, int keep)
+{
+    ncclProfilerEventDescr_v6_t d;
+    void *h = NULL;
+    br_profiler_t *prof = __atomic_load_n(&proxy->prof, __ATOMIC_ACQUIRE);
+
+    if (prof == NULL || (br_plugin_profiler_mask() & ncclProfileProxyCtrl) == 0) {
+        return NULL;
+    }
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileProxyCtrl;
+    d.rank = proxy->rank;
+    if (br_plugin_profiler_start_event(prof, &d, &h) != ncclSuccess || h == NULL) {
+        return NULL;
+    }
+    (void)br_plugin_profiler_record_event_state(prof, h, state, NULL);
+    if (!keep) {
+        (void)br_plugin_profiler_stop_event(prof, h);
+        return NULL;
+    }
+    return h;
+}
+
+static void ctrl_wakeup(br_proxy_t *proxy, void *h)
+{
+    if (h != NULL) {
+        (void)br_plugin_profiler_record_event_state(proxy->prof, h, ncclProfilerProxyCtrlWakeup,
+                                                    NULL);
+        (void)br_plugin_profiler_stop_event(proxy->prof, h);
+    }
+}
+
 static void *proxy_main(void *arg)
 {
     br_proxy_t *proxy = arg;
     unsigned idle = 0;
+    int was_active = 0; /* for ProxyCtrl's Idle / Active transitions */
 
     br_log_set_rank(proxy->rank);
     for (;;) {
@@ -269,9 +401,13 @@ static void *proxy_main(void *arg)
          * (br_proxy_progress), so one thread per rank is runnable instead of two. On a
          * machine where ranks outnumber cores a second spinning thread only steals the
          * core from the peer it waits for. br_proxy_active(-1) wakes us. */
-        while (proxy->active > 0 && !proxy->stop) {
-            pthread_cond_wait(&proxy->wake, &proxy->wake_lock);
-            idle = 0;
+        if (proxy->active > 0 && !proxy->stop) {
+            void *sleep = ctrl_event(proxy, ncclProfilerProxyCtrlSleep, 1);
+            while (proxy->active > 0 && !proxy->stop) {
+                pthread_cond_wait(&proxy->wake, &proxy->wake_lock);
+                idle = 0;
+            }
+            ctrl_wakeup(proxy, sleep);
         }
         if (proxy->stop) {
             pthread_mutex_unlock(&proxy->wake_lock);
@@ -284,6 +420,11 @@ static void *proxy_main(void *arg)
         int pending = has_pending_sends(proxy);
         pthread_mutex_unlock(&proxy->lock);
 
+        if (pending != was_active) {
+            (void)ctrl_event(proxy, pending ? ncclProfilerProxyCtrlActive : ncclProfilerProxyCtrlIdle,
+                             0);
+            was_active = pending;
+        }
         if (!pending) {
             /* Idle communicator: sleep until an executor leaves with sends pending. The
              * timed wait also lets late network errors surface. */
@@ -436,9 +577,7 @@ void br_proxy_destroy(br_proxy_t *proxy, int flush)
     while (proxy->conns != NULL) {
         br_net_conn_t *nc = proxy->conns;
         proxy->conns = nc->next;
-        for (int i = 0; i < BR_STEPS; i++) {
-            step_stop(proxy, nc, i);
-        }
+        events_stop(proxy, nc);
         if (nc->mhandle != NULL) {
             (void)net->ops->dereg_mr(net, nc->comm, nc->mhandle);
         }

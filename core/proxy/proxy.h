@@ -20,6 +20,10 @@
 
 typedef struct br_proxy br_proxy_t;
 
+/* ProxyOp events open at once on one connection: a receive's end once the executor
+ * consumed it, a send's until its last step left, and sends have BR_STEPS in flight. */
+#define BR_PROXY_OPS (BR_STEPS + 2)
+
 /* The proxy's half of one net connection. */
 typedef struct br_net_conn {
     br_fifo_ctrl_t *ctrl;
@@ -33,6 +37,12 @@ typedef struct br_net_conn {
     void *req[BR_STEPS];
     void *ev[BR_STEPS]; /* ProxyStep profiler handles */
     uint64_t posted, done;
+    /* ProxyOp profiler events of the operations using this connection, each covering
+     * the steps [first, end) (br_proxy_op_begin); ev NULL: a free entry. */
+    struct {
+        void *ev;
+        uint64_t first, end;
+    } ops[BR_PROXY_OPS];
     /* A receive connection that failed (the peer closed it or died). Receives are kept
      * posted ahead of need, so this is an error only once the executor waits on it. */
     _Atomic int failed;
@@ -54,6 +64,13 @@ void br_proxy_active(br_proxy_t *proxy, int delta);
 
 /* Emit a ProxyStep profiler event around every network transfer. */
 void br_proxy_set_profiler(br_proxy_t *proxy, br_profiler_t *prof);
+
+/* The ProxyOp event ev (already started, its parent the operation's Coll or P2p event)
+ * covers the connection's steps [first, first + nsteps): the proxy makes it the parent of
+ * those steps' ProxyStep events and stops it when the last of them completes (at once if
+ * they all have). Without room it is stopped at once. */
+void br_proxy_op_begin(br_proxy_t *proxy, br_net_conn_t *nc, void *ev, uint64_t first,
+                       uint64_t nsteps);
 
 /* Progress from the executor's wait loop if the proxy lock is free; returns >0 when
  * something moved. */

@@ -3,11 +3,15 @@
  * A profiler v6 plugin that checks what the core hands it against NCCL's event tree:
  *   GroupApi                     parent NULL
  *   CollApi / P2pApi / KernelLaunch  parent a GroupApi handle that has not stopped
- *   Coll                         parent a CollApi handle of the same function
- *   P2p                          parent a P2pApi handle of the same function
- *   ProxyOp                      parent a Coll or P2p handle (or NULL)
- *   ProxyStep                    parent a ProxyOp handle (or NULL)
+ *   Group (legacy)               parent a GroupApi handle that has not stopped
+ *   Coll                         parent a CollApi handle of the same function; parentGroup
+ *                                a Group handle that has not stopped when the mask has Group
+ *   P2p                          parent a P2pApi handle of the same function; ditto
+ *   ProxyOp                      parent a Coll or P2p handle
+ *   KernelCh                     parent a Coll or P2p handle
+ *   ProxyStep                    parent a ProxyOp handle
  *   NetPlugin                    parent a ProxyStep handle (or NULL)
+ *   ProxyCtrl                    parent NULL
  * and that an event is emitted only when its bit or a descendant's is in the mask
  * (BRAID_TEST_PROF_MASK, decimal or 0x hex), that every stop and state names a handle it
  * issued and not yet stopped, and that every event stopped before finalize. Every
@@ -36,6 +40,9 @@ typedef struct ev {
     struct ev *parent;
     char func[32];
     int stopped;
+    int nsteps;   /* ProxyOp: the steps it announced */
+    int children; /* ProxyOp: ProxyStep events under it, and of those still open */
+    int open_children;
     struct ev *next; /* every event of the context */
 } ev_t;
 
@@ -67,7 +74,7 @@ static uint64_t below(uint64_t t)
     switch (t) {
     case ncclProfileGroupApi:
         return ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi |
-               ncclProfileKernelLaunch | ncclProfileColl | ncclProfileP2p | net;
+               ncclProfileKernelLaunch | ncclProfileGroup | ncclProfileColl | ncclProfileP2p | net;
     case ncclProfileCollApi: return ncclProfileCollApi | ncclProfileColl | net;
     case ncclProfileP2pApi: return ncclProfileP2pApi | ncclProfileP2p | net;
     case ncclProfileColl: return ncclProfileColl | net;
@@ -132,17 +139,20 @@ static void check_parent(ctx_t *c, const ev_t *e, const ev_t *p, const void *raw
 
     switch (e->type) {
     case ncclProfileGroupApi:
+    case ncclProfileProxyCtrl:
         if (raw != NULL) {
             fail(c, "%s event with a parent (%s)", tname(e->type), p ? tname(p->type) : "unknown");
         }
         return;
     case ncclProfileCollApi:
     case ncclProfileP2pApi:
-    case ncclProfileKernelLaunch: want = ncclProfileGroupApi; break;
+    case ncclProfileKernelLaunch:
+    case ncclProfileGroup: want = ncclProfileGroupApi; break;
     case ncclProfileColl: want = ncclProfileCollApi; break;
     case ncclProfileP2p: want = ncclProfileP2pApi; break;
-    case ncclProfileProxyOp: want = ncclProfileColl | ncclProfileP2p, optional = 1; break;
-    case ncclProfileProxyStep: want = ncclProfileProxyOp, optional = 1; break;
+    case ncclProfileProxyOp:
+    case ncclProfileKernelCh: want = ncclProfileColl | ncclProfileP2p; break;
+    case ncclProfileProxyStep: want = ncclProfileProxyOp; break;
     case ncclProfileNetPlugin: want = ncclProfileProxyStep, optional = 1; break;
     default: return;
     }
@@ -202,6 +212,30 @@ static ncclResult_t pc_start(void *context, void **handle, ncclProfilerEventDesc
     }
     e->parent = own(c, d->parentObj);
     check_parent(c, e, e->parent, d->parentObj);
+    if (d->type == ncclProfileProxyOp) {
+        e->nsteps = d->proxyOp.nSteps;
+        if (d->proxyOp.nSteps <= 0 || d->proxyOp.chunkSize <= 0) {
+            fail(c, "ProxyOp event with no steps or no chunk size%s%s", "", "");
+        }
+    }
+    if (d->type == ncclProfileProxyStep && e->parent != NULL &&
+        e->parent->type == ncclProfileProxyOp) {
+        if (e->parent->stopped) {
+            fail(c, "ProxyStep event under a ProxyOp that already stopped%s%s", "", "");
+        }
+        e->parent->children++;
+        e->parent->open_children++;
+    }
+    if ((d->type == ncclProfileColl || d->type == ncclProfileP2p) &&
+        (mask_env & ncclProfileGroup) != 0) {
+        void *pg = d->type == ncclProfileColl ? d->coll.parentGroup : d->p2p.parentGroup;
+        ev_t *g = own(c, pg);
+        if (g == NULL || g->type != ncclProfileGroup) {
+            fail(c, "%s event whose parentGroup is not a Group event%s", tname(d->type), "");
+        } else if (g->stopped) {
+            fail(c, "%s event under a Group event that already stopped%s", tname(d->type), "");
+        }
+    }
     e->next = c->events;
     c->events = e;
     pthread_mutex_unlock(&c->lock);
@@ -221,6 +255,23 @@ static ncclResult_t pc_stop(void *handle)
         fail(e->ctx, "%s event stopped twice%s", tname(e->type), "");
     }
     e->stopped = 1;
+    if (e->type == ncclProfileProxyStep && e->parent != NULL &&
+        e->parent->type == ncclProfileProxyOp) {
+        e->parent->open_children--;
+    }
+    /* A ProxyOp ends when all its steps have: it had every step it announced (when steps
+     * are profiled), and none of them is still open. */
+    if (e->type == ncclProfileProxyOp && (mask_env & ncclProfileProxyStep) != 0) {
+        char a[64], b[32];
+        if (e->children != e->nsteps) {
+            snprintf(a, sizeof(a), "%d steps", e->children);
+            snprintf(b, sizeof(b), "%d", e->nsteps);
+            fail(e->ctx, "ProxyOp stopped after %s although it announced %s", a, b);
+        } else if (e->open_children != 0) {
+            fail(e->ctx, "ProxyOp stopped while some of its ProxyStep events were open%s%s", "",
+                 "");
+        }
+    }
     pthread_mutex_unlock(&e->ctx->lock);
     return ncclSuccess;
 }

@@ -37,7 +37,7 @@ for bit in $(seq 0 14) all; do
     if [ "$bit" = all ]; then mask=$((0x7fff)); else mask=$((1 << bit)); fi
     trs=shm
     # Network transfers carry the proxy's and the net plugin's events.
-    case $bit in 3|4|7|all) trs="shm net" ;; esac
+    case $bit in 3|4|5|7|all) trs="shm net" ;; esac
     for tr in $trs; do
         run $mask $tr allreduce -m 2
         run $mask $tr sendrecv
@@ -49,6 +49,12 @@ for bit in $(seq 0 14) all; do
     256) saw $mask GroupApi || { echo "FAIL: mask GroupApi: no GroupApi events"; bad=1; } ;;
     512) saw $mask CollApi || { echo "FAIL: mask CollApi: no CollApi events"; bad=1; } ;;
     1024) saw $mask P2pApi || { echo "FAIL: mask P2pApi: no P2pApi events"; bad=1; } ;;
+    1) saw $mask Group || { echo "FAIL: mask Group: no Group events"; bad=1; } ;;
+    8) saw $mask ProxyOp || { echo "FAIL: mask ProxyOp: no ProxyOp events over sockets"; bad=1; } ;;
+    16) saw $mask ProxyStep && saw $mask ProxyOp || { echo "FAIL: mask ProxyStep: no ProxyStep/ProxyOp events over sockets"; bad=1; } ;;
+    32) saw $mask ProxyCtrl || { echo "FAIL: mask ProxyCtrl: no ProxyCtrl events over sockets"; bad=1; } ;;
+    64) saw $mask KernelCh || { echo "FAIL: mask KernelCh: no KernelCh events"; bad=1; } ;;
+    2048) saw $mask KernelLaunch || { echo "FAIL: mask KernelLaunch: no KernelLaunch events"; bad=1; } ;;
     esac
 done
 [ $bad = 0 ] || exit 1
