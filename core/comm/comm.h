@@ -68,6 +68,11 @@ ncclResult_t br_comm_channels_setup(ncclComm_t comm);
  * the profiler plugins (comm_tune.c). */
 ncclResult_t br_comm_tune_setup(ncclComm_t comm);
 
+/* Init consistency (comm_check.c): the ranks compare the library version, the net and
+ * tuner plugins and the parameters that must agree; a difference fails init on every rank
+ * with ncclInvalidUsage naming the values and the ranks that have them. */
+ncclResult_t br_comm_check_consistency(ncclComm_t comm);
+
 /* Free everything; with flush, pending network sends finish first (bounded). Only for a
  * communicator no other thread can reach (a failed init); live ones go through
  * br_comm_release. */

@@ -416,6 +416,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
                   res, fail);
     comm->ec->arena = tc->arena;
     BR_CHECK_GOTO(br_comm_tune_setup(comm), res, fail);
+    BR_CHECK_GOTO(br_comm_check_consistency(comm), res, fail);
     BR_CHECK_GOTO(br_bootstrap_barrier(tc->boot), res, fail);
     comm->magic = BR_COMM_MAGIC;
     atomic_store_explicit(&comm->refs, 1, memory_order_release); /* the registry's */

@@ -609,6 +609,71 @@ START_TEST(test_abort_from_thread)
 }
 END_TEST
 
+/* Init consistency: one rank sets a parameter the others do not. */
+#define CONFIG_VARIANTS 3
+static const struct {
+    const char *key, *value, *label; /* set on rank 1 only */
+    int must_fail;
+} config_cases[CONFIG_VARIANTS] = {
+    {"NCCL_BUFFSIZE", "1048576", "NCCL_BUFFSIZE", 1},
+    {"NCCL_PROTO", "Simple", "NCCL_PROTO", 1},
+    {"BRAID_WAIT_WARN", "7", "BRAID_WAIT_WARN (local)", 0},
+};
+
+static int body_config(brt_rank_ctx_t *ctx)
+{
+    int v = *(const int *)ctx->arg;
+    ncclComm_t comm;
+    float x[64] = {0}, y[64];
+
+    if (ctx->rank == 1) {
+        setenv(config_cases[v].key, config_cases[v].value, 1);
+    }
+    ncclResult_t res = ncclCommInitRank(&comm, ctx->nranks, ctx->id, ctx->rank);
+    ctx->report->result = res;
+    snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s", ncclGetLastError(NULL));
+    if (res != ncclSuccess) {
+        return 0;
+    }
+    res = ncclAllReduce(x, y, 64, ncclFloat, ncclSum, comm, NULL);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "AllReduce after init returned %d: %s", res, ncclGetLastError(comm));
+    }
+    ncclCommDestroy(comm);
+    return res != ncclSuccess;
+}
+
+START_TEST(test_config_mismatch)
+{
+    int v = _i;
+    char out[16384];
+    brt_procs_t p;
+
+    ck_assert_int_eq(brt_procs_start(&p, 3, body_config, &v, out, sizeof(out)), 0);
+    int bad = brt_procs_wait(&p, brt_now() + 60 * brt_time_scale(), 0, out, sizeof(out), 1);
+    ck_assert_msg(!bad, "%s differs on rank 1: %s", config_cases[v].label, brt_clip(out, 3000));
+    for (int r = 0; r < 3; r++) {
+        const brt_report_t *rep = &p.reports[r];
+        fprintf(stderr, "%s on rank 1: rank %d init returned %d: %s\n", config_cases[v].label, r,
+                rep->result, rep->msg);
+        if (!config_cases[v].must_fail) {
+            ck_assert_msg(rep->result == ncclSuccess, "%s differs: rank %d's init failed: %s",
+                          config_cases[v].label, r, rep->msg);
+            continue;
+        }
+        ck_assert_msg(rep->result == ncclInvalidUsage,
+                      "%s differs on rank 1: rank %d's init returned %d, not ncclInvalidUsage",
+                      config_cases[v].label, r, rep->result);
+        ck_assert_msg(brt_text_has(rep->msg, config_cases[v].key) &&
+                          brt_text_has(rep->msg, config_cases[v].value) &&
+                          brt_text_names_rank(rep->msg, 1),
+                      "rank %d: the error does not name %s, the value %s and rank 1: %s", r,
+                      config_cases[v].key, config_cases[v].value, rep->msg);
+    }
+    brt_procs_free(&p);
+}
+END_TEST
+
 static Suite *api_fail_suite(void)
 {
     Suite *s = suite_create("api_fail");
@@ -625,6 +690,10 @@ static Suite *api_fail_suite(void)
     tcase_add_loop_test(tc, test_mismatched_calls, 0, 5);
     tcase_add_test(tc, test_unreadable_root_buffer);
     tcase_add_test(tc, test_silent_peer);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("config");
+    tcase_set_timeout(tc, 90 * brt_time_scale());
+    tcase_add_loop_test(tc, test_config_mismatch, 0, CONFIG_VARIANTS);
     suite_add_tcase(s, tc);
     tc = tcase_create("abort");
     tcase_set_timeout(tc, 90 * brt_time_scale());
