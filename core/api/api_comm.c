@@ -211,16 +211,34 @@ BR_API(ncclResult_t, ncclCommShrink,
        (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
         ncclConfig_t *config, int shrinkFlags))
 {
-    (void)excludeRanksList;
-    (void)excludeRanksCount;
-    (void)newcomm;
-    (void)config;
-    (void)shrinkFlags;
+    const char *fn = "ncclCommShrink";
+    ncclConfig_t cfg;
+
     br_api_enter(comm);
-    BR_CHECK(br_api_check_comm(comm, "ncclCommShrink"));
-    BR_WARN(NCCL_INIT, "ncclCommShrink: rank %d: not supported by Braid yet; use ncclCommSplit "
-            "from every rank", comm->rank);
-    return ncclInvalidUsage;
+    BR_CHECK(br_api_check_comm(comm, fn));
+    if (newcomm == NULL) {
+        BR_WARN(NCCL_INIT, "%s: rank %d: newcomm is NULL", fn, comm->rank);
+        return ncclInvalidArgument;
+    }
+    *newcomm = NULL;
+    if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == NULL)) {
+        BR_WARN(NCCL_INIT, "%s: rank %d: excludeRanksList is NULL or excludeRanksCount (%d) "
+                "negative", fn, comm->rank, excludeRanksCount);
+        return ncclInvalidArgument;
+    }
+    if ((shrinkFlags & ~NCCL_SHRINK_ABORT) != 0) {
+        BR_WARN(NCCL_INIT, "%s: rank %d: unknown shrinkFlags 0x%x (NCCL_SHRINK_DEFAULT or "
+                "NCCL_SHRINK_ABORT)", fn, comm->rank, shrinkFlags);
+        return ncclInvalidArgument;
+    }
+    BR_CHECK(config_import(fn, config, &cfg));
+    /* Not through the group layer: after a failure the parent cannot run anything
+     * collective, and the survivors meet out of band. */
+    BR_CHECK(br_api_hold_comm(comm, fn));
+    ncclResult_t res = br_comm_shrink(comm, excludeRanksList, excludeRanksCount, newcomm,
+                                      config != NULL ? &cfg : NULL, shrinkFlags);
+    br_comm_unhold(comm);
+    return res;
 }
 
 BR_API(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))

@@ -77,6 +77,18 @@ void br_bootstrap_post_wait(br_bootstrap_t *boot, uint64_t key, const int *wait_
 int br_bootstrap_peer_wait(br_bootstrap_t *boot, int rank, uint64_t *key_p, int *wait_peer,
                            char *what, size_t len);
 
+/* Recovery after a failure (ncclCommShrink): a small numbered message (at most
+ * BR_BOOT_RECOVER_MAX bytes) to one peer, on a connection of its own, that arrives and is
+ * waited for even when this bootstrap was cancelled or told of a failure (the state every
+ * survivor's communicator is in then). The receiver keeps the latest per sender; recv
+ * waits until rank `peer`'s message numbered `seq` is there, and fails early if that
+ * rank's process is gone, else after BRAID_BOOTSTRAP_TIMEOUT. */
+#define BR_BOOT_RECOVER_MAX 256
+ncclResult_t br_bootstrap_send_recovery(br_bootstrap_t *boot, int peer, uint32_t seq,
+                                        const void *data, size_t size);
+ncclResult_t br_bootstrap_recv_recovery(br_bootstrap_t *boot, int peer, uint32_t seq, void *data,
+                                        size_t size);
+
 /* From any thread: every wait of this bootstrap, in progress or to come, ends at once
  * with reason (the communicator was aborted or revoked). */
 void br_bootstrap_cancel(br_bootstrap_t *boot, const char *reason);

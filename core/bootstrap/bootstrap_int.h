@@ -80,7 +80,21 @@ typedef struct {
 } br_boot_hello_t;
 
 /* Kinds of message; each has its own tag space. */
-enum { BR_BOOT_MSG_USER = 1, BR_BOOT_MSG_RING = 2, BR_BOOT_MSG_ABORT = 3, BR_BOOT_MSG_WAIT = 4 };
+enum {
+    BR_BOOT_MSG_USER = 1,
+    BR_BOOT_MSG_RING = 2,
+    BR_BOOT_MSG_ABORT = 3,
+    BR_BOOT_MSG_WAIT = 4,
+    BR_BOOT_MSG_RECOVER = 5
+};
+
+/* A recovery message (br_bootstrap_send_recovery): numbered, and kept apart from the
+ * message queues, which a failed communicator no longer reads. */
+typedef struct {
+    uint32_t seq;
+    uint32_t size;
+    char data[BR_BOOT_RECOVER_MAX];
+} br_boot_recover_t;
 
 /* A wait notice: what a blocked rank waits in (br_bootstrap_post_wait). */
 typedef struct {
@@ -130,6 +144,7 @@ typedef struct {
     int in_open;                /* the peer's message connection said hello */
     int in_closed;              /* ... and has since closed */
     br_boot_wait_t wait;        /* the peer's latest wait notice (key 0: none) */
+    br_boot_recover_t recover;  /* its latest recovery message (seq 0: none) */
 } br_boot_rank_t;
 
 /* A connection accepted by the background thread (owned by that thread). */

@@ -143,6 +143,16 @@ static void msg_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
     c->msg = NULL;
     c->state = IN_FRAME;
     c->got = 0;
+    if (m->kind == BR_BOOT_MSG_RECOVER) {
+        if (m->size == sizeof(br_boot_recover_t)) {
+            pthread_mutex_lock(&boot->lock);
+            memcpy(&boot->peers[from].recover, m->data, sizeof(br_boot_recover_t));
+            pthread_cond_broadcast(&boot->cond);
+            pthread_mutex_unlock(&boot->lock);
+        }
+        free(m);
+        return;
+    }
     if (m->kind == BR_BOOT_MSG_WAIT) {
         if (m->size == sizeof(br_boot_wait_t)) {
             pthread_mutex_lock(&boot->lock);
@@ -183,7 +193,8 @@ static int frame_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
     const br_boot_frame_t *f = &c->frame;
     char why[128];
 
-    int notice = f->kind == BR_BOOT_MSG_ABORT || f->kind == BR_BOOT_MSG_WAIT;
+    int notice = f->kind == BR_BOOT_MSG_ABORT || f->kind == BR_BOOT_MSG_WAIT ||
+                 f->kind == BR_BOOT_MSG_RECOVER;
     if ((f->kind != BR_BOOT_MSG_USER && f->kind != BR_BOOT_MSG_RING && !notice) ||
         f->size > BR_BOOT_MAX_MSG || (c->hello.conn == BR_BOOT_CONN_ABORT && !notice)) {
         snprintf(why, sizeof(why), "from rank %d: corrupt message header (kind %u, %llu bytes)",
@@ -709,16 +720,19 @@ ncclResult_t br_bootstrap_recv(br_bootstrap_t *boot, int peer, int tag, void *da
 /* One notice (an abort, or a wait) on a connection of its own, within deadline_ns: it
  * never waits behind a message connection's traffic, and a dead peer costs no more than
  * the deadline. */
-static void notice_one(br_bootstrap_t *boot, int peer, uint32_t kind, const void *data,
-                       size_t len, uint64_t deadline_ns)
+static int notice_one(br_bootstrap_t *boot, int peer, uint32_t kind, const void *data,
+                      size_t len, uint64_t deadline_ns)
 {
     struct {
         br_boot_hello_t hello;
         br_boot_frame_t frame;
-        char body[sizeof(br_boot_wait_t)];
+        char body[sizeof(br_boot_wait_t) > sizeof(br_boot_recover_t) ? sizeof(br_boot_wait_t)
+                                                                      : sizeof(br_boot_recover_t)];
     } pkt;
-    const char *what = kind == BR_BOOT_MSG_ABORT ? "the failure" : "what it waits for";
-    int fd = -1;
+    const char *what = kind == BR_BOOT_MSG_ABORT  ? "the failure"
+                       : kind == BR_BOOT_MSG_WAIT ? "what it waits for"
+                                                  : "the recovery";
+    int fd = -1, ok = 1;
 
     memset(&pkt, 0, sizeof(pkt));
     pkt.hello.secret = boot->secret;
@@ -731,14 +745,94 @@ static void notice_one(br_bootstrap_t *boot, int peer, uint32_t kind, const void
     if (br_socket_connect_once(&boot->peers[peer].info.addr, deadline_ns, &fd) != ncclSuccess) {
         BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: could not tell rank %d about %s: %s",
                 peer, what, strerror(errno));
-        return;
+        return 0;
     }
     if (br_socket_send_all(fd, &pkt, sizeof(pkt.hello) + sizeof(pkt.frame) + len, deadline_ns) !=
         ncclSuccess) {
         BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: could not tell rank %d about %s: %s",
                 peer, what, strerror(errno));
+        ok = 0;
     }
     br_socket_close(&fd);
+    return ok;
+}
+
+ncclResult_t br_bootstrap_send_recovery(br_bootstrap_t *boot, int peer, uint32_t seq,
+                                        const void *data, size_t size)
+{
+    br_boot_recover_t m;
+
+    if (size > sizeof(m.data) || seq == 0) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: bad recovery message (%zu bytes, #%u)",
+                size, seq);
+        return ncclInternalError;
+    }
+    memset(&m, 0, sizeof(m));
+    m.seq = seq;
+    m.size = (uint32_t)size;
+    memcpy(m.data, data, size);
+    if (!notice_one(boot, peer, BR_BOOT_MSG_RECOVER, &m, sizeof(m),
+                    br_time_ns() + boot->timeout_ns)) {
+        char who[160];
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d could not reach %s to recover: %s",
+                boot->rank, br_boot_rank_str(boot, peer, who, sizeof(who)), strerror(errno));
+        return ncclRemoteError;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t br_bootstrap_recv_recovery(br_bootstrap_t *boot, int peer, uint32_t seq, void *data,
+                                        size_t size)
+{
+    uint64_t deadline = br_time_ns() + boot->timeout_ns;
+    br_boot_rank_t *p = &boot->peers[peer];
+    ncclResult_t res = ncclSuccess;
+    struct timespec ts;
+    char who[160];
+    const char *why = NULL;
+
+    deadline_to_ts(deadline, &ts);
+    pthread_mutex_lock(&boot->lock);
+    while (p->recover.seq != seq) {
+        if (p->recover.seq > seq) {
+            why = "it sent a later recovery than this rank expects (do the ranks shrink the same "
+                  "communicator in the same order?)";
+            res = ncclInvalidUsage;
+            break;
+        }
+        if (boot->stop || boot->thread_failed) {
+            why = "the bootstrap's receive thread stopped";
+            res = ncclInternalError;
+            break;
+        }
+        /* A peer whose process is gone closed its message connection: only a rank that
+         * exited can be waited for no longer (its communicator may have failed too). */
+        if (p->in_closed) {
+            why = "it closed its connection (its process exited or it destroyed the communicator)";
+            res = ncclRemoteError;
+            break;
+        }
+        if (pthread_cond_timedwait(&boot->cond, &boot->lock, &ts) == ETIMEDOUT &&
+            br_time_ns() >= deadline) {
+            why = "nothing came within BRAID_BOOTSTRAP_TIMEOUT";
+            res = ncclRemoteError;
+            break;
+        }
+    }
+    if (res == ncclSuccess) {
+        if (p->recover.size != size) {
+            why = "its message has another size (do the ranks run the same code?)";
+            res = ncclInternalError;
+        } else {
+            memcpy(data, p->recover.data, size);
+        }
+    }
+    pthread_mutex_unlock(&boot->lock);
+    if (res != ncclSuccess) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d waited for recovery #%u from %s: %s",
+                boot->rank, seq, br_boot_rank_str(boot, peer, who, sizeof(who)), why);
+    }
+    return res;
 }
 
 /* The same notice to every other rank, within about a second in all. */

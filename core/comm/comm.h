@@ -47,6 +47,7 @@ struct ncclComm {
     _Atomic int refs;           /* the registry's one, plus one per thread using the comm */
     _Atomic int queued;         /* of those, held by calls queued in open groups */
     int flush;                  /* what the last holder frees it with */
+    _Atomic int shrinks;        /* ncclCommShrink calls on it (numbers their messages) */
 };
 
 /* Create this rank's communicator (collective over all ranks). */
@@ -57,6 +58,11 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
  * ordered by (key, parent rank); NCCL_SPLIT_NOCOLOR gives NULL. */
 ncclResult_t br_comm_split(ncclComm_t parent, int color, int key, ncclComm_t *newcomm_p,
                            const ncclConfig_t *config);
+
+/* Shrink: the ranks not in exclude (every one of them calls it) form a new communicator
+ * in parent order; with NCCL_SHRINK_ABORT the parent is revoked first. */
+ncclResult_t br_comm_shrink(ncclComm_t parent, const int *exclude, int nexclude,
+                            ncclComm_t *newcomm_p, const ncclConfig_t *config, int flags);
 
 /* Make sure p2p connections exist for the peers flagged (nranks entries each). */
 ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv);

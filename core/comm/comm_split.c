@@ -3,7 +3,15 @@
  * ncclCommSplit: every rank of the parent shares (color, key) through the parent's
  * bootstrap; the ranks of one color, ordered by (key, parent rank), form a child whose
  * first member makes a unique id and sends it to the others out of band.
+ *
+ * ncclCommShrink: the ranks not excluded (all of them call it; the excluded ones may be
+ * dead) form a child in parent order. Nothing collective over the parent is possible
+ * then, so the first survivor makes a unique id and sends it to each other survivor as a
+ * numbered recovery message, which the parent's bootstrap delivers even after a failure
+ * or a revoke. With NCCL_SHRINK_ABORT the parent is revoked first, so calls still blocked
+ * on it in other threads return.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +19,8 @@
 #include "util.h"
 
 #define BR_TAG_SPLIT 3
+
+static void inherit_config(ncclComm_t parent, ncclConfig_t *cfg);
 
 typedef struct {
     int color, key;
@@ -63,13 +73,7 @@ ncclResult_t br_comm_split(ncclComm_t parent, int color, int key, ncclComm_t *ne
                                         sizeof(id)), res, out);
     }
     if (config == NULL) {
-        /* NULL config: the child inherits the parent's settings. */
-        ncclConfig_t def = NCCL_CONFIG_INITIALIZER;
-        inherited = def;
-        inherited.blocking = parent->blocking;
-        inherited.trafficClass = parent->traffic_class;
-        inherited.netName = parent->net_name[0] ? parent->net_name : NULL;
-        inherited.commName = parent->name[0] ? parent->name : NULL;
+        inherit_config(parent, &inherited); /* NULL: the child inherits the parent's settings */
         config = &inherited;
     }
     BR_INFO(NCCL_INIT, "ncclCommSplit: parent rank %d color %d key %d -> rank %d of %d", me, color,
@@ -78,6 +82,87 @@ ncclResult_t br_comm_split(ncclComm_t parent, int color, int key, ncclComm_t *ne
     br_log_set_rank(me);
 out:
     free(all);
+    free(members);
+    return res;
+}
+
+/* The child's config when the caller gave none: the parent's settings. */
+static void inherit_config(ncclComm_t parent, ncclConfig_t *cfg)
+{
+    ncclConfig_t def = NCCL_CONFIG_INITIALIZER;
+    *cfg = def;
+    cfg->blocking = parent->blocking;
+    cfg->trafficClass = parent->traffic_class;
+    cfg->netName = parent->net_name[0] ? parent->net_name : NULL;
+    cfg->commName = parent->name[0] ? parent->name : NULL;
+}
+
+ncclResult_t br_comm_shrink(ncclComm_t parent, const int *exclude, int nexclude,
+                            ncclComm_t *newcomm_p, const ncclConfig_t *config, int flags)
+{
+    int n = parent->nranks, me = parent->rank, nnew = 0, newrank = -1;
+    ncclResult_t res = ncclSuccess;
+    char *out = NULL;
+    int *members = NULL;
+    ncclUniqueId id;
+    ncclConfig_t inherited;
+    uint32_t seq;
+
+    *newcomm_p = NULL;
+    BR_CHECK_GOTO(br_calloc(&out, (size_t)n, "shrink"), res, done);
+    BR_CHECK_GOTO(br_calloc(&members, (size_t)n, "shrink"), res, done);
+    for (int i = 0; i < nexclude; i++) {
+        int r = exclude[i];
+        if (r < 0 || r >= n || out[r]) {
+            BR_WARN(NCCL_INIT, "ncclCommShrink: rank %d: excludeRanksList[%d] = %d is %s", me, i, r,
+                    r < 0 || r >= n ? "not a rank of the communicator" : "listed twice");
+            res = ncclInvalidArgument;
+            goto done;
+        }
+        if (r == me) {
+            BR_WARN(NCCL_INIT, "ncclCommShrink: rank %d is in its own excludeRanksList: an "
+                    "excluded rank does not call ncclCommShrink", me);
+            res = ncclInvalidArgument;
+            goto done;
+        }
+        out[r] = 1;
+    }
+    for (int r = 0; r < n; r++) {
+        if (!out[r]) {
+            if (r == me) {
+                newrank = nnew;
+            }
+            members[nnew++] = r;
+        }
+    }
+    if (flags & NCCL_SHRINK_ABORT) {
+        br_comm_revoke(parent, "the communicator was shrunk with NCCL_SHRINK_ABORT (ncclCommShrink)");
+    }
+    /* Recovery messages are numbered per parent, so a second shrink never takes the id
+     * of the first. */
+    seq = (uint32_t)atomic_fetch_add(&parent->shrinks, 1) + 1;
+    if (newrank == 0) {
+        BR_CHECK_GOTO(br_bootstrap_new_unique_id(&id), res, done);
+        for (int i = 1; i < nnew; i++) {
+            BR_CHECK_GOTO(br_bootstrap_send_recovery(parent->tc->boot, members[i], seq, &id,
+                                                     sizeof(id)),
+                          res, done);
+        }
+    } else {
+        BR_CHECK_GOTO(br_bootstrap_recv_recovery(parent->tc->boot, members[0], seq, &id,
+                                                 sizeof(id)),
+                      res, done);
+    }
+    if (config == NULL) {
+        inherit_config(parent, &inherited);
+        config = &inherited;
+    }
+    BR_INFO(NCCL_INIT, "ncclCommShrink: parent rank %d -> rank %d of %d (%d excluded%s)", me,
+            newrank, nnew, nexclude, (flags & NCCL_SHRINK_ABORT) ? ", parent revoked" : "");
+    BR_CHECK_GOTO(br_comm_init(newcomm_p, nnew, &id, newrank, config), res, done);
+    br_log_set_rank(me);
+done:
+    free(out);
     free(members);
     return res;
 }

@@ -674,6 +674,115 @@ START_TEST(test_config_mismatch)
 }
 END_TEST
 
+/* Shrink: rank 3 of 4 dies (variant 0) or just stays out (variant 1); the others shrink
+ * it away and go on with exact collectives on the new communicator. */
+#define SHRINK_DEAD 3
+static int body_shrink(brt_rank_ctx_t *ctx)
+{
+    const int variant = *(const int *)ctx->arg;
+    const size_t max = 1 << 18;
+    float *in = malloc(max * sizeof(float)), *out = malloc(max * sizeof(float));
+    ncclComm_t comm, small = NULL;
+    ncclResult_t res;
+    int dead = SHRINK_DEAD, n = 0, me = -1;
+
+    if (in == NULL || out == NULL || brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    for (size_t i = 0; i < max; i++) {
+        in[i] = (float)(ctx->rank + 1);
+    }
+    res = ncclAllReduce(in, out, 1024, ncclFloat, ncclSum, comm, NULL);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "the first AllReduce failed: %s", ncclGetLastError(comm));
+        return 1;
+    }
+    if (ctx->rank == SHRINK_DEAD) {
+        if (variant == 0) {
+            raise(SIGKILL);
+        }
+        /* Stay out until the others are done with the shrunk communicator. */
+        double until = brt_now() + 60 * brt_time_scale();
+        brt_doing(ctx, "waiting outside while the others shrink");
+        for (int r = 0; r < SHRINK_DEAD; r++) {
+            while (ctx->all[r].progress < 2 && brt_now() < until) {
+                brt_sleep_ms(20);
+            }
+        }
+        ncclCommDestroy(comm);
+        return 0;
+    }
+    ctx->report->t_mark = brt_now();
+    if (variant == 0) {
+        brt_doing(ctx, "AllReduce with rank %d dead", SHRINK_DEAD);
+        res = ncclAllReduce(in, out, 1024, ncclFloat, ncclSum, comm, NULL);
+        if (res == ncclSuccess) {
+            brt_fail(ctx, "AllReduce with rank %d dead succeeded", SHRINK_DEAD);
+            return 1;
+        }
+    }
+    brt_doing(ctx, "ncclCommShrink");
+    double t0 = brt_now();
+    res = ncclCommShrink(comm, &dead, 1, &small, NULL, variant == 0 ? NCCL_SHRINK_ABORT
+                                                                   : NCCL_SHRINK_DEFAULT);
+    if (res != ncclSuccess || small == NULL) {
+        brt_fail(ctx, "ncclCommShrink returned %d: %s", res, ncclGetLastError(comm));
+        return 1;
+    }
+    fprintf(stderr, "shrink variant %d: rank %d: ncclCommShrink took %.3f s\n", variant,
+            ctx->rank, brt_now() - t0);
+    ncclCommCount(small, &n);
+    ncclCommUserRank(small, &me);
+    if (n != SHRINK_DEAD || me != ctx->rank) {
+        brt_fail(ctx, "the shrunk communicator has %d ranks and this rank is %d in it", n, me);
+        return 1;
+    }
+    ctx->report->progress = 1;
+    for (size_t count = 1; count <= max; count *= 8) {
+        brt_doing(ctx, "AllReduce of %zu floats on the shrunk communicator", count);
+        memset(out, 0, count * sizeof(float));
+        res = ncclAllReduce(in, out, count, ncclFloat, ncclSum, small, NULL);
+        if (res != ncclSuccess) {
+            brt_fail(ctx, "AllReduce of %zu on the shrunk comm failed: %s", count,
+                     ncclGetLastError(small));
+            return 1;
+        }
+        for (size_t i = 0; i < count; i++) {
+            if (out[i] != 6.0f) { /* 1 + 2 + 3 */
+                brt_fail(ctx, "AllReduce of %zu: element %zu is %g, not 6", count, i, out[i]);
+                return 1;
+            }
+        }
+        res = ncclBroadcast(in, out, count, ncclFloat, 2, small, NULL);
+        if (res != ncclSuccess || out[count - 1] != 3.0f) {
+            brt_fail(ctx, "Broadcast of %zu on the shrunk comm: %d, last element %g: %s", count,
+                     res, out[count - 1], ncclGetLastError(small));
+            return 1;
+        }
+    }
+    ctx->report->progress = 2;
+    ncclCommDestroy(small);
+    ncclCommAbort(comm);
+    free(in);
+    free(out);
+    return 0;
+}
+
+START_TEST(test_shrink)
+{
+    static const char *const what[] = {"rank 3 killed, NCCL_SHRINK_ABORT",
+                                       "rank 3 alive but left out, NCCL_SHRINK_DEFAULT"};
+    int variant = _i;
+    char out[16384];
+    brt_procs_t p;
+
+    ck_assert_int_eq(brt_procs_start(&p, 4, body_shrink, &variant, out, sizeof(out)), 0);
+    int bad = brt_procs_wait(&p, brt_now() + 90 * brt_time_scale(),
+                             variant == 0 ? 1u << SHRINK_DEAD : 0, out, sizeof(out), 0);
+    ck_assert_msg(!bad, "shrink (%s): %s", what[variant], brt_clip(out, 3000));
+}
+END_TEST
+
 static Suite *api_fail_suite(void)
 {
     Suite *s = suite_create("api_fail");
@@ -694,6 +803,10 @@ static Suite *api_fail_suite(void)
     tc = tcase_create("config");
     tcase_set_timeout(tc, 90 * brt_time_scale());
     tcase_add_loop_test(tc, test_config_mismatch, 0, CONFIG_VARIANTS);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("shrink");
+    tcase_set_timeout(tc, 120 * brt_time_scale());
+    tcase_add_loop_test(tc, test_shrink, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("abort");
     tcase_set_timeout(tc, 90 * brt_time_scale());
