@@ -20,7 +20,8 @@
 
 #define BR_TAG_SPLIT 3
 
-static void inherit_config(ncclComm_t parent, ncclConfig_t *cfg);
+static ncclResult_t child_init(ncclComm_t parent, const ncclUniqueId *id, int nnew, int newrank,
+                               const ncclConfig_t *config, ncclComm_t *newcomm_p);
 
 typedef struct {
     int color, key;
@@ -34,7 +35,6 @@ ncclResult_t br_comm_split(ncclComm_t parent, int color, int key, ncclComm_t *ne
     split_info_t *all = NULL;
     int *members = NULL;
     ncclUniqueId id;
-    ncclConfig_t inherited;
 
     BR_CHECK_GOTO(br_calloc(&all, (size_t)n, "split"), res, out);
     BR_CHECK_GOTO(br_calloc(&members, (size_t)n, "split"), res, out);
@@ -72,29 +72,31 @@ ncclResult_t br_comm_split(ncclComm_t parent, int color, int key, ncclComm_t *ne
         BR_CHECK_GOTO(br_bootstrap_recv(parent->tc->boot, members[0], BR_TAG_SPLIT, &id,
                                         sizeof(id)), res, out);
     }
-    if (config == NULL) {
-        inherit_config(parent, &inherited); /* NULL: the child inherits the parent's settings */
-        config = &inherited;
-    }
     BR_INFO(NCCL_INIT, "ncclCommSplit: parent rank %d color %d key %d -> rank %d of %d", me, color,
             key, newrank, nnew);
-    BR_CHECK_GOTO(br_comm_init(newcomm_p, nnew, &id, newrank, config), res, out);
-    br_log_set_rank(me);
+    res = child_init(parent, &id, nnew, newrank, config, newcomm_p);
 out:
     free(all);
     free(members);
     return res;
 }
 
-/* The child's config when the caller gave none: the parent's settings. */
-static void inherit_config(ncclComm_t parent, ncclConfig_t *cfg)
+/* Join the child; a NULL config means the parent's settings. */
+static ncclResult_t child_init(ncclComm_t parent, const ncclUniqueId *id, int nnew, int newrank,
+                               const ncclConfig_t *config, ncclComm_t *newcomm_p)
 {
-    ncclConfig_t def = NCCL_CONFIG_INITIALIZER;
-    *cfg = def;
-    cfg->blocking = parent->blocking;
-    cfg->trafficClass = parent->traffic_class;
-    cfg->netName = parent->net_name[0] ? parent->net_name : NULL;
-    cfg->commName = parent->name[0] ? parent->name : NULL;
+    ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
+
+    if (config == NULL) {
+        inherited.blocking = parent->blocking;
+        inherited.trafficClass = parent->traffic_class;
+        inherited.netName = parent->net_name[0] ? parent->net_name : NULL;
+        inherited.commName = parent->name[0] ? parent->name : NULL;
+        config = &inherited;
+    }
+    ncclResult_t res = br_comm_init(newcomm_p, nnew, id, newrank, config);
+    br_log_set_rank(parent->rank);
+    return res;
 }
 
 ncclResult_t br_comm_shrink(ncclComm_t parent, const int *exclude, int nexclude,
@@ -105,7 +107,6 @@ ncclResult_t br_comm_shrink(ncclComm_t parent, const int *exclude, int nexclude,
     char *out = NULL;
     int *members = NULL;
     ncclUniqueId id;
-    ncclConfig_t inherited;
     uint32_t seq;
 
     *newcomm_p = NULL;
@@ -153,14 +154,9 @@ ncclResult_t br_comm_shrink(ncclComm_t parent, const int *exclude, int nexclude,
                                                  sizeof(id)),
                       res, done);
     }
-    if (config == NULL) {
-        inherit_config(parent, &inherited);
-        config = &inherited;
-    }
     BR_INFO(NCCL_INIT, "ncclCommShrink: parent rank %d -> rank %d of %d (%d excluded%s)", me,
             newrank, nnew, nexclude, (flags & NCCL_SHRINK_ABORT) ? ", parent revoked" : "");
-    BR_CHECK_GOTO(br_comm_init(newcomm_p, nnew, &id, newrank, config), res, done);
-    br_log_set_rank(me);
+    res = child_init(parent, &id, nnew, newrank, config, newcomm_p);
 done:
     free(out);
     free(members);
