@@ -449,6 +449,7 @@ void br_comm_free(ncclComm_t comm, int flush)
     if (comm->tuner != NULL) {
         br_plugin_tuner_close(comm->tuner);
     }
+    br_comm_collnet_free(comm);
     if (comm->tc != NULL) {
         br_transport_close_all(comm->tc, flush);
         if (comm->tc->net != NULL) {
