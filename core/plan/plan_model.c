@@ -192,18 +192,18 @@ static double tree_us(const br_plan_t *p, int func, int proto, size_t bytes, int
 }
 
 /*
- * CollNet: every rank hands its data to the plugin and gets the result back, so one
- * network round trip whatever the rank count, plus copying each chunk into and out of
- * the registered staging buffers; the data crosses the network twice (out and back), on
- * one connection per rank. Chain costs a little more than Direct so a tie goes to Direct
- * (on the host both run the same path; docs/architecture.md).
+ * CollNet, in NCCL's shape: the reduction happens in the network, so one network latency
+ * whatever the rank count (NCCL charges CollNet one inter-node latency), each rank's data
+ * crossing its link once each way (full duplex: once), plus copying each chunk into and
+ * out of the registered staging buffers. Chain costs a little more than Direct so a tie
+ * goes to Direct (on the host both run the same path; docs/architecture.md).
  */
 static double collnet_us(const br_plan_t *p, int algo, int proto, size_t bytes)
 {
     const br_plan_comm_t *pc = &p->pc;
     double net = pc->net_gbps * 1e3 / pc->share, copy = p->h.intra_gbps * 1e3 / pc->share;
-    return p->k.base_latencies[algo][proto] + 2 * hop_us(p, BR_HW_NET, algo, proto) +
-           (algo == BR_ALGO_COLLNET_CHAIN ? 0.5 : 0.0) + (double)bytes * (2.0 / net + 2.0 / copy);
+    return p->k.base_latencies[algo][proto] + hop_us(p, BR_HW_NET, algo, proto) +
+           (algo == BR_ALGO_COLLNET_CHAIN ? 0.5 : 0.0) + (double)bytes * (1.0 / net + 2.0 / copy);
 }
 
 static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t bytes, int nch)
