@@ -7,9 +7,11 @@
  * wrong size, or whose reducer sees ranks call with different counts, fails the call on
  * every rank with the rank, host, operation and plugin named, and nobody hangs. With a
  * collnet and no NCCL_ALGO, the model takes CollNet for a small AllReduce (results
- * checked) and the TUNING log says so.
+ * checked) and the TUNING log says so, and a v2 tuner is told collNetSupport 1 (0 with
+ * collnet off).
  */
 #include <check.h>
+#include <dlfcn.h>
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +27,40 @@ typedef struct {
     int ncalls;           /* AllReduces each rank makes */
     int fail_at;          /* the call expected to fail (1-based), 0: none */
     const char *need[3];  /* what the failing call's ncclGetLastError must contain */
+    int tuner_collnet;    /* 0 or 1: what the v2 test tuner must have been told last; -1 */
 } scenario_t;
+
+/* The v2 test tuner's record (tests/unit/plugin/testtp.h): its first fields. */
+typedef struct {
+    int init_calls, fini_calls, coll_calls;
+    size_t nranks, nnodes;
+    uint64_t comm_id;
+    int nvl[3];
+    int last_func;
+    size_t last_bytes;
+    int last_collnet, last_nvls;
+} tuner_seen_t;
+
+/* Did the v2 tuner loaded in this process get collNetSupport as expected for AllReduce? */
+static int check_tuner(brt_rank_ctx_t *ctx, int want)
+{
+    void *dl = dlopen(CN_TUNER_V2, RTLD_NOW | RTLD_NOLOAD);
+    const tuner_seen_t *seen = dl != NULL ? dlsym(dl, "testtuner_stats") : NULL;
+    int bad = 0;
+
+    if (seen == NULL) {
+        brt_fail(ctx, "the v2 test tuner is not loaded");
+        return 1;
+    }
+    if (seen->coll_calls == 0 || seen->last_func != 4 /* ncclFuncAllReduce */ ||
+        seen->last_collnet != want) {
+        brt_fail(ctx, "v2 tuner: %d calls, last function %d, collNetSupport %d (want %d)",
+                 seen->coll_calls, seen->last_func, seen->last_collnet, want);
+        bad = 1;
+    }
+    dlclose(dl);
+    return bad;
+}
 
 /* Small integers: every sum is exact in float32. */
 static float in_val(int r, size_t i)
@@ -103,6 +138,9 @@ static int rank_body(brt_rank_ctx_t *ctx)
     for (int call = 1; call <= sc->ncalls && bad == 0; call++) {
         bad = one_call(ctx, comm, sc, call);
     }
+    if (bad == 0 && sc->tuner_collnet >= 0) {
+        bad = check_tuner(ctx, sc->tuner_collnet);
+    }
     if (bad != 0) {
         ncclCommAbort(comm);
         return bad > 0;
@@ -130,7 +168,7 @@ static void use_plugin(const char *path, const char *mode)
 START_TEST(test_algo_without_collnet)
 {
     scenario_t sc = {{1000, 1000}, 1, 1,
-                     {"NCCL_ALGO", "CollNetDirect/Simple needs a collnet", "(host "}};
+                     {"NCCL_ALGO", "CollNetDirect/Simple needs a collnet", "(host "}, -1};
     use_plugin(CN_SOCKET, "");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);
@@ -140,7 +178,7 @@ END_TEST
 START_TEST(test_algo_collnet_disabled)
 {
     /* The plugin is there but NCCL_COLLNET_ENABLE is off: the same clear failure. */
-    scenario_t sc = {{64, 64}, 1, 1, {"CollNetChain/Simple needs a collnet", NULL, NULL}};
+    scenario_t sc = {{64, 64}, 1, 1, {"CollNetChain/Simple needs a collnet", NULL, NULL}, -1};
     use_plugin(CN_PLUGIN_V12, "");
     setenv("NCCL_COLLNET_ENABLE", "0", 1);
     setenv("NCCL_ALGO", "allreduce:CollNetChain", 1);
@@ -150,7 +188,7 @@ END_TEST
 
 START_TEST(test_iallreduce_fails)
 {
-    scenario_t sc = {{5000, 5000}, 3, 2, {"iallreduce", "(host ", "CollNetTest"}};
+    scenario_t sc = {{5000, 5000}, 3, 2, {"iallreduce", "(host ", "CollNetTest"}, -1};
     use_plugin(CN_PLUGIN_V12, "failop");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(3, &sc);
@@ -160,7 +198,7 @@ END_TEST
 START_TEST(test_wrong_size)
 {
     scenario_t sc = {{777, 777}, 2, 1, {"completed a chunk of 3108 bytes with size 3107",
-                                        "CollNetTestV8 (v8)", NULL}};
+                                        "CollNetTestV8 (v8)", NULL}, -1};
     use_plugin(CN_PLUGIN_V8, "badsize");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);
@@ -169,7 +207,7 @@ END_TEST
 
 START_TEST(test_mismatched_counts)
 {
-    scenario_t sc = {{100, 200}, 1, 1, {"test failed", "AllReduce", NULL}};
+    scenario_t sc = {{100, 200}, 1, 1, {"test failed", "AllReduce", NULL}, -1};
     use_plugin(CN_PLUGIN_V12, "");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);
@@ -180,7 +218,7 @@ START_TEST(test_model_takes_collnet)
 {
     /* No NCCL_ALGO: a small AllReduce over three hosts goes to the collnet (the model's
      * choice, logged by rank 0), and is right. */
-    scenario_t sc = {{100, 100}, 4, 0, {NULL, NULL, NULL}};
+    scenario_t sc = {{100, 100}, 4, 0, {NULL, NULL, NULL}, -1};
     char pattern[96], logs[96];
     glob_t g;
     int seen = 0;
@@ -211,6 +249,29 @@ START_TEST(test_model_takes_collnet)
 }
 END_TEST
 
+/* A v2 tuner is told collNetSupport from the table (plugin-abi.md 2.5): 1 with a collnet,
+ * 0 with collnet off. */
+static void tuner_run(const char *enable, int want)
+{
+    scenario_t sc = {{300, 300}, 2, 0, {NULL, NULL, NULL}, want};
+    use_plugin(CN_PLUGIN_V12, "");
+    setenv("NCCL_COLLNET_ENABLE", enable, 1);
+    setenv("NCCL_TUNER_PLUGIN", CN_TUNER_V2, 1);
+    run(3, &sc);
+}
+
+START_TEST(test_tuner_sees_collnet)
+{
+    tuner_run("1", 1);
+}
+END_TEST
+
+START_TEST(test_tuner_sees_no_collnet)
+{
+    tuner_run("0", 0);
+}
+END_TEST
+
 static Suite *collnet_e2e_suite(void)
 {
     Suite *s = suite_create("collnet_e2e");
@@ -222,6 +283,8 @@ static Suite *collnet_e2e_suite(void)
     tcase_add_test(tc, test_wrong_size);
     tcase_add_test(tc, test_mismatched_counts);
     tcase_add_test(tc, test_model_takes_collnet);
+    tcase_add_test(tc, test_tuner_sees_collnet);
+    tcase_add_test(tc, test_tuner_sees_no_collnet);
     suite_add_tcase(s, tc);
     return s;
 }
