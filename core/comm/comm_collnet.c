@@ -20,17 +20,16 @@
 
 /* What each rank tells the others. */
 typedef struct {
-    int ok;                           /* this rank listened and can join */
-    uint64_t stage_bytes;             /* its staging size (the smallest wins) */
-    unsigned char red[ncclNumTypes];  /* bit k: br_red_kind_t k (sum .. min) is reduced */
+    int ok;                          /* this rank listened and can join */
+    uint64_t stage_bytes;            /* its staging size (the smallest wins) */
+    unsigned char red[ncclNumTypes]; /* bit k: br_red_kind_t k (sum .. min) is reduced */
     char handle[NCCL_NET_HANDLE_MAXSIZE];
 } collnet_info_t;
 
 static const ncclRedOp_t collnet_ops[] = {ncclSum, ncclProd, ncclMax, ncclMin};
 
 /* Load, listen and ask what the plugin reduces. 0 when this rank cannot take part. */
-static int collnet_local(ncclComm_t comm, br_exec_collnet_t *x, void **listen_p,
-                         collnet_info_t *me)
+static int collnet_local(ncclComm_t comm, br_exec_collnet_t *x, void **listen_p, collnet_info_t *me)
 {
     br_collnet_t *cn = NULL;
     ncclResult_t res;
@@ -45,8 +44,10 @@ static int collnet_local(ncclComm_t comm, br_exec_collnet_t *x, void **listen_p,
     x->cn = cn;
     res = cn->ops->listen(cn, cn->dev, me->handle, listen_p);
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_NET, "rank %d (host %s): collnet %s listen failed: %s; collnet "
-                "disabled", comm->rank, br_host_name(), cn->name, br_plugin_result_str(res));
+        BR_WARN(NCCL_INIT | NCCL_NET,
+                "rank %d (host %s): collnet %s listen failed: %s; collnet "
+                "disabled",
+                comm->rank, br_host_name(), cn->name, br_plugin_result_str(res));
         return 0;
     }
     for (int t = 0; t < ncclNumTypes; t++) {
@@ -99,9 +100,10 @@ static int collnet_join(ncclComm_t comm, br_exec_collnet_t *x, collnet_info_t *a
         }
     }
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_NET, "rank %d (host %s): collnet %s %s failed: %s; collnet "
-                "disabled on every rank", comm->rank, br_host_name(), cn->name, what,
-                br_plugin_result_str(res));
+        BR_WARN(NCCL_INIT | NCCL_NET,
+                "rank %d (host %s): collnet %s %s failed: %s; collnet "
+                "disabled on every rank",
+                comm->rank, br_host_name(), cn->name, what, br_plugin_result_str(res));
         return 0;
     }
     return 1;
@@ -156,9 +158,10 @@ ncclResult_t br_comm_collnet_setup(ncclComm_t comm)
         return ncclSuccess;
     }
     if (nnodes < threshold) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: collnet not used: %d host%s, fewer than "
-                "NCCL_COLLNET_NODE_THRESHOLD %d", comm->rank, nnodes, nnodes == 1 ? "" : "s",
-                threshold);
+        BR_INFO(NCCL_INIT | NCCL_NET,
+                "rank %d: collnet not used: %d host%s, fewer than "
+                "NCCL_COLLNET_NODE_THRESHOLD %d",
+                comm->rank, nnodes, nnodes == 1 ? "" : "s", threshold);
         return ncclSuccess;
     }
     BR_CHECK(br_calloc(&x, 1, "collnet state"));
@@ -167,8 +170,10 @@ ncclResult_t br_comm_collnet_setup(ncclComm_t comm)
     BR_CHECK_GOTO(br_bootstrap_allgather(comm->tc->boot, all, sizeof(*all)), res, out);
     missing = collnet_first_missing(all, comm->nranks);
     if (missing >= 0) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: collnet not used: rank %d (host %s) has none "
-                "usable", comm->rank, missing, comm->tc->peers[missing].host);
+        BR_INFO(NCCL_INIT | NCCL_NET,
+                "rank %d: collnet not used: rank %d (host %s) has none "
+                "usable",
+                comm->rank, missing, comm->tc->peers[missing].host);
         goto out;
     }
     x->stage_bytes = all[0].stage_bytes;
@@ -186,15 +191,17 @@ ncclResult_t br_comm_collnet_setup(ncclComm_t comm)
     BR_CHECK_GOTO(br_bootstrap_allgather(comm->tc->boot, all, sizeof(*all)), res, out);
     missing = collnet_first_missing(all, comm->nranks);
     if (missing >= 0) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: collnet not used: rank %d (host %s) could not "
-                "join the collnet communicator", comm->rank, missing,
-                comm->tc->peers[missing].host);
+        BR_INFO(NCCL_INIT | NCCL_NET,
+                "rank %d: collnet not used: rank %d (host %s) could not "
+                "join the collnet communicator",
+                comm->rank, missing, comm->tc->peers[missing].host);
         goto out;
     }
     if (comm->rank == 0) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "CollNet: %s (v%d) with all %d ranks on %d hosts, staging "
-                "%zu bytes x %d", x->cn->name, x->cn->version, comm->nranks, nnodes,
-                x->stage_bytes, BR_COLLNET_NBUF);
+        BR_INFO(NCCL_INIT | NCCL_NET,
+                "CollNet: %s (v%d) with all %d ranks on %d hosts, staging "
+                "%zu bytes x %d",
+                x->cn->name, x->cn->version, comm->nranks, nnodes, x->stage_bytes, BR_COLLNET_NBUF);
     }
     comm->ec->collnet = x;
     x = NULL;
@@ -202,9 +209,9 @@ ncclResult_t br_comm_collnet_setup(ncclComm_t comm)
 out:
     if (listen_comm != NULL) {
         ncclResult_t r2 = ncclSuccess;
-        BR_CLEANUP(comm->ec->collnet != NULL
-                       ? comm->ec->collnet->cn->ops->close_listen(comm->ec->collnet->cn, listen_comm)
-                       : x->cn->ops->close_listen(x->cn, listen_comm),
+        BR_CLEANUP(comm->ec->collnet != NULL ? comm->ec->collnet->cn->ops->close_listen(
+                                                   comm->ec->collnet->cn, listen_comm)
+                                             : x->cn->ops->close_listen(x->cn, listen_comm),
                    r2);
     }
     collnet_release(x);

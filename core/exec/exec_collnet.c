@@ -34,9 +34,9 @@ static void collnet_fail(br_exec_comm_t *ec, const br_work_t *w, ncclResult_t re
     const br_exec_collnet_t *x = ec->collnet;
     br_exec_fail(ec, res == ncclSuccess ? ncclSystemError : res,
                  "rank %d (host %s): %s #%llu (count %zu, %s, %s) through collnet %s (v%d): %s %s",
-                 ec->rank, br_host_name(), br_func_name(w->op.func),
-                 (unsigned long long)w->op.seq, w->op.count, br_type_name(w->op.type),
-                 br_red_kind_name(w->op.redop.kind), x->cn->name, x->cn->version, call, why);
+                 ec->rank, br_host_name(), br_func_name(w->op.func), (unsigned long long)w->op.seq,
+                 w->op.count, br_type_name(w->op.type), br_red_kind_name(w->op.redop.kind),
+                 x->cn->name, x->cn->version, call, why);
 }
 
 /* Poll the chunk in staging pair s; copy its result out when done. <0 on error. */
@@ -62,8 +62,7 @@ static int collnet_finish(br_exec_comm_t *ec, br_work_t *w, int s, size_t per)
     w->cn_req[s] = NULL;
     if (size < 0 || (size_t)size != n * esize) {
         /* A plugin that lies about what it delivered: the data cannot be trusted. */
-        snprintf(why, sizeof(why), "completed a chunk of %zu bytes with size %d", n * esize,
-                 size);
+        snprintf(why, sizeof(why), "completed a chunk of %zu bytes with size %d", n * esize, size);
         collnet_fail(ec, w, ncclSystemError, "test", why);
         return -1;
     }

@@ -64,8 +64,10 @@ void br_collnet_shared_fini(br_collnet_state_t *st)
 ncclResult_t br_collnet_narrow_count(const br_collnet_t *cn, size_t count, int *out)
 {
     if (count > (size_t)INT_MAX) {
-        BR_WARN(NCCL_NET, "CollNet/Plugin: iallreduce of %zu elements exceeds the int count a "
-                "v%d collnet plugin (%s) accepts", count, cn->version, cn->name);
+        BR_WARN(NCCL_NET,
+                "CollNet/Plugin: iallreduce of %zu elements exceeds the int count a "
+                "v%d collnet plugin (%s) accepts",
+                count, cn->version, cn->name);
         return ncclInternalError;
     }
     *out = (int)count;
@@ -73,8 +75,8 @@ ncclResult_t br_collnet_narrow_count(const br_collnet_t *cn, size_t count, int *
 }
 
 /* Device 0, checked: *lied_p tells a table that contradicts itself from one that refuses. */
-static ncclResult_t collnet_pick_device(br_collnet_t *cn, const br_collnet_adapter_t *ad,
-                                        char *why, size_t why_len, int *lied_p)
+static ncclResult_t collnet_pick_device(br_collnet_t *cn, const br_collnet_adapter_t *ad, char *why,
+                                        size_t why_len, int *lied_p)
 {
     ncclResult_t res = ad->devices(cn, &cn->ndev);
 
@@ -118,8 +120,10 @@ static ncclResult_t collnet_pick_device(br_collnet_t *cn, const br_collnet_adapt
 static void collnet_skip(const br_collnet_t *cn, const char *path, int lied, const char *why)
 {
     if (lied) {
-        BR_WARN(NCCL_INIT | NCCL_NET, "CollNet/Plugin: %s (%s) refused: %s; collnet disabled, "
-                "the net plugin stays", path, cn->name, why);
+        BR_WARN(NCCL_INIT | NCCL_NET,
+                "CollNet/Plugin: %s (%s) refused: %s; collnet disabled, "
+                "the net plugin stays",
+                path, cn->name, why);
     } else {
         BR_INFO(NCCL_INIT | NCCL_NET, "CollNet/Plugin: %s (%s): %s; collnet disabled", path,
                 cn->name, why);
@@ -142,8 +146,10 @@ ncclResult_t br_plugin_collnet_open(const br_net_t *net, uint64_t comm_hash, br_
         probe = sym != NULL ? &collnet_probes[i] : NULL;
     }
     if (probe == NULL) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "CollNet/Plugin: %s exports no ncclCollNetPlugin_v12 .. _v8; "
-                "collnet disabled", nst->lib->path);
+        BR_INFO(NCCL_INIT | NCCL_NET,
+                "CollNet/Plugin: %s exports no ncclCollNetPlugin_v12 .. _v8; "
+                "collnet disabled",
+                nst->lib->path);
         return ncclSuccess;
     }
     if (br_calloc(&cn, 1, "collnet plugin") != ncclSuccess ||
@@ -175,9 +181,11 @@ ncclResult_t br_plugin_collnet_open(const br_net_t *net, uint64_t comm_hash, br_
         goto err_free;
     }
     pthread_mutex_unlock(&collnet_lock);
-    BR_INFO(NCCL_INIT | NCCL_NET, "CollNet/Plugin: loaded %s symbol %s (v%d), collnet %s, %d "
-            "devices, maxCollBytes %zu%s%s", st->lib->path, probe->symbol, probe->version,
-            cn->name, cn->ndev, cn->props.maxCollBytes, cn->has_iallgather ? ", iallgather" : "",
+    BR_INFO(NCCL_INIT | NCCL_NET,
+            "CollNet/Plugin: loaded %s symbol %s (v%d), collnet %s, %d "
+            "devices, maxCollBytes %zu%s%s",
+            st->lib->path, probe->symbol, probe->version, cn->name, cn->ndev,
+            cn->props.maxCollBytes, cn->has_iallgather ? ", iallgather" : "",
             cn->has_ireducescatter ? ", ireducescatter" : "");
     *cn_p = cn;
     return ncclSuccess;

@@ -44,8 +44,8 @@ static ncclResult_t c11_reduce_support(br_collnet_t *cn, ncclDataType_t type, nc
     return C11(cn)->reduceSupport(type, op, supported);
 }
 
-static ncclResult_t c11_reg_mr(br_collnet_t *cn, void *coll_comm, void *data, size_t size,
-                               int type, void **mhandle)
+static ncclResult_t c11_reg_mr(br_collnet_t *cn, void *coll_comm, void *data, size_t size, int type,
+                               void **mhandle)
 {
     return C11(cn)->regMr(coll_comm, data, size, type, mhandle);
 }
@@ -56,11 +56,10 @@ static ncclResult_t c11_dereg_mr(br_collnet_t *cn, void *coll_comm, void *mhandl
 }
 
 static ncclResult_t c11_iallreduce(br_collnet_t *cn, void *coll_comm, void *send, void *recv,
-                                   size_t count, ncclDataType_t type, ncclRedOp_t op,
-                                   void *send_mh, void *recv_mh, void **request)
+                                   size_t count, ncclDataType_t type, ncclRedOp_t op, void *send_mh,
+                                   void *recv_mh, void **request)
 {
-    return C11(cn)->iallreduce(coll_comm, send, recv, count, type, op, send_mh, recv_mh,
-                               request);
+    return C11(cn)->iallreduce(coll_comm, send, recv, count, type, op, send_mh, recv_mh, request);
 }
 
 static ncclResult_t c11_test(br_collnet_t *cn, void *request, int *done, int *size)
@@ -116,10 +115,17 @@ static ncclResult_t c11_init(br_collnet_t *cn, br_collnet_state_t *st, uint64_t 
     cn->has_iallgather = t->iallgather != NULL;
     cn->has_ireducescatter = t->ireducescatter != NULL;
     const br_net_member_t required[] = {
-        BR_NET_MEMBER(t, devices),    BR_NET_MEMBER(t, getProperties), BR_NET_MEMBER(t, listen),
-        BR_NET_MEMBER(t, connect),    BR_NET_MEMBER(t, reduceSupport), BR_NET_MEMBER(t, regMr),
-        BR_NET_MEMBER(t, deregMr),    BR_NET_MEMBER(t, iallreduce),    BR_NET_MEMBER(t, test),
-        BR_NET_MEMBER(t, closeColl),  BR_NET_MEMBER(t, closeListen),
+        BR_NET_MEMBER(t, devices),
+        BR_NET_MEMBER(t, getProperties),
+        BR_NET_MEMBER(t, listen),
+        BR_NET_MEMBER(t, connect),
+        BR_NET_MEMBER(t, reduceSupport),
+        BR_NET_MEMBER(t, regMr),
+        BR_NET_MEMBER(t, deregMr),
+        BR_NET_MEMBER(t, iallreduce),
+        BR_NET_MEMBER(t, test),
+        BR_NET_MEMBER(t, closeColl),
+        BR_NET_MEMBER(t, closeListen),
         BR_NET_MEMBER(t, finalize),
         {NULL, NULL},
     };

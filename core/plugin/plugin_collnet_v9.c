@@ -32,19 +32,19 @@ static ncclResult_t c9_listen(br_collnet_t *cn, int dev, void *handle, void **li
 }
 
 static ncclResult_t c9_connect(br_collnet_t *cn, void *handles[], int nranks, int rank,
-                                void *listen_comm, void **coll_comm)
+                               void *listen_comm, void **coll_comm)
 {
     return C9(cn)->connect(handles, nranks, rank, listen_comm, coll_comm);
 }
 
 static ncclResult_t c9_reduce_support(br_collnet_t *cn, ncclDataType_t type, ncclRedOp_t op,
-                                       int *supported)
+                                      int *supported)
 {
     return C9(cn)->reduceSupport(type, op, supported);
 }
 
-static ncclResult_t c9_reg_mr(br_collnet_t *cn, void *coll_comm, void *data, size_t size,
-                               int type, void **mhandle)
+static ncclResult_t c9_reg_mr(br_collnet_t *cn, void *coll_comm, void *data, size_t size, int type,
+                              void **mhandle)
 {
     return C9(cn)->regMr(coll_comm, data, size, type, mhandle);
 }
@@ -55,11 +55,10 @@ static ncclResult_t c9_dereg_mr(br_collnet_t *cn, void *coll_comm, void *mhandle
 }
 
 static ncclResult_t c9_iallreduce(br_collnet_t *cn, void *coll_comm, void *send, void *recv,
-                                   size_t count, ncclDataType_t type, ncclRedOp_t op,
-                                   void *send_mh, void *recv_mh, void **request)
+                                  size_t count, ncclDataType_t type, ncclRedOp_t op, void *send_mh,
+                                  void *recv_mh, void **request)
 {
-    return C9(cn)->iallreduce(coll_comm, send, recv, count, type, op, send_mh, recv_mh,
-                               request);
+    return C9(cn)->iallreduce(coll_comm, send, recv, count, type, op, send_mh, recv_mh, request);
 }
 
 static ncclResult_t c9_test(br_collnet_t *cn, void *request, int *done, int *size)
@@ -96,8 +95,8 @@ static ncclResult_t c9_call_init(const void *exported)
     return exp->init(br_log_plugin);
 }
 
-static ncclResult_t c9_init(br_collnet_t *cn, br_collnet_state_t *st, uint64_t comm_hash,
-                             char *why, size_t why_len, int *lied_p)
+static ncclResult_t c9_init(br_collnet_t *cn, br_collnet_state_t *st, uint64_t comm_hash, char *why,
+                            size_t why_len, int *lied_p)
 {
     const ncclCollNet_v9_t *exp = st->exported;
     const ncclCollNet_v9_t *t = &st->fn.v9;
@@ -122,11 +121,10 @@ static ncclResult_t c9_init(br_collnet_t *cn, br_collnet_state_t *st, uint64_t c
     cn->has_iallgather = t->iallgather != NULL;
     cn->has_ireducescatter = t->ireducescatter != NULL;
     const br_net_member_t required[] = {
-        BR_NET_MEMBER(t, devices),    BR_NET_MEMBER(t, getProperties), BR_NET_MEMBER(t, listen),
-        BR_NET_MEMBER(t, connect),    BR_NET_MEMBER(t, reduceSupport), BR_NET_MEMBER(t, regMr),
-        BR_NET_MEMBER(t, deregMr),    BR_NET_MEMBER(t, iallreduce),    BR_NET_MEMBER(t, test),
-        BR_NET_MEMBER(t, closeColl),  BR_NET_MEMBER(t, closeListen),
-        {NULL, NULL},
+        BR_NET_MEMBER(t, devices),   BR_NET_MEMBER(t, getProperties), BR_NET_MEMBER(t, listen),
+        BR_NET_MEMBER(t, connect),   BR_NET_MEMBER(t, reduceSupport), BR_NET_MEMBER(t, regMr),
+        BR_NET_MEMBER(t, deregMr),   BR_NET_MEMBER(t, iallreduce),    BR_NET_MEMBER(t, test),
+        BR_NET_MEMBER(t, closeColl), BR_NET_MEMBER(t, closeListen),   {NULL, NULL},
     };
     missing = br_net_first_missing(required);
     if (missing != NULL) {

@@ -23,11 +23,11 @@
 #define OUT_LEN 16384
 
 typedef struct {
-    size_t count[2];      /* AllReduce count of ranks 0 and 1 (later ranks: count[1]) */
-    int ncalls;           /* AllReduces each rank makes */
-    int fail_at;          /* the call expected to fail (1-based), 0: none */
-    const char *need[3];  /* what the failing call's ncclGetLastError must contain */
-    int tuner_collnet;    /* 0 or 1: what the v2 test tuner must have been told last; -1 */
+    size_t count[2];     /* AllReduce count of ranks 0 and 1 (later ranks: count[1]) */
+    int ncalls;          /* AllReduces each rank makes */
+    int fail_at;         /* the call expected to fail (1-based), 0: none */
+    const char *need[3]; /* what the failing call's ncclGetLastError must contain */
+    int tuner_collnet;   /* 0 or 1: what the v2 test tuner must have been told last; -1 */
 } scenario_t;
 
 /* The v2 test tuner's record (tests/unit/plugin/testtp.h): its first fields. */
@@ -167,8 +167,8 @@ static void use_plugin(const char *path, const char *mode)
 
 START_TEST(test_algo_without_collnet)
 {
-    scenario_t sc = {{1000, 1000}, 1, 1,
-                     {"NCCL_ALGO", "CollNetDirect/Simple needs a collnet", "(host "}, -1};
+    scenario_t sc = {
+        {1000, 1000}, 1, 1, {"NCCL_ALGO", "CollNetDirect/Simple needs a collnet", "(host "}, -1};
     use_plugin(CN_SOCKET, "");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);
@@ -197,8 +197,11 @@ END_TEST
 
 START_TEST(test_wrong_size)
 {
-    scenario_t sc = {{777, 777}, 2, 1, {"completed a chunk of 3108 bytes with size 3107",
-                                        "CollNetTestV8 (v8)", NULL}, -1};
+    scenario_t sc = {{777, 777},
+                     2,
+                     1,
+                     {"completed a chunk of 3108 bytes with size 3107", "CollNetTestV8 (v8)", NULL},
+                     -1};
     use_plugin(CN_PLUGIN_V8, "badsize");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);

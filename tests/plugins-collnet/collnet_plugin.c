@@ -8,11 +8,11 @@
  *
  * The collnet: every rank listens on a loopback TCP socket and publishes its port; at
  * connect, rank 0 starts the reducer process (collnet_reducer.c, fork and exec) with its
- * listening socket, and every rank connects to it. iallreduce queues a request; test moves its bytes without blocking
- * (header and data out, header and result back). The reducer reads one request from
- * every rank, checks that they agree (count, type, op), combines the inputs exactly (in
- * integer or double arithmetic, rank order, rounded once to the type) and sends the result
- * to each rank, or an error status naming the mismatch.
+ * listening socket, and every rank connects to it. iallreduce queues a request; test moves its
+ * bytes without blocking (header and data out, header and result back). The reducer reads one
+ * request from every rank, checks that they agree (count, type, op), combines the inputs exactly
+ * (in integer or double arithmetic, rank order, rounded once to the type) and sends the result to
+ * each rank, or an error status naming the mismatch.
  *
  * BRAID_TEST_COLLNET selects a failure mode: "nodev" (0 devices), "negdev" (-1 devices),
  * "initfail", "noiallreduce" (the table loses iallreduce at init), "failop" (iallreduce
@@ -20,14 +20,14 @@
  */
 #include <arpa/inet.h>
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -338,9 +338,8 @@ static int cn_progress(cn_comm_t *c)
             continue;
         }
         for (;;) {
-            size_t total = sizeof(cn_hdr_t) + (r->rcvd >= sizeof(cn_hdr_t) && r->reply.status == 0
-                                                   ? r->bytes
-                                                   : 0);
+            size_t total = sizeof(cn_hdr_t) +
+                           (r->rcvd >= sizeof(cn_hdr_t) && r->reply.status == 0 ? r->bytes : 0);
             if (r->rcvd >= sizeof(cn_hdr_t) && r->rcvd == total) {
                 r->done = 1;
                 r->error = r->reply.status;

@@ -87,8 +87,14 @@ static void store_f(int t, char *p, double v)
     uint16_t h;
     float f = (float)v;
     switch (t) {
-    case T_F16: h = half_from_double(v); memcpy(p, &h, 2); break;
-    case T_BF16: h = bf16_from_double(v); memcpy(p, &h, 2); break;
+    case T_F16:
+        h = half_from_double(v);
+        memcpy(p, &h, 2);
+        break;
+    case T_BF16:
+        h = bf16_from_double(v);
+        memcpy(p, &h, 2);
+        break;
     case T_F32: memcpy(p, &f, 4); break;
     default: memcpy(p, &v, 8); break;
     }
@@ -129,8 +135,10 @@ static void reduce_all(int t, int op, char *const *in, int n, char *out, size_t 
             double acc = load_f(t, in[0] + i * es);
             for (int r = 1; r < n; r++) {
                 double v = load_f(t, in[r] + i * es);
-                acc = op == OP_SUM ? acc + v : op == OP_PROD ? acc * v
-                      : op == OP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+                acc = op == OP_SUM    ? acc + v
+                      : op == OP_PROD ? acc * v
+                      : op == OP_MAX  ? (v > acc ? v : acc)
+                                      : (v < acc ? v : acc);
             }
             store_f(t, out + i * es, acc);
             continue;
@@ -140,8 +148,10 @@ static void reduce_all(int t, int op, char *const *in, int n, char *out, size_t 
             uint64_t v = (uint64_t)load_i(t, in[r] + i * es);
             int gt = is_unsigned(t) ? v > acc : (int64_t)v > (int64_t)acc;
             int lt = is_unsigned(t) ? v < acc : (int64_t)v < (int64_t)acc;
-            acc = op == OP_SUM ? acc + v : op == OP_PROD ? acc * v
-                  : op == OP_MAX ? (gt ? v : acc) : (lt ? v : acc);
+            acc = op == OP_SUM    ? acc + v
+                  : op == OP_PROD ? acc * v
+                  : op == OP_MAX  ? (gt ? v : acc)
+                                  : (lt ? v : acc);
         }
         memcpy(out + i * es, &acc, es); /* little-endian: the low bytes */
     }

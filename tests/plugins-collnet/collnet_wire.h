@@ -22,7 +22,7 @@ typedef struct {
     int32_t type, op;
     int32_t status; /* reply: 0 ok, else the first rank that disagreed with rank 0 */
     uint64_t count;
-    uint64_t seq;   /* the request's number on its communicator */
+    uint64_t seq; /* the request's number on its communicator */
 } cn_hdr_t;
 
 /* Bytes per element of an nccl.h type (0: not a type). */
