@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Check suite "collnet_load": the collnet loader and its adapters (core/plugin), white
- * box, against the software collnet plugin of this directory built with the v12 and the
- * v8 table. A table loads next to its net table and reports what the plugin says
+ * box, against the software collnet plugin of this directory built with each table
+ * version, v12 to v8. A table loads next to its net table and reports what the plugin says
  * (version, name, devices, maxCollBytes, v8's defaults); a one-rank collnet communicator
  * reduces through the adapters (listen, connect, regMr, iallreduce, test) with the
  * reducer process; v8's int count is range-checked; a library without collnet, zero
@@ -88,11 +88,36 @@ START_TEST(test_v12_loads_and_reduces)
     ck_assert_int_eq(cn->version, 12);
     ck_assert_str_eq(cn->name, "CollNetTest");
     ck_assert_int_eq(cn->ndev, 1);
-    ck_assert_uint_eq(cn->props.maxCollBytes, (size_t)1 << 29);
+    ck_assert_uint_eq(cn->props.maxCollBytes, (size_t)1 << 28); /* what the plugin says */
     ck_assert_int_eq(cn->has_iallgather, 0);
     one_rank_allreduce(cn);
     br_plugin_collnet_close(cn);
     br_plugin_net_close(net);
+}
+END_TEST
+
+/* v11, v10, v9: each through its own adapter (v11: per-comm init and context, v11
+ * properties; v10/v9: process-wide init, no context), reducing end to end. */
+static void middle_version(const char *path, int version, const char *name)
+{
+    br_net_t *net;
+    br_collnet_t *cn = collnet_open(path, "", &net);
+
+    ck_assert_ptr_nonnull(cn);
+    ck_assert_int_eq(cn->version, version);
+    ck_assert_str_eq(cn->name, name);
+    ck_assert_uint_eq(cn->props.maxCollBytes, (size_t)1 << 28);
+    ck_assert_int_eq(cn->props.railId, -1); /* v12's field, defaulted */
+    one_rank_allreduce(cn);
+    br_plugin_collnet_close(cn);
+    br_plugin_net_close(net);
+}
+
+START_TEST(test_v11_v10_v9)
+{
+    middle_version(CN_PLUGIN_V11, 11, "CollNetTestV11");
+    middle_version(CN_PLUGIN_V10, 10, "CollNetTestV10");
+    middle_version(CN_PLUGIN_V9, 9, "CollNetTestV9");
 }
 END_TEST
 
@@ -177,6 +202,7 @@ static Suite *collnet_load_suite(void)
     TCase *tc = tcase_create("load");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_v12_loads_and_reduces);
+    tcase_add_test(tc, test_v11_v10_v9);
     tcase_add_test(tc, test_v8_loads_and_reduces);
     tcase_add_test(tc, test_absent_nodev_initfail);
     tcase_add_test(tc, test_lies_refused);

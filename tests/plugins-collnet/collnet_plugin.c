@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A software collnet plugin for tests: the library exports a net table (NCCL looks for
- * collnet only next to a net table) and one collnet table, ncclCollNetPlugin_v12, or
- * ncclCollNetPlugin_v8 when built with COLLNET_TEST_V8, so both ends of the core's adapter
- * range run. The net table forwards to Braid's socket plugin, opened at init from
+ * collnet only next to a net table) and one collnet table, ncclCollNetPlugin_vN with
+ * N = COLLNET_TEST_VERSION (8 to 12; 12 by default), so every adapter of the core runs.
+ * The net table forwards to Braid's socket plugin, opened at init from
  * BRAID_TEST_INNER_NET (a path), by copying its members into the exported table.
  *
  * The collnet: every rank listens on a loopback TCP socket and publishes its port; at
@@ -436,76 +436,27 @@ static ncclResult_t cn_close_listen(void *listen_comm)
     return ncclSuccess;
 }
 
-#ifdef COLLNET_TEST_V8
+/* ---- The exported table, of version COLLNET_TEST_VERSION (8 .. 12) ---- */
 
-static ncclResult_t cn_init_v8(ncclDebugLogger_t log);
-
-__attribute__((visibility("default"))) ncclCollNet_v8_t ncclCollNetPlugin_v8;
-
-static ncclResult_t cn_props_v8(int dev, ncclNetProperties_v8_t *p)
-{
-    (void)dev;
-    memset(p, 0, sizeof(*p));
-    cn_props_common((const char **)&p->name, &p->ptrSupport, &p->speed, &p->maxComms);
-    p->pciPath = "";
-    p->maxRecvs = 1;
-    return ncclSuccess;
-}
-
-static ncclResult_t cn_iallreduce_v8(void *coll_comm, void *send, void *recv, int count,
-                                     ncclDataType_t type, ncclRedOp_t op, void *smh, void *rmh,
-                                     void **request)
-{
-    (void)smh;
-    (void)rmh;
-    if (count < 0) {
-        return ncclInternalError;
-    }
-    return cn_iallreduce_impl(coll_comm, send, recv, (size_t)count, type, op, request);
-}
-
-__attribute__((visibility("default"))) ncclCollNet_v8_t ncclCollNetPlugin_v8 = {
-    .name = "CollNetTestV8",
-    .init = cn_init_v8,
-    .devices = cn_devices,
-    .getProperties = cn_props_v8,
-    .listen = cn_listen_dev,
-    .connect = cn_connect,
-    .reduceSupport = cn_reduce_support,
-    .regMr = cn_reg_mr,
-    .regMrDmaBuf = cn_reg_mr_dmabuf,
-    .deregMr = cn_dereg_mr,
-    .iallreduce = cn_iallreduce_v8,
-    .iallgather = NULL,
-    .ireducescatter = NULL,
-    .iflush = cn_iflush,
-    .test = cn_test,
-    .closeColl = cn_close_coll,
-    .closeListen = cn_close_listen,
-};
-
-static ncclResult_t cn_init_v8(ncclDebugLogger_t log)
-{
-    ncclResult_t res = cn_init(NULL, 0, log);
-    /* Patched in init, as the SHARP plugin does (the core reads the table after init). */
-    ncclCollNetPlugin_v8.iallreduce =
-        strcmp(cn_mode, "noiallreduce") == 0 ? NULL : cn_iallreduce_v8;
-    return res;
-}
-
+#ifndef COLLNET_TEST_VERSION
+#define COLLNET_TEST_VERSION 12
+#endif
+#define CN_CAT3(a, b, c) a##b##c
+#define CN_XCAT3(a, b, c) CN_CAT3(a, b, c)
+#define CN_TABLE_T CN_XCAT3(ncclCollNet_v, COLLNET_TEST_VERSION, _t)
+#define CN_PROPS_T CN_XCAT3(ncclNetProperties_v, COLLNET_TEST_VERSION, _t)
+#define CN_SYMBOL CN_XCAT3(ncclCollNetPlugin_v, COLLNET_TEST_VERSION, )
+#define CN_STR(x) #x
+#define CN_NAME(v) "CollNetTestV" CN_STR(v)
+#if COLLNET_TEST_VERSION == 8
+#define CN_COUNT_T int
 #else
+#define CN_COUNT_T size_t
+#endif
 
-static ncclResult_t cn_init_v12(void **ctx, uint64_t comm_id, ncclDebugLogger_t log);
+__attribute__((visibility("default"))) CN_TABLE_T CN_SYMBOL;
 
-static ncclResult_t cn_listen_ctx(void *ctx, int dev, void *handle, void **listen_comm)
-{
-    (void)ctx;
-    return cn_listen_dev(dev, handle, listen_comm);
-}
-
-__attribute__((visibility("default"))) ncclCollNet_v12_t ncclCollNetPlugin_v12;
-
-static ncclResult_t cn_props_v12(int dev, ncclNetProperties_v12_t *p)
+static ncclResult_t cn_props(int dev, CN_PROPS_T *p)
 {
     (void)dev;
     memset(p, 0, sizeof(*p));
@@ -513,21 +464,52 @@ static ncclResult_t cn_props_v12(int dev, ncclNetProperties_v12_t *p)
     p->pciPath = "";
     p->maxRecvs = 1;
     p->netDeviceType = NCCL_NET_DEVICE_HOST;
+#if COLLNET_TEST_VERSION >= 9
     p->vProps.ndevs = 1;
     p->maxP2pBytes = (size_t)1 << 30;
-    p->maxCollBytes = (size_t)1 << 29;
+    p->maxCollBytes = (size_t)1 << 28; /* not NCCL's default, so the test sees it read */
+#endif
+#if COLLNET_TEST_VERSION >= 11
     p->maxMultiRequestSize = 1;
+#endif
+#if COLLNET_TEST_VERSION >= 12
     p->railId = p->planeId = -1;
+#endif
     return ncclSuccess;
 }
 
-static ncclResult_t cn_iallreduce_v12(void *coll_comm, void *send, void *recv, size_t count,
-                                      ncclDataType_t type, ncclRedOp_t op, void *smh, void *rmh,
-                                      void **request)
+static ncclResult_t cn_iallreduce(void *coll_comm, void *send, void *recv, CN_COUNT_T count,
+                                  ncclDataType_t type, ncclRedOp_t op, void *smh, void *rmh,
+                                  void **request)
 {
     (void)smh;
     (void)rmh;
-    return cn_iallreduce_impl(coll_comm, send, recv, count, type, op, request);
+#if COLLNET_TEST_VERSION == 8
+    if (count < 0) { /* an int count that went negative */
+        return ncclInternalError;
+    }
+#endif
+    return cn_iallreduce_impl(coll_comm, send, recv, (size_t)count, type, op, request);
+}
+
+/* Patched in init, as the SHARP plugin does (the core reads the table after init). */
+static void cn_patch(void)
+{
+    CN_SYMBOL.iallreduce = strcmp(cn_mode, "noiallreduce") == 0 ? NULL : cn_iallreduce;
+}
+
+#if COLLNET_TEST_VERSION >= 11
+static ncclResult_t cn_init_vn(void **ctx, uint64_t comm_id, ncclDebugLogger_t log)
+{
+    ncclResult_t res = cn_init(ctx, comm_id, log);
+    cn_patch();
+    return res;
+}
+
+static ncclResult_t cn_listen(void *ctx, int dev, void *handle, void **listen_comm)
+{
+    (void)ctx;
+    return cn_listen_dev(dev, handle, listen_comm);
 }
 
 static ncclResult_t cn_finalize(void *ctx)
@@ -535,36 +517,42 @@ static ncclResult_t cn_finalize(void *ctx)
     (void)ctx;
     return ncclSuccess;
 }
+#else
+static ncclResult_t cn_init_vn(ncclDebugLogger_t log)
+{
+    ncclResult_t res = cn_init(NULL, 0, log);
+    cn_patch();
+    return res;
+}
+#define cn_listen cn_listen_dev
+#endif
 
-__attribute__((visibility("default"))) ncclCollNet_v12_t ncclCollNetPlugin_v12 = {
+__attribute__((visibility("default"))) CN_TABLE_T CN_SYMBOL = {
+#if COLLNET_TEST_VERSION == 12
     .name = "CollNetTest",
-    .init = cn_init_v12,
+#else
+    .name = CN_NAME(COLLNET_TEST_VERSION),
+#endif
+    .init = cn_init_vn,
     .devices = cn_devices,
-    .getProperties = cn_props_v12,
-    .listen = cn_listen_ctx,
+    .getProperties = cn_props,
+    .listen = cn_listen,
     .connect = cn_connect,
     .reduceSupport = cn_reduce_support,
     .regMr = cn_reg_mr,
     .regMrDmaBuf = cn_reg_mr_dmabuf,
     .deregMr = cn_dereg_mr,
-    .iallreduce = cn_iallreduce_v12,
+    .iallreduce = cn_iallreduce,
     .iallgather = NULL,
     .ireducescatter = NULL,
     .iflush = cn_iflush,
     .test = cn_test,
     .closeColl = cn_close_coll,
     .closeListen = cn_close_listen,
+#if COLLNET_TEST_VERSION >= 9
     .makeVDevice = NULL,
-    .finalize = cn_finalize,
-};
-
-static ncclResult_t cn_init_v12(void **ctx, uint64_t comm_id, ncclDebugLogger_t log)
-{
-    ncclResult_t res = cn_init(ctx, comm_id, log);
-    /* Patched in init, as the SHARP plugin does (the core reads the table after init). */
-    ncclCollNetPlugin_v12.iallreduce =
-        strcmp(cn_mode, "noiallreduce") == 0 ? NULL : cn_iallreduce_v12;
-    return res;
-}
-
 #endif
+#if COLLNET_TEST_VERSION >= 11
+    .finalize = cn_finalize,
+#endif
+};
