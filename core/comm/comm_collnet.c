@@ -10,6 +10,10 @@
  * reduceSupport for every type and sum/prod/max/min and agreed (the intersection), so plan
  * offers collnet only for what every rank's plugin supports.
  *
+ * Whether to try is decided alike on every rank from every rank's NCCL_COLLNET_ENABLE and
+ * NCCL_COLLNET_NODE_THRESHOLD (exchanged with the peer information at init), so ranks
+ * with different settings never wait for each other in different places.
+ *
  * Threading: init and destroy of one communicator.
  */
 #include <stdlib.h>
@@ -150,11 +154,24 @@ ncclResult_t br_comm_collnet_setup(ncclComm_t comm)
     br_exec_collnet_t *x = NULL;
     collnet_info_t *all = NULL;
     void *listen_comm = NULL;
-    int nnodes = comm->graph->nnodes, threshold = (int)BR_PARAM_INT(COLLNET_NODE_THRESHOLD);
+    int nnodes = comm->graph->nnodes, threshold = 0, enable = 1;
     int missing;
     ncclResult_t res = ncclSuccess;
 
-    if (!BR_PARAM_INT(COLLNET_ENABLE)) {
+    /* Every rank decides alike from everyone's settings (exchanged at init): collnet only
+     * if every rank enabled it, at the highest threshold any rank set. */
+    for (int r = 0; r < comm->nranks; r++) {
+        const br_peer_info_t *pi = &comm->tc->peers[r];
+        if (pi->collnet_enable != comm->tc->peers[comm->rank].collnet_enable && comm->rank == 0) {
+            BR_INFO(NCCL_INIT | NCCL_NET,
+                    "collnet not used: NCCL_COLLNET_ENABLE is %d on rank "
+                    "%d (host %s) and %d on rank 0",
+                    pi->collnet_enable, r, pi->host, comm->tc->peers[0].collnet_enable);
+        }
+        enable &= pi->collnet_enable != 0;
+        threshold = pi->collnet_threshold > threshold ? pi->collnet_threshold : threshold;
+    }
+    if (!enable) {
         return ncclSuccess;
     }
     if (nnodes < threshold) {

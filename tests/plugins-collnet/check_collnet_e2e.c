@@ -8,7 +8,7 @@
  * every rank with the rank, host, operation and plugin named, and nobody hangs. With a
  * collnet and no NCCL_ALGO, the model takes CollNet for a small AllReduce (results
  * checked) and the TUNING log says so, and a v2 tuner is told collNetSupport 1 (0 with
- * collnet off).
+ * collnet off); ranks that disagree on NCCL_COLLNET_ENABLE agree not to use it.
  */
 #include <check.h>
 #include <dlfcn.h>
@@ -28,6 +28,7 @@ typedef struct {
     int fail_at;         /* the call expected to fail (1-based), 0: none */
     const char *need[3]; /* what the failing call's ncclGetLastError must contain */
     int tuner_collnet;   /* 0 or 1: what the v2 test tuner must have been told last; -1 */
+    int off_rank;        /* > 0: this rank sets NCCL_COLLNET_ENABLE=0 */
 } scenario_t;
 
 /* The v2 test tuner's record (tests/unit/plugin/testtp.h): its first fields. */
@@ -132,6 +133,9 @@ static int rank_body(brt_rank_ctx_t *ctx)
 
     snprintf(host, sizeof(host), "cn-host-%d", ctx->rank);
     setenv("NCCL_HOSTID", host, 1);
+    if (sc->off_rank > 0 && ctx->rank == sc->off_rank) {
+        setenv("NCCL_COLLNET_ENABLE", "0", 1);
+    }
     if (brt_rank_init(ctx, &comm) != ncclSuccess) {
         return 1;
     }
@@ -168,7 +172,7 @@ static void use_plugin(const char *path, const char *mode)
 START_TEST(test_algo_without_collnet)
 {
     scenario_t sc = {
-        {1000, 1000}, 1, 1, {"NCCL_ALGO", "CollNetDirect/Simple needs a collnet", "(host "}, -1};
+        {1000, 1000}, 1, 1, {"NCCL_ALGO", "CollNetDirect/Simple needs a collnet", "(host "}, -1, 0};
     use_plugin(CN_SOCKET, "");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);
@@ -178,7 +182,7 @@ END_TEST
 START_TEST(test_algo_collnet_disabled)
 {
     /* The plugin is there but NCCL_COLLNET_ENABLE is off: the same clear failure. */
-    scenario_t sc = {{64, 64}, 1, 1, {"CollNetChain/Simple needs a collnet", NULL, NULL}, -1};
+    scenario_t sc = {{64, 64}, 1, 1, {"CollNetChain/Simple needs a collnet", NULL, NULL}, -1, 0};
     use_plugin(CN_PLUGIN_V12, "");
     setenv("NCCL_COLLNET_ENABLE", "0", 1);
     setenv("NCCL_ALGO", "allreduce:CollNetChain", 1);
@@ -188,7 +192,7 @@ END_TEST
 
 START_TEST(test_iallreduce_fails)
 {
-    scenario_t sc = {{5000, 5000}, 3, 2, {"iallreduce", "(host ", "CollNetTest"}, -1};
+    scenario_t sc = {{5000, 5000}, 3, 2, {"iallreduce", "(host ", "CollNetTest"}, -1, 0};
     use_plugin(CN_PLUGIN_V12, "failop");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(3, &sc);
@@ -197,11 +201,10 @@ END_TEST
 
 START_TEST(test_wrong_size)
 {
-    scenario_t sc = {{777, 777},
-                     2,
-                     1,
-                     {"completed a chunk of 3108 bytes with size 3107", "CollNetTestV8 (v8)", NULL},
-                     -1};
+    scenario_t sc = {
+        {777, 777}, 2,
+        1,          {"completed a chunk of 3108 bytes with size 3107", "CollNetTestV8 (v8)", NULL},
+        -1,         0};
     use_plugin(CN_PLUGIN_V8, "badsize");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);
@@ -210,7 +213,7 @@ END_TEST
 
 START_TEST(test_mismatched_counts)
 {
-    scenario_t sc = {{100, 200}, 1, 1, {"test failed", "AllReduce", NULL}, -1};
+    scenario_t sc = {{100, 200}, 1, 1, {"test failed", "AllReduce", NULL}, -1, 0};
     use_plugin(CN_PLUGIN_V12, "");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);
@@ -221,7 +224,7 @@ START_TEST(test_model_takes_collnet)
 {
     /* No NCCL_ALGO: a small AllReduce over three hosts goes to the collnet (the model's
      * choice, logged by rank 0), and is right. */
-    scenario_t sc = {{100, 100}, 4, 0, {NULL, NULL, NULL}, -1};
+    scenario_t sc = {{100, 100}, 4, 0, {NULL, NULL, NULL}, -1, 0};
     char pattern[96], logs[96];
     glob_t g;
     int seen = 0;
@@ -256,7 +259,7 @@ END_TEST
  * 0 with collnet off. */
 static void tuner_run(const char *enable, int want)
 {
-    scenario_t sc = {{300, 300}, 2, 0, {NULL, NULL, NULL}, want};
+    scenario_t sc = {{300, 300}, 2, 0, {NULL, NULL, NULL}, want, 0};
     use_plugin(CN_PLUGIN_V12, "");
     setenv("NCCL_COLLNET_ENABLE", enable, 1);
     setenv("NCCL_TUNER_PLUGIN", CN_TUNER_V2, 1);
@@ -275,6 +278,27 @@ START_TEST(test_tuner_sees_no_collnet)
 }
 END_TEST
 
+/* Ranks that disagree on NCCL_COLLNET_ENABLE agree not to use collnet: no hang, right
+ * results (the model's choice), and a forced CollNet fails alike on every rank. (One run
+ * per test: the launcher's process reads the parameters once.) */
+START_TEST(test_enable_differs)
+{
+    scenario_t sc = {{3000, 3000}, 3, 0, {NULL, NULL, NULL}, -1, 2};
+    use_plugin(CN_PLUGIN_V12, "");
+    run(3, &sc);
+}
+END_TEST
+
+START_TEST(test_enable_differs_forced)
+{
+    scenario_t sc = {{3000, 3000}, 1, 1, {"CollNetDirect/Simple needs a collnet", NULL, NULL},
+                     -1,           1};
+    use_plugin(CN_PLUGIN_V12, "");
+    setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
+    run(3, &sc);
+}
+END_TEST
+
 static Suite *collnet_e2e_suite(void)
 {
     Suite *s = suite_create("collnet_e2e");
@@ -288,6 +312,8 @@ static Suite *collnet_e2e_suite(void)
     tcase_add_test(tc, test_model_takes_collnet);
     tcase_add_test(tc, test_tuner_sees_collnet);
     tcase_add_test(tc, test_tuner_sees_no_collnet);
+    tcase_add_test(tc, test_enable_differs);
+    tcase_add_test(tc, test_enable_differs_forced);
     suite_add_tcase(s, tc);
     return s;
 }
