@@ -109,11 +109,11 @@ int br_work_collnet(br_exec_queue_t *q, br_work_t *w, int *done_p)
     size_t nchunks = (w->op.count + per - 1) / per;
     int moved = 0, r;
 
-    /* Chunks complete in the order they were posted (plugin order); poll the oldest. */
+    /* Chunks complete in the order they were posted (plugin order): poll the oldest. */
     for (int i = 0; i < BR_COLLNET_NBUF; i++) {
-        int s = (int)((w->cn_done + (size_t)i) % BR_COLLNET_NBUF);
+        int s = (int)(w->cn_done % BR_COLLNET_NBUF);
         if (w->cn_req[s] == NULL || w->cn_chunk[s] != w->cn_done) {
-            continue;
+            break;
         }
         if ((r = collnet_finish(ec, w, s, per)) < 0) {
             return -1;
@@ -137,8 +137,5 @@ int br_work_collnet(br_exec_queue_t *q, br_work_t *w, int *done_p)
         }
     }
     *done_p = w->cn_done == nchunks;
-    if (!*done_p && moved == 0) {
-        q->wait_what = "the collnet plugin, for";
-    }
-    return moved;
+    return moved; /* a wait is on the plugin, not a peer: exec_health.c names it */
 }

@@ -318,7 +318,8 @@ static void no_algorithm(const br_plan_t *p, int func, size_t bytes)
     BR_WARN(NCCL_TUNING,
             "rank %d (host %s): no algorithm/protocol available for %s of %zu bytes: NCCL_ALGO "
             "is '%s' and NCCL_PROTO is '%s'%s",
-            p->pc.rank, br_host_name(), br_func_name(func), bytes, algo ? algo : "", proto ? proto : "",
+            p->pc.rank, br_host_name(), br_func_name(func), bytes, algo ? algo : "",
+            proto ? proto : "",
             at > 0 ? why_not : " (they leave nothing Braid implements for it)");
 }
 
