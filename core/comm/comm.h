@@ -78,6 +78,12 @@ ncclResult_t br_comm_tune_setup(ncclComm_t comm);
  * tuner plugins and the parameters that must agree; a difference fails init on every rank
  * with ncclInvalidUsage naming the values and the ranks that have them. */
 ncclResult_t br_comm_check_consistency(ncclComm_t comm);
+/* Collnet (comm_collnet.c): with NCCL_COLLNET_ENABLE on a communicator of enough hosts,
+ * load the net plugin's collnet table and join its collective communicator on every rank,
+ * or on none (then comm->ec->collnet stays NULL, with an INFO saying why). Fails only on
+ * a bootstrap error. Called by br_comm_tune_setup, before the plan is made. */
+ncclResult_t br_comm_collnet_setup(ncclComm_t comm);
+void br_comm_collnet_free(ncclComm_t comm);
 
 /* Free everything; with flush, pending network sends finish first (bounded). Only for a
  * communicator no other thread can reach (a failed init); live ones go through

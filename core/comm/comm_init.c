@@ -240,6 +240,8 @@ static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
     pi->cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
     pi->shm_disable = (int)BR_PARAM_INT(SHM_DISABLE);
     pi->p2p_disable = (int)BR_PARAM_INT(P2P_DISABLE);
+    pi->collnet_enable = (int)BR_PARAM_INT(COLLNET_ENABLE);
+    pi->collnet_threshold = (int)BR_PARAM_INT(COLLNET_NODE_THRESHOLD);
     snprintf(pi->host, sizeof(pi->host), "%s", br_host_name());
 }
 
@@ -450,6 +452,7 @@ void br_comm_free(ncclComm_t comm, int flush)
     if (comm->tuner != NULL) {
         br_plugin_tuner_close(comm->tuner);
     }
+    br_comm_collnet_free(comm);
     if (comm->tc != NULL) {
         br_transport_close_all(comm->tc, flush);
         if (comm->tc->net != NULL) {

@@ -107,6 +107,10 @@ static ncclResult_t plan_setup(ncclComm_t comm)
     pc.ring_net = ring_crosses_net(tc, g);
     pc.oneshot_bytes = comm->oneshot_bytes;
     pc.share = core_share(tc);
+    if (comm->ec->collnet != NULL) {
+        pc.collnet = 1;
+        memcpy(pc.collnet_red, comm->ec->collnet->red, sizeof(pc.collnet_red));
+    }
     if (tc->arena != NULL) {
         pc.arena_bytes = tc->arena->max_bytes;
         pc.direct_lo = tc->arena->cma_bytes;
@@ -119,6 +123,7 @@ ncclResult_t br_comm_tune_setup(ncclComm_t comm)
 {
     br_transport_comm_t *tc = comm->tc;
 
+    BR_CHECK(br_comm_collnet_setup(comm));
     BR_CHECK(plan_setup(comm));
     /* The tuner plugin edits the constants at its init, then sees every cost table. */
     br_tuner_request_t treq;

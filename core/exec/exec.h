@@ -36,6 +36,21 @@ typedef struct {
     br_conn_t *recv[BR_CHANNEL_PEERS];
 } br_exec_channel_t;
 
+/* A communicator's collnet (CollNetDirect / CollNetChain AllReduce): the plugin, the
+ * collective communicator every rank joined, and two pairs of staging buffers registered
+ * with it once at init, so one chunk is copied in or out while the other is in the
+ * network. Made by comm (core/comm/comm_collnet.c); the executor only drives it. */
+#define BR_COLLNET_NBUF 2
+typedef struct {
+    br_collnet_t *cn;
+    void *coll_comm;
+    size_t stage_bytes;                 /* bytes of each staging buffer */
+    char *send[BR_COLLNET_NBUF], *recv[BR_COLLNET_NBUF];
+    void *send_mh[BR_COLLNET_NBUF], *recv_mh[BR_COLLNET_NBUF];
+    unsigned char red[ncclNumTypes];    /* per type, bit k: br_red_kind_t k (sum .. min) is
+                                         * reduced by every rank's plugin */
+} br_exec_collnet_t;
+
 /* What an executor needs of a communicator. */
 typedef struct br_exec_comm {
     int rank, nranks;
@@ -49,6 +64,7 @@ typedef struct br_exec_comm {
     uint64_t *send_seq, *recv_seq; /* messages per peer */
     struct br_exec_batch *solo;    /* reused for operations outside a group */
     br_arena_t *arena;             /* node arena for one-hop small collectives, or NULL */
+    br_exec_collnet_t *collnet;    /* collnet, when every rank could join it, or NULL */
     uint64_t arena_seq;            /* operations run through the arena */
     char *gather_scratch;          /* RingOneShot inputs: nranks x gather_cap bytes */
     size_t gather_cap;

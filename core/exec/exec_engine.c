@@ -17,7 +17,7 @@
 #include "exec_int.h"
 #include "util.h"
 
-enum { Q_CHANNEL = 0, Q_SEND = 1, Q_RECV = 2, Q_LOCAL = 3, Q_ARENA = 4 };
+enum { Q_CHANNEL = 0, Q_SEND = 1, Q_RECV = 2, Q_LOCAL = 3, Q_ARENA = 4, Q_COLLNET = 5 };
 
 void br_exec_fail(br_exec_comm_t *ec, ncclResult_t res, const char *fmt, ...)
 {
@@ -145,6 +145,16 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
         /* Decided on the call's arguments alone, so writer and readers pick the same slot. */
         w->arena_small = op->algo == BR_ALGO_DIRECT_READ || br_arena_is_small(bytes);
         BR_CHECK(queue_get(b, ec, Q_ARENA, 0, &q));
+        return queue_push(q, w);
+    }
+    if (op->algo == BR_ALGO_COLLNET_DIRECT || op->algo == BR_ALGO_COLLNET_CHAIN) {
+        if (ec->collnet == NULL) { /* plan offers collnet only where comm set it up */
+            BR_WARN(NCCL_COLL, "rank %d: %s chose %s without a collnet", ec->rank,
+                    br_func_name(op->func), br_algo_name(op->algo));
+            return ncclInternalError;
+        }
+        w->kind = BR_WORK_COLLNET;
+        BR_CHECK(queue_get(b, ec, Q_COLLNET, 0, &q));
         return queue_push(q, w);
     }
     char *scratch = NULL;

@@ -53,6 +53,9 @@ static void describe_wait(const br_exec_queue_t *q, char *buf, size_t len)
                  br_proto_name(w->op.proto), w->ch);
     } else if (w->kind == BR_WORK_SEND || w->kind == BR_WORK_RECV) {
         snprintf(where, sizeof(where), ", peer %d", w->op.peer);
+    } else if (w->kind == BR_WORK_COLLNET) {
+        snprintf(where, sizeof(where), ", %s, chunk %zu in the collnet plugin",
+                 br_algo_name(w->op.algo), w->cn_done);
     }
     if (q->wait_what == NULL || q->wait_peer < 0) { /* it has not had to wait yet */
         snprintf(buf, len, "%s #%llu (count %zu, %s%s)", br_func_name(w->op.func),

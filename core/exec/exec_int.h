@@ -10,7 +10,8 @@ typedef enum {
     BR_WORK_SEND,
     BR_WORK_RECV,
     BR_WORK_COPY,
-    BR_WORK_ARENA /* OneShot or DirectRead through the node arena */
+    BR_WORK_ARENA, /* OneShot or DirectRead through the node arena */
+    BR_WORK_COLLNET /* CollNetDirect / CollNetChain AllReduce through the collnet plugin */
 } br_work_kind_t;
 
 /* Progress of one stream of a schedule. */
@@ -42,6 +43,12 @@ struct br_work {
     int event;         /* index in the batch's events, or -1 */
     void *kch;         /* its KernelCh event while it runs, or NULL */
     int kch_started;   /* br_exec_prof_work_start ran for it */
+    /* Collnet: chunks of the staging buffers' size, posted and finished in order. */
+    size_t cn_next;                    /* next chunk to post */
+    size_t cn_done;                    /* chunks whose result was copied out */
+    size_t cn_chunk[BR_COLLNET_NBUF];  /* the chunk in each staging pair */
+    void *cn_req[BR_COLLNET_NBUF];     /* its request, NULL when the pair is free */
+    int cn_staged[BR_COLLNET_NBUF];    /* copied in, not yet accepted by the plugin */
 };
 
 /* Do as many steps of w as the FIFOs allow. Returns >0 steps done, 0 if blocked (with
@@ -55,6 +62,7 @@ int br_work_sched_init(br_work_t *w, const br_exec_comm_t *ec, int c, char *scra
 /* Steps of the kinds (exec_sched.c, exec_arena.c, exec_work.c). */
 int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p);
 int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p);
+int br_work_collnet(br_exec_queue_t *q, br_work_t *w, int *done_p);
 
 /* While w waits at the head of q: has a peer run the same collective with different
  * arguments, seen on another path (a node arena slot, or a connection w does not read

@@ -166,6 +166,7 @@ int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p)
     case BR_WORK_SEND: return send_work(q, w, done_p);
     case BR_WORK_RECV: return recv_work(q, w, done_p);
     case BR_WORK_ARENA: return br_work_arena(q, w, done_p);
+    case BR_WORK_COLLNET: return br_work_collnet(q, w, done_p);
     default: return copy_work(w, done_p);
     }
 }
@@ -209,7 +210,7 @@ int br_work_probe_mismatch(br_exec_queue_t *q, const br_work_t *w)
     br_exec_comm_t *ec = q->ec;
     const br_op_t *op = &w->op;
 
-    if (w->kind != BR_WORK_SCHED && w->kind != BR_WORK_ARENA) {
+    if (w->kind != BR_WORK_SCHED && w->kind != BR_WORK_ARENA && w->kind != BR_WORK_COLLNET) {
         return 0;
     }
     if (ec->arena != NULL && probe_arena(ec, op)) {

@@ -43,6 +43,9 @@ typedef struct {
     size_t direct_hi;     /* and the largest (0: no limit) */
     size_t oneshot_bytes; /* BRAID_ONESHOT_BYTES: the one-shot paths' cap per rank */
     double share;         /* ranks per core on the busiest machine, at least 1 */
+    int collnet;          /* every rank joined a collnet communicator (CollNet AllReduce) */
+    unsigned char collnet_red[ncclNumTypes]; /* per type, bit k: br_red_kind_t k (sum, prod,
+                                              * max, min) is reduced by the collnet */
 } br_plan_comm_t;
 
 /* Tuning constants in the layout of ncclTunerConstants_v5/v6 (1152 bytes of doubles); the

@@ -36,8 +36,13 @@ struct br_plan {
     const br_graph_t *graph;
     br_tune_constants_t k;
     br_plan_host_t h;
-    /* enabled[func][algo][proto] after NCCL_ALGO / NCCL_PROTO. */
+    /* enabled[func][algo][proto] after NCCL_ALGO / NCCL_PROTO; proto_only after
+     * NCCL_PROTO alone (the fallback of a call collnet cannot reduce). */
     char enabled[BR_NUM_COLL_FUNCS][BR_NUM_ALGOS][BR_NUM_PROTOS];
+    char proto_only[BR_NUM_COLL_FUNCS][BR_NUM_ALGOS][BR_NUM_PROTOS];
+    int use_proto_only; /* the model reads proto_only instead of enabled */
+    int op_collnet;     /* the call being decided can be reduced by the collnet */
+    unsigned char collnet_logged[ncclNumTypes]; /* fallbacks already logged, bit per kind */
     int tree_intra, tree_inter; /* links of each kind on the deepest root-to-leaf path */
     int tree_fan;               /* most children of a rank */
     br_tune_hook_t hook;
@@ -48,6 +53,7 @@ struct br_plan {
     size_t last_bytes[BR_NUM_COLL_FUNCS];
     br_plan_choice_t last[BR_NUM_COLL_FUNCS];
     char last_valid[BR_NUM_COLL_FUNCS];
+    char last_collnet[BR_NUM_COLL_FUNCS]; /* op_collnet of that decision */
     /* Tuner decisions already logged, per function and power-of-two size class. */
     uint64_t tuner_logged[BR_NUM_COLL_FUNCS];
 };

@@ -87,6 +87,20 @@ int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t 
             return 0;
         }
         return arena_available(p, func, algo, bytes, why);
+    case BR_ALGO_COLLNET_DIRECT:
+    case BR_ALGO_COLLNET_CHAIN:
+        if (!pc->collnet) {
+            *why = "needs a collnet: NCCL_COLLNET_ENABLE=1, a net plugin library that exports "
+                   "ncclCollNetPlugin_v8..v12 with devices, at least NCCL_COLLNET_NODE_THRESHOLD "
+                   "hosts";
+            return 0;
+        }
+        if (func != BR_FUNC_ALLREDUCE || proto != BR_PROTO_SIMPLE) {
+            *why = "runs AllReduce with the Simple protocol";
+            return 0;
+        }
+        *why = "the collnet plugin does not reduce this type with this operation";
+        return p->op_collnet;
     case BR_ALGO_RING_ONESHOT: {
         size_t cap = pc->oneshot_bytes < BR_PLAN_RING_ONESHOT_MAX ? pc->oneshot_bytes
                                                              : BR_PLAN_RING_ONESHOT_MAX;
@@ -177,6 +191,21 @@ static double tree_us(const br_plan_t *p, int func, int proto, size_t bytes, int
            (double)bytes * traffic * fan / link_bw(p, proto, nch);
 }
 
+/*
+ * CollNet, in NCCL's shape: the reduction happens in the network, so one network latency
+ * whatever the rank count (NCCL charges CollNet one inter-node latency), each rank's data
+ * crossing its link once each way (full duplex: once), plus copying each chunk into and
+ * out of the registered staging buffers. Chain costs a little more than Direct so a tie
+ * goes to Direct (on the host both run the same path; docs/architecture.md).
+ */
+static double collnet_us(const br_plan_t *p, int algo, int proto, size_t bytes)
+{
+    const br_plan_comm_t *pc = &p->pc;
+    double net = pc->net_gbps * 1e3 / pc->share, copy = p->h.intra_gbps * 1e3 / pc->share;
+    return p->k.base_latencies[algo][proto] + hop_us(p, BR_HW_NET, algo, proto) +
+           (algo == BR_ALGO_COLLNET_CHAIN ? 0.5 : 0.0) + (double)bytes * (1.0 / net + 2.0 / copy);
+}
+
 static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t bytes, int nch)
 {
     const br_plan_host_t *h = &p->h;
@@ -184,6 +213,8 @@ static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t
     switch (algo) {
     case BR_ALGO_RING: return ring_us(p, func, proto, bytes, nch);
     case BR_ALGO_TREE: return tree_us(p, func, proto, bytes, nch);
+    case BR_ALGO_COLLNET_DIRECT:
+    case BR_ALGO_COLLNET_CHAIN: return collnet_us(p, algo, proto, bytes);
     case BR_ALGO_RING_ONESHOT: /* an AllGather of the inputs, then a local fold */
         return ring_us(p, BR_FUNC_ALLGATHER, proto, bytes, 1) +
                (double)bytes * n * p->pc.share / (h->fold_gbps * 1e3);
@@ -204,7 +235,8 @@ void br_plan_model(const br_plan_t *p, int func, size_t bytes, int nch, float *t
         for (int pr = 0; pr < BR_NUM_PROTOS; pr++) {
             float *e = &table[a * BR_NUM_PROTOS + pr];
             *e = -1.0f;
-            if (!p->enabled[func][a][pr] || !br_plan_available(p, func, a, pr, bytes, NULL)) {
+            char en = p->use_proto_only ? p->proto_only[func][a][pr] : p->enabled[func][a][pr];
+            if (!en || !br_plan_available(p, func, a, pr, bytes, NULL)) {
                 continue;
             }
             *e = p->pc.nranks == 1 ? 0.0f : (float)model_us(p, func, a, pr, bytes, nch);
@@ -218,8 +250,9 @@ size_t br_plan_chunk(const br_plan_t *p, int func, int algo, int proto, size_t b
     size_t slot = proto == BR_PROTO_LL ? pc->ll_bytes : pc->step_bytes;
     size_t share = (bytes + (size_t)nch - 1) / (size_t)nch, want;
 
-    if (algo == BR_ALGO_ONESHOT || algo == BR_ALGO_DIRECT_READ) {
-        return 0;
+    if (algo == BR_ALGO_ONESHOT || algo == BR_ALGO_DIRECT_READ ||
+        algo == BR_ALGO_COLLNET_DIRECT || algo == BR_ALGO_COLLNET_CHAIN) {
+        return 0; /* collnet moves the staging buffers' size per request */
     }
     if (proto == BR_PROTO_LL || algo == BR_ALGO_RING_ONESHOT) {
         return slot;

@@ -167,8 +167,12 @@ ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph,
     p->graph = graph;
     constants_default(&p->k, &p->h);
     memset(p->enabled, 1, sizeof(p->enabled));
-    if ((algo != NULL && (res = parse_selection("NCCL_ALGO", algo, 1, p)) != ncclSuccess) ||
-        (proto != NULL && (res = parse_selection("NCCL_PROTO", proto, 0, p)) != ncclSuccess)) {
+    if (proto != NULL && (res = parse_selection("NCCL_PROTO", proto, 0, p)) != ncclSuccess) {
+        free(p);
+        return res;
+    }
+    memcpy(p->proto_only, p->enabled, sizeof(p->proto_only));
+    if (algo != NULL && (res = parse_selection("NCCL_ALGO", algo, 1, p)) != ncclSuccess) {
         free(p);
         return res;
     }
@@ -264,7 +268,10 @@ static int decide_with(br_plan_t *p, int func, size_t bytes, int use_tuner, br_p
     out->runner_us = runner >= 0 ? table[runner] : 0.0f;
     out->by_tuner = by_tuner;
     /* The one-shot paths run on one channel whatever the count. */
-    out->nchannels = out->algo >= BR_ALGO_ONESHOT ? 1 : nch;
+    out->nchannels = out->algo >= BR_ALGO_ONESHOT || out->algo == BR_ALGO_COLLNET_DIRECT ||
+                             out->algo == BR_ALGO_COLLNET_CHAIN
+                         ? 1
+                         : nch;
     out->chunk_bytes = br_plan_chunk(p, func, out->algo, out->proto, bytes, out->nchannels);
     return 0;
 }
@@ -297,7 +304,8 @@ static void no_algorithm(const br_plan_t *p, int func, size_t bytes)
     for (int a = 0; a < BR_NUM_ALGOS; a++) {
         for (int pr = 0; pr < BR_NUM_PROTOS && at < sizeof(why_not); pr++) {
             const char *why = NULL;
-            int nccl_only = a < BR_NCCL_NUM_ALGOS && a != BR_ALGO_RING && a != BR_ALGO_TREE;
+            int nccl_only = a < BR_NCCL_NUM_ALGOS && a != BR_ALGO_RING && a != BR_ALGO_TREE &&
+                            a != BR_ALGO_COLLNET_DIRECT && a != BR_ALGO_COLLNET_CHAIN;
             if (!p->enabled[func][a][pr] || pr == BR_PROTO_LL128 || nccl_only ||
                 br_plan_available(p, func, a, pr, bytes, &why)) {
                 continue;
@@ -308,9 +316,10 @@ static void no_algorithm(const br_plan_t *p, int func, size_t bytes)
         }
     }
     BR_WARN(NCCL_TUNING,
-            "rank %d: no algorithm/protocol available for %s of %zu bytes: NCCL_ALGO is '%s' "
-            "and NCCL_PROTO is '%s'%s",
-            p->pc.rank, br_func_name(func), bytes, algo ? algo : "", proto ? proto : "",
+            "rank %d (host %s): no algorithm/protocol available for %s of %zu bytes: NCCL_ALGO "
+            "is '%s' and NCCL_PROTO is '%s'%s",
+            p->pc.rank, br_host_name(), br_func_name(func), bytes, algo ? algo : "",
+            proto ? proto : "",
             at > 0 ? why_not : " (they leave nothing Braid implements for it)");
 }
 
@@ -340,16 +349,57 @@ static void log_tuner_choice(br_plan_t *p, int func, size_t bytes, const br_plan
             model);
 }
 
+/* Can the collnet reduce this call? Its type and a plain sum, prod, max or min (Avg and
+ * PreMulSum never go to the plugin), when every rank's plugin said so. */
+static int op_collnet(const br_plan_t *p, const br_op_t *op)
+{
+    int kind = (int)op->redop.kind;
+    return p->pc.collnet && op->func == BR_FUNC_ALLREDUCE && kind <= BR_RED_MIN &&
+           (int)op->type >= 0 && (int)op->type < ncclNumTypes &&
+           (p->pc.collnet_red[op->type] >> kind & 1u);
+}
+
+/* An AllReduce the collnet cannot reduce runs on the other algorithms, said once per
+ * (type, operation); when NCCL_ALGO allowed only CollNet for it, NCCL_ALGO is set aside
+ * for this call (NCCL_PROTO still holds). Returns what decide returned. */
+static int collnet_fallback(br_plan_t *p, const br_op_t *op, size_t bytes, br_plan_choice_t *c,
+                            int r)
+{
+    int kind = (int)op->redop.kind, t = (int)op->type;
+    int forced = r == -1 && (p->enabled[op->func][BR_ALGO_COLLNET_DIRECT][BR_PROTO_SIMPLE] ||
+                             p->enabled[op->func][BR_ALGO_COLLNET_CHAIN][BR_PROTO_SIMPLE]);
+
+    if (forced) {
+        p->use_proto_only = 1;
+        r = decide(p, (int)op->func, bytes, c);
+        p->use_proto_only = 0;
+    }
+    if ((p->collnet_logged[t] >> (kind < 8 ? kind : 7) & 1u) == 0) {
+        p->collnet_logged[t] |= (unsigned char)(1u << (kind < 8 ? kind : 7));
+        BR_INFO(NCCL_TUNING | NCCL_COLL, "rank %d: the collnet does not reduce %s with %s; "
+                "AllReduce of that type and operation %s", p->pc.rank, br_type_name(op->type),
+                br_red_kind_name(op->redop.kind),
+                forced ? "runs on the model's choice although NCCL_ALGO allows only CollNet"
+                       : "runs on the other algorithms");
+    }
+    return r;
+}
+
 ncclResult_t br_plan_choose(br_plan_t *p, br_op_t *op)
 {
     int func = (int)op->func;
     size_t bytes = br_op_bytes(op);
     br_plan_choice_t c;
 
-    if (p->hook == NULL && p->last_valid[func] && p->last_bytes[func] == bytes) {
+    p->op_collnet = op_collnet(p, op);
+    if (p->hook == NULL && p->last_valid[func] && p->last_bytes[func] == bytes &&
+        p->last_collnet[func] == p->op_collnet) {
         c = p->last[func];
     } else {
         int r = decide(p, func, bytes, &c);
+        if (r != -2 && p->pc.collnet && func == BR_FUNC_ALLREDUCE && !p->op_collnet) {
+            r = collnet_fallback(p, op, bytes, &c, r);
+        }
         if (r == -2) {
             BR_WARN(NCCL_TUNING, "tuner %s failed for %s of %zu bytes", p->hook_name,
                     br_func_name(func), bytes);
@@ -365,6 +415,7 @@ ncclResult_t br_plan_choose(br_plan_t *p, br_op_t *op)
             p->last[func] = c;
             p->last_bytes[func] = bytes;
             p->last_valid[func] = 1;
+            p->last_collnet[func] = (char)p->op_collnet;
         }
     }
     op->algo = c.algo;
@@ -449,8 +500,10 @@ void br_plan_log_choices(br_plan_t *p)
         return;
     }
     BR_INFO(NCCL_TUNING, "cost model of %d ranks on %d host%s, tree depth %d in hosts + %d "
-            "across (sizes are per rank):", p->pc.nranks, p->pc.nnodes,
-            p->pc.nnodes == 1 ? "" : "s", p->tree_intra, p->tree_inter);
+            "across (sizes are per rank%s):", p->pc.nranks, p->pc.nnodes,
+            p->pc.nnodes == 1 ? "" : "s", p->tree_intra, p->tree_inter,
+            p->pc.collnet ? "; AllReduce of a type and operation the collnet reduces" : "");
+    p->op_collnet = p->pc.collnet;
     for (int f = 0; f < BR_NUM_COLL_FUNCS; f++) {
         log_ranges(p, f);
     }

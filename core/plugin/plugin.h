@@ -79,6 +79,61 @@ void br_plugin_net_close(br_net_t *net);
 /* The directory Braid's own plugins live in (BRAID_PLUGIN_PATH, else libbraid's). */
 const char *br_plugin_dir(void);
 
+/* Short name of a result code ("ncclSystemError", ...), for messages. */
+const char *br_plugin_result_str(ncclResult_t res);
+
+/* ---- CollNet ---- */
+
+typedef struct br_collnet br_collnet_t;
+
+/* The internal collnet table: ncclCollNet_v12_t's members that the host executor drives,
+ * with the loaded collnet first, in v12 semantics whatever the plugin's version (counts
+ * are size_t; an older plugin's adapter range-checks and narrows them). */
+typedef struct {
+    ncclResult_t (*get_properties)(br_collnet_t *cn, int dev, ncclNetProperties_v12_t *props);
+    ncclResult_t (*listen)(br_collnet_t *cn, int dev, void *handle, void **listen_comm);
+    ncclResult_t (*connect)(br_collnet_t *cn, void *handles[], int nranks, int rank,
+                            void *listen_comm, void **coll_comm);
+    ncclResult_t (*reduce_support)(br_collnet_t *cn, ncclDataType_t type, ncclRedOp_t op,
+                                   int *supported);
+    ncclResult_t (*reg_mr)(br_collnet_t *cn, void *coll_comm, void *data, size_t size, int type,
+                           void **mhandle);
+    ncclResult_t (*dereg_mr)(br_collnet_t *cn, void *coll_comm, void *mhandle);
+    ncclResult_t (*iallreduce)(br_collnet_t *cn, void *coll_comm, void *send, void *recv,
+                               size_t count, ncclDataType_t type, ncclRedOp_t op, void *send_mh,
+                               void *recv_mh, void **request);
+    ncclResult_t (*test)(br_collnet_t *cn, void *request, int *done, int *size);
+    ncclResult_t (*close_coll)(br_collnet_t *cn, void *coll_comm);
+    ncclResult_t (*close_listen)(br_collnet_t *cn, void *listen_comm);
+} br_collnet_ops_t;
+
+/* A collnet table loaded from a net plugin's library and initialized for one comm. */
+struct br_collnet {
+    const br_collnet_ops_t *ops;
+    char name[64];   /* the collnet's own name (ncclCollNet_vN_t.name) */
+    char path[256];  /* the library (the net plugin's) */
+    int version;     /* ABI version found (12 .. 8) */
+    int ndev;        /* devices reported (at least 1) */
+    int dev;         /* device this communicator uses (0) */
+    int has_iallgather, has_ireducescatter; /* the optional members are present */
+    ncclNetProperties_v12_t props; /* properties of `dev`, v12 layout */
+    void *priv;      /* loader/adapter state */
+};
+
+/*
+ * Find and init the collnet table in the library `net` came from (NCCL's rule: collnet
+ * lives next to net; ncclCollNetPlugin_v12 .. _v8 probed newest first, independently of
+ * the net version). Absent, an init that fails or zero devices: success with *cn_p = NULL
+ * and an INFO saying why (NCCL disables collnet and keeps the net plugin). A table that
+ * lies (a required member NULL, a negative device count, device 0 not a host device or
+ * with maxCollBytes outside (0, 2^40]) is refused: WARN, success, *cn_p = NULL.
+ */
+ncclResult_t br_plugin_collnet_open(const br_net_t *net, uint64_t comm_hash,
+                                    br_collnet_t **cn_p);
+
+/* Finalize (or drop the emulated process-wide init of <= v10), release, free. */
+void br_plugin_collnet_close(br_collnet_t *cn);
+
 /* ---- Tuner ---- */
 
 typedef struct br_tuner br_tuner_t;

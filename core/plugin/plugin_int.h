@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "plugin.h"
+#include "plugin_api/collnet/collnet.h"
 
 /* ---- Loaded libraries ---- */
 
@@ -23,6 +24,7 @@ typedef struct br_plugin_lib {
     int refs;          /* references held by loaders */
     int pinned;        /* never dlclose (NCCL_NET_PLUGIN_REF_COUNT) */
     int net_init_refs; /* comms holding an emulated (<= v10) net init */
+    int collnet_init_refs; /* the same for the library's collnet table */
     struct br_plugin_lib *next;
 } br_plugin_lib_t;
 
@@ -86,8 +88,6 @@ typedef struct {
 ncclResult_t br_plugin_find(const br_plugin_kind_t *kind, const char *value,
                             br_plugin_lib_t *net_lib, br_plugin_lib_t **lib_p, int *which_p);
 
-/* Short name of a result code, for messages. */
-const char *br_plugin_result_str(ncclResult_t res);
 
 /* ---- Net adapters ---- */
 
@@ -155,6 +155,14 @@ void br_net_shared_fini(br_net_state_t *st);
  * regIsGlobal 0, maxMultiRequestSize 1, railId = planeId = -1, host device. */
 void br_net_props_defaults(ncclNetProperties_v12_t *props, int dev);
 
+/* An older version's properties in the v12 layout, the fields it lacks defaulted (the net
+ * adapters' conversions, shared with the collnet adapters, whose tables use the net
+ * properties of their version). */
+void br_net_props_v11(const ncclNetProperties_v11_t *p, int dev, ncclNetProperties_v12_t *props);
+void br_net_props_v10(const ncclNetProperties_v10_t *p, int dev, ncclNetProperties_v12_t *props);
+void br_net_props_v9(const ncclNetProperties_v9_t *p, int dev, ncclNetProperties_v12_t *props);
+void br_net_props_v8(const ncclNetProperties_v8_t *p, int dev, ncclNetProperties_v12_t *props);
+
 /* Name of the first NULL member among the required ones, or NULL. The members are given
  * as {name, pointer} pairs ending with a NULL name. */
 typedef struct {
@@ -167,6 +175,55 @@ const char *br_net_first_missing(const br_net_member_t *members);
     {                                                                                              \
 #m, (t)->m != NULL ? (const void *)(t) : NULL                                              \
     }
+
+/* ---- CollNet adapters ---- */
+
+/* Loader and adapter state of one br_collnet_t (cn->priv). */
+typedef struct {
+    br_plugin_lib_t *lib; /* a reference of its own on the net plugin's library */
+    const void *exported; /* the plugin's ncclCollNet_vN_t, as exported */
+    void *ctx;            /* v11+: the plugin's per-comm context */
+    union {
+        ncclCollNet_v12_t v12;
+        ncclCollNet_v11_t v11;
+        ncclCollNet_v10_t v10;
+        ncclCollNet_v9_t v9;
+        ncclCollNet_v8_t v8;
+    } fn; /* the plugin's table, copied after its init succeeded */
+} br_collnet_state_t;
+
+/* One adapter per collnet ABI version (plugin_collnet_vN.c). */
+typedef struct {
+    const br_collnet_ops_t *ops;
+    /* Init the table for this comm (per comm for v11+, emulated for <= v10), copy it into
+     * st->fn and check its required members; on failure the reason goes to why, *lied_p
+     * says whether it is the plugin's fault (a NULL member) rather than a refusal (init
+     * failed), and nothing is left to undo. */
+    ncclResult_t (*init)(br_collnet_t *cn, br_collnet_state_t *st, uint64_t comm_hash, char *why,
+                         size_t why_len, int *lied_p);
+    ncclResult_t (*fini)(br_collnet_t *cn, br_collnet_state_t *st);
+    ncclResult_t (*devices)(br_collnet_t *cn, int *ndev);
+} br_collnet_adapter_t;
+
+extern const br_collnet_adapter_t br_collnet_adapter_v12;
+extern const br_collnet_adapter_t br_collnet_adapter_v11;
+extern const br_collnet_adapter_t br_collnet_adapter_v10;
+extern const br_collnet_adapter_t br_collnet_adapter_v9;
+extern const br_collnet_adapter_t br_collnet_adapter_v8;
+
+static inline br_collnet_state_t *br_collnet_state(br_collnet_t *cn)
+{
+    return (br_collnet_state_t *)cn->priv;
+}
+
+/* The emulated process-wide collnet init of <= v10 plugins (as br_net_shared_init). */
+ncclResult_t br_collnet_shared_init(br_collnet_state_t *st,
+                                    ncclResult_t (*call)(const void *exported));
+void br_collnet_shared_fini(br_collnet_state_t *st);
+
+/* A v8 plugin's iallreduce count is an int: the count, range-checked (WARN naming the
+ * plugin and the count; ncclInternalError when it does not fit). */
+ncclResult_t br_collnet_narrow_count(const br_collnet_t *cn, size_t count, int *out);
 
 #define BR_NET_MAX_RECVS 64 /* most buffers of one grouped irecv an adapter narrows */
 #define BR_NET_V8_MAX_SIZE ((size_t)1 << 30)

@@ -19,32 +19,37 @@ static ncclResult_t v10_devices(br_net_t *net, int *ndev)
     return V10(net)->devices(ndev);
 }
 
+void br_net_props_v10(const ncclNetProperties_v10_t *p, int dev, ncclNetProperties_v12_t *props)
+{
+    br_net_props_defaults(props, dev);
+    props->name = p->name;
+    props->pciPath = p->pciPath;
+    props->guid = p->guid;
+    props->ptrSupport = p->ptrSupport;
+    props->regIsGlobal = p->regIsGlobal;
+    props->forceFlush = p->forceFlush;
+    props->speed = p->speed;
+    props->port = p->port;
+    props->latency = p->latency;
+    props->maxComms = p->maxComms;
+    props->maxRecvs = p->maxRecvs;
+    props->netDeviceType = p->netDeviceType;
+    props->netDeviceVersion = p->netDeviceVersion;
+    props->vProps.ndevs = p->vProps.ndevs;
+    for (int i = 0; i < p->vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V10; i++) {
+        props->vProps.devs[i] = p->vProps.devs[i];
+    }
+    props->maxP2pBytes = p->maxP2pBytes;
+    props->maxCollBytes = p->maxCollBytes;
+}
+
 static ncclResult_t v10_get_properties(br_net_t *net, int dev, ncclNetProperties_v12_t *props)
 {
     ncclNetProperties_v10_t p;
 
     memset(&p, 0, sizeof(p));
     BR_CHECK(V10(net)->getProperties(dev, &p));
-    br_net_props_defaults(props, dev);
-    props->name = p.name;
-    props->pciPath = p.pciPath;
-    props->guid = p.guid;
-    props->ptrSupport = p.ptrSupport;
-    props->regIsGlobal = p.regIsGlobal;
-    props->forceFlush = p.forceFlush;
-    props->speed = p.speed;
-    props->port = p.port;
-    props->latency = p.latency;
-    props->maxComms = p.maxComms;
-    props->maxRecvs = p.maxRecvs;
-    props->netDeviceType = p.netDeviceType;
-    props->netDeviceVersion = p.netDeviceVersion;
-    props->vProps.ndevs = p.vProps.ndevs;
-    for (int i = 0; i < p.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V10; i++) {
-        props->vProps.devs[i] = p.vProps.devs[i];
-    }
-    props->maxP2pBytes = p.maxP2pBytes;
-    props->maxCollBytes = p.maxCollBytes;
+    br_net_props_v10(&p, dev, props);
     return ncclSuccess;
 }
 

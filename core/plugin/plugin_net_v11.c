@@ -18,33 +18,38 @@ static ncclResult_t v11_devices(br_net_t *net, int *ndev)
     return V11(net)->devices(ndev);
 }
 
+void br_net_props_v11(const ncclNetProperties_v11_t *p, int dev, ncclNetProperties_v12_t *props)
+{
+    br_net_props_defaults(props, dev);
+    props->name = p->name;
+    props->pciPath = p->pciPath;
+    props->guid = p->guid;
+    props->ptrSupport = p->ptrSupport;
+    props->regIsGlobal = p->regIsGlobal;
+    props->forceFlush = p->forceFlush;
+    props->speed = p->speed;
+    props->port = p->port;
+    props->latency = p->latency;
+    props->maxComms = p->maxComms;
+    props->maxRecvs = p->maxRecvs;
+    props->netDeviceType = p->netDeviceType;
+    props->netDeviceVersion = p->netDeviceVersion;
+    props->vProps.ndevs = p->vProps.ndevs;
+    for (int i = 0; i < p->vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V11; i++) {
+        props->vProps.devs[i] = p->vProps.devs[i];
+    }
+    props->maxP2pBytes = p->maxP2pBytes;
+    props->maxCollBytes = p->maxCollBytes;
+    props->maxMultiRequestSize = p->maxMultiRequestSize;
+}
+
 static ncclResult_t v11_get_properties(br_net_t *net, int dev, ncclNetProperties_v12_t *props)
 {
     ncclNetProperties_v11_t p;
 
     memset(&p, 0, sizeof(p));
     BR_CHECK(V11(net)->getProperties(dev, &p));
-    br_net_props_defaults(props, dev);
-    props->name = p.name;
-    props->pciPath = p.pciPath;
-    props->guid = p.guid;
-    props->ptrSupport = p.ptrSupport;
-    props->regIsGlobal = p.regIsGlobal;
-    props->forceFlush = p.forceFlush;
-    props->speed = p.speed;
-    props->port = p.port;
-    props->latency = p.latency;
-    props->maxComms = p.maxComms;
-    props->maxRecvs = p.maxRecvs;
-    props->netDeviceType = p.netDeviceType;
-    props->netDeviceVersion = p.netDeviceVersion;
-    props->vProps.ndevs = p.vProps.ndevs;
-    for (int i = 0; i < p.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V11; i++) {
-        props->vProps.devs[i] = p.vProps.devs[i];
-    }
-    props->maxP2pBytes = p.maxP2pBytes;
-    props->maxCollBytes = p.maxCollBytes;
-    props->maxMultiRequestSize = p.maxMultiRequestSize;
+    br_net_props_v11(&p, dev, props);
     return ncclSuccess;
 }
 

@@ -21,25 +21,30 @@ static ncclResult_t v8_devices(br_net_t *net, int *ndev)
     return V8(net)->devices(ndev);
 }
 
+void br_net_props_v8(const ncclNetProperties_v8_t *p, int dev, ncclNetProperties_v12_t *props)
+{
+    br_net_props_defaults(props, dev);
+    props->name = p->name;
+    props->pciPath = p->pciPath;
+    props->guid = p->guid;
+    props->ptrSupport = p->ptrSupport;
+    props->regIsGlobal = p->regIsGlobal;
+    props->speed = p->speed;
+    props->port = p->port;
+    props->latency = p->latency;
+    props->maxComms = p->maxComms;
+    props->maxRecvs = p->maxRecvs;
+    props->netDeviceType = p->netDeviceType;
+    props->netDeviceVersion = p->netDeviceVersion;
+}
+
 static ncclResult_t v8_get_properties(br_net_t *net, int dev, ncclNetProperties_v12_t *props)
 {
     ncclNetProperties_v8_t p;
 
     memset(&p, 0, sizeof(p));
     BR_CHECK(V8(net)->getProperties(dev, &p));
-    br_net_props_defaults(props, dev);
-    props->name = p.name;
-    props->pciPath = p.pciPath;
-    props->guid = p.guid;
-    props->ptrSupport = p.ptrSupport;
-    props->regIsGlobal = p.regIsGlobal;
-    props->speed = p.speed;
-    props->port = p.port;
-    props->latency = p.latency;
-    props->maxComms = p.maxComms;
-    props->maxRecvs = p.maxRecvs;
-    props->netDeviceType = p.netDeviceType;
-    props->netDeviceVersion = p.netDeviceVersion;
+    br_net_props_v8(&p, dev, props);
     return ncclSuccess;
 }
 

@@ -18,32 +18,37 @@ static ncclResult_t v9_devices(br_net_t *net, int *ndev)
     return V9(net)->devices(ndev);
 }
 
+void br_net_props_v9(const ncclNetProperties_v9_t *p, int dev, ncclNetProperties_v12_t *props)
+{
+    br_net_props_defaults(props, dev);
+    props->name = p->name;
+    props->pciPath = p->pciPath;
+    props->guid = p->guid;
+    props->ptrSupport = p->ptrSupport;
+    props->regIsGlobal = p->regIsGlobal;
+    props->forceFlush = p->forceFlush;
+    props->speed = p->speed;
+    props->port = p->port;
+    props->latency = p->latency;
+    props->maxComms = p->maxComms;
+    props->maxRecvs = p->maxRecvs;
+    props->netDeviceType = p->netDeviceType;
+    props->netDeviceVersion = p->netDeviceVersion;
+    props->vProps.ndevs = p->vProps.ndevs;
+    for (int i = 0; i < p->vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V9; i++) {
+        props->vProps.devs[i] = p->vProps.devs[i];
+    }
+    props->maxP2pBytes = p->maxP2pBytes;
+    props->maxCollBytes = p->maxCollBytes;
+}
+
 static ncclResult_t v9_get_properties(br_net_t *net, int dev, ncclNetProperties_v12_t *props)
 {
     ncclNetProperties_v9_t p;
 
     memset(&p, 0, sizeof(p));
     BR_CHECK(V9(net)->getProperties(dev, &p));
-    br_net_props_defaults(props, dev);
-    props->name = p.name;
-    props->pciPath = p.pciPath;
-    props->guid = p.guid;
-    props->ptrSupport = p.ptrSupport;
-    props->regIsGlobal = p.regIsGlobal;
-    props->forceFlush = p.forceFlush;
-    props->speed = p.speed;
-    props->port = p.port;
-    props->latency = p.latency;
-    props->maxComms = p.maxComms;
-    props->maxRecvs = p.maxRecvs;
-    props->netDeviceType = p.netDeviceType;
-    props->netDeviceVersion = p.netDeviceVersion;
-    props->vProps.ndevs = p.vProps.ndevs;
-    for (int i = 0; i < p.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V9; i++) {
-        props->vProps.devs[i] = p.vProps.devs[i];
-    }
-    props->maxP2pBytes = p.maxP2pBytes;
-    props->maxCollBytes = p.maxCollBytes;
+    br_net_props_v9(&p, dev, props);
     return ncclSuccess;
 }
 

@@ -36,6 +36,7 @@ struct br_proxy {
     br_net_conn_t *conns;
     _Atomic int error;   /* ncclResult_t of the first failure */
     br_profiler_t *prof; /* ProxyStep events, or NULL */
+    void *park_ev;       /* ProxyCtrl Sleep while executors are active (under wake_lock) */
     char error_msg[512];
 };
 
@@ -393,6 +394,8 @@ static void *proxy_main(void *arg)
     br_proxy_t *proxy = arg;
     unsigned idle = 0;
     int was_active = 0; /* for ProxyCtrl's Idle / Active transitions */
+    void *sleep = NULL; /* ProxyCtrl Sleep event of the current idle rest, from its start to
+                         * the first work after it (across 50 ms naps) */
 
     br_log_set_rank(proxy->rank);
     for (;;) {
@@ -401,13 +404,14 @@ static void *proxy_main(void *arg)
          * (br_proxy_progress), so one thread per rank is runnable instead of two. On a
          * machine where ranks outnumber cores a second spinning thread only steals the
          * core from the peer it waits for. br_proxy_active(-1) wakes us. */
-        if (proxy->active > 0 && !proxy->stop) {
-            void *sleep = ctrl_event(proxy, ncclProfilerProxyCtrlSleep, 1);
-            while (proxy->active > 0 && !proxy->stop) {
-                pthread_cond_wait(&proxy->wake, &proxy->wake_lock);
-                idle = 0;
-            }
+        if (proxy->active > 0) {
+            /* The executor's br_proxy_active opened a Sleep event for the park. */
             ctrl_wakeup(proxy, sleep);
+            sleep = NULL;
+        }
+        while (proxy->active > 0 && !proxy->stop) {
+            pthread_cond_wait(&proxy->wake, &proxy->wake_lock);
+            idle = 0;
         }
         if (proxy->stop) {
             pthread_mutex_unlock(&proxy->wake_lock);
@@ -420,6 +424,10 @@ static void *proxy_main(void *arg)
         int pending = has_pending_sends(proxy);
         pthread_mutex_unlock(&proxy->lock);
 
+        if (pending || moved) {
+            ctrl_wakeup(proxy, sleep);
+            sleep = NULL;
+        }
         if (pending != was_active) {
             (void)ctrl_event(proxy, pending ? ncclProfilerProxyCtrlActive : ncclProfilerProxyCtrlIdle,
                              0);
@@ -428,6 +436,9 @@ static void *proxy_main(void *arg)
         if (!pending) {
             /* Idle communicator: sleep until an executor leaves with sends pending. The
              * timed wait also lets late network errors surface. */
+            if (sleep == NULL) {
+                sleep = ctrl_event(proxy, ncclProfilerProxyCtrlSleep, 1);
+            }
             pthread_mutex_lock(&proxy->wake_lock);
             if (proxy->active == 0 && !proxy->stop) {
                 wait_ms(proxy, 50);
@@ -449,6 +460,7 @@ static void *proxy_main(void *arg)
             }
         }
     }
+    ctrl_wakeup(proxy, sleep); /* before the profiler goes: destroy joins us first */
     return NULL;
 }
 
@@ -497,6 +509,15 @@ void br_proxy_active(br_proxy_t *proxy, int delta)
     pthread_mutex_lock(&proxy->wake_lock);
     proxy->active += delta;
     last = proxy->active == 0;
+    /* The thread parks while an executor progresses the network inline: that is the
+     * proxy's Sleep ... Wakeup in ProxyCtrl terms, recorded here where it starts and ends
+     * (the thread itself may not run at all during a short call). */
+    if (delta > 0 && proxy->active == delta && proxy->park_ev == NULL) {
+        proxy->park_ev = ctrl_event(proxy, ncclProfilerProxyCtrlSleep, 1);
+    } else if (last && proxy->park_ev != NULL) {
+        ctrl_wakeup(proxy, proxy->park_ev);
+        proxy->park_ev = NULL;
+    }
     pthread_mutex_unlock(&proxy->wake_lock);
     /* Entering needs no wake-up: a running proxy thread parks at its next check. Leaving
      * needs one only when sends the executor filled still wait for the network; a small
@@ -574,6 +595,10 @@ void br_proxy_destroy(br_proxy_t *proxy, int flush)
     pthread_cond_signal(&proxy->wake);
     pthread_mutex_unlock(&proxy->wake_lock);
     pthread_join(proxy->thread, NULL);
+    if (proxy->park_ev != NULL) { /* destroyed with an executor still counted active */
+        ctrl_wakeup(proxy, proxy->park_ev);
+        proxy->park_ev = NULL;
+    }
     while (proxy->conns != NULL) {
         br_net_conn_t *nc = proxy->conns;
         proxy->conns = nc->next;

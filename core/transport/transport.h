@@ -88,6 +88,8 @@ typedef struct {
     int pipeline;      /* BRAID_RING_PIPELINE */
     int shm_disable;
     int p2p_disable;
+    int collnet_enable;    /* NCCL_COLLNET_ENABLE */
+    int collnet_threshold; /* NCCL_COLLNET_NODE_THRESHOLD */
     char host[64];
 } br_peer_info_t;
 

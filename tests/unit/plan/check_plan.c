@@ -320,6 +320,116 @@ START_TEST(test_channel_range)
 }
 END_TEST
 
+/* ---- CollNet in the cost model ---- */
+
+/* A plan for 4 ranks, two on each of two hosts, with a collnet that reduces float32 and
+ * int32 with sum, prod, max and min when `collnet` is set. */
+static br_plan_t *collnet_plan(int collnet, br_graph_t **g_p)
+{
+    uint64_t hosts[4] = {0, 0, 1, 1};
+    br_plan_comm_t pc;
+    br_plan_t *p = NULL;
+
+    ck_assert_int_eq(br_graph_build(4, hosts, 2, g_p), ncclSuccess);
+    memset(&pc, 0, sizeof(pc));
+    pc.rank = 0;
+    pc.nranks = 4;
+    pc.nnodes = 2;
+    pc.local_ranks = 2;
+    pc.nchannels = 2;
+    pc.intra_hw = BR_HW_PCI;
+    pc.net_gbps = 1.25;
+    pc.step_bytes = 512 * 1024;
+    pc.ll_bytes = 16 * 1024;
+    pc.pipeline = 4;
+    pc.ring_net = 1;
+    pc.oneshot_bytes = 65536;
+    pc.share = 1.0;
+    pc.collnet = collnet;
+    pc.collnet_red[ncclFloat32] = pc.collnet_red[ncclInt32] = 0xf;
+    ck_assert_int_eq(br_plan_create(&pc, *g_p, &p), ncclSuccess);
+    return p;
+}
+
+static br_op_t collnet_op(br_func_t func, ncclDataType_t type, ncclRedOp_t red, size_t count)
+{
+    br_op_t op;
+    memset(&op, 0, sizeof(op));
+    op.func = func;
+    op.type = type;
+    op.count = count;
+    br_redop_builtin(&op.redop, red, type, 4);
+    return op;
+}
+
+/* With a collnet the model takes CollNetDirect for a small AllReduce across hosts, one
+ * channel, and never for what the collnet cannot do. */
+START_TEST(test_collnet_model)
+{
+    br_graph_t *g = NULL;
+    br_plan_t *p = collnet_plan(1, &g);
+    br_op_t op = collnet_op(BR_FUNC_ALLREDUCE, ncclFloat32, ncclSum, 256);
+
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert_int_eq(op.algo, BR_ALGO_COLLNET_DIRECT);
+    ck_assert_int_eq(op.proto, BR_PROTO_SIMPLE);
+    ck_assert_int_eq(op.nchannels, 1);
+    /* Not reduced by the collnet: Avg (PreMulSum for floats), a type it lacks. */
+    op = collnet_op(BR_FUNC_ALLREDUCE, ncclFloat32, ncclAvg, 256);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_DIRECT);
+    ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_CHAIN);
+    op = collnet_op(BR_FUNC_ALLREDUCE, ncclFloat64, ncclSum, 256);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_DIRECT);
+    /* The same size again, supported: the cached decision is not reused across that. */
+    op = collnet_op(BR_FUNC_ALLREDUCE, ncclInt32, ncclMax, 512);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert_int_eq(op.algo, BR_ALGO_COLLNET_DIRECT);
+    /* Only AllReduce. */
+    op = collnet_op(BR_FUNC_BROADCAST, ncclFloat32, ncclSum, 256);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_DIRECT);
+    br_plan_free(p);
+    br_graph_free(g);
+    /* Without a collnet the same AllReduce goes elsewhere. */
+    p = collnet_plan(0, &g);
+    op = collnet_op(BR_FUNC_ALLREDUCE, ncclFloat32, ncclSum, 256);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_DIRECT);
+    ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_CHAIN);
+    br_plan_free(p);
+    br_graph_free(g);
+}
+END_TEST
+
+/* NCCL_ALGO=CollNetChain: taken when there is a collnet; without one the call fails with
+ * ncclInvalidUsage; a type the collnet cannot reduce falls back (NCCL_ALGO set aside). */
+START_TEST(test_collnet_forced)
+{
+    br_graph_t *g = NULL;
+    br_plan_t *p;
+    br_op_t op;
+
+    setenv("NCCL_ALGO", "allreduce:CollNetChain", 1);
+    p = collnet_plan(1, &g);
+    op = collnet_op(BR_FUNC_ALLREDUCE, ncclFloat32, ncclProd, 1 << 20);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert_int_eq(op.algo, BR_ALGO_COLLNET_CHAIN);
+    op = collnet_op(BR_FUNC_ALLREDUCE, ncclFloat8e4m3, ncclSum, 100);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert(op.algo == BR_ALGO_RING || op.algo == BR_ALGO_TREE ||
+              op.algo == BR_ALGO_RING_ONESHOT);
+    br_plan_free(p);
+    br_graph_free(g);
+    p = collnet_plan(0, &g);
+    op = collnet_op(BR_FUNC_ALLREDUCE, ncclFloat32, ncclSum, 100);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclInvalidUsage);
+    br_plan_free(p);
+    br_graph_free(g);
+}
+END_TEST
+
 static Suite *plan_suite(void)
 {
     Suite *s = suite_create("plan");
@@ -331,6 +441,10 @@ static Suite *plan_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_shapes, 0, NRANKCOUNTS * NLAYOUTS);
     tcase_add_test(tc, test_channel_range);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("collnet");
+    tcase_add_test(tc, test_collnet_model);
+    tcase_add_test(tc, test_collnet_forced);
     suite_add_tcase(s, tc);
     return s;
 }

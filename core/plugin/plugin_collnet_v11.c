@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * CollNet ABI v11 adapter (NCCL 2.28): per-comm init and finalize as in v12; properties
+ * are the net v11 layout (4-device virtual NICs), converted to v12's with railId and
+ * planeId -1.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "plugin_int.h"
+
+#define C11(cn) (&br_collnet_state(cn)->fn.v11)
+
+static ncclResult_t c11_devices(br_collnet_t *cn, int *ndev)
+{
+    return C11(cn)->devices(ndev);
+}
+
+static ncclResult_t c11_get_properties(br_collnet_t *cn, int dev, ncclNetProperties_v12_t *props)
+{
+    ncclNetProperties_v11_t p;
+
+    memset(&p, 0, sizeof(p));
+    BR_CHECK(C11(cn)->getProperties(dev, &p));
+    br_net_props_v11(&p, dev, props);
+    return ncclSuccess;
+}
+
+static ncclResult_t c11_listen(br_collnet_t *cn, int dev, void *handle, void **listen_comm)
+{
+    return C11(cn)->listen(br_collnet_state(cn)->ctx, dev, handle, listen_comm);
+}
+
+static ncclResult_t c11_connect(br_collnet_t *cn, void *handles[], int nranks, int rank,
+                                void *listen_comm, void **coll_comm)
+{
+    return C11(cn)->connect(handles, nranks, rank, listen_comm, coll_comm);
+}
+
+static ncclResult_t c11_reduce_support(br_collnet_t *cn, ncclDataType_t type, ncclRedOp_t op,
+                                       int *supported)
+{
+    return C11(cn)->reduceSupport(type, op, supported);
+}
+
+static ncclResult_t c11_reg_mr(br_collnet_t *cn, void *coll_comm, void *data, size_t size, int type,
+                               void **mhandle)
+{
+    return C11(cn)->regMr(coll_comm, data, size, type, mhandle);
+}
+
+static ncclResult_t c11_dereg_mr(br_collnet_t *cn, void *coll_comm, void *mhandle)
+{
+    return C11(cn)->deregMr(coll_comm, mhandle);
+}
+
+static ncclResult_t c11_iallreduce(br_collnet_t *cn, void *coll_comm, void *send, void *recv,
+                                   size_t count, ncclDataType_t type, ncclRedOp_t op, void *send_mh,
+                                   void *recv_mh, void **request)
+{
+    return C11(cn)->iallreduce(coll_comm, send, recv, count, type, op, send_mh, recv_mh, request);
+}
+
+static ncclResult_t c11_test(br_collnet_t *cn, void *request, int *done, int *size)
+{
+    return C11(cn)->test(request, done, size);
+}
+
+static ncclResult_t c11_close_coll(br_collnet_t *cn, void *coll_comm)
+{
+    return C11(cn)->closeColl(coll_comm);
+}
+
+static ncclResult_t c11_close_listen(br_collnet_t *cn, void *listen_comm)
+{
+    return C11(cn)->closeListen(listen_comm);
+}
+
+static const br_collnet_ops_t c11_ops = {
+    .get_properties = c11_get_properties,
+    .listen = c11_listen,
+    .connect = c11_connect,
+    .reduce_support = c11_reduce_support,
+    .reg_mr = c11_reg_mr,
+    .dereg_mr = c11_dereg_mr,
+    .iallreduce = c11_iallreduce,
+    .test = c11_test,
+    .close_coll = c11_close_coll,
+    .close_listen = c11_close_listen,
+};
+
+static ncclResult_t c11_init(br_collnet_t *cn, br_collnet_state_t *st, uint64_t comm_hash,
+                             char *why, size_t why_len, int *lied_p)
+{
+    const ncclCollNet_v11_t *exp = st->exported;
+    const ncclCollNet_v11_t *t = &st->fn.v11;
+    const char *missing;
+    ncclResult_t res;
+
+    *lied_p = 0;
+    if (exp->init == NULL) {
+        *lied_p = 1;
+        snprintf(why, why_len, "ncclCollNetPlugin_v11.init is NULL");
+        return ncclInternalError;
+    }
+    res = exp->init(&st->ctx, comm_hash, br_log_plugin);
+    if (res != ncclSuccess) {
+        snprintf(why, why_len, "init failed: %s", br_plugin_result_str(res));
+        return res;
+    }
+    /* Function pointers are read only now: a plugin may patch its table in init (the
+     * SHARP plugin clears iallgather there). */
+    st->fn.v11 = *exp;
+    cn->has_iallgather = t->iallgather != NULL;
+    cn->has_ireducescatter = t->ireducescatter != NULL;
+    const br_net_member_t required[] = {
+        BR_NET_MEMBER(t, devices),
+        BR_NET_MEMBER(t, getProperties),
+        BR_NET_MEMBER(t, listen),
+        BR_NET_MEMBER(t, connect),
+        BR_NET_MEMBER(t, reduceSupport),
+        BR_NET_MEMBER(t, regMr),
+        BR_NET_MEMBER(t, deregMr),
+        BR_NET_MEMBER(t, iallreduce),
+        BR_NET_MEMBER(t, test),
+        BR_NET_MEMBER(t, closeColl),
+        BR_NET_MEMBER(t, closeListen),
+        BR_NET_MEMBER(t, finalize),
+        {NULL, NULL},
+    };
+    missing = br_net_first_missing(required);
+    if (missing != NULL) {
+        *lied_p = 1;
+        snprintf(why, why_len, "ncclCollNetPlugin_v11.%s is NULL", missing);
+        if (t->finalize != NULL) {
+            (void)t->finalize(st->ctx);
+        }
+        return ncclInternalError;
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t c11_fini(br_collnet_t *cn, br_collnet_state_t *st)
+{
+    (void)cn;
+    return st->fn.v11.finalize(st->ctx);
+}
+
+const br_collnet_adapter_t br_collnet_adapter_v11 = {
+    .ops = &c11_ops,
+    .init = c11_init,
+    .fini = c11_fini,
+    .devices = c11_devices,
+};

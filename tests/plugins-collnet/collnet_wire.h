@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the software collnet plugin (collnet_plugin.c) and its reducer process
+ * (collnet_reducer.c) say to each other over loopback TCP: after connecting, a rank sends
+ * its rank (int32); then per request a header and count elements, answered by a header
+ * (status 0: the reduced elements follow; status r > 0: rank r sent other arguments than
+ * rank 0, nothing follows).
+ */
+#ifndef COLLNET_WIRE_H_
+#define COLLNET_WIRE_H_
+
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define CN_MAGIC 0x636f6c6cu
+
+typedef struct {
+    uint32_t magic;
+    int32_t type, op;
+    int32_t status; /* reply: 0 ok, else the first rank that disagreed with rank 0 */
+    uint64_t count;
+    uint64_t seq; /* the request's number on its communicator */
+} cn_hdr_t;
+
+/* Bytes per element of an nccl.h type (0: not a type). */
+static inline size_t cn_type_size(int t)
+{
+    static const size_t sz[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+    return t >= 0 && t < 12 ? sz[t] : 0;
+}
+
+/* The types the collnet reduces: all but the two fp8 ones, for which the core falls back. */
+static inline int cn_type_supported(int t)
+{
+    return t >= 0 && t <= 9;
+}
+
+/* Send all of buf on fd (blocking or not: waits with poll), 0 or -1. */
+static inline int cn_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            (void)poll(&pf, 1, 100);
+            continue;
+        }
+        if (n <= 0) {
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+#endif /* COLLNET_WIRE_H_ */
