@@ -147,6 +147,8 @@ typedef struct {
      * parent of its Coll/P2p event; NULL when not profiled). Host side only. */
     int prof_mask;
     void *prof_parent;
+    /* Its record in the communicator's operation log (core/exec/exec_oplog.c), 0: none. */
+    uint64_t log_ticket;
 } br_op_t;
 
 /* Bytes of the call as NCCL sizes it for tuning: count x type size (per rank). */

@@ -28,7 +28,8 @@ void br_exec_fail(br_exec_comm_t *ec, ncclResult_t res, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(ec->error_msg, sizeof(ec->error_msg), fmt, ap);
     va_end(ap);
-    ec->error = res;
+    /* Release: a state dump in another thread that sees the error sees its text whole. */
+    __atomic_store_n(&ec->error, res, __ATOMIC_RELEASE);
     BR_WARN(NCCL_COLL, "%s", ec->error_msg);
 }
 
@@ -118,6 +119,7 @@ static ncclResult_t push_counted(br_exec_batch_t *b, br_exec_queue_t *q, const b
     if (w->event >= 0) {
         b->events[w->event].remaining++;
     }
+    br_oplog_note(q->ec, w->op.log_ticket, BR_OPLOG_EV_ITEM, -1, NULL, 0);
     return queue_push(q, w);
 }
 
@@ -180,12 +182,15 @@ static ncclResult_t host_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const b
     if (br_func_is_collective(op->func)) {
         if (op->count > 0) {
             BR_CHECK(enqueue_coll(b, ec, &w));
+        } else {
+            br_oplog_note(ec, op->log_ticket, BR_OPLOG_EV_DONE, -1, NULL, 0);
         }
         br_exec_prof_op_done(b, w.event, 0);
         return ncclSuccess;
     }
     w.bytes = br_op_bytes(op);
     if (w.bytes == 0) {
+        br_oplog_note(ec, op->log_ticket, BR_OPLOG_EV_DONE, -1, NULL, 0);
         br_exec_prof_op_done(b, w.event, 0);
         return ncclSuccess;
     }
@@ -272,6 +277,26 @@ static void nap(unsigned idle, unsigned spin)
     }
 }
 
+/* Tell the operation logs what the operations of the batch do now: every queued item's
+ * operation runs (RUN over all items), or the head of every queue waits for the peer it
+ * last waited for since `since` (WAIT), or runs again after a wait (RUN over heads). */
+static void oplog_batch(br_exec_batch_t *b, br_oplog_event_t ev, int heads, uint64_t since)
+{
+    for (int i = 0; i < b->n; i++) {
+        br_exec_queue_t *q = &b->queues[i];
+        if (q->ec->oplog == NULL) {
+            continue;
+        }
+        for (int k = q->cur; k < q->n && (k == q->cur || !heads); k++) {
+            if (ev == BR_OPLOG_EV_WAIT && q->wait_peer < 0) {
+                continue; /* this queue is not the one waiting */
+            }
+            br_oplog_note(q->ec, q->items[k].op.log_ticket, ev, q->wait_peer, q->wait_what,
+                          since);
+        }
+    }
+}
+
 static ncclResult_t host_run(br_exec_batch_t *b)
 {
     ncclResult_t res = ncclSuccess;
@@ -291,6 +316,7 @@ static ncclResult_t host_run(br_exec_batch_t *b)
         }
     }
     proxies_active(b, 1);
+    oplog_batch(b, BR_OPLOG_EV_RUN, 0, 0);
     int revoked = br_exec_revoked_check(b);
     if (revoked) {
         res = b->queues[revoked - 1].ec->error;
@@ -312,6 +338,8 @@ static ncclResult_t host_run(br_exec_batch_t *b)
                     break;
                 }
                 br_exec_prof_op_done(b, q->items[q->cur].event, 1);
+                br_oplog_note(q->ec, q->items[q->cur].op.log_ticket, BR_OPLOG_EV_ITEM_DONE, -1,
+                              NULL, 0);
                 q->cur++;
             }
             pending += q->cur < q->n;
@@ -329,6 +357,7 @@ static ncclResult_t host_run(br_exec_batch_t *b)
                 for (int i = 0; i < b->n; i++) {
                     b->queues[i].ec->symptom_ns = 0; /* symptoms seen were transient */
                 }
+                oplog_batch(b, BR_OPLOG_EV_RUN, 1, 0);
             }
             idle = 0;
             blocked_since = 0;
@@ -349,10 +378,12 @@ static ncclResult_t host_run(br_exec_batch_t *b)
             blocked_since = now;
             next_check = now + 100000000ull;
             next_warn = now + warn_ns;
+            oplog_batch(b, BR_OPLOG_EV_WAIT, 1, now);
             continue;
         }
         if (now >= next_check) {
             next_check = now + 100000000ull;
+            oplog_batch(b, BR_OPLOG_EV_WAIT, 1, blocked_since); /* whom it waits for may change */
             for (int i = 0; i < b->n; i++) {
                 if (br_exec_health_check(b, b->queues[i].ec, now - blocked_since)) {
                     res = b->queues[i].ec->error;
@@ -398,6 +429,7 @@ ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
 
     if (ec->error != ncclSuccess) {
         BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", ec->rank, ec->error_msg);
+        br_exec_oplog_settle(ec, op);
         return ec->error;
     }
     if (ec->solo == NULL) {
@@ -408,6 +440,9 @@ ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
         res = host_run(ec->solo);
     }
     host_reset(ec->solo);
+    if (res != ncclSuccess) {
+        br_exec_oplog_settle(ec, op);
+    }
     return res;
 }
 
@@ -418,6 +453,7 @@ void br_exec_comm_release(br_exec_comm_t *ec)
         free(ec->solo);
         ec->solo = NULL;
     }
+    br_exec_oplog_close(ec);
     free(ec->gather_scratch);
     free(ec->ll_scratch);
     ec->gather_scratch = ec->ll_scratch = NULL;
