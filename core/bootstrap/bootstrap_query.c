@@ -59,9 +59,9 @@ void br_boot_query_serve(br_bootstrap_t *boot, int fd, int from)
 /* One query in flight. */
 typedef struct {
     int fd;
-    size_t got;        /* bytes of the frame, then of the text, read so far */
+    size_t got; /* bytes of the frame, then of the text, read so far */
     br_boot_frame_t frame;
-    int in_text;       /* the frame is in: reading the text */
+    int in_text; /* the frame is in: reading the text */
 } query_t;
 
 static void set_why(br_bootstrap_reply_t *r, const char *fmt, const char *detail)
@@ -143,9 +143,10 @@ static void query_open(br_bootstrap_t *boot, int peer, uint64_t deadline_ns, que
         char detail[160];
         snprintf(detail, sizeof(detail), "%s at %s", strerror(err),
                  br_socket_addr_str(&p->addr, where, sizeof(where)));
-        set_why(r, err == ECONNREFUSED
-                       ? "%s: its process exited or destroyed the communicator"
-                       : "cannot connect: %s", detail);
+        set_why(r,
+                err == ECONNREFUSED ? "%s: its process exited or destroyed the communicator"
+                                    : "cannot connect: %s",
+                detail);
         br_socket_close(&q->fd);
     }
 }

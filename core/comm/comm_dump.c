@@ -391,8 +391,8 @@ ncclResult_t br_comm_dump_write(const char *path, const char *trigger)
 /* ---- The SIGUSR1 service: a handler and a thread, while communicators are live ---- */
 
 static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
-static int svc_live;          /* communicators of this process attached */
-static int svc_running;       /* the thread and the handler are in place */
+static int svc_live;    /* communicators of this process attached */
+static int svc_running; /* the thread and the handler are in place */
 static pthread_t svc_thread;
 static int svc_pipe[2] = {-1, -1};
 static _Atomic int svc_wfd = -1; /* what the handler writes to (-1: nothing) */
@@ -508,8 +508,8 @@ static void svc_start(void)
     }
     svc_running = 1;
     BR_INFO(NCCL_INIT, "BRAID_DUMP: SIGUSR1 writes a state dump to %s%s", BR_PARAM_STR(DUMP),
-            (svc_old.sa_flags & SA_SIGINFO) || (svc_old.sa_handler != SIG_DFL &&
-                                                 svc_old.sa_handler != SIG_IGN)
+            (svc_old.sa_flags & SA_SIGINFO) ||
+                    (svc_old.sa_handler != SIG_DFL && svc_old.sa_handler != SIG_IGN)
                 ? " (and then calls the SIGUSR1 handler that was installed)"
                 : "");
 }

@@ -277,23 +277,20 @@ static void nap(unsigned idle, unsigned spin)
     }
 }
 
-/* Tell the operation logs what the operations of the batch do now: every queued item's
- * operation runs (RUN over all items), or the head of every queue waits for the peer it
- * last waited for since `since` (WAIT), or runs again after a wait (RUN over heads). */
-static void oplog_batch(br_exec_batch_t *b, br_oplog_event_t ev, int heads, uint64_t since)
+/* Tell the operation logs about the operation at the head of every queue: it waits for
+ * the peer its queue last waited for, since `since` (WAIT), or runs again (RUN). Only
+ * when the whole batch is blocked, and when it moves again, so a call that never waits
+ * long costs nothing here. */
+static void oplog_heads(br_exec_batch_t *b, br_oplog_event_t ev, uint64_t since)
 {
     for (int i = 0; i < b->n; i++) {
         br_exec_queue_t *q = &b->queues[i];
-        if (q->ec->oplog == NULL) {
+        if (q->ec->oplog == NULL || q->cur >= q->n ||
+            (ev == BR_OPLOG_EV_WAIT && q->wait_peer < 0)) {
             continue;
         }
-        for (int k = q->cur; k < q->n && (k == q->cur || !heads); k++) {
-            if (ev == BR_OPLOG_EV_WAIT && q->wait_peer < 0) {
-                continue; /* this queue is not the one waiting */
-            }
-            br_oplog_note(q->ec, q->items[k].op.log_ticket, ev, q->wait_peer, q->wait_what,
-                          since);
-        }
+        br_oplog_note(q->ec, q->items[q->cur].op.log_ticket, ev, q->wait_peer, q->wait_what,
+                      since);
     }
 }
 
@@ -316,7 +313,6 @@ static ncclResult_t host_run(br_exec_batch_t *b)
         }
     }
     proxies_active(b, 1);
-    oplog_batch(b, BR_OPLOG_EV_RUN, 0, 0);
     int revoked = br_exec_revoked_check(b);
     if (revoked) {
         res = b->queues[revoked - 1].ec->error;
@@ -357,7 +353,7 @@ static ncclResult_t host_run(br_exec_batch_t *b)
                 for (int i = 0; i < b->n; i++) {
                     b->queues[i].ec->symptom_ns = 0; /* symptoms seen were transient */
                 }
-                oplog_batch(b, BR_OPLOG_EV_RUN, 1, 0);
+                oplog_heads(b, BR_OPLOG_EV_RUN, 0);
             }
             idle = 0;
             blocked_since = 0;
@@ -378,12 +374,12 @@ static ncclResult_t host_run(br_exec_batch_t *b)
             blocked_since = now;
             next_check = now + 100000000ull;
             next_warn = now + warn_ns;
-            oplog_batch(b, BR_OPLOG_EV_WAIT, 1, now);
+            oplog_heads(b, BR_OPLOG_EV_WAIT, now);
             continue;
         }
         if (now >= next_check) {
             next_check = now + 100000000ull;
-            oplog_batch(b, BR_OPLOG_EV_WAIT, 1, blocked_since); /* whom it waits for may change */
+            oplog_heads(b, BR_OPLOG_EV_WAIT, blocked_since); /* whom it waits for may change */
             for (int i = 0; i < b->n; i++) {
                 if (br_exec_health_check(b, b->queues[i].ec, now - blocked_since)) {
                     res = b->queues[i].ec->error;

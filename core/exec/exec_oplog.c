@@ -177,7 +177,11 @@ void br_oplog_note(br_exec_comm_t *ec, uint64_t ticket, br_oplog_event_t ev, int
     }
     switch (ev) {
     case BR_OPLOG_EV_ITEM:
+        /* The executor has it (queued: the group is ending; waiting: it was connecting). */
         r->items++;
+        r->state = BR_OPLOG_RUNNING;
+        r->wait_peer = -1;
+        r->wait_what = NULL;
         break;
     case BR_OPLOG_EV_RUN:
         r->state = BR_OPLOG_RUNNING;
@@ -198,9 +202,7 @@ void br_oplog_note(br_exec_comm_t *ec, uint64_t ticket, br_oplog_event_t ev, int
             rec_end(r, BR_OPLOG_DONE);
         }
         break;
-    case BR_OPLOG_EV_DONE:
-        rec_end(r, BR_OPLOG_DONE);
-        break;
+    case BR_OPLOG_EV_DONE: rec_end(r, BR_OPLOG_DONE); break;
     }
     pthread_mutex_unlock(&log->lock);
 }

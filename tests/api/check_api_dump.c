@@ -283,8 +283,7 @@ static const jval_t *find_op(const jval_t *c, const char *func, int seq)
 {
     const jval_t *ops = j_get(c, "ops");
     for (int i = 0; ops != NULL && ops->type == J_ARR && i < ops->n; i++) {
-        if (strcmp(j_str(ops->items[i], "func"), func) == 0 &&
-            j_num(ops->items[i], "seq") == seq) {
+        if (strcmp(j_str(ops->items[i], "func"), func) == 0 && j_num(ops->items[i], "seq") == seq) {
             return ops->items[i];
         }
     }
@@ -314,13 +313,13 @@ typedef struct {
     volatile int fork_ok;    /* hang: rank 0's forked child saw no communicator (1) */
     char fork_msg[512];
     int variant;
-    char path[512];          /* where the dump goes (or the directory, for SIGUSR1) */
+    char path[512]; /* where the dump goes (or the directory, for SIGUSR1) */
 } shared_t;
 
 static shared_t *shared_map(void)
 {
-    void *p = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+    void *p =
+        mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(p, MAP_FAILED);
     memset(p, 0, sizeof(shared_t));
     return p;
@@ -628,8 +627,8 @@ START_TEST(test_dump_dead_peer)
     ck_assert_msg(!bad, "variant %d: %s", _i, brt_clip(out, 3000));
     char *text = read_text(sh->path);
     ck_assert_msg(text != NULL, "variant %d: no dump", _i);
-    fprintf(stderr, "---- %s: the dump came back %.2f s after rank 1 was %s ----\n%s",
-            sh->path, took, _i == 0 ? "killed" : "stopped", text);
+    fprintf(stderr, "---- %s: the dump came back %.2f s after rank 1 was %s ----\n%s", sh->path,
+            took, _i == 0 ? "killed" : "stopped", text);
     jval_t *v = j_parse(text);
     ck_assert_msg(v != NULL, "variant %d: the dump is not JSON: %.2000s", _i, text);
     const jval_t *list = j_get(v, "communicators");
@@ -641,8 +640,8 @@ START_TEST(test_dump_dead_peer)
                   "variant %d: rank 1 is not unreachable: %.2000s", _i, text);
     ck_assert_msg(strstr(status, _i == 0 ? "exited" : "no answer") != NULL,
                   "variant %d: the reason does not say why: %s", _i, status);
-    ck_assert_msg(j_num(p1, "pid") == p.pids[1], "variant %d: rank 1's pid is not %d: %.2000s",
-                  _i, (int)p.pids[1], text);
+    ck_assert_msg(j_num(p1, "pid") == p.pids[1], "variant %d: rank 1's pid is not %d: %.2000s", _i,
+                  (int)p.pids[1], text);
     j_free(v);
     free(text);
     unlink(sh->path);
