@@ -20,6 +20,8 @@
 /* How long the background thread may spend sending one answer (it fits a socket buffer,
  * so this bounds only a requester that stopped reading). */
 #define ANSWER_NS (500ull * 1000000ull)
+/* Ranks asked at once. */
+#define QUERY_WINDOW 128
 
 void br_bootstrap_set_state_fn(br_bootstrap_t *boot, br_bootstrap_state_fn_t fn, void *arg)
 {
@@ -151,21 +153,13 @@ static void query_open(br_bootstrap_t *boot, int peer, uint64_t deadline_ns, que
     }
 }
 
-void br_bootstrap_query_all(br_bootstrap_t *boot, uint64_t deadline_ns,
-                            br_bootstrap_reply_t *replies)
+/* Ask ranks [lo, hi) (not this one) and read their answers until deadline_ns. */
+static void query_window(br_bootstrap_t *boot, int lo, int hi, uint64_t deadline_ns, query_t *qs,
+                         struct pollfd *pfd, br_bootstrap_reply_t *replies)
 {
-    int n = boot->nranks, open = 0;
-    query_t *qs = calloc((size_t)n, sizeof(*qs));
-    struct pollfd *pfd = calloc((size_t)n, sizeof(*pfd));
+    int open = 0;
 
-    memset(replies, 0, (size_t)n * sizeof(*replies));
-    if (qs == NULL || pfd == NULL) {
-        for (int r = 0; r < n; r++) {
-            set_why(&replies[r], "%s", "out of memory for the query");
-        }
-        goto out;
-    }
-    for (int r = 0; r < n; r++) {
+    for (int r = lo; r < hi; r++) {
         qs[r].fd = -1;
         if (r != boot->rank) {
             query_open(boot, r, deadline_ns, &qs[r], &replies[r]);
@@ -174,7 +168,7 @@ void br_bootstrap_query_all(br_bootstrap_t *boot, uint64_t deadline_ns,
     }
     while (open > 0) {
         int np = 0;
-        for (int r = 0; r < n; r++) {
+        for (int r = lo; r < hi; r++) {
             if (qs[r].fd >= 0) {
                 pfd[np++] = (struct pollfd){.fd = qs[r].fd, .events = POLLIN};
             }
@@ -186,14 +180,14 @@ void br_bootstrap_query_all(br_bootstrap_t *boot, uint64_t deadline_ns,
         if (poll(pfd, (nfds_t)np, ms) < 0 && errno != EINTR) {
             break;
         }
-        for (int r = 0; r < n; r++) {
+        for (int r = lo; r < hi; r++) {
             if (qs[r].fd >= 0 && query_read(&qs[r], &replies[r])) {
                 br_socket_close(&qs[r].fd);
                 open--;
             }
         }
     }
-    for (int r = 0; r < n; r++) {
+    for (int r = lo; r < hi; r++) {
         if (qs[r].fd >= 0) { /* no whole answer in time: a stopped or stuck process */
             free(replies[r].text);
             replies[r].text = NULL;
@@ -202,7 +196,28 @@ void br_bootstrap_query_all(br_bootstrap_t *boot, uint64_t deadline_ns,
             br_socket_close(&qs[r].fd);
         }
     }
-out:
+}
+
+void br_bootstrap_query_all(br_bootstrap_t *boot, uint64_t deadline_ns,
+                            br_bootstrap_reply_t *replies)
+{
+    int n = boot->nranks;
+    query_t *qs = calloc((size_t)n, sizeof(*qs));
+    struct pollfd *pfd = calloc(QUERY_WINDOW, sizeof(*pfd));
+
+    memset(replies, 0, (size_t)n * sizeof(*replies));
+    if (qs == NULL || pfd == NULL) {
+        for (int r = 0; r < n; r++) {
+            set_why(&replies[r], "%s", "out of memory for the query");
+        }
+    } else {
+        /* A window of ranks at a time keeps the open sockets well under the usual limit of
+         * 1024 descriptors; all windows share the one deadline. */
+        for (int lo = 0; lo < n; lo += QUERY_WINDOW) {
+            query_window(boot, lo, lo + QUERY_WINDOW < n ? lo + QUERY_WINDOW : n, deadline_ns, qs,
+                         pfd, replies);
+        }
+    }
     free(qs);
     free(pfd);
 }

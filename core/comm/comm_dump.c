@@ -501,11 +501,13 @@ static void svc_start(void)
     sa.sa_sigaction = svc_on_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    /* svc_old is complete before our handler can run: sigaction stores it first. */
-    sigaction(SIGUSR1, &sa, &svc_old);
+    /* The handler to chain to is read before ours goes in, so ours never sees it half
+     * written. */
+    sigaction(SIGUSR1, NULL, &svc_old);
     if ((svc_old.sa_flags & SA_SIGINFO) && svc_old.sa_sigaction == svc_on_signal) {
         memset(&svc_old, 0, sizeof(svc_old)); /* never chain to ourselves */
     }
+    sigaction(SIGUSR1, &sa, NULL);
     svc_running = 1;
     BR_INFO(NCCL_INIT, "BRAID_DUMP: SIGUSR1 writes a state dump to %s%s", BR_PARAM_STR(DUMP),
             (svc_old.sa_flags & SA_SIGINFO) ||
