@@ -429,12 +429,9 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
         BR_CHECK(br_plan_choose(comm->plan, op));
         op->seq = ec->coll_seq++;
     }
-    if (op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) {
+    op->log_ticket = 0; /* for the state dump; a send to self is a copy, not logged */
+    if ((op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) || op->peer != comm->rank) {
         br_exec_oplog_add(ec, op);
-    } else if (op->peer != comm->rank) {
-        br_exec_oplog_add(ec, op); /* (a send to self is a copy, not logged) */
-    } else {
-        op->log_ticket = 0;
     }
     if (ec->prof != NULL) {
         const gprof_t *g = group_prof(comm);

@@ -12,6 +12,9 @@
  *            live lists no communicator and has SIGUSR1 back at its default.
  *   dead     rank 1 is SIGKILLed (variant 0) or SIGSTOPped (variant 1); rank 0's dump
  *            comes back and says rank 1 is unreachable, and why.
+ *   threads  two ranks as threads of one process: its dump lists both communicators,
+ *            each with the other as a peer that answered (its bootstrap thread, in the
+ *            same process), the AllReduce both made done.
  *   empty    no live communicator: the dump is an empty list; no path and no BRAID_DUMP
  *            is refused with ncclInvalidArgument.
  * The JSON is parsed (a small parser below), not searched as text.
@@ -21,6 +24,7 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -650,6 +654,79 @@ START_TEST(test_dump_dead_peer)
 }
 END_TEST
 
+/* threads: both ranks in this process; rank 0 dumps once both finished an AllReduce. */
+static _Atomic int threads_ready, threads_dumped;
+static char threads_path[512];
+
+static int body_threads(brt_rank_ctx_t *ctx)
+{
+    float a[FLOATS] = {0};
+    ncclComm_t comm;
+    int ok = 1;
+
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    if (ncclAllReduce(a, a, FLOATS, ncclFloat, ncclSum, comm, NULL) != ncclSuccess) {
+        brt_fail(ctx, "AllReduce failed: %s", ncclGetLastError(comm));
+        ok = 0;
+    }
+    atomic_fetch_add(&threads_ready, 1);
+    double until = brt_now() + 30 * brt_time_scale();
+    if (ctx->rank == 0) {
+        while (atomic_load(&threads_ready) < 2 && brt_now() < until) {
+            brt_sleep_ms(5);
+        }
+        brt_doing(ctx, "braidDumpState");
+        if (braidDumpState(threads_path) != ncclSuccess) {
+            brt_fail(ctx, "braidDumpState failed: %s", ncclGetLastError(NULL));
+            ok = 0;
+        }
+        atomic_store(&threads_dumped, 1);
+    }
+    while (!atomic_load(&threads_dumped) && brt_now() < until) {
+        brt_sleep_ms(5);
+    }
+    ncclCommDestroy(comm);
+    return ok ? 0 : 1;
+}
+
+START_TEST(test_dump_threads)
+{
+    char dir[256], out[8192];
+
+    make_dir(dir, sizeof(dir), "threads");
+    snprintf(threads_path, sizeof(threads_path), "%s/threads.json", dir);
+    int bad = brt_threads_run(2, body_threads, NULL, 60 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
+    char *text = read_text(threads_path);
+    ck_assert_msg(text != NULL, "no dump at %s", threads_path);
+    jval_t *v = j_parse(text);
+    ck_assert_msg(v != NULL, "not JSON: %.2000s", text);
+    const jval_t *list = j_get(v, "communicators");
+    ck_assert_msg(list != NULL && list->type == J_ARR && list->n == 2, "not two: %.2000s", text);
+    int seen = 0;
+    for (int i = 0; i < 2; i++) {
+        const jval_t *c = list->items[i];
+        int r = (int)j_num(c, "rank");
+        const jval_t *peer = find_peer(c, 1 - r);
+        ck_assert_msg(r == 0 || r == 1, "rank %d: %.2000s", r, text);
+        seen |= 1 << r;
+        ck_assert_msg(peer != NULL && strcmp(j_str(peer, "status"), "ok") == 0 &&
+                          strcmp(j_str(peer, "commHash"), j_str(c, "commHash")) == 0,
+                      "rank %d's peer did not answer: %.2000s", r, text);
+        ck_assert_msg(find_op(c, "AllReduce", 0) != NULL &&
+                          strcmp(j_str(find_op(peer, "AllReduce", 0), "state"), "done") == 0,
+                      "rank %d: AllReduce #0 not done: %.2000s", r, text);
+    }
+    ck_assert_int_eq(seen, 3);
+    j_free(v);
+    free(text);
+    unlink(threads_path);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_dump_empty)
 {
     char dir[256], pattern[400], file[600];
@@ -701,6 +778,10 @@ static Suite *api_dump_suite(void)
     tc = tcase_create("dead");
     tcase_set_timeout(tc, 120 * brt_time_scale());
     tcase_add_loop_test(tc, test_dump_dead_peer, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("threads");
+    tcase_set_timeout(tc, 60 * brt_time_scale());
+    tcase_add_test(tc, test_dump_threads);
     suite_add_tcase(s, tc);
     tc = tcase_create("empty");
     tcase_set_timeout(tc, 30 * brt_time_scale());
