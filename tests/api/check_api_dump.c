@@ -15,6 +15,11 @@
  *   threads  two ranks as threads of one process: its dump lists both communicators,
  *            each with the other as a peer that answered (its bootstrap thread, in the
  *            same process), the AllReduce both made done.
+ *   race     a thread dumps in a loop while another aborts the communicator that a third
+ *            is blocked on: every dump succeeds, the abort and the blocked call return,
+ *            and (under ASan) nothing is touched after its free.
+ *   handler  a SIGUSR1 handler the program installed first: Braid's goes in at init and
+ *            calls it, the signal dumps, and destroy puts the program's back.
  *   empty    no live communicator: the dump is an empty list; no path and no BRAID_DUMP
  *            is refused with ncclInvalidArgument.
  * The JSON is parsed (a small parser below), not searched as text.
@@ -727,6 +732,158 @@ START_TEST(test_dump_threads)
 }
 END_TEST
 
+/* race: rank 0 has a blocked AllReduce, a dumping thread and an aborting main thread. */
+typedef struct {
+    const char *path;
+    _Atomic int stop;
+    _Atomic int dumps, failed;
+} race_t;
+
+static void *race_dumper(void *arg)
+{
+    race_t *r = arg;
+    while (!atomic_load(&r->stop)) {
+        if (braidDumpState(r->path) != ncclSuccess) {
+            atomic_fetch_add(&r->failed, 1);
+        }
+        atomic_fetch_add(&r->dumps, 1);
+    }
+    return NULL;
+}
+
+static void *race_blocked(void *arg)
+{
+    helper_t *h = arg;
+    float a[FLOATS] = {0};
+    h->dump_res = ncclAllReduce(a, a, FLOATS, ncclFloat, ncclSum, h->comm, NULL);
+    return NULL;
+}
+
+static int body_race(brt_rank_ctx_t *ctx)
+{
+    shared_t *sh = ctx->arg;
+    helper_t h = {0};
+    race_t r = {.path = sh->path};
+    pthread_t tb, td;
+
+    if (brt_rank_init(ctx, &h.comm) != ncclSuccess) {
+        return 1;
+    }
+    if (ctx->rank == 1) {
+        brt_doing(ctx, "silent until rank 0 is done");
+        double until = brt_now() + 60 * brt_time_scale();
+        while (!sh->finish && brt_now() < until) {
+            brt_sleep_ms(10);
+        }
+        ncclCommAbort(h.comm);
+        return 0;
+    }
+    if (pthread_create(&tb, NULL, race_blocked, &h) != 0) {
+        brt_fail(ctx, "pthread_create failed");
+        return 1;
+    }
+    if (pthread_create(&td, NULL, race_dumper, &r) != 0) {
+        brt_fail(ctx, "pthread_create failed");
+        return 1;
+    }
+    brt_sleep_ms(300);
+    brt_doing(ctx, "ncclCommAbort while another thread dumps");
+    ncclResult_t res = ncclCommAbort(h.comm);
+    pthread_join(tb, NULL);
+    int before = atomic_load(&r.dumps);
+    while (atomic_load(&r.dumps) <
+           before + 3) { /* some dumps after the abort, of no communicator */
+        brt_sleep_ms(5);
+    }
+    atomic_store(&r.stop, 1);
+    pthread_join(td, NULL);
+    sh->finish = 1;
+    fprintf(stderr, "race: %d dumps, %d of them after the abort\n", atomic_load(&r.dumps),
+            atomic_load(&r.dumps) - before);
+    if (res != ncclSuccess || h.dump_res == ncclSuccess || atomic_load(&r.failed) > 0 ||
+        atomic_load(&r.dumps) < 2) {
+        brt_fail(ctx, "abort %d, blocked call %d, %d dumps of which %d failed", (int)res,
+                 (int)h.dump_res, atomic_load(&r.dumps), atomic_load(&r.failed));
+        return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_dump_race_abort)
+{
+    shared_t *sh = shared_map();
+    char dir[256], out[16384];
+
+    make_dir(dir, sizeof(dir), "race");
+    snprintf(sh->path, sizeof(sh->path), "%s/race.json", dir);
+    int bad = brt_procs_run(2, body_race, sh, 60 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
+    char *text = read_text(sh->path);
+    jval_t *v = text != NULL ? j_parse(text) : NULL;
+    const jval_t *list = j_get(v, "communicators");
+    ck_assert_msg(list != NULL && list->type == J_ARR && list->n == 0,
+                  "the last dump, after the abort, lists a communicator: %.2000s",
+                  text != NULL ? text : "(none)");
+    j_free(v);
+    free(text);
+    unlink(sh->path);
+    rmdir(dir);
+    munmap(sh, sizeof(*sh));
+}
+END_TEST
+
+static volatile sig_atomic_t user_signals;
+
+static void user_handler(int sig)
+{
+    (void)sig;
+    user_signals++;
+}
+
+START_TEST(test_dump_chains_handler)
+{
+    char dir[256], pattern[400], file[600];
+    struct sigaction sa, cur;
+    ncclUniqueId id;
+    ncclComm_t comm;
+
+    make_dir(dir, sizeof(dir), "handler");
+    snprintf(pattern, sizeof(pattern), "%s/h-%%n.json", dir);
+    setenv("BRAID_DUMP", pattern, 1);
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = user_handler;
+    sigemptyset(&sa.sa_mask);
+    ck_assert_int_eq(sigaction(SIGUSR1, &sa, NULL), 0);
+    ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+    ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+    sigaction(SIGUSR1, NULL, &cur);
+    ck_assert_msg((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction != NULL,
+                  "Braid's handler is not in place while a communicator is live");
+    raise(SIGUSR1);
+    ck_assert_int_eq(user_signals, 1); /* chained, synchronously */
+    snprintf(file, sizeof(file), "%s/h-0.json", dir);
+    double until = brt_now() + 20 * brt_time_scale();
+    while (access(file, R_OK) != 0 && brt_now() < until) {
+        brt_sleep_ms(10);
+    }
+    char *text = read_text(file);
+    ck_assert_msg(text != NULL, "SIGUSR1 wrote no dump at %s", file);
+    jval_t *v = j_parse(text);
+    const jval_t *list = j_get(v, "communicators");
+    ck_assert_msg(list != NULL && list->type == J_ARR && list->n == 1 &&
+                      j_num(list->items[0], "nranks") == 1,
+                  "not one communicator of one rank: %s", text);
+    ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+    sigaction(SIGUSR1, NULL, &cur);
+    ck_assert_msg(!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == user_handler,
+                  "destroy did not put the program's handler back");
+    j_free(v);
+    free(text);
+    unlink(file);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_dump_empty)
 {
     char dir[256], pattern[400], file[600];
@@ -782,6 +939,14 @@ static Suite *api_dump_suite(void)
     tc = tcase_create("threads");
     tcase_set_timeout(tc, 60 * brt_time_scale());
     tcase_add_test(tc, test_dump_threads);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("race");
+    tcase_set_timeout(tc, 60 * brt_time_scale());
+    tcase_add_test(tc, test_dump_race_abort);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("handler");
+    tcase_set_timeout(tc, 30 * brt_time_scale());
+    tcase_add_test(tc, test_dump_chains_handler);
     suite_add_tcase(s, tc);
     tc = tcase_create("empty");
     tcase_set_timeout(tc, 30 * brt_time_scale());
