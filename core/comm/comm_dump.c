@@ -30,6 +30,11 @@
 #include "comm.h"
 #include "util.h"
 
+/* Most operations a communicator remembers, whatever BRAID_DUMP_OPS says. */
+#define DUMP_OPS_MAX 4096
+
+static int dump_ops(void);
+
 /* ---- A growing JSON text ---- */
 
 typedef struct {
@@ -176,7 +181,7 @@ static void op_json(jbuf_t *b, const br_oplog_rec_t *r, uint64_t now)
 static void comm_json(jbuf_t *b, ncclComm_t comm)
 {
     br_exec_comm_t *ec = comm->ec;
-    int cap = (int)BR_PARAM_INT(DUMP_OPS);
+    int cap = dump_ops();
     br_oplog_rec_t *recs = cap > 0 ? calloc((size_t)cap, sizeof(*recs)) : NULL;
     int n = recs != NULL ? br_exec_oplog_snapshot(ec, recs, cap) : 0;
     uint64_t now = br_time_ns();
@@ -539,9 +544,16 @@ static void svc_stop_now(void)
     svc_running = 0;
 }
 
+/* BRAID_DUMP_OPS, at most DUMP_OPS_MAX. */
+static int dump_ops(void)
+{
+    int64_t n = BR_PARAM_INT(DUMP_OPS);
+    return n < 0 ? 0 : (n > DUMP_OPS_MAX ? DUMP_OPS_MAX : (int)n);
+}
+
 ncclResult_t br_comm_dump_attach(ncclComm_t comm)
 {
-    BR_CHECK(br_exec_oplog_open(comm->ec, (int)BR_PARAM_INT(DUMP_OPS)));
+    BR_CHECK(br_exec_oplog_open(comm->ec, dump_ops()));
     br_bootstrap_set_state_fn(comm->tc->boot, state_answer, comm);
     if (BR_PARAM_STR(DUMP) == NULL) {
         return ncclSuccess; /* no signal service: nothing more to set up */
