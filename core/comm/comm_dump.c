@@ -341,7 +341,8 @@ ncclResult_t br_comm_dump_write(const char *path, const char *trigger)
     struct tm tm;
     ncclResult_t res;
     int n, first = 1;
-    uint64_t timeout_ns = (uint64_t)BR_PARAM_INT(DUMP_TIMEOUT) * 1000000000ull;
+    int64_t timeout_s = BR_PARAM_INT(DUMP_TIMEOUT);
+    uint64_t timeout_ns = (uint64_t)(timeout_s < 1 ? 1 : timeout_s) * 1000000000ull;
 
     if (path == NULL) {
         path = BR_PARAM_STR(DUMP);
