@@ -349,8 +349,11 @@ typedef struct {
     int wait_go; /* ... once the test says go (else once both ranks block) */
 } helper_t;
 
+static int hang_file_ok(const char *path, char *why, size_t len);
+
 /* A second thread of a rank: waits, maybe dumps, then aborts the communicator so the
- * blocked call returns. */
+ * blocked call returns. In the hang case it dumps again until the dump shows both ranks
+ * waiting (on a loaded machine the blocked calls may take a while to get there). */
 static void *helper_main(void *arg)
 {
     helper_t *h = arg;
@@ -360,10 +363,12 @@ static void *helper_main(void *arg)
                brt_now() < until) {
             brt_sleep_ms(10);
         }
-        if (!h->wait_go) {
-            brt_sleep_ms(300); /* let both calls settle into waiting */
-        }
-        h->dump_res = braidDumpState(h->sh->path);
+        char why[200];
+        do {
+            brt_sleep_ms(200);
+            h->dump_res = braidDumpState(h->sh->path);
+        } while (!h->wait_go && h->dump_res == ncclSuccess &&
+                 !hang_file_ok(h->sh->path, why, sizeof(why)) && brt_now() < until);
         h->sh->finish = 1;
     }
     while (!h->sh->finish && brt_now() < until) {
@@ -488,6 +493,19 @@ static void check_hang(const jval_t *v, char *why, size_t len)
     }
 }
 
+static int hang_file_ok(const char *path, char *why, size_t len)
+{
+    char *text = read_text(path);
+    jval_t *v = text != NULL ? j_parse(text) : NULL;
+    snprintf(why, len, "no dump or not JSON");
+    if (v != NULL) {
+        check_hang(v, why, len);
+    }
+    j_free(v);
+    free(text);
+    return why[0] == '\0';
+}
+
 /* The one file in dir named sig-<host>-<pid>.json, with pid rank 1's. */
 static int find_sig_file(const char *dir, pid_t pid, char *path, size_t len)
 {
@@ -513,7 +531,7 @@ static int find_sig_file(const char *dir, pid_t pid, char *path, size_t len)
 START_TEST(test_dump_hang)
 {
     shared_t *sh = shared_map();
-    char dir[256], file[700], out[16384], why[200];
+    char dir[256], file[700] = "", out[16384], why[200];
     brt_procs_t p;
 
     sh->variant = _i;
@@ -533,11 +551,17 @@ START_TEST(test_dump_hang)
         while (!(sh->blocked[0] && sh->blocked[1]) && brt_now() < until) {
             brt_sleep_ms(10);
         }
-        brt_sleep_ms(300);
-        kill(p.pids[1], SIGUSR1);
-        while (!find_sig_file(dir, p.pids[1], file, sizeof(file)) && brt_now() < until) {
-            brt_sleep_ms(10);
-        }
+        /* Signal again until the dump shows both ranks waiting (see helper_main). */
+        do {
+            brt_sleep_ms(200);
+            if (find_sig_file(dir, p.pids[1], file, sizeof(file))) {
+                unlink(file);
+            }
+            kill(p.pids[1], SIGUSR1);
+            while (!find_sig_file(dir, p.pids[1], file, sizeof(file)) && brt_now() < until) {
+                brt_sleep_ms(10);
+            }
+        } while (!hang_file_ok(file, why, sizeof(why)) && brt_now() < until);
         sh->finish = 1;
     }
     int bad = brt_procs_wait(&p, brt_now() + 90 * brt_time_scale(), 0, out, sizeof(out), 0);
