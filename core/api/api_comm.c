@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "braid.h"
 #include "util.h"
 
 void br_api_enter(ncclComm_t comm)
@@ -384,4 +385,10 @@ BR_API(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t *simInfo))
     br_api_enter(NULL);
     BR_WARN(NCCL_INIT, "ncclGroupSimulateEnd is not supported by Braid yet");
     return ncclInvalidUsage;
+}
+
+BR_API(ncclResult_t, braidDumpState, (const char *path))
+{
+    br_api_enter(NULL);
+    return br_comm_dump_write(path, "braidDumpState");
 }

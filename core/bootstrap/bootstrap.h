@@ -104,6 +104,28 @@ int br_bootstrap_poll_abort(br_bootstrap_t *boot, int *from_rank_p, char *reason
 const char *br_bootstrap_peer_host(br_bootstrap_t *boot, int rank);
 int br_bootstrap_peer_pid(br_bootstrap_t *boot, int rank);
 
+/*
+ * State queries (the dump of core/comm/comm_dump.c). The background thread answers
+ * another rank's query with what fn returns: a malloc'ed text that it frees, or NULL.
+ * fn runs on the background thread until br_bootstrap_close, so arg must live until then.
+ */
+typedef char *(*br_bootstrap_state_fn_t)(void *arg, size_t *len_p);
+void br_bootstrap_set_state_fn(br_bootstrap_t *boot, br_bootstrap_state_fn_t fn, void *arg);
+
+/* One rank's answer to a query. */
+typedef struct {
+    char *text;     /* malloc'ed (the caller frees it), NULL when there is none */
+    size_t len;
+    char why[192];  /* when text is NULL: why ("connection refused: ...") */
+} br_bootstrap_reply_t;
+
+/* Ask every other rank for its state (replies: nranks entries; this rank's stays empty).
+ * The connections are made one after the other, the answers read together; everything
+ * ends by deadline_ns, and a rank that has not answered by then gets a reason. Any thread
+ * may call it while the bootstrap is open; it uses its own sockets. */
+void br_bootstrap_query_all(br_bootstrap_t *boot, uint64_t deadline_ns,
+                            br_bootstrap_reply_t *replies);
+
 /* Stop the background thread, close every socket, free. */
 void br_bootstrap_close(br_bootstrap_t *boot);
 

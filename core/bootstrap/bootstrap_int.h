@@ -68,7 +68,7 @@ typedef struct {
 } br_boot_answer_t;
 
 /* Kinds of connection to a rank's listener. */
-enum { BR_BOOT_CONN_MSG = 1, BR_BOOT_CONN_ABORT = 2 };
+enum { BR_BOOT_CONN_MSG = 1, BR_BOOT_CONN_ABORT = 2, BR_BOOT_CONN_QUERY = 3 };
 
 /* First bytes of every connection to a rank's listener. */
 typedef struct {
@@ -84,8 +84,9 @@ enum {
     BR_BOOT_MSG_USER = 1,
     BR_BOOT_MSG_RING = 2,
     BR_BOOT_MSG_ABORT = 3,
-    BR_BOOT_MSG_WAIT = 4,
-    BR_BOOT_MSG_RECOVER = 5
+    BR_BOOT_MSG_STATE = 4,
+    BR_BOOT_MSG_WAIT = 5,
+    BR_BOOT_MSG_RECOVER = 6
 };
 
 /* A recovery message (br_bootstrap_send_recovery): numbered, and kept apart from the
@@ -186,6 +187,9 @@ struct br_bootstrap {
     /* Set (release) after abort_from/abort_reason are written, so poll_abort may read it
      * without the lock. */
     _Atomic int aborted;
+    /* Under lock: what answers a state query (br_bootstrap_set_state_fn), or NULL. */
+    br_bootstrap_state_fn_t state_fn;
+    void *state_arg;
 };
 
 /* Timeout in nanoseconds, and in seconds for messages (BRAID_BOOTSTRAP_TIMEOUT). */
@@ -215,6 +219,10 @@ ncclResult_t br_boot_connect_peer(br_bootstrap_t *boot, int peer, uint64_t deadl
 ncclResult_t br_boot_wait_hello(br_bootstrap_t *boot, int peer, uint64_t deadline_ns);
 /* Free the unexpected queues. */
 void br_boot_queues_free(br_bootstrap_t *boot);
+
+/* The background thread got a state query on c's socket: answer it (bounded), then the
+ * connection closes. */
+void br_boot_query_serve(br_bootstrap_t *boot, int fd, int from);
 
 /* Describe a rank for messages: "rank 3 (host h, pid 12)". */
 const char *br_boot_rank_str(const br_bootstrap_t *boot, int rank, char *buf, size_t len);

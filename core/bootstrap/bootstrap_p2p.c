@@ -107,19 +107,26 @@ static void drop_conn(br_bootstrap_t *boot, br_boot_inconn_t *c, const char *why
             br_socket_addr_str(&c->from, text, sizeof(text)), why, boot->rank);
 }
 
-/* A whole hello is in: is it one of ours? 0 to keep the connection. */
+/* A whole hello is in: is it one of ours? 0 to keep the connection, -1 to drop it, 1 when
+ * it was a state query, answered. */
 static int hello_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
 {
     const br_boot_hello_t *h = &c->hello;
     char why[128];
 
     if (h->proto != BR_BOOT_PROTO || h->rank < 0 || h->rank >= boot->nranks ||
-        h->rank == boot->rank || (h->conn != BR_BOOT_CONN_MSG && h->conn != BR_BOOT_CONN_ABORT)) {
+        h->rank == boot->rank ||
+        (h->conn != BR_BOOT_CONN_MSG && h->conn != BR_BOOT_CONN_ABORT &&
+         h->conn != BR_BOOT_CONN_QUERY)) {
         snprintf(why, sizeof(why),
                  "that had the secret but a bad hello (protocol %u, rank %d, kind %u)", h->proto,
                  h->rank, h->conn);
         drop_conn(boot, c, why);
         return -1;
+    }
+    if (h->conn == BR_BOOT_CONN_QUERY) {
+        br_boot_query_serve(boot, c->fd, h->rank); /* answered: the connection is done */
+        return 1;
     }
     if (h->conn == BR_BOOT_CONN_MSG) {
         pthread_mutex_lock(&boot->lock);

@@ -112,5 +112,21 @@ void br_comm_dequeue(ncclComm_t comm);
 ncclResult_t br_comm_release(ncclComm_t comm, int flush, const char *fn);
 /* Make every call in flight and to come fail with why (ncclCommRevoke, abort). */
 void br_comm_revoke(ncclComm_t comm, const char *why);
+/* Every live communicator of the process, each held (br_comm_unhold each, free the
+ * array): *comms_p gets a malloc'ed array of *n_p entries. */
+ncclResult_t br_comm_hold_all(ncclComm_t **comms_p, int *n_p);
+
+/*
+ * The state dump (comm_dump.c). attach, when a communicator goes live: its operation log
+ * (BRAID_DUMP_OPS), its answer to other ranks' queries, and with BRAID_DUMP the SIGUSR1
+ * handler and dump thread of the process (while any communicator is live). detach, when
+ * it is released: the last one out stops that thread and puts back the old handler.
+ */
+ncclResult_t br_comm_dump_attach(ncclComm_t comm);
+void br_comm_dump_detach(ncclComm_t comm);
+/* Write every live communicator's state, with every peer's (asked live, each bounded by
+ * BRAID_DUMP_TIMEOUT), as JSON to path ("-": stderr; NULL: BRAID_DUMP's pattern). trigger
+ * says what asked for it. Any thread. */
+ncclResult_t br_comm_dump_write(const char *path, const char *trigger);
 
 #endif /* BR_COMM_H_ */

@@ -181,6 +181,7 @@ ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const c
     if (!any) {
         goto out;
     }
+    br_exec_oplog_connecting(ec, recv_peers, send_peers); /* for the state dump */
     BR_CHECK_GOTO(br_transport_connect(tc, n, recv_peers, send_peers, (size_t)tc->p2p_chunk, 0,
                                        BR_TAG_P2P, recv_conns, send_conns),
                   res, out);

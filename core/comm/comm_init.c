@@ -145,6 +145,28 @@ void br_comm_revoke(ncclComm_t comm, const char *why)
     br_bootstrap_cancel(comm->tc->boot, why);
 }
 
+ncclResult_t br_comm_hold_all(ncclComm_t **comms_p, int *n_p)
+{
+    ncclComm_t *list = NULL;
+    int n;
+
+    pthread_mutex_lock(&registry_lock);
+    n = registry_n;
+    if (n > 0 && (list = malloc((size_t)n * sizeof(*list))) == NULL) {
+        pthread_mutex_unlock(&registry_lock);
+        BR_WARN(NCCL_ALLOC, "out of memory listing the communicators");
+        return ncclSystemError;
+    }
+    for (int i = 0; i < n; i++) {
+        list[i] = registry[i];
+        atomic_fetch_add_explicit(&list[i]->refs, 1, memory_order_acq_rel);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    *comms_p = list;
+    *n_p = n;
+    return ncclSuccess;
+}
+
 ncclResult_t br_comm_release(ncclComm_t comm, int flush, const char *fn)
 {
     if (!registry_remove(comm)) {
@@ -152,6 +174,7 @@ ncclResult_t br_comm_release(ncclComm_t comm, int flush, const char *fn)
                 "aborted it first) (host %s)", fn, (void *)comm, br_host_name());
         return ncclInvalidArgument;
     }
+    br_comm_dump_detach(comm);
     comm->flush = flush;
     if (atomic_load_explicit(&comm->refs, memory_order_acquire) > 1) {
         /* Another thread is inside a call on it: stop that call, and do not wait on the
@@ -423,6 +446,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     comm->magic = BR_COMM_MAGIC;
     atomic_store_explicit(&comm->refs, 1, memory_order_release); /* the registry's */
     BR_CHECK_GOTO(registry_add(comm), res, fail);
+    BR_CHECK_GOTO(br_comm_dump_attach(comm), res, fail); /* comm_dump.c */
     BR_INFO(NCCL_INIT,
             "ncclCommInitRank comm %p rank %d nranks %d commId 0x%llx - Init COMPLETE "
             "(%.3f s)",

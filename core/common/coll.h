@@ -148,6 +148,8 @@ typedef struct {
     int prof_mask;
     void *prof_parent;  /* the call's CollApi / P2pApi event */
     void *prof_group;   /* the GroupApi event it was called in */
+    /* Its record in the communicator's operation log (core/exec/exec_oplog.c), 0: none. */
+    uint64_t log_ticket;
 } br_op_t;
 
 /* Bytes of the call as NCCL sizes it for tuning: count x type size (per rank). */

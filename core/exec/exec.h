@@ -52,6 +52,42 @@ typedef struct {
 } br_exec_collnet_t;
 
 /* What an executor needs of a communicator. */
+/*
+ * The operation log: a ring of a communicator's last BRAID_DUMP_OPS operations, for the
+ * state dump (core/comm/comm_dump.c). The group records an operation when the call is
+ * accepted (queued); the executor when it runs, waits (for which peer, on what), resumes
+ * and finishes; the group or the solo path marks what never finished as failed. Every
+ * update takes the log's mutex for a few stores, so any thread may read it meanwhile.
+ */
+typedef enum {
+    BR_OPLOG_QUEUED,  /* accepted by the call; its group or its connections not ready yet */
+    BR_OPLOG_RUNNING, /* in the executor */
+    BR_OPLOG_WAITING, /* in the executor (or connecting), nothing moving */
+    BR_OPLOG_DONE,
+    BR_OPLOG_FAILED
+} br_oplog_state_t;
+
+/* One operation as the log holds it. Times are br_time_ns(). */
+typedef struct {
+    uint64_t ticket; /* 1 + its index among the comm's logged operations (0: empty) */
+    br_func_t func;
+    size_t count;
+    ncclDataType_t type;
+    br_red_kind_t red;
+    int root, peer;
+    uint64_t seq;
+    int algo, proto;
+    br_oplog_state_t state;
+    int items;            /* work items not finished yet */
+    uint64_t queued_ns;   /* when the call was accepted */
+    uint64_t wait_ns;     /* WAITING: since when */
+    uint64_t end_ns;      /* DONE, FAILED: when */
+    int wait_peer;        /* WAITING: the peer it waits for (-1: none known) */
+    const char *wait_what; /* ... and on what: "data from", ... (a static string) */
+} br_oplog_rec_t;
+
+typedef struct br_oplog br_oplog_t;
+
 typedef struct br_exec_comm {
     int rank, nranks;
     int nchannels;
@@ -80,7 +116,22 @@ typedef struct br_exec_comm {
     char error_msg[1024];
     _Atomic int revoked;             /* set by any thread: every call now fails with ... */
     char revoked_why[160];           /* ... this (written before revoked is set) */
+    br_oplog_t *oplog;               /* recent operations, or NULL (not recorded) */
 } br_exec_comm_t;
+
+/* Start recording ec's last n operations (n <= 0: none). */
+ncclResult_t br_exec_oplog_open(br_exec_comm_t *ec, int n);
+/* Record op as queued; sets op->log_ticket (left 0 without a log). */
+void br_exec_oplog_add(br_exec_comm_t *ec, br_op_t *op);
+/* The call of op has ended: if its operation did not finish, it failed. */
+void br_exec_oplog_settle(br_exec_comm_t *ec, const br_op_t *op);
+/* p2p connections to the peers listed (-1: none; nranks entries each) are being made:
+ * queued Send/Recv records to and from them wait for that. */
+void br_exec_oplog_connecting(br_exec_comm_t *ec, const int *recv_peers, const int *send_peers);
+/* Copy the log, oldest first, into out (up to max records); returns how many. Any thread. */
+int br_exec_oplog_snapshot(br_exec_comm_t *ec, br_oplog_rec_t *out, int max);
+/* "queued", "running", "waiting", "done", "failed". */
+const char *br_oplog_state_name(br_oplog_state_t state);
 
 /*
  * Profiler events of the API layer, in NCCL's hierarchy: GroupApi (one per communicator

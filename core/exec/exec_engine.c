@@ -28,7 +28,8 @@ void br_exec_fail(br_exec_comm_t *ec, ncclResult_t res, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(ec->error_msg, sizeof(ec->error_msg), fmt, ap);
     va_end(ap);
-    ec->error = res;
+    /* Release: a state dump in another thread that sees the error sees its text whole. */
+    __atomic_store_n(&ec->error, res, __ATOMIC_RELEASE);
     BR_WARN(NCCL_COLL, "%s", ec->error_msg);
 }
 
@@ -112,6 +113,12 @@ br_conn_t *br_exec_chan_recv(const br_exec_comm_t *ec, int c, int peer)
     return NULL;
 }
 
+/* A work item of an operation: noted in the communicator's operation log. */
+static ncclResult_t push_item(br_exec_queue_t *q, const br_work_t *w)
+{
+    br_oplog_note(q->ec, w->op.log_ticket, BR_OPLOG_EV_ITEM, -1, NULL, 0);
+    return queue_push(q, w);
+}
 
 /* RingOneShot gathers every rank's input into a buffer of the communicator, sized once
  * for the largest input plan lets it take: queued items keep pointing at it. */
@@ -136,7 +143,7 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
         w->copy_src = op->sendbuff;
         w->bytes = br_op_bytes(op);
         BR_CHECK(queue_get(b, ec, Q_LOCAL, 0, &q));
-        return queue_push(q, w);
+        return push_item(q, w);
     }
     if (op->algo == BR_ALGO_ONESHOT || op->algo == BR_ALGO_DIRECT_READ) {
         size_t bytes = br_op_bytes(op) * (op->func == BR_FUNC_REDUCESCATTER ? (size_t)ec->nranks : 1);
@@ -145,7 +152,7 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
         /* Decided on the call's arguments alone, so writer and readers pick the same slot. */
         w->arena_small = op->algo == BR_ALGO_DIRECT_READ || br_arena_is_small(bytes);
         BR_CHECK(queue_get(b, ec, Q_ARENA, 0, &q));
-        return queue_push(q, w);
+        return push_item(q, w);
     }
     if (op->algo == BR_ALGO_COLLNET_DIRECT || op->algo == BR_ALGO_COLLNET_CHAIN) {
         if (ec->collnet == NULL) { /* plan offers collnet only where comm set it up */
@@ -155,7 +162,7 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
         }
         w->kind = BR_WORK_COLLNET;
         BR_CHECK(queue_get(b, ec, Q_COLLNET, 0, &q));
-        return queue_push(q, w);
+        return push_item(q, w);
     }
     char *scratch = NULL;
     if (op->algo == BR_ALGO_RING_ONESHOT) {
@@ -166,7 +173,7 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
             continue;
         }
         BR_CHECK(queue_get(b, ec, Q_CHANNEL, c, &q));
-        BR_CHECK(queue_push(q, w));
+        BR_CHECK(push_item(q, w));
     }
     return ncclSuccess;
 }
@@ -182,11 +189,14 @@ static ncclResult_t host_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const b
     if (br_func_is_collective(op->func)) {
         if (op->count > 0) {
             BR_CHECK(enqueue_coll(b, ec, &w));
+        } else {
+            br_oplog_note(ec, op->log_ticket, BR_OPLOG_EV_DONE, -1, NULL, 0);
         }
         return ncclSuccess;
     }
     w.bytes = br_op_bytes(op);
     if (w.bytes == 0) {
+        br_oplog_note(ec, op->log_ticket, BR_OPLOG_EV_DONE, -1, NULL, 0);
         return ncclSuccess;
     }
     if (op->func == BR_FUNC_SEND) {
@@ -198,7 +208,7 @@ static ncclResult_t host_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const b
         w.conn = ec->p2p_recv[op->peer];
         BR_CHECK(queue_get(b, ec, Q_RECV, op->peer, &q));
     }
-    return queue_push(q, &w);
+    return push_item(q, &w);
 }
 
 static ncclResult_t host_enqueue_copy(br_exec_batch_t *b, br_exec_comm_t *ec, const void *src,
@@ -272,6 +282,23 @@ static void nap(unsigned idle, unsigned spin)
     }
 }
 
+/* Tell the operation logs about the operation at the head of every queue: it waits for
+ * the peer its queue last waited for, since `since` (WAIT), or runs again (RUN). Only
+ * when the whole batch is blocked, and when it moves again, so a call that never waits
+ * long costs nothing here. */
+static void oplog_heads(br_exec_batch_t *b, br_oplog_event_t ev, uint64_t since)
+{
+    for (int i = 0; i < b->n; i++) {
+        br_exec_queue_t *q = &b->queues[i];
+        if (q->ec->oplog == NULL || q->cur >= q->n ||
+            (ev == BR_OPLOG_EV_WAIT && q->wait_peer < 0)) {
+            continue;
+        }
+        br_oplog_note(q->ec, q->items[q->cur].op.log_ticket, ev, q->wait_peer, q->wait_what,
+                      since);
+    }
+}
+
 static ncclResult_t host_run(br_exec_batch_t *b)
 {
     ncclResult_t res = ncclSuccess;
@@ -321,6 +348,7 @@ static ncclResult_t host_run(br_exec_batch_t *b)
                 if (w->kch != NULL) {
                     br_exec_prof_work_done(b, w);
                 }
+                br_oplog_note(q->ec, w->op.log_ticket, BR_OPLOG_EV_ITEM_DONE, -1, NULL, 0);
                 q->cur++;
             }
             pending += q->cur < q->n;
@@ -338,6 +366,7 @@ static ncclResult_t host_run(br_exec_batch_t *b)
                 for (int i = 0; i < b->n; i++) {
                     b->queues[i].ec->symptom_ns = 0; /* symptoms seen were transient */
                 }
+                oplog_heads(b, BR_OPLOG_EV_RUN, 0);
             }
             idle = 0;
             blocked_since = 0;
@@ -358,10 +387,12 @@ static ncclResult_t host_run(br_exec_batch_t *b)
             blocked_since = now;
             next_check = now + 100000000ull;
             next_warn = now + warn_ns;
+            oplog_heads(b, BR_OPLOG_EV_WAIT, now);
             continue;
         }
         if (now >= next_check) {
             next_check = now + 100000000ull;
+            oplog_heads(b, BR_OPLOG_EV_WAIT, blocked_since); /* whom it waits for may change */
             for (int i = 0; i < b->n; i++) {
                 if (br_exec_health_check(b, b->queues[i].ec, now - blocked_since)) {
                     res = b->queues[i].ec->error;
@@ -407,6 +438,7 @@ ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
 
     if (ec->error != ncclSuccess) {
         BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", ec->rank, ec->error_msg);
+        br_exec_oplog_settle(ec, op);
         return ec->error;
     }
     if (ec->solo == NULL) {
@@ -417,6 +449,9 @@ ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
         res = host_run(ec->solo);
     }
     host_reset(ec->solo);
+    if (res != ncclSuccess) {
+        br_exec_oplog_settle(ec, op);
+    }
     return res;
 }
 
@@ -427,6 +462,7 @@ void br_exec_comm_release(br_exec_comm_t *ec)
         free(ec->solo);
         ec->solo = NULL;
     }
+    br_exec_oplog_close(ec);
     free(ec->gather_scratch);
     free(ec->ll_scratch);
     ec->gather_scratch = ec->ll_scratch = NULL;

@@ -106,4 +106,19 @@ int br_exec_revoked_check(br_exec_batch_t *b);
 /* Log what every blocked queue waits for (BRAID_WAIT_WARN). */
 void br_exec_watchdog_warn(br_exec_batch_t *b, uint64_t blocked_ns);
 
+/* What the executor tells the operation log (exec_oplog.c) about an operation. */
+typedef enum {
+    BR_OPLOG_EV_ITEM,      /* one more work item queued for it */
+    BR_OPLOG_EV_RUN,       /* running (again, after a wait) */
+    BR_OPLOG_EV_WAIT,      /* nothing moves: waiting for peer, on what, since */
+    BR_OPLOG_EV_ITEM_DONE, /* one of its work items finished (the last: done) */
+    BR_OPLOG_EV_DONE       /* finished without any work item */
+} br_oplog_event_t;
+
+/* Update ticket's record of ec's log (nothing without a log or a ticket). */
+void br_oplog_note(br_exec_comm_t *ec, uint64_t ticket, br_oplog_event_t ev, int peer,
+                   const char *what, uint64_t since);
+/* Free ec's operation log. */
+void br_exec_oplog_close(br_exec_comm_t *ec);
+
 #endif /* BR_EXEC_INT_H_ */

@@ -88,10 +88,14 @@ static void dequeue_all(gcall_t *cs, int n)
     }
 }
 
-/* Drop the queue's references: the last may free a communicator released meanwhile. */
+/* Drop the queue's references: the last may free a communicator released meanwhile. An
+ * operation that did not finish by now failed (the operation log says so). */
 static void unhold_all(gcall_t *cs, int n)
 {
     for (int i = 0; i < n; i++) {
+        if (cs[i].kind == G_OP) {
+            br_exec_oplog_settle(cs[i].comm->ec, &cs[i].op);
+        }
         if (cs[i].comm != NULL) {
             br_comm_unhold(cs[i].comm);
         }
@@ -424,6 +428,10 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
     } else {
         BR_CHECK(br_plan_choose(comm->plan, op));
         op->seq = ec->coll_seq++;
+    }
+    op->log_ticket = 0; /* for the state dump; a send to self is a copy, not logged */
+    if ((op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) || op->peer != comm->rank) {
+        br_exec_oplog_add(ec, op);
     }
     if (ec->prof != NULL) {
         const gprof_t *g = group_prof(comm);
