@@ -112,13 +112,11 @@ int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t 
             return 0;
         }
         if (func == BR_FUNC_ALLGATHER && !pc->collnet_ag) {
-            *why = "needs a collnet plugin with iallgather (it is NULL in every rank's or some "
-                   "rank's table)";
+            *why = "needs a collnet plugin with iallgather (NULL in some rank's table)";
             return 0;
         }
         if (func == BR_FUNC_REDUCESCATTER && !pc->collnet_rs) {
-            *why = "needs a collnet plugin with ireducescatter (it is NULL in every rank's or "
-                   "some rank's table)";
+            *why = "needs a collnet plugin with ireducescatter (NULL in some rank's table)";
             return 0;
         }
         if (pc->collnet_stage < (size_t)pc->nranks * 8) {
