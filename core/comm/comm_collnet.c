@@ -8,7 +8,8 @@
  * collnet is disabled, the net plugin stays). Every rank of the communicator joins, not one
  * head per host (docs/architecture.md says why). What the plugin reduces is asked with
  * reduceSupport for every type and sum/prod/max/min and agreed (the intersection), so plan
- * offers collnet only for what every rank's plugin supports.
+ * offers collnet only for what every rank's plugin supports; likewise AllGather and
+ * ReduceScatter only when every rank's plugin has iallgather / ireducescatter.
  *
  * Whether to try is decided alike on every rank from every rank's NCCL_COLLNET_ENABLE and
  * NCCL_COLLNET_NODE_THRESHOLD (exchanged with the peer information at init), so ranks
@@ -27,6 +28,7 @@ typedef struct {
     int ok;                          /* this rank listened and can join */
     uint64_t stage_bytes;            /* its staging size (the smallest wins) */
     unsigned char red[ncclNumTypes]; /* bit k: br_red_kind_t k (sum .. min) is reduced */
+    int ag, rs;                      /* its plugin has iallgather / ireducescatter */
     char handle[NCCL_NET_HANDLE_MAXSIZE];
 } collnet_info_t;
 
@@ -61,6 +63,8 @@ static int collnet_local(ncclComm_t comm, br_exec_collnet_t *x, void **listen_p,
             me->red[t] |= res == ncclSuccess && sup ? (unsigned char)(1u << k) : 0;
         }
     }
+    me->ag = cn->has_iallgather;
+    me->rs = cn->has_ireducescatter;
     size_t want = (size_t)BR_PARAM_INT(COLLNET_CHUNK);
     want = want < cn->props.maxCollBytes ? want : cn->props.maxCollBytes;
     me->stage_bytes = want < 64 ? 64 : want & ~(size_t)63;
@@ -194,7 +198,10 @@ ncclResult_t br_comm_collnet_setup(ncclComm_t comm)
         goto out;
     }
     x->stage_bytes = all[0].stage_bytes;
+    x->allgather = x->reducescatter = 1;
     for (int r = 0; r < comm->nranks; r++) {
+        x->allgather &= all[r].ag != 0;
+        x->reducescatter &= all[r].rs != 0;
         x->stage_bytes = all[r].stage_bytes < x->stage_bytes ? all[r].stage_bytes : x->stage_bytes;
         for (int t = 0; t < ncclNumTypes; t++) {
             all[0].red[t] &= all[r].red[t];
@@ -217,8 +224,9 @@ ncclResult_t br_comm_collnet_setup(ncclComm_t comm)
     if (comm->rank == 0) {
         BR_INFO(NCCL_INIT | NCCL_NET,
                 "CollNet: %s (v%d) with all %d ranks on %d hosts, staging "
-                "%zu bytes x %d",
-                x->cn->name, x->cn->version, comm->nranks, nnodes, x->stage_bytes, BR_COLLNET_NBUF);
+                "%zu bytes x %d; AllReduce%s%s",
+                x->cn->name, x->cn->version, comm->nranks, nnodes, x->stage_bytes, BR_COLLNET_NBUF,
+                x->allgather ? ", AllGather" : "", x->reducescatter ? ", ReduceScatter" : "");
     }
     comm->ec->collnet = x;
     x = NULL;

@@ -36,7 +36,8 @@ typedef struct {
     br_conn_t *recv[BR_CHANNEL_PEERS];
 } br_exec_channel_t;
 
-/* A communicator's collnet (CollNetDirect / CollNetChain AllReduce): the plugin, the
+/* A communicator's collnet (CollNetDirect / CollNetChain AllReduce, and CollNetDirect
+ * AllGather / ReduceScatter where the plugin has iallgather / ireducescatter): the plugin, the
  * collective communicator every rank joined, and two pairs of staging buffers registered
  * with it once at init, so one chunk is copied in or out while the other is in the
  * network. Made by comm (core/comm/comm_collnet.c); the executor only drives it. */
@@ -49,6 +50,8 @@ typedef struct {
     void *send_mh[BR_COLLNET_NBUF], *recv_mh[BR_COLLNET_NBUF];
     unsigned char red[ncclNumTypes];    /* per type, bit k: br_red_kind_t k (sum .. min) is
                                          * reduced by every rank's plugin */
+    int allgather, reducescatter;       /* every rank's plugin has iallgather /
+                                         * ireducescatter (CollNet AllGather / ReduceScatter) */
 } br_exec_collnet_t;
 
 /* What an executor needs of a communicator. */

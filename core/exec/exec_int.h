@@ -10,8 +10,8 @@ typedef enum {
     BR_WORK_SEND,
     BR_WORK_RECV,
     BR_WORK_COPY,
-    BR_WORK_ARENA, /* OneShot or DirectRead through the node arena */
-    BR_WORK_COLLNET /* CollNetDirect / CollNetChain AllReduce through the collnet plugin */
+    BR_WORK_ARENA,  /* OneShot or DirectRead through the node arena */
+    BR_WORK_COLLNET /* CollNet AllReduce / AllGather / ReduceScatter through the collnet plugin */
 } br_work_kind_t;
 
 /* Progress of one stream of a schedule. */

@@ -46,6 +46,9 @@ typedef struct {
     int collnet;          /* every rank joined a collnet communicator (CollNet AllReduce) */
     unsigned char collnet_red[ncclNumTypes]; /* per type, bit k: br_red_kind_t k (sum, prod,
                                               * max, min) is reduced by the collnet */
+    int collnet_ag;       /* and every rank's plugin has iallgather (CollNetDirect AllGather) */
+    int collnet_rs;       /* ireducescatter (CollNetDirect ReduceScatter) */
+    size_t collnet_stage; /* bytes of each collnet staging buffer */
 } br_plan_comm_t;
 
 /* Tuning constants in the layout of ncclTunerConstants_v5/v6 (1152 bytes of doubles); the

@@ -95,12 +95,36 @@ int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t 
                    "hosts";
             return 0;
         }
-        if (func != BR_FUNC_ALLREDUCE || proto != BR_PROTO_SIMPLE) {
-            *why = "runs AllReduce with the Simple protocol";
+        if (proto != BR_PROTO_SIMPLE) {
+            *why = "runs with the Simple protocol only";
+            return 0;
+        }
+        if (func == BR_FUNC_ALLREDUCE) {
+            *why = "the collnet plugin does not reduce this type with this operation";
+            return p->op_collnet;
+        }
+        if (func != BR_FUNC_ALLGATHER && func != BR_FUNC_REDUCESCATTER) {
+            *why = "runs AllReduce, AllGather and ReduceScatter";
+            return 0;
+        }
+        if (algo != BR_ALGO_COLLNET_DIRECT) {
+            *why = "runs AllGather and ReduceScatter as CollNetDirect only";
+            return 0;
+        }
+        if (func == BR_FUNC_ALLGATHER && !pc->collnet_ag) {
+            *why = "needs a collnet plugin with iallgather (NULL in some rank's table)";
+            return 0;
+        }
+        if (func == BR_FUNC_REDUCESCATTER && !pc->collnet_rs) {
+            *why = "needs a collnet plugin with ireducescatter (NULL in some rank's table)";
+            return 0;
+        }
+        if (pc->collnet_stage < (size_t)pc->nranks * 8) {
+            *why = "needs staging buffers (BRAID_COLLNET_CHUNK) of 8 bytes per rank";
             return 0;
         }
         *why = "the collnet plugin does not reduce this type with this operation";
-        return p->op_collnet;
+        return func == BR_FUNC_ALLGATHER || p->op_collnet;
     case BR_ALGO_RING_ONESHOT: {
         size_t cap = pc->oneshot_bytes < BR_PLAN_RING_ONESHOT_MAX ? pc->oneshot_bytes
                                                              : BR_PLAN_RING_ONESHOT_MAX;
@@ -198,12 +222,15 @@ static double tree_us(const br_plan_t *p, int func, int proto, size_t bytes, int
  * out of the registered staging buffers. Chain costs a little more than Direct so a tie
  * goes to Direct (on the host both run the same path; docs/architecture.md).
  */
-static double collnet_us(const br_plan_t *p, int algo, int proto, size_t bytes)
+static double collnet_us(const br_plan_t *p, int func, int algo, int proto, size_t bytes)
 {
     const br_plan_comm_t *pc = &p->pc;
     double net = pc->net_gbps * 1e3 / pc->share, copy = p->h.intra_gbps * 1e3 / pc->share;
+    /* AllGather / ReduceScatter: bytes is one rank's block; every block crosses a link
+     * and the staging buffers of each rank. */
+    double moved = (double)bytes * (func == BR_FUNC_ALLREDUCE ? 1.0 : (double)pc->nranks);
     return p->k.base_latencies[algo][proto] + hop_us(p, BR_HW_NET, algo, proto) +
-           (algo == BR_ALGO_COLLNET_CHAIN ? 0.5 : 0.0) + (double)bytes * (1.0 / net + 2.0 / copy);
+           (algo == BR_ALGO_COLLNET_CHAIN ? 0.5 : 0.0) + moved * (1.0 / net + 2.0 / copy);
 }
 
 static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t bytes, int nch)
@@ -214,7 +241,7 @@ static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t
     case BR_ALGO_RING: return ring_us(p, func, proto, bytes, nch);
     case BR_ALGO_TREE: return tree_us(p, func, proto, bytes, nch);
     case BR_ALGO_COLLNET_DIRECT:
-    case BR_ALGO_COLLNET_CHAIN: return collnet_us(p, algo, proto, bytes);
+    case BR_ALGO_COLLNET_CHAIN: return collnet_us(p, func, algo, proto, bytes);
     case BR_ALGO_RING_ONESHOT: /* an AllGather of the inputs, then a local fold */
         return ring_us(p, BR_FUNC_ALLGATHER, proto, bytes, 1) +
                (double)bytes * n * p->pc.share / (h->fold_gbps * 1e3);

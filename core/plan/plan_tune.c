@@ -349,13 +349,19 @@ static void log_tuner_choice(br_plan_t *p, int func, size_t bytes, const br_plan
             model);
 }
 
-/* Can the collnet reduce this call? Its type and a plain sum, prod, max or min (Avg and
- * PreMulSum never go to the plugin), when every rank's plugin said so. */
+/* Can the collnet take this call? An AllGather when every rank's plugin has iallgather; an
+ * AllReduce (or a ReduceScatter, with ireducescatter) of its type and a plain sum, prod, max
+ * or min (Avg and PreMulSum never go to the plugin), when every rank's plugin said so. */
 static int op_collnet(const br_plan_t *p, const br_op_t *op)
 {
     int kind = (int)op->redop.kind;
-    return p->pc.collnet && op->func == BR_FUNC_ALLREDUCE && kind <= BR_RED_MIN &&
-           (int)op->type >= 0 && (int)op->type < ncclNumTypes &&
+    if (op->func == BR_FUNC_ALLGATHER) {
+        return p->pc.collnet && p->pc.collnet_ag;
+    }
+    return p->pc.collnet &&
+           (op->func == BR_FUNC_ALLREDUCE ||
+            (op->func == BR_FUNC_REDUCESCATTER && p->pc.collnet_rs)) &&
+           kind <= BR_RED_MIN && (int)op->type >= 0 && (int)op->type < ncclNumTypes &&
            (p->pc.collnet_red[op->type] >> kind & 1u);
 }
 
@@ -376,9 +382,11 @@ static int collnet_fallback(br_plan_t *p, const br_op_t *op, size_t bytes, br_pl
     }
     if ((p->collnet_logged[t] >> (kind < 8 ? kind : 7) & 1u) == 0) {
         p->collnet_logged[t] |= (unsigned char)(1u << (kind < 8 ? kind : 7));
-        BR_INFO(NCCL_TUNING | NCCL_COLL, "rank %d: the collnet does not reduce %s with %s; "
-                "AllReduce of that type and operation %s", p->pc.rank, br_type_name(op->type),
-                br_red_kind_name(op->redop.kind),
+        BR_INFO(NCCL_TUNING | NCCL_COLL,
+                "rank %d: the collnet does not reduce %s with %s; "
+                "%s of that type and operation %s",
+                p->pc.rank, br_type_name(op->type), br_red_kind_name(op->redop.kind),
+                br_func_name(op->func),
                 forced ? "runs on the model's choice although NCCL_ALGO allows only CollNet"
                        : "runs on the other algorithms");
     }
@@ -397,7 +405,8 @@ ncclResult_t br_plan_choose(br_plan_t *p, br_op_t *op)
         c = p->last[func];
     } else {
         int r = decide(p, func, bytes, &c);
-        if (r != -2 && p->pc.collnet && func == BR_FUNC_ALLREDUCE && !p->op_collnet) {
+        if (r != -2 && p->pc.collnet && !p->op_collnet &&
+            (func == BR_FUNC_ALLREDUCE || (func == BR_FUNC_REDUCESCATTER && p->pc.collnet_rs))) {
             r = collnet_fallback(p, op, bytes, &c, r);
         }
         if (r == -2) {

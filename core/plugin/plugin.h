@@ -86,6 +86,17 @@ const char *br_plugin_result_str(ncclResult_t res);
 
 typedef struct br_collnet br_collnet_t;
 
+/* One part of a scattered buffer for iallgather / ireducescatter: ncclNetSGE_v12_t's
+ * members (an adapter converts to its version's type, v8's with a 32-bit size). */
+typedef struct {
+    void *mhandle;
+    void *address;
+    size_t size;
+} br_collnet_part_t;
+
+/* Most parts one iallgather / ireducescatter call may pass (the executor passes one). */
+#define BR_COLLNET_MAX_PARTS 16
+
 /* The internal collnet table: ncclCollNet_v12_t's members that the host executor drives,
  * with the loaded collnet first, in v12 semantics whatever the plugin's version (counts
  * are size_t; an older plugin's adapter range-checks and narrows them). */
@@ -102,6 +113,18 @@ typedef struct {
     ncclResult_t (*iallreduce)(br_collnet_t *cn, void *coll_comm, void *send, void *recv,
                                size_t count, ncclDataType_t type, ncclRedOp_t op, void *send_mh,
                                void *recv_mh, void **request);
+    /* The optional members (cn->has_iallgather / has_ireducescatter say whether the plugin
+     * has them; calling an absent one fails with ncclInternalError). The window
+     * [window_off, window_off + window_bytes) of every rank's bytes_per_rank-byte block
+     * is what one call moves: see docs/plugins.md for how Braid lays it out. */
+    ncclResult_t (*iallgather)(br_collnet_t *cn, void *coll_comm, void *send, int nparts,
+                               br_collnet_part_t *recv_parts, size_t bytes_per_rank,
+                               size_t window_off, size_t window_bytes, void *send_mh,
+                               void **request);
+    ncclResult_t (*ireducescatter)(br_collnet_t *cn, void *coll_comm, int nparts,
+                                   br_collnet_part_t *send_parts, void *recv, size_t bytes_per_rank,
+                                   size_t window_off, size_t window_bytes, ncclDataType_t type,
+                                   ncclRedOp_t op, void *recv_mh, void **request);
     ncclResult_t (*test)(br_collnet_t *cn, void *request, int *done, int *size);
     ncclResult_t (*close_coll)(br_collnet_t *cn, void *coll_comm);
     ncclResult_t (*close_listen)(br_collnet_t *cn, void *listen_comm);

@@ -74,6 +74,31 @@ ncclResult_t br_collnet_narrow_count(const br_collnet_t *cn, size_t count, int *
     return ncclSuccess;
 }
 
+ncclResult_t br_collnet_check_parts(const br_collnet_t *cn, const char *call, int present,
+                                    int nparts, const br_collnet_part_t *parts, int narrow_sizes)
+{
+    if (!present) {
+        BR_WARN(NCCL_NET, "CollNet/Plugin: %s called, but the v%d collnet plugin (%s) has none",
+                call, cn->version, cn->name);
+        return ncclInternalError;
+    }
+    if (nparts < 1 || nparts > BR_COLLNET_MAX_PARTS) {
+        BR_WARN(NCCL_NET, "CollNet/Plugin: %s with %d parts (1 .. %d allowed)", call, nparts,
+                BR_COLLNET_MAX_PARTS);
+        return ncclInternalError;
+    }
+    for (int i = 0; i < nparts && narrow_sizes; i++) {
+        if (parts[i].size > (size_t)UINT32_MAX) {
+            BR_WARN(NCCL_NET,
+                    "CollNet/Plugin: %s part %d of %zu bytes exceeds the 32-bit part size a "
+                    "v%d collnet plugin (%s) accepts",
+                    call, i, parts[i].size, cn->version, cn->name);
+            return ncclInternalError;
+        }
+    }
+    return ncclSuccess;
+}
+
 /* Device 0, checked: *lied_p tells a table that contradicts itself from one that refuses. */
 static ncclResult_t collnet_pick_device(br_collnet_t *cn, const br_collnet_adapter_t *ad, char *why,
                                         size_t why_len, int *lied_p)

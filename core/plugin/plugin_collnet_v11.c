@@ -62,6 +62,45 @@ static ncclResult_t c11_iallreduce(br_collnet_t *cn, void *coll_comm, void *send
     return C11(cn)->iallreduce(coll_comm, send, recv, count, type, op, send_mh, recv_mh, request);
 }
 
+/* The parts, checked and converted to this version's scatter/gather type. */
+static ncclResult_t c11_parts(br_collnet_t *cn, const char *call, int present, int nparts,
+                              const br_collnet_part_t *parts, ncclNetSGE_v11_t *out)
+{
+    BR_CHECK(br_collnet_check_parts(cn, call, present, nparts, parts, 0));
+    for (int i = 0; i < nparts; i++) {
+        out[i].mhandle = parts[i].mhandle;
+        out[i].address = parts[i].address;
+        out[i].size = parts[i].size;
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t c11_iallgather(br_collnet_t *cn, void *coll_comm, void *send, int nparts,
+                                   br_collnet_part_t *recv_parts, size_t bytes_per_rank,
+                                   size_t window_off, size_t window_bytes, void *send_mh,
+                                   void **request)
+{
+    ncclNetSGE_v11_t sge[BR_COLLNET_MAX_PARTS];
+
+    BR_CHECK(c11_parts(cn, "iallgather", C11(cn)->iallgather != NULL, nparts, recv_parts, sge));
+    return C11(cn)->iallgather(coll_comm, send, nparts, sge, bytes_per_rank, window_off,
+                               window_bytes, send_mh, request);
+}
+
+static ncclResult_t c11_ireducescatter(br_collnet_t *cn, void *coll_comm, int nparts,
+                                       br_collnet_part_t *send_parts, void *recv,
+                                       size_t bytes_per_rank, size_t window_off,
+                                       size_t window_bytes, ncclDataType_t type, ncclRedOp_t op,
+                                       void *recv_mh, void **request)
+{
+    ncclNetSGE_v11_t sge[BR_COLLNET_MAX_PARTS];
+
+    BR_CHECK(
+        c11_parts(cn, "ireducescatter", C11(cn)->ireducescatter != NULL, nparts, send_parts, sge));
+    return C11(cn)->ireducescatter(coll_comm, nparts, sge, recv, bytes_per_rank, window_off,
+                                   window_bytes, type, op, recv_mh, request);
+}
+
 static ncclResult_t c11_test(br_collnet_t *cn, void *request, int *done, int *size)
 {
     return C11(cn)->test(request, done, size);
@@ -85,6 +124,8 @@ static const br_collnet_ops_t c11_ops = {
     .reg_mr = c11_reg_mr,
     .dereg_mr = c11_dereg_mr,
     .iallreduce = c11_iallreduce,
+    .iallgather = c11_iallgather,
+    .ireducescatter = c11_ireducescatter,
     .test = c11_test,
     .close_coll = c11_close_coll,
     .close_listen = c11_close_listen,

@@ -4,7 +4,8 @@
  * count is an int, so it is range-checked and narrowed (a count above INT_MAX fails with
  * ncclInternalError instead of being truncated); properties are the net v8 layout with
  * NCCL's defaults for what it lacks (maxCollBytes 512 MiB), and the device type is taken
- * as host, as NCCL does for v8 collnet.
+ * as host, as NCCL does for v8 collnet. iallgather / ireducescatter parts have a 32-bit
+ * size in v8: each is range-checked the same way (ncclInternalError, never truncated).
  */
 #include <stdio.h>
 #include <string.h>
@@ -69,6 +70,45 @@ static ncclResult_t c8_iallreduce(br_collnet_t *cn, void *coll_comm, void *send,
     return C8(cn)->iallreduce(coll_comm, send, recv, n, type, op, send_mh, recv_mh, request);
 }
 
+/* The parts, checked and converted to this version's scatter/gather type. */
+static ncclResult_t c8_parts(br_collnet_t *cn, const char *call, int present, int nparts,
+                             const br_collnet_part_t *parts, ncclNetSGE_v8_t *out)
+{
+    BR_CHECK(br_collnet_check_parts(cn, call, present, nparts, parts, 1));
+    for (int i = 0; i < nparts; i++) {
+        out[i].mhandle = parts[i].mhandle;
+        out[i].address = parts[i].address;
+        out[i].size = (uint32_t)parts[i].size;
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t c8_iallgather(br_collnet_t *cn, void *coll_comm, void *send, int nparts,
+                                  br_collnet_part_t *recv_parts, size_t bytes_per_rank,
+                                  size_t window_off, size_t window_bytes, void *send_mh,
+                                  void **request)
+{
+    ncclNetSGE_v8_t sge[BR_COLLNET_MAX_PARTS];
+
+    BR_CHECK(c8_parts(cn, "iallgather", C8(cn)->iallgather != NULL, nparts, recv_parts, sge));
+    return C8(cn)->iallgather(coll_comm, send, nparts, sge, bytes_per_rank, window_off,
+                              window_bytes, send_mh, request);
+}
+
+static ncclResult_t c8_ireducescatter(br_collnet_t *cn, void *coll_comm, int nparts,
+                                      br_collnet_part_t *send_parts, void *recv,
+                                      size_t bytes_per_rank, size_t window_off, size_t window_bytes,
+                                      ncclDataType_t type, ncclRedOp_t op, void *recv_mh,
+                                      void **request)
+{
+    ncclNetSGE_v8_t sge[BR_COLLNET_MAX_PARTS];
+
+    BR_CHECK(
+        c8_parts(cn, "ireducescatter", C8(cn)->ireducescatter != NULL, nparts, send_parts, sge));
+    return C8(cn)->ireducescatter(coll_comm, nparts, sge, recv, bytes_per_rank, window_off,
+                                  window_bytes, type, op, recv_mh, request);
+}
+
 static ncclResult_t c8_test(br_collnet_t *cn, void *request, int *done, int *size)
 {
     return C8(cn)->test(request, done, size);
@@ -92,6 +132,8 @@ static const br_collnet_ops_t c8_ops = {
     .reg_mr = c8_reg_mr,
     .dereg_mr = c8_dereg_mr,
     .iallreduce = c8_iallreduce,
+    .iallgather = c8_iallgather,
+    .ireducescatter = c8_ireducescatter,
     .test = c8_test,
     .close_coll = c8_close_coll,
     .close_listen = c8_close_listen,

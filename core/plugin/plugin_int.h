@@ -225,6 +225,12 @@ void br_collnet_shared_fini(br_collnet_state_t *st);
  * plugin and the count; ncclInternalError when it does not fit). */
 ncclResult_t br_collnet_narrow_count(const br_collnet_t *cn, size_t count, int *out);
 
+/* Before an iallgather / ireducescatter: the member is there (else WARN, naming the plugin,
+ * and ncclInternalError), the part count is in [1, BR_COLLNET_MAX_PARTS], and for a v8
+ * plugin (narrow_sizes) every part's size fits its 32-bit SGE size. */
+ncclResult_t br_collnet_check_parts(const br_collnet_t *cn, const char *call, int present,
+                                    int nparts, const br_collnet_part_t *parts, int narrow_sizes);
+
 #define BR_NET_MAX_RECVS 64 /* most buffers of one grouped irecv an adapter narrows */
 #define BR_NET_V8_MAX_SIZE ((size_t)1 << 30)
 

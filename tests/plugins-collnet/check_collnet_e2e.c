@@ -9,6 +9,9 @@
  * collnet and no NCCL_ALGO, the model takes CollNet for a small AllReduce (results
  * checked) and the TUNING log says so, and a v2 tuner is told collNetSupport 1 (0 with
  * collnet off); ranks that disagree on NCCL_COLLNET_ENABLE agree not to use it.
+ * AllGather / ReduceScatter forced to CollNetDirect run through a v8 plugin's iallgather /
+ * ireducescatter (results checked), and fail, naming the missing member and NCCL_ALGO,
+ * with a plugin that has none.
  */
 #include <check.h>
 #include <dlfcn.h>
@@ -29,7 +32,12 @@ typedef struct {
     const char *need[3]; /* what the failing call's ncclGetLastError must contain */
     int tuner_collnet;   /* 0 or 1: what the v2 test tuner must have been told last; -1 */
     int off_rank;        /* > 0: this rank sets NCCL_COLLNET_ENABLE=0 */
+    int func;            /* FN_ALLREDUCE (count: per rank's buffer) or FN_ALLGATHER /
+                          * FN_REDUCESCATTER (count: per rank's block) */
 } scenario_t;
+
+enum { FN_ALLREDUCE = 0, FN_ALLGATHER = 1, FN_REDUCESCATTER = 2 };
+static const char *const fn_name[] = {"AllReduce", "AllGather", "ReduceScatter"};
 
 /* The v2 test tuner's record (tests/unit/plugin/testtp.h): its first fields. */
 typedef struct {
@@ -69,12 +77,18 @@ static float in_val(int r, size_t i)
     return (float)((int)((i * 5 + (size_t)r * 11) % 17) - 8);
 }
 
-static int check_result(brt_rank_ctx_t *ctx, const float *out, size_t count)
+/* AllReduce: out[i] = sum over ranks of in_val(r, i). AllGather: block b of out is rank
+ * b's input. ReduceScatter: out[i] = sum over ranks of element (rank x count + i). */
+static int check_result(brt_rank_ctx_t *ctx, const float *out, size_t count, int func)
 {
-    for (size_t i = 0; i < count; i++) {
+    size_t n = func == FN_ALLGATHER ? count * (size_t)ctx->nranks : count;
+    for (size_t i = 0; i < n; i++) {
         float want = 0;
-        for (int r = 0; r < ctx->nranks; r++) {
-            want += in_val(r, i);
+        if (func == FN_ALLGATHER) {
+            want = in_val((int)(i / count), i % count);
+        }
+        for (int r = 0; r < ctx->nranks && func != FN_ALLGATHER; r++) {
+            want += in_val(r, func == FN_REDUCESCATTER ? (size_t)ctx->rank * count + i : i);
         }
         if (out[i] != want) {
             brt_fail(ctx, "element %zu of %zu is %g, expected %g", i, count, (double)out[i],
@@ -87,40 +101,53 @@ static int check_result(brt_rank_ctx_t *ctx, const float *out, size_t count)
 
 static int one_call(brt_rank_ctx_t *ctx, ncclComm_t comm, const scenario_t *sc, int call)
 {
-    size_t count = sc->count[ctx->rank == 0 ? 0 : 1];
-    float *buf = malloc((count + 1) * sizeof(float));
+    size_t count = sc->count[ctx->rank == 0 ? 0 : 1], nr = (size_t)ctx->nranks;
+    size_t nin = sc->func == FN_REDUCESCATTER ? count * nr : count;
+    size_t nout = sc->func == FN_ALLGATHER ? count * nr : count;
+    float *buf = malloc((nin + 1) * sizeof(float)), *out = malloc((nout + 1) * sizeof(float));
     int bad = 0;
+    ncclResult_t res;
 
-    if (buf == NULL) {
+    if (buf == NULL || out == NULL) {
+        free(buf);
+        free(out);
         brt_fail(ctx, "out of memory");
         return 1;
     }
-    for (size_t i = 0; i < count; i++) {
+    for (size_t i = 0; i < nin; i++) {
         buf[i] = in_val(ctx->rank, i);
     }
-    brt_doing(ctx, "AllReduce %d of %zu floats", call, count);
-    ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
+    brt_doing(ctx, "%s %d of %zu floats", fn_name[sc->func], call, count);
+    if (sc->func == FN_ALLGATHER) {
+        res = ncclAllGather(buf, out, count, ncclFloat, comm, NULL);
+    } else if (sc->func == FN_REDUCESCATTER) {
+        res = ncclReduceScatter(buf, out, count, ncclFloat, ncclSum, comm, NULL);
+    } else {
+        res = ncclAllReduce(buf, out, count, ncclFloat, ncclSum, comm, NULL);
+    }
     if (call == sc->fail_at) {
         const char *msg = ncclGetLastError(comm);
         if (res == ncclSuccess) {
-            brt_fail(ctx, "AllReduce %d succeeded; it should have failed", call);
+            brt_fail(ctx, "%s %d succeeded; it should have failed", fn_name[sc->func], call);
             bad = 1;
         }
         for (int k = 0; k < 3 && sc->need[k] != NULL && !bad; k++) {
             if (strstr(msg, sc->need[k]) == NULL) {
-                brt_fail(ctx, "AllReduce %d failed with '%s', which lacks '%s'", call, msg,
-                         sc->need[k]);
+                brt_fail(ctx, "%s %d failed with '%s', which lacks '%s'", fn_name[sc->func], call,
+                         msg, sc->need[k]);
                 bad = 1;
             }
         }
         bad = bad ? bad : -1; /* failed as expected: stop */
     } else if (res != ncclSuccess) {
-        brt_fail(ctx, "AllReduce %d returned %d: %s", call, (int)res, ncclGetLastError(comm));
+        brt_fail(ctx, "%s %d returned %d: %s", fn_name[sc->func], call, (int)res,
+                 ncclGetLastError(comm));
         bad = 1;
     } else {
-        bad = check_result(ctx, buf, count);
+        bad = check_result(ctx, out, count, sc->func);
     }
     free(buf);
+    free(out);
     return bad;
 }
 
@@ -172,7 +199,8 @@ static void use_plugin(const char *path, const char *mode)
 START_TEST(test_algo_without_collnet)
 {
     scenario_t sc = {
-        {1000, 1000}, 1, 1, {"NCCL_ALGO", "CollNetDirect/Simple needs a collnet", "(host "}, -1, 0};
+        {1000, 1000}, 1, 1, {"NCCL_ALGO", "CollNetDirect/Simple needs a collnet", "(host "}, -1, 0,
+        FN_ALLREDUCE};
     use_plugin(CN_SOCKET, "");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);
@@ -182,7 +210,8 @@ END_TEST
 START_TEST(test_algo_collnet_disabled)
 {
     /* The plugin is there but NCCL_COLLNET_ENABLE is off: the same clear failure. */
-    scenario_t sc = {{64, 64}, 1, 1, {"CollNetChain/Simple needs a collnet", NULL, NULL}, -1, 0};
+    scenario_t sc = {{64, 64}, 1, 1,           {"CollNetChain/Simple needs a collnet", NULL, NULL},
+                     -1,       0, FN_ALLREDUCE};
     use_plugin(CN_PLUGIN_V12, "");
     setenv("NCCL_COLLNET_ENABLE", "0", 1);
     setenv("NCCL_ALGO", "allreduce:CollNetChain", 1);
@@ -192,7 +221,8 @@ END_TEST
 
 START_TEST(test_iallreduce_fails)
 {
-    scenario_t sc = {{5000, 5000}, 3, 2, {"iallreduce", "(host ", "CollNetTest"}, -1, 0};
+    scenario_t sc = {{5000, 5000}, 3, 2,           {"iallreduce", "(host ", "CollNetTest"},
+                     -1,           0, FN_ALLREDUCE};
     use_plugin(CN_PLUGIN_V12, "failop");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(3, &sc);
@@ -202,9 +232,10 @@ END_TEST
 START_TEST(test_wrong_size)
 {
     scenario_t sc = {
-        {777, 777}, 2,
-        1,          {"completed a chunk of 3108 bytes with size 3107", "CollNetTestV8 (v8)", NULL},
-        -1,         0};
+        {777, 777},  2,
+        1,           {"completed a chunk of 3108 bytes with size 3107", "CollNetTestV8 (v8)", NULL},
+        -1,          0,
+        FN_ALLREDUCE};
     use_plugin(CN_PLUGIN_V8, "badsize");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);
@@ -213,7 +244,7 @@ END_TEST
 
 START_TEST(test_mismatched_counts)
 {
-    scenario_t sc = {{100, 200}, 1, 1, {"test failed", "AllReduce", NULL}, -1, 0};
+    scenario_t sc = {{100, 200}, 1, 1, {"test failed", "AllReduce", NULL}, -1, 0, FN_ALLREDUCE};
     use_plugin(CN_PLUGIN_V12, "");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(2, &sc);
@@ -224,7 +255,7 @@ START_TEST(test_model_takes_collnet)
 {
     /* No NCCL_ALGO: a small AllReduce over three hosts goes to the collnet (the model's
      * choice, logged by rank 0), and is right. */
-    scenario_t sc = {{100, 100}, 4, 0, {NULL, NULL, NULL}, -1, 0};
+    scenario_t sc = {{100, 100}, 4, 0, {NULL, NULL, NULL}, -1, 0, FN_ALLREDUCE};
     char pattern[96], logs[96];
     glob_t g;
     int seen = 0;
@@ -259,7 +290,7 @@ END_TEST
  * 0 with collnet off. */
 static void tuner_run(const char *enable, int want)
 {
-    scenario_t sc = {{300, 300}, 2, 0, {NULL, NULL, NULL}, want, 0};
+    scenario_t sc = {{300, 300}, 2, 0, {NULL, NULL, NULL}, want, 0, FN_ALLREDUCE};
     use_plugin(CN_PLUGIN_V12, "");
     setenv("NCCL_COLLNET_ENABLE", enable, 1);
     setenv("NCCL_TUNER_PLUGIN", CN_TUNER_V2, 1);
@@ -283,7 +314,7 @@ END_TEST
  * per test: the launcher's process reads the parameters once.) */
 START_TEST(test_enable_differs)
 {
-    scenario_t sc = {{3000, 3000}, 3, 0, {NULL, NULL, NULL}, -1, 2};
+    scenario_t sc = {{3000, 3000}, 3, 0, {NULL, NULL, NULL}, -1, 2, FN_ALLREDUCE};
     use_plugin(CN_PLUGIN_V12, "");
     run(3, &sc);
 }
@@ -291,11 +322,67 @@ END_TEST
 
 START_TEST(test_enable_differs_forced)
 {
-    scenario_t sc = {{3000, 3000}, 1, 1, {"CollNetDirect/Simple needs a collnet", NULL, NULL},
-                     -1,           1};
+    scenario_t sc = {
+        {3000, 3000}, 1, 1,           {"CollNetDirect/Simple needs a collnet", NULL, NULL},
+        -1,           1, FN_ALLREDUCE};
     use_plugin(CN_PLUGIN_V12, "");
     setenv("NCCL_ALGO", "allreduce:CollNetDirect", 1);
     run(3, &sc);
+}
+END_TEST
+
+/* AllGather / ReduceScatter through a v8 plugin (32-bit part sizes), forced: 1000 floats a
+ * block with 4096-byte staging buffers over 3 ranks is 3 windows of 341 floats and a
+ * partial one, results checked. (One run per test, as above.) */
+static void v8_run(int func)
+{
+    scenario_t sc = {{1000, 1000}, 2, 0, {NULL, NULL, NULL}, -1, 0, func};
+    use_plugin(CN_PLUGIN_V8, "");
+    setenv("BRAID_COLLNET_CHUNK", "4096", 1);
+    setenv("NCCL_ALGO", "allgather:CollNetDirect;reducescatter:CollNetDirect", 1);
+    run(3, &sc);
+}
+
+START_TEST(test_v8_allgather)
+{
+    v8_run(FN_ALLGATHER);
+}
+END_TEST
+
+START_TEST(test_v8_reducescatter)
+{
+    v8_run(FN_REDUCESCATTER);
+}
+END_TEST
+
+/* A plugin without iallgather (NULL after init): NCCL_ALGO=allgather:CollNetDirect fails
+ * the call with a message naming the missing member and NCCL_ALGO. */
+START_TEST(test_no_iallgather)
+{
+    scenario_t sc = {
+        {64, 64},    1,
+        1,           {"NCCL_ALGO", "needs a collnet plugin with iallgather", "AllGather"},
+        -1,          0,
+        FN_ALLGATHER};
+    use_plugin(CN_PLUGIN_V12, "noiallgather");
+    setenv("NCCL_ALGO", "allgather:CollNetDirect", 1);
+    run(2, &sc);
+}
+END_TEST
+
+/* The same for ReduceScatter without ireducescatter. */
+START_TEST(test_no_ireducescatter)
+{
+    scenario_t sc = {{64, 64},
+                     1,
+                     1,
+                     {"NCCL_ALGO", "needs a collnet plugin with ireducescatter", NULL},
+                     -1,
+                     0,
+                     FN_REDUCESCATTER};
+    use_plugin(CN_PLUGIN_V12, "noireducescatter");
+    setenv("NCCL_ALGO", "reducescatter:CollNetDirect", 1);
+    run(2, &sc);
 }
 END_TEST
 
@@ -314,6 +401,10 @@ static Suite *collnet_e2e_suite(void)
     tcase_add_test(tc, test_tuner_sees_no_collnet);
     tcase_add_test(tc, test_enable_differs);
     tcase_add_test(tc, test_enable_differs_forced);
+    tcase_add_test(tc, test_v8_allgather);
+    tcase_add_test(tc, test_v8_reducescatter);
+    tcase_add_test(tc, test_no_iallgather);
+    tcase_add_test(tc, test_no_ireducescatter);
     suite_add_tcase(s, tc);
     return s;
 }

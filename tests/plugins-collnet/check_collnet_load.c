@@ -79,6 +79,67 @@ static void one_rank_allreduce(br_collnet_t *cn)
     ck_assert_int_eq(cn->ops->close_coll(cn, cc), ncclSuccess);
 }
 
+/* Poll req to completion; its size. */
+static int wait_req(br_collnet_t *cn, void *req)
+{
+    int done = 0, size = -1;
+    ck_assert_ptr_nonnull(req);
+    for (int i = 0; i < 20000000 && !done; i++) {
+        ck_assert_int_eq(cn->ops->test(cn, req, &done, &size), ncclSuccess);
+    }
+    ck_assert_int_eq(done, 1);
+    return size;
+}
+
+/* One rank's iallgather and ireducescatter through the adapter, each with two parts: the
+ * window of elements [100, 600) of a 1000-int32 block. With one rank both deliver the
+ * window itself (gathered into the parts in order; reduced over one rank). */
+static void one_rank_gather_scatter(br_collnet_t *cn)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *lc = NULL, *cc = NULL, *smh = NULL, *rmh = NULL, *req = NULL;
+    void *handles[1] = {handle};
+    int32_t in[1000], out[1000];
+    br_collnet_part_t parts[2];
+
+    for (int i = 0; i < 1000; i++) {
+        in[i] = i * 7 - 3000;
+        out[i] = -1;
+    }
+    ck_assert_int_eq(cn->has_iallgather, 1);
+    ck_assert_int_eq(cn->has_ireducescatter, 1);
+    ck_assert_int_eq(cn->ops->listen(cn, cn->dev, handle, &lc), ncclSuccess);
+    ck_assert_int_eq(cn->ops->connect(cn, handles, 1, 0, lc, &cc), ncclSuccess);
+    ck_assert_int_eq(cn->ops->close_listen(cn, lc), ncclSuccess);
+    ck_assert_int_eq(cn->ops->reg_mr(cn, cc, in, sizeof(in), NCCL_PTR_HOST, &smh), ncclSuccess);
+    ck_assert_int_eq(cn->ops->reg_mr(cn, cc, out, sizeof(out), NCCL_PTR_HOST, &rmh), ncclSuccess);
+
+    parts[0] = (br_collnet_part_t){.mhandle = rmh, .address = out, .size = 1200};
+    parts[1] = (br_collnet_part_t){.mhandle = rmh, .address = out + 300, .size = 800};
+    ck_assert_int_eq(
+        cn->ops->iallgather(cn, cc, in + 100, 2, parts, sizeof(in), 400, 2000, smh, &req),
+        ncclSuccess);
+    ck_assert_int_eq(wait_req(cn, req), 2000);
+    for (int i = 0; i < 1000; i++) {
+        ck_assert_int_eq(out[i], i < 500 ? in[100 + i] : -1);
+        out[i] = -1;
+    }
+
+    parts[0] = (br_collnet_part_t){.mhandle = smh, .address = in + 100, .size = 1200};
+    parts[1] = (br_collnet_part_t){.mhandle = smh, .address = in + 400, .size = 800};
+    req = NULL;
+    ck_assert_int_eq(cn->ops->ireducescatter(cn, cc, 2, parts, out, sizeof(in), 400, 2000,
+                                             ncclInt32, ncclSum, rmh, &req),
+                     ncclSuccess);
+    ck_assert_int_eq(wait_req(cn, req), 2000);
+    for (int i = 0; i < 1000; i++) {
+        ck_assert_int_eq(out[i], i < 500 ? in[100 + i] : -1);
+    }
+    ck_assert_int_eq(cn->ops->dereg_mr(cn, cc, smh), ncclSuccess);
+    ck_assert_int_eq(cn->ops->dereg_mr(cn, cc, rmh), ncclSuccess);
+    ck_assert_int_eq(cn->ops->close_coll(cn, cc), ncclSuccess);
+}
+
 START_TEST(test_v12_loads_and_reduces)
 {
     br_net_t *net;
@@ -89,8 +150,8 @@ START_TEST(test_v12_loads_and_reduces)
     ck_assert_str_eq(cn->name, "CollNetTest");
     ck_assert_int_eq(cn->ndev, 1);
     ck_assert_uint_eq(cn->props.maxCollBytes, (size_t)1 << 28); /* what the plugin says */
-    ck_assert_int_eq(cn->has_iallgather, 0);
     one_rank_allreduce(cn);
+    one_rank_gather_scatter(cn);
     br_plugin_collnet_close(cn);
     br_plugin_net_close(net);
 }
@@ -109,6 +170,7 @@ static void middle_version(const char *path, int version, const char *name)
     ck_assert_uint_eq(cn->props.maxCollBytes, (size_t)1 << 28);
     ck_assert_int_eq(cn->props.railId, -1); /* v12's field, defaulted */
     one_rank_allreduce(cn);
+    one_rank_gather_scatter(cn);
     br_plugin_collnet_close(cn);
     br_plugin_net_close(net);
 }
@@ -139,6 +201,16 @@ START_TEST(test_v8_loads_and_reduces)
                                          NULL, NULL, &req),
                      ncclInternalError);
     ck_assert_ptr_nonnull(strstr(br_log_last_error(), "exceeds the int count"));
+    one_rank_gather_scatter(cn);
+    /* A part of 4 GiB does not fit v8's 32-bit part size: refused, never truncated. */
+    br_collnet_part_t big = {NULL, NULL, (size_t)1 << 32};
+    ck_assert_int_eq(cn->ops->iallgather(cn, NULL, NULL, 1, &big, (size_t)1 << 32, 0,
+                                         (size_t)1 << 32, NULL, &req),
+                     ncclInternalError);
+    ck_assert_ptr_nonnull(strstr(br_log_last_error(), "exceeds the 32-bit part size"));
+    ck_assert_int_eq(cn->ops->ireducescatter(cn, NULL, 1, &big, NULL, (size_t)1 << 32, 0,
+                                             (size_t)1 << 32, ncclInt8, ncclSum, NULL, &req),
+                     ncclInternalError);
     br_plugin_collnet_close(cn);
     br_plugin_net_close(net);
 }
@@ -196,6 +268,35 @@ START_TEST(test_v8_reload_after_refusal)
 }
 END_TEST
 
+/* Without the optional members (the table loses them at init): loaded, recorded as absent,
+ * and a call fails with ncclInternalError naming the member instead of jumping to NULL. */
+START_TEST(test_optional_members_absent)
+{
+    br_net_t *net;
+    br_collnet_t *cn = collnet_open(CN_PLUGIN_V12, "noiallgather", &net);
+    void *req = NULL;
+    br_collnet_part_t p = {NULL, NULL, 64};
+
+    ck_assert_ptr_nonnull(cn);
+    ck_assert_int_eq(cn->has_iallgather, 0);
+    ck_assert_int_eq(cn->has_ireducescatter, 1);
+    ck_assert_int_eq(cn->ops->iallgather(cn, NULL, NULL, 1, &p, 64, 0, 64, NULL, &req),
+                     ncclInternalError);
+    ck_assert_ptr_nonnull(strstr(br_log_last_error(), "iallgather called"));
+    br_plugin_collnet_close(cn);
+    br_plugin_net_close(net);
+    cn = collnet_open(CN_PLUGIN_V9, "noireducescatter", &net);
+    ck_assert_ptr_nonnull(cn);
+    ck_assert_int_eq(cn->has_iallgather, 1);
+    ck_assert_int_eq(cn->has_ireducescatter, 0);
+    ck_assert_int_eq(
+        cn->ops->ireducescatter(cn, NULL, 1, &p, NULL, 64, 0, 64, ncclInt8, ncclSum, NULL, &req),
+        ncclInternalError);
+    br_plugin_collnet_close(cn);
+    br_plugin_net_close(net);
+}
+END_TEST
+
 static Suite *collnet_load_suite(void)
 {
     Suite *s = suite_create("collnet_load");
@@ -207,6 +308,7 @@ static Suite *collnet_load_suite(void)
     tcase_add_test(tc, test_absent_nodev_initfail);
     tcase_add_test(tc, test_lies_refused);
     tcase_add_test(tc, test_v8_reload_after_refusal);
+    tcase_add_test(tc, test_optional_members_absent);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -14,9 +14,19 @@
  * (in integer or double arithmetic, rank order, rounded once to the type) and sends the result to
  * each rank, or an error status naming the mismatch.
  *
+ * iallgather and ireducescatter go through the same reducer: the window of a call is
+ * windowBytes of every rank's block at windowOffset, laid out as the core passes it
+ * (docs/plugins.md): sendData (iallgather) holds this rank's window; the parts
+ * (recvParts / sendParts, any number, in order) hold nranks windows in rank order;
+ * recvData (ireducescatter) gets this rank's reduced window. The reducer concatenates the
+ * windows (gather) or reduces every element of every window and returns each rank its own
+ * (reduce-scatter). test reports the bytes written: nranks x windowBytes for iallgather,
+ * windowBytes for ireducescatter.
+ *
  * BRAID_TEST_COLLNET selects a failure mode: "nodev" (0 devices), "negdev" (-1 devices),
  * "initfail", "noiallreduce" (the table loses iallreduce at init), "failop" (iallreduce
- * fails from the second call on), "badsize" (test reports one byte less than sent).
+ * fails from the second call on), "badsize" (test reports one byte less than sent),
+ * "noiallgather" / "noireducescatter" (the table loses that member at init).
  */
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -40,6 +50,7 @@
 #include "collnet_wire.h"
 
 #define CN_MAX_REQS 8
+#define CN_MAX_PARTS 16
 
 static ncclDebugLogger_t cn_log;
 static const char *cn_mode = "";
@@ -100,8 +111,12 @@ typedef struct {
     cn_hdr_t h, reply;
     const char *send;
     char *recv;
-    size_t bytes;
-    size_t sent, rcvd; /* header + data bytes moved each way */
+    size_t bytes, rbytes;      /* data bytes sent and received back */
+    size_t sent, rcvd;         /* header + data bytes moved each way */
+    char *own_send, *own_recv; /* gathered parts (reduce-scatter), result to scatter (gather) */
+    int nparts;
+    void *part_addr[CN_MAX_PARTS];
+    size_t part_size[CN_MAX_PARTS];
     int done;
     int error;
 } cn_req_t;
@@ -304,7 +319,133 @@ static ncclResult_t cn_iallreduce_impl(void *coll_comm, void *send, void *recv, 
     r->h.seq = c->seq++;
     r->send = send;
     r->recv = recv;
-    r->bytes = count * cn_type_size((int)type);
+    r->bytes = r->rbytes = count * cn_type_size((int)type);
+    r->h.kind = CN_ALLREDUCE;
+    c->count++;
+    *request = r;
+    return ncclSuccess;
+}
+
+/* A part list, checked against the window (nranks windows of window_bytes) and copied. */
+static int cn_take_parts(cn_comm_t *c, cn_req_t *r, const char *call, int nparts, void *const *addr,
+                         const size_t *size, size_t bytes_per_rank, size_t window_off,
+                         size_t window_bytes)
+{
+    size_t total = 0;
+    if (nparts < 1 || nparts > CN_MAX_PARTS || window_bytes == 0 || window_off > bytes_per_rank ||
+        window_bytes > bytes_per_rank - window_off) {
+        CN_WARN("collnet test plugin: rank %d: %s with %d parts, window %zu + %zu of %zu bytes "
+                "per rank",
+                c->rank, call, nparts, window_off, window_bytes, bytes_per_rank);
+        return -1;
+    }
+    for (int i = 0; i < nparts; i++) {
+        r->part_addr[i] = addr[i];
+        r->part_size[i] = size[i];
+        total += size[i];
+    }
+    r->nparts = nparts;
+    if (total != (size_t)c->nranks * window_bytes) {
+        CN_WARN("collnet test plugin: rank %d: %s parts hold %zu bytes, not %d x %zu", c->rank,
+                call, total, c->nranks, window_bytes);
+        return -1;
+    }
+    return 0;
+}
+
+/* A free request slot at the tail (NULL: full, the core retries), zeroed. */
+static cn_req_t *cn_new_req(cn_comm_t *c)
+{
+    cn_req_t *r;
+    if (c->count == CN_MAX_REQS) {
+        return NULL;
+    }
+    r = &c->reqs[(c->head + c->count) % CN_MAX_REQS];
+    memset(r, 0, sizeof(*r));
+    r->comm = c;
+    r->h.magic = CN_MAGIC;
+    return r;
+}
+
+static ncclResult_t cn_iallgather_impl(void *coll_comm, void *send, int nparts, void *const *addr,
+                                       const size_t *size, size_t bytes_per_rank, size_t window_off,
+                                       size_t window_bytes, void **request)
+{
+    cn_comm_t *c = coll_comm;
+    cn_req_t *r = cn_new_req(c);
+
+    *request = NULL;
+    if (r == NULL) {
+        return ncclSuccess;
+    }
+    if (cn_take_parts(c, r, "iallgather", nparts, addr, size, bytes_per_rank, window_off,
+                      window_bytes) != 0) {
+        return ncclInvalidUsage;
+    }
+    r->own_recv = malloc((size_t)c->nranks * window_bytes);
+    if (r->own_recv == NULL) {
+        return ncclSystemError;
+    }
+    r->used = 1;
+    r->h.kind = CN_ALLGATHER;
+    r->h.type = 1; /* uint8: bytes */
+    r->h.count = window_bytes;
+    r->h.bytes_per_rank = bytes_per_rank;
+    r->h.window_off = window_off;
+    r->h.seq = c->seq++;
+    r->send = send;
+    r->recv = r->own_recv;
+    r->bytes = window_bytes;
+    r->rbytes = (size_t)c->nranks * window_bytes;
+    c->count++;
+    *request = r;
+    return ncclSuccess;
+}
+
+static ncclResult_t cn_ireducescatter_impl(void *coll_comm, int nparts, void *const *addr,
+                                           const size_t *size, void *recv, size_t bytes_per_rank,
+                                           size_t window_off, size_t window_bytes,
+                                           ncclDataType_t type, ncclRedOp_t op, void **request)
+{
+    cn_comm_t *c = coll_comm;
+    cn_req_t *r = cn_new_req(c);
+    size_t es = cn_type_size((int)type), at = 0;
+
+    *request = NULL;
+    if (!cn_type_supported((int)type) || (int)op < ncclSum || (int)op > ncclMin) {
+        CN_WARN("collnet test plugin: ireducescatter of type %d op %d, which reduceSupport "
+                "refused",
+                (int)type, (int)op);
+        return ncclInvalidUsage;
+    }
+    if (r == NULL) {
+        return ncclSuccess;
+    }
+    if (cn_take_parts(c, r, "ireducescatter", nparts, addr, size, bytes_per_rank, window_off,
+                      window_bytes) != 0 ||
+        window_bytes % es != 0 || window_off % es != 0) {
+        return ncclInvalidUsage;
+    }
+    r->own_send = malloc((size_t)c->nranks * window_bytes);
+    if (r->own_send == NULL) {
+        return ncclSystemError;
+    }
+    for (int i = 0; i < nparts; i++) { /* gathered now: the parts are the caller's */
+        memcpy(r->own_send + at, addr[i], size[i]);
+        at += size[i];
+    }
+    r->used = 1;
+    r->h.kind = CN_REDUCESCATTER;
+    r->h.type = (int32_t)type;
+    r->h.op = (int32_t)op;
+    r->h.count = window_bytes / es;
+    r->h.bytes_per_rank = bytes_per_rank;
+    r->h.window_off = window_off;
+    r->h.seq = c->seq++;
+    r->send = r->own_send;
+    r->recv = recv;
+    r->bytes = (size_t)c->nranks * window_bytes;
+    r->rbytes = window_bytes;
     c->count++;
     *request = r;
     return ncclSuccess;
@@ -339,7 +480,7 @@ static int cn_progress(cn_comm_t *c)
         }
         for (;;) {
             size_t total = sizeof(cn_hdr_t) +
-                           (r->rcvd >= sizeof(cn_hdr_t) && r->reply.status == 0 ? r->bytes : 0);
+                           (r->rcvd >= sizeof(cn_hdr_t) && r->reply.status == 0 ? r->rbytes : 0);
             if (r->rcvd >= sizeof(cn_hdr_t) && r->rcvd == total) {
                 r->done = 1;
                 r->error = r->reply.status;
@@ -386,7 +527,17 @@ static ncclResult_t cn_test(void *request, int *done, int *size)
         return ncclInvalidUsage;
     }
     *done = 1;
-    *size = (int)r->bytes - (strcmp(cn_mode, "badsize") == 0 ? 1 : 0);
+    *size = (int)r->rbytes - (strcmp(cn_mode, "badsize") == 0 ? 1 : 0);
+    if (r->own_recv != NULL) { /* the gathered windows, into the parts in order */
+        size_t at = 0;
+        for (int i = 0; i < r->nparts; i++) {
+            memcpy(r->part_addr[i], r->own_recv + at, r->part_size[i]);
+            at += r->part_size[i];
+        }
+    }
+    free(r->own_recv);
+    free(r->own_send);
+    r->own_recv = r->own_send = NULL;
     /* Requests complete in order: release this one (the head). */
     r->used = 0;
     if (&c->reqs[c->head] == r) {
@@ -445,6 +596,7 @@ static ncclResult_t cn_close_listen(void *listen_comm)
 #define CN_XCAT3(a, b, c) CN_CAT3(a, b, c)
 #define CN_TABLE_T CN_XCAT3(ncclCollNet_v, COLLNET_TEST_VERSION, _t)
 #define CN_PROPS_T CN_XCAT3(ncclNetProperties_v, COLLNET_TEST_VERSION, _t)
+#define CN_SGE_T CN_XCAT3(ncclNetSGE_v, COLLNET_TEST_VERSION, _t)
 #define CN_SYMBOL CN_XCAT3(ncclCollNetPlugin_v, COLLNET_TEST_VERSION, )
 #define CN_STR(x) #x
 #define CN_NAME(v) "CollNetTestV" CN_STR(v)
@@ -492,10 +644,56 @@ static ncclResult_t cn_iallreduce(void *coll_comm, void *send, void *recv, CN_CO
     return cn_iallreduce_impl(coll_comm, send, recv, (size_t)count, type, op, request);
 }
 
+static int cn_split_parts(int n, const CN_SGE_T *parts, void **addr, size_t *size)
+{
+    if (n < 1 || n > CN_MAX_PARTS) {
+        CN_WARN("collnet test plugin: %d parts (1 .. %d)", n, CN_MAX_PARTS);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        addr[i] = parts[i].address;
+        size[i] = (size_t)parts[i].size;
+    }
+    return 0;
+}
+
+static ncclResult_t cn_iallgather(void *coll_comm, void *send, int nparts, CN_SGE_T *parts,
+                                  size_t bytes_per_rank, size_t window_off, size_t window_bytes,
+                                  void *smh, void **request)
+{
+    void *addr[CN_MAX_PARTS];
+    size_t size[CN_MAX_PARTS];
+    (void)smh;
+    *request = NULL;
+    if (cn_split_parts(nparts, parts, addr, size) != 0) {
+        return ncclInvalidUsage;
+    }
+    return cn_iallgather_impl(coll_comm, send, nparts, addr, size, bytes_per_rank, window_off,
+                              window_bytes, request);
+}
+
+static ncclResult_t cn_ireducescatter(void *coll_comm, int nparts, CN_SGE_T *parts, void *recv,
+                                      size_t bytes_per_rank, size_t window_off, size_t window_bytes,
+                                      ncclDataType_t type, ncclRedOp_t op, void *rmh,
+                                      void **request)
+{
+    void *addr[CN_MAX_PARTS];
+    size_t size[CN_MAX_PARTS];
+    (void)rmh;
+    *request = NULL;
+    if (cn_split_parts(nparts, parts, addr, size) != 0) {
+        return ncclInvalidUsage;
+    }
+    return cn_ireducescatter_impl(coll_comm, nparts, addr, size, recv, bytes_per_rank, window_off,
+                                  window_bytes, type, op, request);
+}
+
 /* Patched in init, as the SHARP plugin does (the core reads the table after init). */
 static void cn_patch(void)
 {
     CN_SYMBOL.iallreduce = strcmp(cn_mode, "noiallreduce") == 0 ? NULL : cn_iallreduce;
+    CN_SYMBOL.iallgather = strcmp(cn_mode, "noiallgather") == 0 ? NULL : cn_iallgather;
+    CN_SYMBOL.ireducescatter = strcmp(cn_mode, "noireducescatter") == 0 ? NULL : cn_ireducescatter;
 }
 
 #if COLLNET_TEST_VERSION >= 11
@@ -543,8 +741,8 @@ __attribute__((visibility("default"))) CN_TABLE_T CN_SYMBOL = {
     .regMrDmaBuf = cn_reg_mr_dmabuf,
     .deregMr = cn_dereg_mr,
     .iallreduce = cn_iallreduce,
-    .iallgather = NULL,
-    .ireducescatter = NULL,
+    .iallgather = cn_iallgather,
+    .ireducescatter = cn_ireducescatter,
     .iflush = cn_iflush,
     .test = cn_test,
     .closeColl = cn_close_coll,

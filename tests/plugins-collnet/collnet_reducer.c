@@ -3,10 +3,12 @@
  * The reducer of the software collnet plugin: started by rank 0's plugin at connect
  * (fork, then exec of this program) with the listening socket every rank's handle points
  * to. It accepts one connection per rank, then repeats: read one request from every rank,
- * check that they agree (count, type, op, number), combine the inputs exactly (integer or
- * double arithmetic in rank order, rounded once to the type), and send each rank the
- * result. It exits when a rank closes its connection (the communicator is destroyed) or
- * dies. Usage: collnet-reducer LISTEN_FD NRANKS.
+ * check that they agree (kind, count, type, op, number, window), and answer each rank:
+ * AllReduce combines the inputs exactly (integer or double arithmetic in rank order,
+ * rounded once to the type); AllGather concatenates the windows in rank order;
+ * ReduceScatter combines every element of every block's window the same way and sends
+ * each rank its own block's. It exits when a rank closes its connection (the communicator is
+ * destroyed) or dies. Usage: collnet-reducer LISTEN_FD NRANKS.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -167,12 +169,12 @@ typedef struct {
 } cn_peer_t;
 
 /* Read what is there for peer p; 1 when its whole request arrived, -1 on EOF/error. */
-static int reducer_read(cn_peer_t *p)
+static int reducer_read(cn_peer_t *p, int nranks)
 {
     for (;;) {
         size_t need = sizeof(cn_hdr_t);
         if (p->got >= need) {
-            need += p->h.count * cn_type_size(p->h.type);
+            need += cn_data_bytes(&p->h, nranks, 0);
         }
         if (p->got == need && p->got >= sizeof(cn_hdr_t)) {
             return 1;
@@ -182,7 +184,7 @@ static int reducer_read(cn_peer_t *p)
             dst = (char *)&p->h + p->got;
             need = sizeof(cn_hdr_t);
         } else {
-            size_t bytes = p->h.count * cn_type_size(p->h.type);
+            size_t bytes = cn_data_bytes(&p->h, nranks, 0);
             if (bytes > p->cap) {
                 char *nd = realloc(p->data, bytes);
                 if (nd == NULL) {
@@ -214,12 +216,16 @@ static int reducer_read(cn_peer_t *p)
 static int reducer_answer(cn_peer_t *peers, int n, char **in, char **out_p, size_t *out_cap)
 {
     cn_hdr_t r = peers[0].h;
-    size_t bytes = r.count * cn_type_size(r.type);
+    /* The result: n x what each rank gets back for ReduceScatter (every block reduced). */
+    size_t each = cn_data_bytes(&r, n, 1);
+    size_t bytes = r.kind == CN_REDUCESCATTER ? each * (size_t)n : each;
 
     r.status = 0;
     for (int i = 1; i < n; i++) {
         const cn_hdr_t *h = &peers[i].h;
-        if (h->count != r.count || h->type != r.type || h->op != r.op || h->seq != r.seq) {
+        if (h->count != r.count || h->type != r.type || h->op != r.op || h->seq != r.seq ||
+            h->kind != r.kind || h->bytes_per_rank != r.bytes_per_rank ||
+            h->window_off != r.window_off) {
             r.status = i; /* rank i disagrees with rank 0 */
         }
     }
@@ -231,19 +237,25 @@ static int reducer_answer(cn_peer_t *peers, int n, char **in, char **out_p, size
         *out_p = no;
         *out_cap = bytes;
     }
-    if (r.status == 0) {
+    if (r.status == 0 && r.kind == CN_ALLGATHER) {
+        for (int i = 0; i < n; i++) {
+            memcpy(*out_p + (size_t)i * r.count, peers[i].data, r.count);
+        }
+    } else if (r.status == 0) {
         for (int i = 0; i < n; i++) {
             in[i] = peers[i].data;
         }
-        reduce_all(r.type, r.op, in, n, *out_p, r.count);
+        reduce_all(r.type, r.op, in, n, *out_p,
+                   r.kind == CN_REDUCESCATTER ? r.count * (size_t)n : r.count);
     }
     for (int i = 0; i < n; i++) {
         cn_hdr_t mine = r;
+        const char *res = *out_p + (r.kind == CN_REDUCESCATTER ? (size_t)i * each : 0);
         if (r.status != 0) {
             mine.count = peers[i].h.count; /* what the rank sent, for its message */
         }
         if (cn_write_all(peers[i].fd, &mine, sizeof(mine)) != 0 ||
-            (r.status == 0 && cn_write_all(peers[i].fd, *out_p, bytes) != 0)) {
+            (r.status == 0 && cn_write_all(peers[i].fd, res, each) != 0)) {
             return -1;
         }
         peers[i].got = 0;
@@ -286,7 +298,7 @@ static void reducer_main(int lfd, int n)
             exit(1);
         }
         for (int i = 0; i < n; i++) {
-            int r = reducer_read(&peers[i]);
+            int r = reducer_read(&peers[i], n);
             if (r < 0) {
                 exit(0); /* a rank closed (closeColl) or died: the communicator is over */
             }

@@ -2,9 +2,13 @@
 /*
  * What the software collnet plugin (collnet_plugin.c) and its reducer process
  * (collnet_reducer.c) say to each other over loopback TCP: after connecting, a rank sends
- * its rank (int32); then per request a header and count elements, answered by a header
- * (status 0: the reduced elements follow; status r > 0: rank r sent other arguments than
- * rank 0, nothing follows).
+ * its rank (int32); then per request a header and its data, answered by a header
+ * (status 0: the result follows; status r > 0: rank r sent other arguments than rank 0,
+ * nothing follows). What the data is depends on the kind (n ranks, es the type's size):
+ *   CN_ALLREDUCE      sends count elements, gets count reduced elements;
+ *   CN_ALLGATHER      sends count bytes (type uint8), gets n x count bytes, rank order;
+ *   CN_REDUCESCATTER  sends n x count elements (every block's window, rank order), gets
+ *                     the count reduced elements of its own block's window.
  */
 #ifndef COLLNET_WIRE_H_
 #define COLLNET_WIRE_H_
@@ -23,13 +27,28 @@ typedef struct {
     int32_t status; /* reply: 0 ok, else the first rank that disagreed with rank 0 */
     uint64_t count;
     uint64_t seq; /* the request's number on its communicator */
+    int32_t kind; /* CN_ALLREDUCE, CN_ALLGATHER, CN_REDUCESCATTER */
+    int32_t pad;
+    uint64_t bytes_per_rank, window_off; /* AllGather / ReduceScatter: must agree too */
 } cn_hdr_t;
+
+enum { CN_ALLREDUCE = 0, CN_ALLGATHER = 1, CN_REDUCESCATTER = 2 };
 
 /* Bytes per element of an nccl.h type (0: not a type). */
 static inline size_t cn_type_size(int t)
 {
     static const size_t sz[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
     return t >= 0 && t < 12 ? sz[t] : 0;
+}
+
+/* Bytes a rank sends with request h (to = 0) or gets back (to = 1), n ranks. */
+static inline size_t cn_data_bytes(const cn_hdr_t *h, int n, int to)
+{
+    size_t b = (size_t)h->count * cn_type_size(h->type);
+    if ((h->kind == CN_ALLGATHER && to) || (h->kind == CN_REDUCESCATTER && !to)) {
+        b *= (size_t)n;
+    }
+    return b;
 }
 
 /* The types the collnet reduces: all but the two fp8 ones, for which the core falls back. */

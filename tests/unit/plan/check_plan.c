@@ -323,8 +323,9 @@ END_TEST
 /* ---- CollNet in the cost model ---- */
 
 /* A plan for 4 ranks, two on each of two hosts, with a collnet that reduces float32 and
- * int32 with sum, prod, max and min when `collnet` is set. */
-static br_plan_t *collnet_plan(int collnet, br_graph_t **g_p)
+ * int32 with sum, prod, max and min when `collnet` is set, and has iallgather /
+ * ireducescatter when ag / rs are set (1 MiB staging). */
+static br_plan_t *collnet_plan_ex(int collnet, int ag, int rs, br_graph_t **g_p)
 {
     uint64_t hosts[4] = {0, 0, 1, 1};
     br_plan_comm_t pc;
@@ -347,8 +348,16 @@ static br_plan_t *collnet_plan(int collnet, br_graph_t **g_p)
     pc.share = 1.0;
     pc.collnet = collnet;
     pc.collnet_red[ncclFloat32] = pc.collnet_red[ncclInt32] = 0xf;
+    pc.collnet_ag = ag;
+    pc.collnet_rs = rs;
+    pc.collnet_stage = (size_t)1 << 20;
     ck_assert_int_eq(br_plan_create(&pc, *g_p, &p), ncclSuccess);
     return p;
+}
+
+static br_plan_t *collnet_plan(int collnet, br_graph_t **g_p)
+{
+    return collnet_plan_ex(collnet, 0, 0, g_p);
 }
 
 static br_op_t collnet_op(br_func_t func, ncclDataType_t type, ncclRedOp_t red, size_t count)
@@ -430,6 +439,79 @@ START_TEST(test_collnet_forced)
 }
 END_TEST
 
+/* NCCL_ALGO forcing CollNetDirect for AllGather / ReduceScatter: taken when every rank's
+ * plugin has the member; a ReduceScatter the collnet cannot reduce falls back; without the
+ * member the call fails with ncclInvalidUsage. (Parameters are read once per process: one
+ * NCCL_ALGO per test.) */
+START_TEST(test_collnet_allgather_reducescatter)
+{
+    br_graph_t *g = NULL;
+    br_plan_t *p;
+    br_op_t op;
+
+    setenv("NCCL_ALGO", "allgather:CollNetDirect;reducescatter:CollNetDirect", 1);
+    p = collnet_plan_ex(1, 1, 1, &g);
+    op = collnet_op(BR_FUNC_ALLGATHER, ncclFloat64, ncclSum, 1000);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert_int_eq(op.algo, BR_ALGO_COLLNET_DIRECT);
+    ck_assert_int_eq(op.proto, BR_PROTO_SIMPLE);
+    op = collnet_op(BR_FUNC_REDUCESCATTER, ncclInt32, ncclMin, 1000);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert_int_eq(op.algo, BR_ALGO_COLLNET_DIRECT);
+    op = collnet_op(BR_FUNC_REDUCESCATTER, ncclFloat64, ncclSum, 1000); /* not reduced */
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_DIRECT);
+    br_plan_free(p);
+    br_graph_free(g);
+
+    p = collnet_plan_ex(1, 0, 0, &g);
+    op = collnet_op(BR_FUNC_ALLGATHER, ncclFloat32, ncclSum, 1000);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclInvalidUsage);
+    op = collnet_op(BR_FUNC_REDUCESCATTER, ncclFloat32, ncclSum, 1000);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclInvalidUsage);
+    br_plan_free(p);
+    br_graph_free(g);
+}
+END_TEST
+
+/* CollNetChain runs AllReduce only: forcing it for AllGather fails. */
+START_TEST(test_collnet_allgather_chain)
+{
+    br_graph_t *g = NULL;
+    br_plan_t *p;
+    br_op_t op;
+
+    setenv("NCCL_ALGO", "allgather:CollNetChain", 1);
+    p = collnet_plan_ex(1, 1, 1, &g);
+    op = collnet_op(BR_FUNC_ALLGATHER, ncclFloat32, ncclSum, 1000);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclInvalidUsage);
+    br_plan_free(p);
+    br_graph_free(g);
+}
+END_TEST
+
+/* Left to the model, a collnet without the members never takes AllGather / ReduceScatter. */
+START_TEST(test_collnet_agrs_absent_model)
+{
+    br_graph_t *g = NULL;
+    br_plan_t *p;
+    br_op_t op;
+
+    unsetenv("NCCL_ALGO");
+    p = collnet_plan_ex(1, 0, 0, &g);
+    for (size_t count = 1; count <= ((size_t)1 << 22); count *= 8) {
+        op = collnet_op(BR_FUNC_ALLGATHER, ncclFloat32, ncclSum, count);
+        ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+        ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_DIRECT);
+        op = collnet_op(BR_FUNC_REDUCESCATTER, ncclFloat32, ncclSum, count);
+        ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+        ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_DIRECT);
+    }
+    br_plan_free(p);
+    br_graph_free(g);
+}
+END_TEST
+
 static Suite *plan_suite(void)
 {
     Suite *s = suite_create("plan");
@@ -445,6 +527,9 @@ static Suite *plan_suite(void)
     tc = tcase_create("collnet");
     tcase_add_test(tc, test_collnet_model);
     tcase_add_test(tc, test_collnet_forced);
+    tcase_add_test(tc, test_collnet_allgather_reducescatter);
+    tcase_add_test(tc, test_collnet_allgather_chain);
+    tcase_add_test(tc, test_collnet_agrs_absent_model);
     suite_add_tcase(s, tc);
     return s;
 }
