@@ -111,6 +111,11 @@ int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t 
             *why = "runs AllGather and ReduceScatter as CollNetDirect only";
             return 0;
         }
+        if (!BR_PARAM_INT(COLLNET_AGRS)) {
+            *why = "runs AllGather and ReduceScatter only with BRAID_COLLNET_AGRS=1 (their "
+                   "window layout is Braid's own, not NCCL's: docs/plugins.md)";
+            return 0;
+        }
         if (func == BR_FUNC_ALLGATHER && !pc->collnet_ag) {
             *why = "needs a collnet plugin with iallgather (NULL in some rank's table)";
             return 0;
