@@ -261,9 +261,16 @@ static ncclResult_t net_setup(ncclComm_t comm, int needed)
     requested = req.net_name != NULL || (plugin != NULL && strcmp(plugin, "none") != 0);
     res = br_plugin_net_open(&req, &tc->net);
     if (res == ncclSuccess) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "Using network %s (v%d, device %d of %d: %s)", tc->net->name,
-                tc->net->version, tc->net->dev, tc->net->ndev,
-                tc->net->props.name != NULL ? tc->net->props.name : "?");
+        char devs[256];
+        size_t len = 0;
+        devs[0] = '\0';
+        for (int i = 0; i < tc->net->nused && len < sizeof(devs); i++) {
+            int n = snprintf(devs + len, sizeof(devs) - len, "%s%d:%s", i ? " " : "",
+                             tc->net->used[i], tc->net->used_name[i]);
+            len += n > 0 ? (size_t)n : 0;
+        }
+        BR_INFO(NCCL_INIT | NCCL_NET, "Using network %s (v%d, %d of %d devices: %s)",
+                tc->net->name, tc->net->version, tc->net->nused, tc->net->ndev, devs);
         return ncclSuccess;
     }
     tc->net = NULL;

@@ -19,8 +19,27 @@
 typedef struct {
     void *listen_comm; /* receiver */
     void *comm;
+    int dev; /* the net device this end uses */
     char handle[NCCL_NET_HANDLE_MAXSIZE]; /* sender */
 } net_setup_t;
+
+/* This rank's place among the ranks of its host (NCCL's local rank). */
+static int local_rank(const br_transport_comm_t *tc)
+{
+    int n = 0;
+    for (int r = 0; r < tc->rank; r++) {
+        n += tc->peers[r].host_hash == tc->peers[tc->rank].host_hash;
+    }
+    return n;
+}
+
+/* The device of a new connection: its lane (channel, or the peer for p2p) and the local
+ * rank spread connections over every device in use, as NCCL spreads channels over NICs.
+ * Each end picks its own; the two need not agree. */
+static int net_dev(const br_transport_comm_t *tc, const br_conn_t *conn)
+{
+    return br_plugin_net_dev_pick(tc->net, conn->lane, local_rank(tc));
+}
 
 static ncclResult_t net_require(br_transport_comm_t *tc, int peer)
 {
@@ -63,7 +82,8 @@ static ncclResult_t net_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_
     BR_CHECK(net_require(tc, conn->peer));
     BR_CHECK(net_local_fifo(tc, conn));
     net_setup_t *ns = conn->setup;
-    return tc->net->ops->listen(tc->net, tc->net->dev, blob->net_handle, &ns->listen_comm);
+    ns->dev = net_dev(tc, conn);
+    return tc->net->ops->listen(tc->net, ns->dev, blob->net_handle, &ns->listen_comm);
 }
 
 static ncclResult_t net_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
@@ -72,8 +92,19 @@ static ncclResult_t net_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
     BR_CHECK(net_require(tc, conn->peer));
     BR_CHECK(net_local_fifo(tc, conn));
     net_setup_t *ns = conn->setup;
+    ns->dev = net_dev(tc, conn);
     memcpy(ns->handle, blob->net_handle, sizeof(ns->handle));
     return ncclSuccess;
+}
+
+static const char *net_dev_name(const br_net_t *net, int dev)
+{
+    for (int i = 0; i < net->nused; i++) {
+        if (net->used[i] == dev) {
+            return net->used_name[i];
+        }
+    }
+    return "?";
 }
 
 /* The plugin comm is up: register the slots and give the connection to the proxy. */
@@ -90,6 +121,7 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     nc->stride = conn->stride;
     nc->is_send = conn->is_send;
     nc->peer = conn->peer;
+    nc->dev = ns->dev;
     nc->comm = ns->comm;
     res = net->ops->reg_mr(net, ns->comm, nc->buf, BR_STEPS * nc->stride, NCCL_PTR_HOST,
                            &nc->mhandle);
@@ -109,6 +141,15 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     }
     conn->net = nc;
     ns->comm = NULL; /* owned by the proxy now */
+    if (conn->p2p) {
+        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: p2p %s rank %d via NET/%s device %d (%s)", tc->rank,
+                conn->is_send ? "send to" : "receive from", conn->peer, net->name, ns->dev,
+                net_dev_name(net, ns->dev));
+    } else {
+        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: channel %d %s rank %d via NET/%s device %d (%s)",
+                tc->rank, conn->lane, conn->is_send ? "send to" : "receive from", conn->peer,
+                net->name, ns->dev, net_dev_name(net, ns->dev));
+    }
     return br_proxy_add(tc->proxy, nc);
 }
 
@@ -119,7 +160,7 @@ static ncclResult_t net_complete(br_transport_comm_t *tc, br_conn_t *conn, int *
 
     *done_p = 0;
     if (conn->is_send) {
-        BR_CHECK(net->ops->connect(net, net->dev, ns->handle, &ns->comm));
+        BR_CHECK(net->ops->connect(net, ns->dev, ns->handle, &ns->comm));
     } else {
         BR_CHECK(net->ops->accept(net, ns->listen_comm, &ns->comm));
     }
