@@ -330,6 +330,11 @@ static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
     return ncclSuccess;
 }
 
+ncclResult_t br_comm_env_init(void)
+{
+    return br_plugin_env_open(BR_PARAM_STR(ENV_PLUGIN));
+}
+
 ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
                           const ncclConfig_t *config)
 {
@@ -340,6 +345,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     int needed = 0, nch = BR_MAX_CHANNELS;
 
     br_log_set_rank(rank);
+    BR_CHECK(br_comm_env_init());
     BR_CHECK_GOTO(comm_alloc(&comm, nranks, rank), res, fail);
     config_apply(comm, config);
     tc = comm->tc;

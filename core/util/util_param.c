@@ -5,7 +5,9 @@
  * then NCCL_CONF_FILE (or ~/.nccl.conf when unset), then /etc/nccl.conf, then the default.
  * Loading never logs (the logger itself reads this table); what loading found worth
  * saying is reported by br_param_report(), which the logger calls once it is ready.
- * This is the only file that calls getenv().
+ * Once an env plugin is loaded, the plugin module registers its getEnv here (the table
+ * sits below the plugin module) and the table is loaded again with the plugin in place
+ * of the process environment. This is the only file that calls getenv().
  */
 #include <ctype.h>
 #include <errno.h>
@@ -33,6 +35,33 @@ static br_param_row_t table[BR_PARAM_COUNT] = {
 /* Values that failed to parse, reported (and replaced by the default) at report time. */
 static char bad_values[BR_PARAM_COUNT];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+/* The env plugin's getEnv once the plugin module registered it (br_param_set_env_source):
+ * then NCCL_* values come from it instead of the process environment. */
+static br_param_env_fn_t env_get;
+static char env_source[96];
+static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Every string the table ever pointed to stays reachable from here: a reload replaces
+ * values that another thread may still be reading, so none is freed. */
+typedef struct kept {
+    struct kept *next;
+    char text[];
+} kept_t;
+static kept_t *kept_list;
+
+static const char *keep(const char *text)
+{
+    size_t n = strlen(text) + 1;
+    kept_t *k = malloc(sizeof(*k) + n);
+    if (k == NULL) {
+        return "";
+    }
+    memcpy(k->text, text, n);
+    k->next = kept_list;
+    kept_list = k;
+    return k->text;
+}
 
 int br_param_parse(br_param_type_t type, const char *text, int64_t *value_p)
 {
@@ -95,7 +124,7 @@ static br_param_row_t *row_by_key(const char *key, size_t len)
 
 static void set_value(br_param_row_t *row, const char *text, const char *source)
 {
-    row->text = strdup(text);
+    row->text = keep(text);
     row->source = source;
 }
 
@@ -108,7 +137,7 @@ static void load_file(const char *path, const char *weaker_than)
     if (f == NULL) {
         return;
     }
-    const char *source = strdup(path);
+    const char *source = keep(path);
     while (fgets(line, sizeof(line), f) != NULL) {
         char *s = line, *eq, *e;
         while (isspace((unsigned char)*s)) {
@@ -142,6 +171,26 @@ static void load_file(const char *path, const char *weaker_than)
     fclose(f);
 }
 
+/* The strongest source's value of row i: the env plugin for NCCL_* keys once one is
+ * registered (the process environment is not consulted for them, as in NCCL), the plugin
+ * then the environment for BRAID_* keys, the environment alone before a plugin loads and
+ * for NCCL_ENV_PLUGIN itself. */
+static const char *strongest(int i, const char **source_p)
+{
+    const char *key = table[i].key, *v;
+    if (env_get != NULL && i != BR_PARAM_ID_ENV_PLUGIN) {
+        if ((v = env_get(key)) != NULL) {
+            *source_p = env_source;
+            return v;
+        }
+        if (strncmp(key, "NCCL_", 5) == 0) {
+            return NULL;
+        }
+    }
+    *source_p = "environment";
+    return getenv(key);
+}
+
 static void load(void)
 {
     const char *conf, *home;
@@ -157,9 +206,10 @@ static void load(void)
         load_file(path, etc);
     }
     for (int i = 0; i < BR_PARAM_COUNT; i++) {
-        const char *env = getenv(table[i].key);
-        if (env != NULL) {
-            set_value(&table[i], env, "environment");
+        const char *source = NULL;
+        const char *v = strongest(i, &source);
+        if (v != NULL) {
+            set_value(&table[i], v, source);
         }
     }
     for (int i = 0; i < BR_PARAM_COUNT; i++) {
@@ -234,6 +284,41 @@ void br_param_report(void)
         if (row_by_key(*e, (size_t)(eq - *e)) == NULL && !is_plugin_key(*e)) {
             BR_INFO(NCCL_ENV, "%.*s is not a Braid core parameter and is ignored by the core",
                     (int)(eq - *e), *e);
+        }
+    }
+}
+
+void br_param_set_env_source(br_param_env_fn_t get, const char *name)
+{
+    ensure_loaded();
+    pthread_mutex_lock(&reload_lock);
+    env_get = get;
+    if (get == NULL) {
+        /* The plugin is going away: values stay as they are; nothing calls it again. */
+        pthread_mutex_unlock(&reload_lock);
+        return;
+    }
+    snprintf(env_source, sizeof(env_source), "env plugin %s", name != NULL ? name : "?");
+    /* Reload from scratch with the plugin in place of the environment. */
+    for (int i = 0; i < BR_PARAM_COUNT; i++) {
+        table[i].text = NULL;
+        table[i].source = "default";
+        bad_values[i] = 0;
+    }
+    load();
+    pthread_mutex_unlock(&reload_lock);
+    for (int i = 0; i < BR_PARAM_COUNT; i++) {
+        const br_param_row_t *row = &table[i];
+        if (bad_values[i]) {
+            BR_WARN(NCCL_ENV, "%s has invalid value '%s' (from %s); using the default %s",
+                    row->key, row->text, row->source, row->def);
+        } else if (row->source == env_source) {
+            BR_INFO(NCCL_ENV, "%s set by %s to %s", row->key, row->source, row->text);
+        }
+        if (strncmp(row->key, "NCCL_", 5) == 0 && i != BR_PARAM_ID_ENV_PLUGIN &&
+            getenv(row->key) != NULL) {
+            BR_INFO(NCCL_ENV, "%s is set in the environment but not read: %s serves NCCL_* "
+                    "variables", row->key, env_source);
         }
     }
 }

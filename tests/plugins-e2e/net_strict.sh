@@ -83,10 +83,28 @@ fi
 grep -q "device 0 (strict0) not selected by NCCL_IB_HCA==strict" "$dir/none.log" \
     || { grep -i "warn" "$dir/none.log" | head; fail "none: the error does not name the filter"; }
 
-# 4. The env plugin serves NCCL_IB_HCA=^strict0; the environment's ^strict1 is not read.
-run envplugin NCCL_ENV_PLUGIN="$envplug" NCCL_IB_HCA=^strict1 \
-    || { tail -50 "$dir/envplugin.log"; fail "envplugin: the matrix failed"; }
+# 4. The env plugin: its table (not the environment) gives every NCCL_* value the run
+# needs, among them NCCL_IB_HCA=^strict0; the environment's NCCL_IB_HCA=^strict1 and
+# NCCL_NET=Nothing must not be read.
+mkdir -p "$dir/envplugin"
+cat > "$dir/env.table" <<TABLE
+NCCL_NET_PLUGIN=$strict
+NCCL_NET=Strict
+NCCL_SHM_DISABLE=1
+NCCL_P2P_DISABLE=1
+NCCL_BUFFSIZE=65536
+NCCL_P2P_NET_CHUNKSIZE=16384
+NCCL_IB_HCA=^strict0
+TABLE
+env -u NCCL_NET_PLUGIN -u NCCL_SHM_DISABLE -u NCCL_P2P_DISABLE CK_DEFAULT_TIMEOUT=300 \
+    NCCL_SOCKET_IFNAME=lo NCCL_ENV_PLUGIN="$envplug" BRAID_TEST_ENV_TABLE="$dir/env.table" \
+    NCCL_IB_HCA=^strict1 NCCL_NET=Nothing BRAID_TEST_INNER_NET="$socket" \
+    BRAID_TEST_STRICT_DIR="$dir/envplugin" BRAID_NCHANNELS=3 NCCL_DEBUG=INFO \
+    NCCL_DEBUG_SUBSYS=INIT,NET,ENV "$mp" --mode proc --ranks 2,4 --matrix thin --timeout 120 \
+    > "$dir/envplugin.log" 2>&1 || { tail -50 "$dir/envplugin.log"; fail "envplugin: the matrix failed"; }
 check envplugin 1 2
 grep -q "NCCL_IB_HCA set by env plugin EnvTable to ^strict0" "$dir/envplugin.log" \
     || fail "envplugin: the value's source is not logged"
+grep -q "NCCL_IB_HCA is set in the environment but not read: env plugin EnvTable" \
+    "$dir/envplugin.log" || fail "envplugin: the ignored environment value is not logged"
 echo "OK: net close semantics, every device, NCCL_IB_HCA and the env plugin"
