@@ -92,8 +92,7 @@ static ncclResult_t channels_connect(ncclComm_t comm, size_t step, size_t ll_wir
         }
     }
     BR_CHECK_GOTO(br_transport_connect(comm->tc, total, rp, sp, BR_CHANNEL_PEERS, step, ll_wire,
-                                       BR_TAG_CHANNELS,
-                                       rc, sc),
+                                       BR_TAG_CHANNELS, rc, sc),
                   res, out);
     for (int c = 0, i = 0; c < ec->nchannels; c++) {
         for (int j = 0; j < BR_CHANNEL_PEERS; j++, i++) {

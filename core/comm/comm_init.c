@@ -269,8 +269,8 @@ static ncclResult_t net_setup(ncclComm_t comm, int needed)
                              tc->net->used[i], tc->net->used_name[i]);
             len += n > 0 ? (size_t)n : 0;
         }
-        BR_INFO(NCCL_INIT | NCCL_NET, "Using network %s (v%d, %d of %d devices: %s)",
-                tc->net->name, tc->net->version, tc->net->nused, tc->net->ndev, devs);
+        BR_INFO(NCCL_INIT | NCCL_NET, "Using network %s (v%d, %d of %d devices: %s)", tc->net->name,
+                tc->net->version, tc->net->nused, tc->net->ndev, devs);
         return ncclSuccess;
     }
     tc->net = NULL;

@@ -54,8 +54,9 @@ struct br_net {
     int ndev;            /* devices reported */
     int dev;             /* the first device in use */
     ncclNetProperties_v12_t props; /* properties of `dev` */
-    int nused;           /* devices in use: what NCCL_IB_HCA and the checks left, in the
-                          * plugin's order; connections are spread over them */
+    /* Devices in use: what NCCL_IB_HCA and the checks left, in the plugin's order, with
+     * their names; connections are spread over them. */
+    int nused;
     int used[BR_NET_MAX_DEVS];
     char used_name[BR_NET_MAX_DEVS][64];
     void *priv;          /* loader/adapter state: the versioned table, ctx, library ref */

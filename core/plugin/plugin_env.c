@@ -63,10 +63,17 @@ static ncclResult_t env_init(br_plugin_lib_t *lib, int which)
     return ncclSuccess;
 }
 
+/* The table's getter: the table calls it only while it loads, which happens inside
+ * br_plugin_env_open with env_lock held (getEnv is thread-safe by the ABI). */
+static const char *env_lookup(const char *name)
+{
+    return env_version == 2 ? env_fn.v2.getEnv(name) : env_fn.v1.getEnv(name);
+}
+
 ncclResult_t br_plugin_env_open(const char *plugin)
 {
     br_plugin_lib_t *lib = NULL;
-    int which = -1, register_it = 0;
+    int which = -1;
     ncclResult_t res;
 
     pthread_mutex_lock(&env_lock);
@@ -93,16 +100,15 @@ ncclResult_t br_plugin_env_open(const char *plugin)
             env_symbols[which], env_version, env_fn.v1.name != NULL ? env_fn.v1.name : "");
 done:
     env_result = res;
-    register_it = res == ncclSuccess && env_lib != NULL;
-    env_registered = register_it;
+    if (res == ncclSuccess && env_lib != NULL) {
+        /* From now on the parameter table reads NCCL_* values through the plugin. It loads
+         * again at once, under env_lock, so a thread that also opens the plugin waits
+         * for the new values instead of reading the old ones. */
+        env_registered = 1;
+        br_param_set_env_source(env_lookup, env_fn.v1.name != NULL ? env_fn.v1.name : "(unnamed)");
+    }
 out:
     pthread_mutex_unlock(&env_lock);
-    if (register_it) {
-        /* Outside env_lock: the reload calls br_plugin_env_get. From now on the parameter
-         * table reads NCCL_* values through the plugin. */
-        br_param_set_env_source(br_plugin_env_get,
-                                env_fn.v1.name != NULL ? env_fn.v1.name : "(unnamed)");
-    }
     return res;
 }
 

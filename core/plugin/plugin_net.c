@@ -261,8 +261,8 @@ static int dev_matches(const char *list, const char *name, int port)
 }
 
 /* Why device d (with props) cannot be used, or NULL when it can. */
-static const char *dev_unusable(const ncclNetProperties_v12_t *props, const char *filter,
-                                char *why, size_t why_len)
+static const char *dev_unusable(const ncclNetProperties_v12_t *props, const char *filter, char *why,
+                                size_t why_len)
 {
     const char *name = props->name != NULL ? props->name : "";
     if (props->netDeviceType != NCCL_NET_DEVICE_HOST) {

@@ -58,9 +58,8 @@ static inline void br_proxy_expect(br_net_conn_t *nc, uint64_t n)
 static inline void br_proxy_need(br_net_conn_t *nc, uint64_t step)
 {
     uint64_t w = atomic_load_explicit(&nc->want, memory_order_relaxed);
-    while (w <= step &&
-           !atomic_compare_exchange_weak_explicit(&nc->want, &w, step + 1, memory_order_relaxed,
-                                                  memory_order_relaxed)) {
+    while (w <= step && !atomic_compare_exchange_weak_explicit(
+                            &nc->want, &w, step + 1, memory_order_relaxed, memory_order_relaxed)) {
     }
 }
 

@@ -251,13 +251,12 @@ const char *br_transport_name(br_transport_t kind);
  * peer in order, so both ends must list their connections to one peer in the same order
  * (by channel). Entries [k * per_lane, (k + 1) * per_lane) are lane k: channel k, or with
  * per_lane 1 the p2p connections of peer k. The lane and the rank's place on its host
- * pick the net device a net connection uses. Blocking, bounded by the bootstrap timeout; every rank involved must
- * call it with matching peers.
+ * pick the net device a net connection uses. Blocking, bounded by the bootstrap timeout; every rank
+ * involved must call it with matching peers.
  */
 ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *recv_peers,
                                   const int *send_peers, int per_lane, size_t step_size,
-                                  size_t ll_bytes, int tag, br_conn_t **recv_p,
-                                  br_conn_t **send_p);
+                                  size_t ll_bytes, int tag, br_conn_t **recv_p, br_conn_t **send_p);
 
 /*
  * Collective over the communicator: map a node arena of max_bytes per rank and buffer

@@ -189,8 +189,7 @@ static ncclResult_t send_attach(br_transport_comm_t *tc, br_conn_t *conn, int ta
 
 ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *recv_peers,
                                   const int *send_peers, int per_lane, size_t step_size,
-                                  size_t ll_bytes, int tag, br_conn_t **recv_p,
-                                  br_conn_t **send_p)
+                                  size_t ll_bytes, int tag, br_conn_t **recv_p, br_conn_t **send_p)
 {
     ncclResult_t res = ncclSuccess;
     br_conn_t **made = NULL;
@@ -204,7 +203,9 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
         if (recv_peers[i] < 0) {
             continue;
         }
-        BR_CHECK_GOTO(conn_new(tc, recv_peers[i], i / per_lane, per_lane == 1, 0, step_size, ll_bytes, &conn), res, out);
+        BR_CHECK_GOTO(
+            conn_new(tc, recv_peers[i], i / per_lane, per_lane == 1, 0, step_size, ll_bytes, &conn),
+            res, out);
         recv_p[i] = made[nmade++] = conn;
         memset(&blob, 0, sizeof(blob));
         blob.kind = conn->kind;
@@ -219,7 +220,9 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
         if (send_peers[i] < 0) {
             continue;
         }
-        BR_CHECK_GOTO(conn_new(tc, send_peers[i], i / per_lane, per_lane == 1, 1, step_size, ll_bytes, &conn), res, out);
+        BR_CHECK_GOTO(
+            conn_new(tc, send_peers[i], i / per_lane, per_lane == 1, 1, step_size, ll_bytes, &conn),
+            res, out);
         send_p[i] = made[nmade++] = conn;
         BR_CHECK_GOTO(send_attach(tc, conn, tag), res, out);
     }

@@ -19,7 +19,7 @@
 typedef struct {
     void *listen_comm; /* receiver */
     void *comm;
-    int dev; /* the net device this end uses */
+    int dev;                              /* the net device this end uses */
     char handle[NCCL_NET_HANDLE_MAXSIZE]; /* sender */
 } net_setup_t;
 

@@ -338,8 +338,8 @@ static ncclResult_t close_comm(strict_comm_t *c, const char *what)
     ncclResult_t res;
     pthread_mutex_lock(&lock);
     if (c->outstanding > 0) {
-        violation_locked("%s on device %d with %d requests not tested to completion", what,
-                         c->dev, c->outstanding);
+        violation_locked("%s on device %d with %d requests not tested to completion", what, c->dev,
+                         c->outstanding);
     }
     open_comms--;
     pthread_mutex_unlock(&lock);
