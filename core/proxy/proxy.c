@@ -5,8 +5,9 @@
  * flight, [posted, tail) are filled and waiting to be posted; a completed isend frees its
  * slot by advancing head. Receive side: irecvs are posted into free slots (posted < head
  * + BR_STEPS) for the receives the executor announced (posted < want); a completed one
- * publishes its slot by advancing tail. At close every request is tested to completion
- * (bounded), so no receive is left posted when the plugin comm closes.
+ * publishes its slot by advancing tail. At close the sends are flushed and what is
+ * outstanding is tested (bounded), so after operations that completed no request is left
+ * when the plugin comm closes.
  * Requests complete in posting order on a connection (the ABI's ordering rule), so each
  * direction tests only its oldest request.
  *
@@ -435,12 +436,11 @@ static int drain_once(br_proxy_t *proxy)
     return left;
 }
 
-/* Destroy: send what the executor filled and complete every posted request, bounded (a
- * peer that stopped reading must not hang us). Returns 0 when nothing is outstanding. */
-static int flush_all(br_proxy_t *proxy)
+/* Destroy: the executor returns once data is in the FIFO, and the peer still needs what
+ * the proxy has not sent yet. Bounded: a peer that stopped reading must not hang us. */
+static void flush_sends(br_proxy_t *proxy)
 {
     uint64_t deadline = br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
-    int left = 1;
 
     br_proxy_active(proxy, 1);
     for (;;) {
@@ -448,23 +448,24 @@ static int flush_all(br_proxy_t *proxy)
         pthread_mutex_lock(&proxy->lock);
         (void)progress_locked(proxy);
         int pending = has_pending_sends(proxy);
-        if (!pending || atomic_load(&proxy->error) != ncclSuccess) {
-            left = drain_once(proxy);
-        }
         pthread_mutex_unlock(&proxy->lock);
-        if (left == 0 || br_time_ns() > deadline) {
+        if (!pending || atomic_load(&proxy->error) != ncclSuccess) {
+            break;
+        }
+        if (br_time_ns() > deadline) {
+            BR_WARN(NCCL_PROXY, "rank %d: gave up flushing network sends at close after %d s",
+                    proxy->rank, (int)BR_PARAM_INT(BOOTSTRAP_TIMEOUT));
             break;
         }
         sched_yield();
     }
-    pthread_mutex_lock(&proxy->lock);
-    left = drain_once(proxy);
-    pthread_mutex_unlock(&proxy->lock);
     br_proxy_active(proxy, -1);
-    return left;
 }
 
-/* Abort, or what a flush left: test what is outstanding for a short, bounded while. */
+/* Test what is still outstanding for a short, bounded while (the proxy thread is gone).
+ * After a destroy whose operations all completed there is nothing: every send was
+ * flushed and every receive posted was consumed. What is left belongs to an operation
+ * that failed or was abandoned, whose peer may be dead. */
 static int drain_bounded(br_proxy_t *proxy, uint64_t ms)
 {
     uint64_t deadline = br_time_ns() + ms * 1000000ull;
@@ -488,7 +489,7 @@ static void close_conn(br_proxy_t *proxy, br_net_conn_t *nc, int flush)
                 "request%s not completed (%s)",
                 proxy->rank, nc->is_send ? "send" : "receive", nc->is_send ? "to" : "from",
                 nc->peer, nc->dev, left, left == 1 ? "" : "s",
-                flush ? "the peer stopped taking part" : "abort: the peer may be gone");
+                flush ? "its operation did not complete" : "abort: the peer may be gone");
     }
     for (int i = 0; i < BR_STEPS; i++) {
         step_stop(proxy, nc, i);
@@ -505,30 +506,19 @@ static void close_conn(br_proxy_t *proxy, br_net_conn_t *nc, int flush)
 
 void br_proxy_destroy(br_proxy_t *proxy, int flush)
 {
-    int left = 0;
-
     if (proxy == NULL) {
         return;
     }
     if (flush) {
-        left = flush_all(proxy);
-        if (left > 0) {
-            BR_WARN(NCCL_PROXY,
-                    "rank %d: %d network request%s still outstanding after %d s at close; "
-                    "closing anyway (a peer stopped reading or sending)",
-                    proxy->rank, left, left == 1 ? "" : "s", (int)BR_PARAM_INT(BOOTSTRAP_TIMEOUT));
-        }
+        flush_sends(proxy);
     }
     pthread_mutex_lock(&proxy->wake_lock);
     proxy->stop = 1;
     pthread_cond_signal(&proxy->wake);
     pthread_mutex_unlock(&proxy->wake_lock);
     pthread_join(proxy->thread, NULL);
-    if (!flush) {
-        /* Abort: sends may still be draining to live peers; a dead one never completes
-         * them, so the wait is short and bounded. */
-        (void)drain_bounded(proxy, (uint64_t)BR_PARAM_INT(NET_CLOSE_WAIT));
-    }
+    /* No cancel in the net ABI: test what is outstanding, briefly, then close anyway. */
+    (void)drain_bounded(proxy, (uint64_t)BR_PARAM_INT(NET_CLOSE_WAIT));
     while (proxy->conns != NULL) {
         br_net_conn_t *nc = proxy->conns;
         proxy->conns = nc->next;

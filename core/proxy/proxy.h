@@ -86,10 +86,10 @@ int br_proxy_progress(br_proxy_t *proxy);
 ncclResult_t br_proxy_error(br_proxy_t *proxy, char *msg, size_t len);
 
 /* Stop the thread, close the connections, free. With flush (destroy, finalize), first
- * wait, at most BRAID_BOOTSTRAP_TIMEOUT seconds, until every filled send slot went out and
- * every posted request completed; without it (abort: a peer may be dead) only test what
- * is outstanding for at most BRAID_NET_CLOSE_WAIT milliseconds. What is still outstanding
- * then is logged, and the connection closed regardless. */
+ * wait, at most BRAID_BOOTSTRAP_TIMEOUT seconds, until every filled send slot went out.
+ * Then (abort too: a peer may be dead) test whatever request is still outstanding for at
+ * most BRAID_NET_CLOSE_WAIT milliseconds; one still outstanding is logged and its
+ * connection closed regardless. */
 void br_proxy_destroy(br_proxy_t *proxy, int flush);
 
 #endif /* BR_PROXY_H_ */
