@@ -5,9 +5,9 @@
 # with a request not tested to completion is a violation) in real multi-process runs of
 # the collective and send/recv matrix (check_mp_coll's thin matrix, 2 and 4 ranks, three
 # channels, shared memory and p2p disabled so every link is a net connection).
-#   net_strict.sh CHECK_MP_COLL STRICT_PLUGIN SOCKET_PLUGIN ENV_PLUGIN
+#   net_strict.sh CHECK_MP_COLL STRICT_PLUGIN SOCKET_PLUGIN ENV_PLUGIN [CHECK_API_FAIL]
 set -euo pipefail
-mp=$1 strict=$2 socket=$3 envplug=$4
+mp=$1 strict=$2 socket=$3 envplug=$4 apifail=${5:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
@@ -107,4 +107,22 @@ grep -q "NCCL_IB_HCA set by env plugin EnvTable to ^strict0" "$dir/envplugin.log
     || fail "envplugin: the value's source is not logged"
 grep -q "NCCL_IB_HCA is set in the environment but not read: env plugin EnvTable" \
     "$dir/envplugin.log" || fail "envplugin: the ignored environment value is not logged"
-echo "OK: net close semantics, every device, NCCL_IB_HCA and the env plugin"
+# 5. Abort with a receive posted for a peer that stays silent (check_api_fail's abort
+# cases): the net ABI has no cancel, so the receive is closed outstanding after the
+# bounded wait; every such close must be one the core reported, none unannounced.
+if [ -n "$apifail" ]; then
+    mkdir -p "$dir/abort"
+    env CK_RUN_CASE=abort CK_DEFAULT_TIMEOUT=120 NCCL_SOCKET_IFNAME=lo NCCL_SHM_DISABLE=1 \
+        NCCL_P2P_DISABLE=1 NCCL_NET_PLUGIN="$strict" NCCL_NET=Strict \
+        BRAID_TEST_INNER_NET="$socket" BRAID_TEST_STRICT_DIR="$dir/abort" NCCL_DEBUG=INFO \
+        NCCL_DEBUG_SUBSYS=NET "$apifail" > "$dir/abort.log" 2>&1 \
+        || { tail -50 "$dir/abort.log"; fail "abort: check_api_fail's abort cases failed"; }
+    v=$(cat "$dir/abort"/strict.* | grep -c "^violation closeRecv" || true)
+    other=$(cat "$dir/abort"/strict.* | grep "^violation" | grep -vc "^violation closeRecv" || true)
+    told=$(grep -c "closing the receive connection from rank [0-9]* on net device [0-9]* with [0-9]* requests\? not completed (abort: the peer may be gone)" "$dir/abort.log" || true)
+    echo "abort: $v receive connections closed with a request outstanding, $told reported"
+    [ "$other" = 0 ] || fail "abort: violations other than a receive closed at abort"
+    [ "$v" = "$told" ] || fail "abort: $v outstanding closes but $told reported"
+    [ "$v" -gt 0 ] || fail "abort: no receive was outstanding at abort (the case lost its point)"
+fi
+echo "OK: net close semantics, every device, NCCL_IB_HCA, the env plugin, abort"
