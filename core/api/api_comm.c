@@ -61,6 +61,7 @@ BR_API(ncclResult_t, ncclGetUniqueId, (ncclUniqueId *uniqueId))
         BR_WARN(NCCL_INIT, "ncclGetUniqueId: uniqueId is NULL");
         return ncclInvalidArgument;
     }
+    BR_CHECK(br_comm_env_init());
     return br_bootstrap_get_unique_id(uniqueId);
 }
 

@@ -50,6 +50,11 @@ struct ncclComm {
     _Atomic int shrinks;        /* ncclCommShrink calls on it (numbers their messages) */
 };
 
+/* Load the env plugin (NCCL_ENV_PLUGIN; once per process), through which the parameter
+ * table then reads NCCL_* values. Called by ncclGetUniqueId and communicator init, the
+ * first things a program calls, as NCCL does at its own init. */
+ncclResult_t br_comm_env_init(void);
+
 /* Create this rank's communicator (collective over all ranks). */
 ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
                           const ncclConfig_t *config);

@@ -91,8 +91,8 @@ static ncclResult_t channels_connect(ncclComm_t comm, size_t step, size_t ll_wir
             sp[k] = i < ec->chan[c].nsend ? ec->chan[c].send_peer[i] : -1;
         }
     }
-    BR_CHECK_GOTO(br_transport_connect(comm->tc, total, rp, sp, step, ll_wire, BR_TAG_CHANNELS,
-                                       rc, sc),
+    BR_CHECK_GOTO(br_transport_connect(comm->tc, total, rp, sp, BR_CHANNEL_PEERS, step, ll_wire,
+                                       BR_TAG_CHANNELS, rc, sc),
                   res, out);
     for (int c = 0, i = 0; c < ec->nchannels; c++) {
         for (int j = 0; j < BR_CHANNEL_PEERS; j++, i++) {
@@ -182,7 +182,7 @@ ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const c
         goto out;
     }
     br_exec_oplog_connecting(ec, recv_peers, send_peers); /* for the state dump */
-    BR_CHECK_GOTO(br_transport_connect(tc, n, recv_peers, send_peers, (size_t)tc->p2p_chunk, 0,
+    BR_CHECK_GOTO(br_transport_connect(tc, n, recv_peers, send_peers, 1, (size_t)tc->p2p_chunk, 0,
                                        BR_TAG_P2P, recv_conns, send_conns),
                   res, out);
     for (int p = 0; p < n; p++) {

@@ -286,9 +286,16 @@ static ncclResult_t net_setup(ncclComm_t comm, int needed)
     requested = req.net_name != NULL || (plugin != NULL && strcmp(plugin, "none") != 0);
     res = br_plugin_net_open(&req, &tc->net);
     if (res == ncclSuccess) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "Using network %s (v%d, device %d of %d: %s)", tc->net->name,
-                tc->net->version, tc->net->dev, tc->net->ndev,
-                tc->net->props.name != NULL ? tc->net->props.name : "?");
+        char devs[256];
+        size_t len = 0;
+        devs[0] = '\0';
+        for (int i = 0; i < tc->net->nused && len < sizeof(devs); i++) {
+            int n = snprintf(devs + len, sizeof(devs) - len, "%s%d:%s", i ? " " : "",
+                             tc->net->used[i], tc->net->used_name[i]);
+            len += n > 0 ? (size_t)n : 0;
+        }
+        BR_INFO(NCCL_INIT | NCCL_NET, "Using network %s (v%d, %d of %d devices: %s)", tc->net->name,
+                tc->net->version, tc->net->nused, tc->net->ndev, devs);
         return ncclSuccess;
     }
     tc->net = NULL;
@@ -348,6 +355,11 @@ static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
     return ncclSuccess;
 }
 
+ncclResult_t br_comm_env_init(void)
+{
+    return br_plugin_env_open(BR_PARAM_STR(ENV_PLUGIN));
+}
+
 ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
                           const ncclConfig_t *config)
 {
@@ -358,6 +370,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     int needed = 0, nch = BR_MAX_CHANNELS;
 
     br_log_set_rank(rank);
+    BR_CHECK(br_comm_env_init());
     BR_CHECK_GOTO(comm_alloc(&comm, nranks, rank), res, fail);
     config_apply(comm, config);
     tc = comm->tc;

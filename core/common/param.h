@@ -39,6 +39,16 @@ const br_param_row_t *br_param_table(int *count_p);
 /* Parse a value of the given type; returns 0 on success. Exposed for tests. */
 int br_param_parse(br_param_type_t type, const char *text, int64_t *value_p);
 
+/* A getEnv: the value of `key`, or NULL when unset. */
+typedef const char *(*br_param_env_fn_t)(const char *key);
+
+/* Read values through `get` (an env plugin's getEnv; `name` names it in sources and logs)
+ * instead of the process environment: NCCL_* keys only through it, BRAID_* keys through
+ * it and then the environment; NCCL_ENV_PLUGIN always from the environment. The table is
+ * loaded again at once (values read earlier by a thread are not re-read by it). NULL
+ * stops calling the previous one and keeps the values. */
+void br_param_set_env_source(br_param_env_fn_t get, const char *name);
+
 #define BR_PARAM_INT(N) br_param_int(BR_PARAM_ID_##N)
 #define BR_PARAM_STR(N) br_param_str(BR_PARAM_ID_##N)
 

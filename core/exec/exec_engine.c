@@ -172,6 +172,7 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
         if (!br_work_sched_init(w, ec, c, scratch)) {
             continue;
         }
+        br_work_sched_expect(ec, w);
         BR_CHECK(queue_get(b, ec, Q_CHANNEL, c, &q));
         BR_CHECK(push_item(q, w));
     }
@@ -206,6 +207,9 @@ static ncclResult_t host_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const b
     } else {
         w.kind = BR_WORK_RECV;
         w.conn = ec->p2p_recv[op->peer];
+        if (w.conn != NULL) {
+            br_conn_expect(w.conn, (w.bytes + w.conn->step_size - 1) / w.conn->step_size);
+        }
         BR_CHECK(queue_get(b, ec, Q_RECV, op->peer, &q));
     }
     return push_item(q, &w);

@@ -58,6 +58,8 @@ int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p);
 /* Set up a SCHED work item of op on channel c (scratch: RingOneShot's gather buffer).
  * Returns 0 when this channel has no data. */
 int br_work_sched_init(br_work_t *w, const br_exec_comm_t *ec, int c, char *scratch);
+/* Announce to the receive connections the slots the work item will take from each. */
+void br_work_sched_expect(const br_exec_comm_t *ec, const br_work_t *w);
 
 /* Steps of the kinds (exec_sched.c, exec_arena.c, exec_work.c). */
 int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p);

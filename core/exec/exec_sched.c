@@ -35,6 +35,28 @@ int br_work_sched_init(br_work_t *w, const br_exec_comm_t *ec, int c, char *scra
     return w->lay.lo < w->lay.hi;
 }
 
+void br_work_sched_expect(const br_exec_comm_t *ec, const br_work_t *w)
+{
+    for (int s = 0; s < 2; s++) {
+        uint64_t iters = 0;
+        if (w->st[s].nsteps == 0) {
+            continue;
+        }
+        /* The iterations stream_step() walks: the same chunking from the same start. */
+        for (size_t base = w->lay.lo; base < w->lay.hi; iters++) {
+            base += br_sched_advance(&w->sched,
+                                     br_sched_chunk(&w->sched, base, w->lay.hi, w->lay.slice));
+        }
+        for (int j = 0; j < w->st[s].nsteps; j++) {
+            br_step_t st;
+            br_sched_step(&w->sched, s, j, &st);
+            for (int i = 0; i < st.nrecv; i++) {
+                br_conn_expect(br_exec_chan_recv(ec, w->ch, st.recv[i]), iters);
+            }
+        }
+    }
+}
+
 /* A step's connections, readiness and data. */
 typedef struct {
     br_conn_t *rc[BR_MAX_TREE_ARITY], *sc[BR_MAX_TREE_ARITY];
@@ -49,7 +71,11 @@ static int recv_ready(br_exec_queue_t *q, const br_work_t *w, br_conn_t *rc, siz
                       int *err)
 {
     if (w->op.proto != BR_PROTO_LL || rc->ll == NULL) {
-        return br_fifo_filled(rc->ctrl, rc->step);
+        if (br_fifo_filled(rc->ctrl, rc->step)) {
+            return 1;
+        }
+        br_conn_need(rc);
+        return 0;
     }
     uint64_t *lines = br_conn_ll_slot(rc, rc->step);
     size_t n = br_ll_lines(bytes);

@@ -129,6 +129,7 @@ static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
     int moved = 0;
     while (w->off < w->bytes) {
         if (!br_fifo_filled(c->ctrl, c->step)) {
+            br_conn_need(c);
             q->wait_peer = c->peer;
             q->wait_what = "data from";
             return moved;

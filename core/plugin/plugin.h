@@ -20,6 +20,8 @@
 
 typedef struct br_net br_net_t;
 
+#define BR_NET_MAX_DEVS 32 /* devices of one net plugin a communicator spreads over */
+
 /* The internal net table: ncclNet_v12_t's members with the loaded net first. Optional
  * members (irecv_consumed) may be NULL. Properties always come back in the v12 layout,
  * with the fields an older version lacks filled with NCCL's defaults. */
@@ -50,10 +52,23 @@ struct br_net {
     char path[256];      /* the library it came from */
     int version;         /* ABI version found (12, 11, 10, ...) */
     int ndev;            /* devices reported */
-    int dev;             /* device this communicator uses */
+    int dev;             /* the first device in use */
     ncclNetProperties_v12_t props; /* properties of `dev` */
+    /* Devices in use: what NCCL_IB_HCA and the checks left, in the plugin's order, with
+     * their names; connections are spread over them. */
+    int nused;
+    int used[BR_NET_MAX_DEVS];
+    char used_name[BR_NET_MAX_DEVS][64];
     void *priv;          /* loader/adapter state: the versioned table, ctx, library ref */
 };
+
+/* The device a connection of channel (or p2p lane) `lane` uses on a rank that is the
+ * local_rank-th of its host, the way NCCL spreads channels over NICs: consecutive lanes
+ * and consecutive local ranks take consecutive devices. */
+static inline int br_plugin_net_dev_pick(const br_net_t *net, int lane, int local_rank)
+{
+    return net->used[(unsigned)(lane + local_rank) % (unsigned)net->nused];
+}
 
 /* What the user asked for. */
 typedef struct {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Env plugin loading (ncclEnvPlugin_v2, then _v1): one plugin per process, opened once
- * and consulted for environment values through getEnv. v1's init lacks the logger; both
+ * and consulted for environment values through getEnv: once it is loaded the parameter
+ * table (core/util) reads NCCL_* values through it. v1's init lacks the logger; both
  * get NCCL's version numbers from nccl.h. The state is process-wide by nature (the
  * environment is), guarded by env_lock.
  */
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "param.h"
 #include "plugin_api/env/env.h"
 #include "plugin_int.h"
 
@@ -18,6 +20,7 @@ static int env_opened; /* br_plugin_env_open ran (its result is env_result) */
 static ncclResult_t env_result;
 static br_plugin_lib_t *env_lib; /* NULL: no env plugin */
 static int env_version;
+static int env_registered; /* the parameter table reads through the plugin */
 static union {
     ncclEnvPlugin_v2_t v2;
     ncclEnvPlugin_v1_t v1;
@@ -60,6 +63,13 @@ static ncclResult_t env_init(br_plugin_lib_t *lib, int which)
     return ncclSuccess;
 }
 
+/* The table's getter: the table calls it only while it loads, which happens inside
+ * br_plugin_env_open with env_lock held (getEnv is thread-safe by the ABI). */
+static const char *env_lookup(const char *name)
+{
+    return env_version == 2 ? env_fn.v2.getEnv(name) : env_fn.v1.getEnv(name);
+}
+
 ncclResult_t br_plugin_env_open(const char *plugin)
 {
     br_plugin_lib_t *lib = NULL;
@@ -90,6 +100,13 @@ ncclResult_t br_plugin_env_open(const char *plugin)
             env_symbols[which], env_version, env_fn.v1.name != NULL ? env_fn.v1.name : "");
 done:
     env_result = res;
+    if (res == ncclSuccess && env_lib != NULL) {
+        /* From now on the parameter table reads NCCL_* values through the plugin. It loads
+         * again at once, under env_lock, so a thread that also opens the plugin waits
+         * for the new values instead of reading the old ones. */
+        env_registered = 1;
+        br_param_set_env_source(env_lookup, env_fn.v1.name != NULL ? env_fn.v1.name : "(unnamed)");
+    }
 out:
     pthread_mutex_unlock(&env_lock);
     return res;
@@ -121,6 +138,13 @@ void br_plugin_env_close(void)
 {
     ncclResult_t res = ncclSuccess;
 
+    pthread_mutex_lock(&env_lock);
+    int registered = env_registered;
+    env_registered = 0;
+    pthread_mutex_unlock(&env_lock);
+    if (registered) {
+        br_param_set_env_source(NULL, NULL);
+    }
     pthread_mutex_lock(&env_lock);
     if (env_lib != NULL) {
         BR_CLEANUP(env_version == 2 ? env_fn.v2.finalize() : env_fn.v1.finalize(), res);

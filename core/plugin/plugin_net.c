@@ -3,7 +3,8 @@
  * Net plugin loading: the candidate libraries (NCCL_NET_PLUGIN's entries, else
  * libnccl-net.so, then Braid's own socket plugin unless the user named a plugin), the
  * newest-first symbol probe over a {version, symbol, adapter} table, the NCCL_NET name
- * match, init, device count and the properties of device 0. A request the user made
+ * match, init, and the devices in use (every device the plugin reports that Braid can
+ * drive and NCCL_IB_HCA selects). A request the user made
  * (a plugin or a network) never falls back silently: it fails with one WARN that lists
  * every candidate tried and why it was rejected.
  *
@@ -222,9 +223,70 @@ static const net_probe_t *net_probe(br_plugin_lib_t *lib, const void **sym_p, ch
     return NULL;
 }
 
-/* Device 0's properties, checked for what Braid can drive. */
+/* Does a device match an NCCL_IB_HCA-style list? NCCL's syntax: comma-separated entries
+ * `name` or `name:port`; a leading `^` excludes what matches instead, a leading `=` (after
+ * `^` if both) makes names match exactly instead of by prefix; an entry without a port
+ * matches every port. */
+static int dev_matches(const char *list, const char *name, int port)
+{
+    int exclude = 0, exact = 0, found = 0;
+    const char *p = list;
+
+    if (*p == '^') {
+        exclude = 1;
+        p++;
+    }
+    if (*p == '=') {
+        exact = 1;
+        p++;
+    }
+    while (*p != '\0' && !found) {
+        size_t n = strcspn(p, ",");
+        size_t nlen = strcspn(p, ":,");
+        int want_port = -1;
+        if (nlen < n) {
+            want_port = atoi(p + nlen + 1);
+        }
+        if (nlen > 0) {
+            int name_ok = exact ? strlen(name) == nlen && strncmp(name, p, nlen) == 0
+                                : strncmp(name, p, nlen) == 0;
+            found = name_ok && (want_port < 0 || want_port == port);
+        }
+        p += n;
+        if (*p == ',') {
+            p++;
+        }
+    }
+    return exclude ? !found : found;
+}
+
+/* Why device d (with props) cannot be used, or NULL when it can. */
+static const char *dev_unusable(const ncclNetProperties_v12_t *props, const char *filter, char *why,
+                                size_t why_len)
+{
+    const char *name = props->name != NULL ? props->name : "";
+    if (props->netDeviceType != NCCL_NET_DEVICE_HOST) {
+        snprintf(why, why_len, "needs device-side code (netDeviceType %d)",
+                 (int)props->netDeviceType);
+        return why;
+    }
+    if (props->maxP2pBytes == 0 || props->maxP2pBytes > NCCL_MAX_NET_SIZE_BYTES) {
+        snprintf(why, why_len, "reports maxP2pBytes %zu, outside (0, 2^40]", props->maxP2pBytes);
+        return why;
+    }
+    if (filter != NULL && !dev_matches(filter, name, props->port)) {
+        snprintf(why, why_len, "not selected by NCCL_IB_HCA=%s", filter);
+        return why;
+    }
+    return NULL;
+}
+
+/* Every device the plugin reports, checked for what Braid can drive and filtered by
+ * NCCL_IB_HCA; those left are the communicator's devices. */
 static ncclResult_t net_pick_device(br_net_t *net, char *why, size_t why_len)
 {
+    const char *filter = BR_PARAM_STR(IB_HCA);
+    size_t len = 0;
     ncclResult_t res;
 
     res = net->ops->devices(net, &net->ndev);
@@ -236,21 +298,43 @@ static ncclResult_t net_pick_device(br_net_t *net, char *why, size_t why_len)
         snprintf(why, why_len, "reports %d devices", net->ndev);
         return ncclSystemError;
     }
-    net->dev = 0;
-    res = net->ops->get_properties(net, net->dev, &net->props);
-    if (res != ncclSuccess) {
-        snprintf(why, why_len, "getProperties(0) failed: %s", br_plugin_result_str(res));
-        return ncclSystemError;
+    net->nused = 0;
+    why[0] = '\0';
+    for (int d = 0; d < net->ndev && net->nused < BR_NET_MAX_DEVS; d++) {
+        ncclNetProperties_v12_t props;
+        char reason[160];
+        const char *bad = reason;
+        res = net->ops->get_properties(net, d, &props);
+        if (res != ncclSuccess) {
+            snprintf(reason, sizeof(reason), "getProperties failed: %s", br_plugin_result_str(res));
+        } else {
+            bad = dev_unusable(&props, filter, reason, sizeof(reason));
+        }
+        const char *name = res == ncclSuccess && props.name != NULL ? props.name : "?";
+        if (bad != NULL) {
+            BR_INFO(NCCL_INIT | NCCL_NET, "NET/Plugin: %s device %d (%s) not used: %s", net->name,
+                    d, name, bad);
+            int n = snprintf(why + len, why_len - len, "%sdevice %d (%s) %s", len ? "; " : "", d,
+                             name, bad);
+            len += n > 0 && (size_t)n < why_len - len ? (size_t)n : 0;
+            continue;
+        }
+        if (net->nused == 0) {
+            net->dev = d;
+            net->props = props;
+        }
+        net->used[net->nused] = d;
+        snprintf(net->used_name[net->nused], sizeof(net->used_name[0]), "%s", name);
+        net->nused++;
+        BR_INFO(NCCL_INIT | NCCL_NET, "NET/Plugin: %s device %d (%s, port %d, %d Mbps) in use",
+                net->name, d, name, props.port, props.speed);
     }
-    if (net->props.netDeviceType != NCCL_NET_DEVICE_HOST) {
-        snprintf(why, why_len, "device 0 needs device-side code (netDeviceType %d)",
-                 (int)net->props.netDeviceType);
-        return ncclSystemError;
+    if (net->nused == 0) {
+        return ncclSystemError; /* why lists every device and its reason */
     }
-    if (net->props.maxP2pBytes == 0 || net->props.maxP2pBytes > NCCL_MAX_NET_SIZE_BYTES) {
-        snprintf(why, why_len, "device 0 reports maxP2pBytes %zu, outside (0, 2^40]",
-                 net->props.maxP2pBytes);
-        return ncclSystemError;
+    if (net->ndev > BR_NET_MAX_DEVS) {
+        BR_INFO(NCCL_INIT | NCCL_NET, "NET/Plugin: %s reports %d devices; the first %d are used",
+                net->name, net->ndev, BR_NET_MAX_DEVS);
     }
     return ncclSuccess;
 }

@@ -3,8 +3,11 @@
  * The proxy of one communicator: a list of net connections and the progress loop that
  * moves their slots through the net plugin. Send side: slots [done, posted) are in
  * flight, [posted, tail) are filled and waiting to be posted; a completed isend frees its
- * slot by advancing head. Receive side: irecvs are kept posted for every free slot
- * (posted < head + BR_STEPS); a completed one publishes its slot by advancing tail.
+ * slot by advancing head. Receive side: irecvs are posted into free slots (posted < head
+ * + BR_STEPS) for the receives the executor announced (posted < want); a completed one
+ * publishes its slot by advancing tail. At close the sends are flushed and what is
+ * outstanding is tested (bounded), so after operations that completed no request is left
+ * when the plugin comm closes.
  * Requests complete in posting order on a connection (the ABI's ordering rule), so each
  * direction tests only its oldest request.
  *
@@ -261,8 +264,11 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
     int moved = 0;
     /* Acquire pairs with the executor's release of head: it is done reading the slot. */
     uint64_t head = atomic_load_explicit(&nc->ctrl->head, memory_order_acquire);
+    uint64_t want = atomic_load_explicit(&nc->want, memory_order_relaxed);
 
-    while (nc->posted < head + BR_STEPS) {
+    /* Only receives the executor will consume: one posted beyond them would still be
+     * posted when the connection closes. */
+    while (nc->posted < head + BR_STEPS && nc->posted < want) {
         int slot = (int)(nc->posted % BR_STEPS);
         void *data = nc->buf + (size_t)slot * nc->stride;
         size_t size = nc->step_size + sizeof(br_slot_desc_t);
@@ -558,37 +564,113 @@ ncclResult_t br_proxy_error(br_proxy_t *proxy, char *msg, size_t len)
     return (ncclResult_t)res;
 }
 
+/* Requests of nc not yet tested to completion. */
+static int conn_outstanding(const br_net_conn_t *nc)
+{
+    int n = 0;
+    for (int i = 0; i < BR_STEPS; i++) {
+        n += nc->req[i] != NULL;
+    }
+    return n;
+}
+
+/* Test every outstanding request of every connection once, posting nothing new; a
+ * request that completes or fails is finished. Returns the requests still outstanding. */
+static int drain_once(br_proxy_t *proxy)
+{
+    br_net_t *net = proxy->net;
+    int left = 0;
+
+    for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
+        for (uint64_t k = nc->done; k < nc->posted; k++) {
+            int slot = (int)(k % BR_STEPS), done = 0, size = 0;
+            if (nc->req[slot] == NULL) {
+                continue;
+            }
+            if (net->ops->test(net, nc->req[slot], &done, &size) != ncclSuccess || done) {
+                nc->req[slot] = NULL;
+                step_done(proxy, nc, k, (size_t)(size > 0 ? size : 0));
+                continue;
+            }
+            left++;
+        }
+    }
+    return left;
+}
+
+/* Destroy: the executor returns once data is in the FIFO, and the peer still needs what
+ * the proxy has not sent yet. Bounded: a peer that stopped reading must not hang us. */
+static void flush_sends(br_proxy_t *proxy)
+{
+    uint64_t deadline = br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
+
+    br_proxy_active(proxy, 1);
+    for (;;) {
+        /* The proxy thread is parked while we are active: progress from here. */
+        pthread_mutex_lock(&proxy->lock);
+        (void)progress_locked(proxy);
+        int pending = has_pending_sends(proxy);
+        pthread_mutex_unlock(&proxy->lock);
+        if (!pending || atomic_load(&proxy->error) != ncclSuccess) {
+            break;
+        }
+        if (br_time_ns() > deadline) {
+            BR_WARN(NCCL_PROXY, "rank %d: gave up flushing network sends at close after %d s",
+                    proxy->rank, (int)BR_PARAM_INT(BOOTSTRAP_TIMEOUT));
+            break;
+        }
+        sched_yield();
+    }
+    br_proxy_active(proxy, -1);
+}
+
+/* Test what is still outstanding for a short, bounded while (the proxy thread is gone).
+ * After a destroy whose operations all completed there is nothing: every send was
+ * flushed and every receive posted was consumed. What is left belongs to an operation
+ * that failed or was abandoned, whose peer may be dead. */
+static int drain_bounded(br_proxy_t *proxy, uint64_t ms)
+{
+    uint64_t deadline = br_time_ns() + ms * 1000000ull;
+    int left;
+    while ((left = drain_once(proxy)) > 0 && br_time_ns() < deadline) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    return left;
+}
+
+static void close_conn(br_proxy_t *proxy, br_net_conn_t *nc, int flush)
+{
+    br_net_t *net = proxy->net;
+    int left = conn_outstanding(nc);
+
+    if (left > 0) {
+        /* The ABI has no cancel: the plugin is closed with them; it may warn. */
+        BR_INFO(NCCL_NET | NCCL_PROXY,
+                "rank %d: closing the %s connection %s rank %d on net device %d with %d "
+                "request%s not completed (%s)",
+                proxy->rank, nc->is_send ? "send" : "receive", nc->is_send ? "to" : "from",
+                nc->peer, nc->dev, left, left == 1 ? "" : "s",
+                flush ? "its operation did not complete" : "abort: the peer may be gone");
+    }
+    events_stop(proxy, nc);
+    if (nc->mhandle != NULL) {
+        (void)net->ops->dereg_mr(net, nc->comm, nc->mhandle);
+    }
+    if (nc->is_send) {
+        (void)net->ops->close_send(net, nc->comm);
+    } else {
+        (void)net->ops->close_recv(net, nc->comm);
+    }
+}
+
 void br_proxy_destroy(br_proxy_t *proxy, int flush)
 {
-    br_net_t *net;
-
     if (proxy == NULL) {
         return;
     }
-    net = proxy->net;
     if (flush) {
-        /* The executor returns once data is in the FIFO; the peer still needs what the
-         * proxy has not sent yet. Bounded: a peer that stopped reading must not hang us. */
-        uint64_t deadline =
-            br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
-        br_proxy_active(proxy, 1);
-        for (;;) {
-            /* The proxy thread is parked while we are active: progress from here. */
-            pthread_mutex_lock(&proxy->lock);
-            (void)progress_locked(proxy);
-            int pending = has_pending_sends(proxy);
-            pthread_mutex_unlock(&proxy->lock);
-            if (!pending || atomic_load(&proxy->error) != ncclSuccess) {
-                break;
-            }
-            if (br_time_ns() > deadline) {
-                BR_WARN(NCCL_PROXY, "rank %d: gave up flushing network sends at close",
-                        proxy->rank);
-                break;
-            }
-            sched_yield();
-        }
-        br_proxy_active(proxy, -1);
+        flush_sends(proxy);
     }
     pthread_mutex_lock(&proxy->wake_lock);
     proxy->stop = 1;
@@ -599,18 +681,12 @@ void br_proxy_destroy(br_proxy_t *proxy, int flush)
         ctrl_wakeup(proxy, proxy->park_ev);
         proxy->park_ev = NULL;
     }
+    /* No cancel in the net ABI: test what is outstanding, briefly, then close anyway. */
+    (void)drain_bounded(proxy, (uint64_t)BR_PARAM_INT(NET_CLOSE_WAIT));
     while (proxy->conns != NULL) {
         br_net_conn_t *nc = proxy->conns;
         proxy->conns = nc->next;
-        events_stop(proxy, nc);
-        if (nc->mhandle != NULL) {
-            (void)net->ops->dereg_mr(net, nc->comm, nc->mhandle);
-        }
-        if (nc->is_send) {
-            (void)net->ops->close_send(net, nc->comm);
-        } else {
-            (void)net->ops->close_recv(net, nc->comm);
-        }
+        close_conn(proxy, nc, flush);
         free(nc);
     }
     pthread_cond_destroy(&proxy->wake);

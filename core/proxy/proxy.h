@@ -12,6 +12,7 @@
 #ifndef BR_PROXY_H_
 #define BR_PROXY_H_
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,12 +44,34 @@ typedef struct br_net_conn {
         void *ev;
         uint64_t first, end;
     } ops[BR_PROXY_OPS];
+    /* Receive side: how many receives the executor will consume in all (it adds each
+     * operation's count when it queues the operation). The proxy posts no receive beyond
+     * it, so none is left posted when the connection closes, as in NCCL. */
+    _Atomic uint64_t want;
+    int dev; /* the net device the connection runs on */
     /* A receive connection that failed (the peer closed it or died). Receives are kept
      * posted ahead of need, so this is an error only once the executor waits on it. */
     _Atomic int failed;
     char why[384];
     struct br_net_conn *next;
 } br_net_conn_t;
+
+/* The executor will consume n more receives of the receive connection nc. */
+static inline void br_proxy_expect(br_net_conn_t *nc, uint64_t n)
+{
+    /* Relaxed: the counter guards no data; the slots are guarded by head and tail. */
+    atomic_fetch_add_explicit(&nc->want, n, memory_order_relaxed);
+}
+
+/* The executor waits for receive number `step` (from 0) of nc: make sure the proxy may
+ * post it. Only a count that fell short needs this; it keeps a miscount from hanging. */
+static inline void br_proxy_need(br_net_conn_t *nc, uint64_t step)
+{
+    uint64_t w = atomic_load_explicit(&nc->want, memory_order_relaxed);
+    while (w <= step && !atomic_compare_exchange_weak_explicit(
+                            &nc->want, &w, step + 1, memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
 
 /* Start the proxy of one communicator (rank for log lines; peer_desc names ranks). */
 ncclResult_t br_proxy_create(br_net_t *net, int rank, br_proxy_t **proxy_p);
@@ -79,8 +102,11 @@ int br_proxy_progress(br_proxy_t *proxy);
 /* ncclSuccess, or the first error the proxy hit; its text goes to msg. */
 ncclResult_t br_proxy_error(br_proxy_t *proxy, char *msg, size_t len);
 
-/* Stop the thread, close the connections, free. With flush, first wait (bounded) until
- * every filled send slot went out. */
+/* Stop the thread, close the connections, free. With flush (destroy, finalize), first
+ * wait, at most BRAID_BOOTSTRAP_TIMEOUT seconds, until every filled send slot went out.
+ * Then (abort too: a peer may be dead) test whatever request is still outstanding for at
+ * most BRAID_NET_CLOSE_WAIT milliseconds; one still outstanding is logged and its
+ * connection closed regardless. */
 void br_proxy_destroy(br_proxy_t *proxy, int flush);
 
 #endif /* BR_PROXY_H_ */

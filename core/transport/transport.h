@@ -45,6 +45,8 @@ typedef struct br_conn {
     size_t ll_bytes;      /* wire bytes of one LL slot (0: no LL on this connection) */
     uint64_t step; /* executor-local: next slot to fill (send) or consume (recv) */
     int peer;      /* rank at the other end */
+    int lane;      /* channel, or peer for p2p: with the local rank, picks the net device */
+    int p2p;       /* a send/recv connection (lane is the peer), not a channel's */
     int is_send;
     br_transport_t kind;
     const struct br_transport_ops *ops;
@@ -62,6 +64,24 @@ static inline uint64_t *br_conn_ll_slot(const br_conn_t *c, uint64_t step)
         return (uint64_t *)((char *)c->ll + (size_t)(step % BR_STEPS) * c->ll_bytes);
     }
     return (uint64_t *)(c->buf + (size_t)(step % BR_STEPS) * c->stride);
+}
+
+/* The executor will consume n more slots of the receive connection c (it says so when it
+ * queues an operation): on net links the proxy posts that many receives and no more. */
+static inline void br_conn_expect(br_conn_t *c, uint64_t n)
+{
+    if (c != NULL && c->net != NULL && !c->is_send && n > 0) {
+        br_proxy_expect(c->net, n);
+    }
+}
+
+/* The executor waits for the slot of c's next step: on net links make sure its receive
+ * may be posted even if an announced count fell short. */
+static inline void br_conn_need(br_conn_t *c)
+{
+    if (c->net != NULL) {
+        br_proxy_need(c->net, c->step);
+    }
 }
 
 /* The Simple slot of step `step`. */
@@ -231,12 +251,14 @@ const char *br_transport_name(br_transport_t kind);
  * and/or a send connection to send_peers[i] (-1 = none), with Simple slots of step_size
  * bytes and LL slots of ll_bytes (0: no LL). Blobs travel on bootstrap `tag`, matched per
  * peer in order, so both ends must list their connections to one peer in the same order
- * (by channel). Blocking, bounded by the bootstrap timeout; every rank involved must call
- * it with matching peers.
+ * (by channel). Entries [k * per_lane, (k + 1) * per_lane) are lane k: channel k, or with
+ * per_lane 1 the p2p connections of peer k. The lane and the rank's place on its host
+ * pick the net device a net connection uses. Blocking, bounded by the bootstrap timeout; every rank
+ * involved must call it with matching peers.
  */
 ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *recv_peers,
-                                  const int *send_peers, size_t step_size, size_t ll_bytes,
-                                  int tag, br_conn_t **recv_p, br_conn_t **send_p);
+                                  const int *send_peers, int per_lane, size_t step_size,
+                                  size_t ll_bytes, int tag, br_conn_t **recv_p, br_conn_t **send_p);
 
 /*
  * Collective over the communicator: map a node arena of max_bytes per rank and buffer

@@ -92,12 +92,14 @@ static ncclResult_t conn_track(br_transport_comm_t *tc, br_conn_t *conn)
     return ncclSuccess;
 }
 
-static ncclResult_t conn_new(br_transport_comm_t *tc, int peer, int is_send, size_t step_size,
-                             size_t ll_bytes, br_conn_t **conn_p)
+static ncclResult_t conn_new(br_transport_comm_t *tc, int peer, int lane, int p2p, int is_send,
+                             size_t step_size, size_t ll_bytes, br_conn_t **conn_p)
 {
     br_conn_t *conn = NULL;
     BR_CHECK(br_calloc(&conn, 1, "connection"));
     conn->peer = peer;
+    conn->lane = lane;
+    conn->p2p = p2p;
     conn->is_send = is_send;
     conn->step_size = step_size;
     conn->ll_bytes = ll_bytes;
@@ -186,8 +188,8 @@ static ncclResult_t send_attach(br_transport_comm_t *tc, br_conn_t *conn, int ta
 }
 
 ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *recv_peers,
-                                  const int *send_peers, size_t step_size, size_t ll_bytes,
-                                  int tag, br_conn_t **recv_p, br_conn_t **send_p)
+                                  const int *send_peers, int per_lane, size_t step_size,
+                                  size_t ll_bytes, int tag, br_conn_t **recv_p, br_conn_t **send_p)
 {
     ncclResult_t res = ncclSuccess;
     br_conn_t **made = NULL;
@@ -201,7 +203,9 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
         if (recv_peers[i] < 0) {
             continue;
         }
-        BR_CHECK_GOTO(conn_new(tc, recv_peers[i], 0, step_size, ll_bytes, &conn), res, out);
+        BR_CHECK_GOTO(
+            conn_new(tc, recv_peers[i], i / per_lane, per_lane == 1, 0, step_size, ll_bytes, &conn),
+            res, out);
         recv_p[i] = made[nmade++] = conn;
         memset(&blob, 0, sizeof(blob));
         blob.kind = conn->kind;
@@ -216,7 +220,9 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
         if (send_peers[i] < 0) {
             continue;
         }
-        BR_CHECK_GOTO(conn_new(tc, send_peers[i], 1, step_size, ll_bytes, &conn), res, out);
+        BR_CHECK_GOTO(
+            conn_new(tc, send_peers[i], i / per_lane, per_lane == 1, 1, step_size, ll_bytes, &conn),
+            res, out);
         send_p[i] = made[nmade++] = conn;
         BR_CHECK_GOTO(send_attach(tc, conn, tag), res, out);
     }

@@ -3,9 +3,10 @@
  * The net transport: each end keeps its FIFO in local memory and the proxy moves slots
  * through the net plugin. The receiver listens and sends the plugin's handle in its blob;
  * the sender connects with it; both complete with the plugin's non-blocking
- * connect/accept, register the FIFO's slots, and hand the connection to the proxy, which
- * owns the plugin comm from then on. LL lines travel in the Simple slots (the plugin
- * writes received bytes in no particular order, so the receiver reads them after tail).
+ * connect/accept, register the FIFO's slots, complete one empty first message, and hand
+ * the connection to the proxy, which owns the plugin comm from then on. LL lines travel
+ * in the Simple slots (the plugin writes received bytes in no particular order, so the
+ * receiver reads them after tail).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,8 +20,29 @@
 typedef struct {
     void *listen_comm; /* receiver */
     void *comm;
+    int dev;                              /* the net device this end uses */
+    void *mhandle;                        /* the FIFO's registration, once comm is up */
+    void *req;                            /* the first (empty) message, while in flight */
     char handle[NCCL_NET_HANDLE_MAXSIZE]; /* sender */
 } net_setup_t;
+
+/* This rank's place among the ranks of its host (NCCL's local rank). */
+static int local_rank(const br_transport_comm_t *tc)
+{
+    int n = 0;
+    for (int r = 0; r < tc->rank; r++) {
+        n += tc->peers[r].host_hash == tc->peers[tc->rank].host_hash;
+    }
+    return n;
+}
+
+/* The device of a new connection: its lane (channel, or the peer for p2p) and the local
+ * rank spread connections over every device in use, as NCCL spreads channels over NICs.
+ * Each end picks its own; the two need not agree. */
+static int net_dev(const br_transport_comm_t *tc, const br_conn_t *conn)
+{
+    return br_plugin_net_dev_pick(tc->net, conn->lane, local_rank(tc));
+}
 
 static ncclResult_t net_require(br_transport_comm_t *tc, int peer)
 {
@@ -63,7 +85,8 @@ static ncclResult_t net_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_
     BR_CHECK(net_require(tc, conn->peer));
     BR_CHECK(net_local_fifo(tc, conn));
     net_setup_t *ns = conn->setup;
-    return tc->net->ops->listen(tc->net, tc->net->dev, blob->net_handle, &ns->listen_comm);
+    ns->dev = net_dev(tc, conn);
+    return tc->net->ops->listen(tc->net, ns->dev, blob->net_handle, &ns->listen_comm);
 }
 
 static ncclResult_t net_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
@@ -72,11 +95,71 @@ static ncclResult_t net_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
     BR_CHECK(net_require(tc, conn->peer));
     BR_CHECK(net_local_fifo(tc, conn));
     net_setup_t *ns = conn->setup;
+    ns->dev = net_dev(tc, conn);
     memcpy(ns->handle, blob->net_handle, sizeof(ns->handle));
     return ncclSuccess;
 }
 
-/* The plugin comm is up: register the slots and give the connection to the proxy. */
+static const char *net_dev_name(const br_net_t *net, int dev)
+{
+    for (int i = 0; i < net->nused; i++) {
+        if (net->used[i] == dev) {
+            return net->used_name[i];
+        }
+    }
+    return "?";
+}
+
+/*
+ * The first message: every net connection carries one empty message, sender to receiver,
+ * which both ends complete before setup returns. Some plugins finish their handshake
+ * lazily (a connect that returns at once, a provider with manual progress that moves
+ * nothing unless called), and the receive side posts nothing until an operation needs
+ * it; without this, a rank whose own connections were done could leave setup while a
+ * peer's accept still waited for the handshake message only its progress would send.
+ * Returns 1 once the message is done, 0 while in flight.
+ */
+static int net_first_message(br_transport_comm_t *tc, br_conn_t *conn, net_setup_t *ns,
+                             ncclResult_t *res_p)
+{
+    br_net_t *net = tc->net;
+    int done = 0, size = 0;
+
+    *res_p = ncclSuccess;
+    if (ns->req == NULL) {
+        void *data = conn->buf;
+        size_t room = conn->stride;
+        int tag = conn->peer;
+        *res_p = conn->is_send ? net->ops->isend(net, ns->comm, data, 0, tc->rank, ns->mhandle,
+                                                 NULL, &ns->req)
+                               : net->ops->irecv(net, ns->comm, 1, &data, &room, &tag, &ns->mhandle,
+                                                 NULL, &ns->req);
+        if (*res_p != ncclSuccess || ns->req == NULL) {
+            return 0; /* an error, or the plugin is not ready yet: retry */
+        }
+    }
+    *res_p = net->ops->test(net, ns->req, &done, &size);
+    if (*res_p != ncclSuccess) {
+        ns->req = NULL; /* finished, failed */
+        BR_WARN(NCCL_NET, "rank %d: the first message %s rank %d (host %s) failed on net plugin %s",
+                tc->rank, conn->is_send ? "to" : "from", conn->peer, tc->peers[conn->peer].host,
+                net->name);
+        return 0;
+    }
+    if (!done) {
+        return 0;
+    }
+    ns->req = NULL;
+    if (size != 0) {
+        BR_WARN(NCCL_NET, "rank %d: the first message from rank %d (host %s) has %d bytes, not 0",
+                tc->rank, conn->peer, tc->peers[conn->peer].host, size);
+        *res_p = ncclRemoteError;
+        return 0;
+    }
+    return 1;
+}
+
+/* The plugin comm is up and its first message done: give the connection to the proxy. */
 static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_setup_t *ns)
 {
     br_net_t *net = tc->net;
@@ -90,25 +173,28 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     nc->stride = conn->stride;
     nc->is_send = conn->is_send;
     nc->peer = conn->peer;
+    nc->dev = ns->dev;
     nc->comm = ns->comm;
-    res = net->ops->reg_mr(net, ns->comm, nc->buf, BR_STEPS * nc->stride, NCCL_PTR_HOST,
-                           &nc->mhandle);
-    if (res != ncclSuccess) {
-        BR_WARN(NCCL_NET, "rank %d: net plugin %s failed to register a FIFO for rank %d", tc->rank,
-                net->name, nc->peer);
-        free(nc);
-        return res;
-    }
+    nc->mhandle = ns->mhandle;
     if (tc->proxy == NULL) {
         res = br_proxy_create(net, tc->rank, &tc->proxy);
         if (res != ncclSuccess) {
-            (void)net->ops->dereg_mr(net, ns->comm, nc->mhandle);
             free(nc);
             return res;
         }
     }
     conn->net = nc;
-    ns->comm = NULL; /* owned by the proxy now */
+    ns->comm = NULL; /* owned by the proxy now, with the registration */
+    ns->mhandle = NULL;
+    if (conn->p2p) {
+        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: p2p %s rank %d via NET/%s device %d (%s)", tc->rank,
+                conn->is_send ? "send to" : "receive from", conn->peer, net->name, ns->dev,
+                net_dev_name(net, ns->dev));
+    } else {
+        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: channel %d %s rank %d via NET/%s device %d (%s)",
+                tc->rank, conn->lane, conn->is_send ? "send to" : "receive from", conn->peer,
+                net->name, ns->dev, net_dev_name(net, ns->dev));
+    }
     return br_proxy_add(tc->proxy, nc);
 }
 
@@ -116,19 +202,32 @@ static ncclResult_t net_complete(br_transport_comm_t *tc, br_conn_t *conn, int *
 {
     br_net_t *net = tc->net;
     net_setup_t *ns = conn->setup;
+    ncclResult_t res;
 
     *done_p = 0;
-    if (conn->is_send) {
-        BR_CHECK(net->ops->connect(net, net->dev, ns->handle, &ns->comm));
-    } else {
-        BR_CHECK(net->ops->accept(net, ns->listen_comm, &ns->comm));
-    }
     if (ns->comm == NULL) {
-        return ncclSuccess;
+        if (conn->is_send) {
+            BR_CHECK(net->ops->connect(net, ns->dev, ns->handle, &ns->comm));
+        } else {
+            BR_CHECK(net->ops->accept(net, ns->listen_comm, &ns->comm));
+        }
+        if (ns->comm == NULL) {
+            return ncclSuccess;
+        }
+        if (ns->listen_comm != NULL) {
+            (void)net->ops->close_listen(net, ns->listen_comm);
+            ns->listen_comm = NULL;
+        }
+        res = net->ops->reg_mr(net, ns->comm, conn->buf, BR_STEPS * conn->stride, NCCL_PTR_HOST,
+                               &ns->mhandle);
+        if (res != ncclSuccess) {
+            BR_WARN(NCCL_NET, "rank %d: net plugin %s failed to register a FIFO for rank %d",
+                    tc->rank, net->name, conn->peer);
+            return res;
+        }
     }
-    if (ns->listen_comm != NULL) {
-        (void)net->ops->close_listen(net, ns->listen_comm);
-        ns->listen_comm = NULL;
+    if (!net_first_message(tc, conn, ns, &res)) {
+        return res;
     }
     BR_CHECK(net_hand_over(tc, conn, ns));
     free(ns);
@@ -145,6 +244,11 @@ static void net_close(br_transport_comm_t *tc, br_conn_t *conn)
     if (ns != NULL) {
         if (ns->listen_comm != NULL) {
             (void)tc->net->ops->close_listen(tc->net, ns->listen_comm);
+        }
+        if (ns->mhandle != NULL) {
+            /* A first message still in flight cannot be cancelled (the net ABI has none):
+             * this is a failed setup, and the plugin comm closes with it. */
+            (void)tc->net->ops->dereg_mr(tc->net, ns->comm, ns->mhandle);
         }
         if (ns->comm != NULL) {
             if (conn->is_send) {

@@ -118,6 +118,9 @@ static void print_markdown(const opts_t *o, const br_param_row_t *rows, int n)
           out);
     fputs("Every core parameter, read from the environment, then `NCCL_CONF_FILE` (or "
           "`~/.nccl.conf` when it is unset), then `/etc/nccl.conf`, then the default below. "
+          "Once an env plugin is loaded (`NCCL_ENV_PLUGIN`, see docs/plugins.md), the plugin "
+          "takes the environment's place for `NCCL_*` variables and comes before it for "
+          "`BRAID_*` ones. "
           "Sizes accept `K`, `M` and `G` suffixes. Run `braid-info` to see the values in "
           "effect and where each came from.\n\n",
           out);
