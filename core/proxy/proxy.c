@@ -91,14 +91,19 @@ static int op_of(const br_net_conn_t *nc, uint64_t step)
     return -1;
 }
 
-static void step_start(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step, size_t bytes)
+/* The ProxyStep event of `step`, started before the transfer is handed to the plugin (it
+ * is the parent of the plugin's own NetPlugin events, through the phandle), once: a post
+ * the plugin refused for now keeps it for the next try. */
+static void step_begin(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step)
 {
     ncclProfilerEventDescr_v6_t d;
-    ncclProfilerEventStateArgs_v6_t args;
-    int slot = (int)(step % BR_STEPS), op = op_of(nc, step);
+    int slot = (int)(step % BR_STEPS), op;
 
-    nc->ev[slot] = NULL;
-    if (!steps_profiled(proxy) || op < 0) {
+    if (nc->ev[slot] != NULL) {
+        return;
+    }
+    nc->ph[slot].step = NULL;
+    if (!steps_profiled(proxy) || (op = op_of(nc, step)) < 0) {
         return;
     }
     memset(&d, 0, sizeof(d));
@@ -110,11 +115,31 @@ static void step_start(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step, size
         nc->ev[slot] = NULL;
         return;
     }
+    nc->ph[slot].prof = proxy->prof;
+    nc->ph[slot].step = nc->ev[slot];
+    nc->ph[slot].rank = proxy->rank;
+}
+
+/* The plugin took the transfer: SendWait / RecvWait. */
+static void step_posted(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step, size_t bytes)
+{
+    ncclProfilerEventStateArgs_v6_t args;
+    void *ev = nc->ev[step % BR_STEPS];
+
+    if (ev == NULL) {
+        return;
+    }
     memset(&args, 0, sizeof(args));
     args.proxyStep.transSize = bytes;
     (void)br_plugin_profiler_record_event_state(
-        proxy->prof, nc->ev[slot],
-        nc->is_send ? ncclProfilerProxyStepSendWait : ncclProfilerProxyStepRecvWait, &args);
+        proxy->prof, ev, nc->is_send ? ncclProfilerProxyStepSendWait : ncclProfilerProxyStepRecvWait,
+        &args);
+}
+
+static void step_start(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step, size_t bytes)
+{
+    step_begin(proxy, nc, step);
+    step_posted(proxy, nc, step, bytes);
 }
 
 /* Step `step` completed (size: bytes received): its event stops, and the ProxyOp whose
@@ -136,6 +161,7 @@ static void step_done(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step, size_
         }
         (void)br_plugin_profiler_stop_event(proxy->prof, ev);
         nc->ev[slot] = NULL;
+        nc->ph[slot].step = NULL;
     }
     int op = op_of(nc, step);
     if (op >= 0 && step + 1 == nc->ops[op].end) {
@@ -223,8 +249,9 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
         /* The call descriptor travels right after the payload, so the receiver can check
          * it as it does on shared memory. */
         memcpy(data + bytes, &nc->ctrl->slot[slot], sizeof(br_slot_desc_t));
+        step_begin(proxy, nc, nc->posted);
         ncclResult_t res = net->ops->isend(net, nc->comm, data, bytes + sizeof(br_slot_desc_t),
-                                           proxy->rank, nc->mhandle, NULL, &req);
+                                           proxy->rank, nc->mhandle, &nc->ph[slot], &req);
         if (res != ncclSuccess) {
             proxy_fail(proxy, nc, res, "send");
             return moved;
@@ -233,7 +260,7 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
             break; /* the plugin is full: retry later */
         }
         nc->req[slot] = req;
-        step_start(proxy, nc, nc->posted, nc->ctrl->slot[slot].bytes);
+        step_posted(proxy, nc, nc->posted, nc->ctrl->slot[slot].bytes);
         nc->posted++;
         moved++;
     }
@@ -274,8 +301,10 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
         size_t size = nc->step_size + sizeof(br_slot_desc_t);
         int tag = nc->peer;
         void *req = NULL;
+        void *ph = &nc->ph[slot];
+        step_begin(proxy, nc, nc->posted);
         ncclResult_t res =
-            net->ops->irecv(net, nc->comm, 1, &data, &size, &tag, &nc->mhandle, NULL, &req);
+            net->ops->irecv(net, nc->comm, 1, &data, &size, &tag, &nc->mhandle, &ph, &req);
         if (res != ncclSuccess) {
             proxy_fail(proxy, nc, res, "receive");
             return moved;
@@ -284,7 +313,7 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
             break;
         }
         nc->req[slot] = req;
-        step_start(proxy, nc, nc->posted, size);
+        step_posted(proxy, nc, nc->posted, size);
         nc->posted++;
         moved++;
     }

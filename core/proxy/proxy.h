@@ -37,6 +37,8 @@ typedef struct br_net_conn {
     void *mhandle; /* registration of buf */
     void *req[BR_STEPS];
     void *ev[BR_STEPS]; /* ProxyStep profiler handles */
+    br_net_phandle_t ph[BR_STEPS]; /* the phandle each transfer hands the plugin (NetPlugin
+                                    * events' parent: its ProxyStep) */
     uint64_t posted, done;
     /* ProxyOp profiler events of the operations using this connection, each covering
      * the steps [first, end) (br_proxy_op_begin); ev NULL: a free entry. */

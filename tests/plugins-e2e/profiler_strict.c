@@ -10,7 +10,7 @@
  *   ProxyOp                      parent a Coll or P2p handle
  *   KernelCh                     parent a Coll or P2p handle
  *   ProxyStep                    parent a ProxyOp handle
- *   NetPlugin                    parent a ProxyStep handle (or NULL)
+ *   NetPlugin                    parent a ProxyStep handle
  *   ProxyCtrl                    parent NULL
  * and that an event is emitted only when its bit or a descendant's is in the mask
  * (BRAID_TEST_PROF_MASK, decimal or 0x hex), that every stop and state names a handle it
@@ -153,7 +153,7 @@ static void check_parent(ctx_t *c, const ev_t *e, const ev_t *p, const void *raw
     case ncclProfileProxyOp:
     case ncclProfileKernelCh: want = ncclProfileColl | ncclProfileP2p; break;
     case ncclProfileProxyStep: want = ncclProfileProxyOp; break;
-    case ncclProfileNetPlugin: want = ncclProfileProxyStep, optional = 1; break;
+    case ncclProfileNetPlugin: want = ncclProfileProxyStep; break;
     default: return;
     }
     if (raw == NULL) {

@@ -6,7 +6,7 @@
 # network events' bits and for all bits (with Broadcast). Fails on any "profcheck: FAIL" line, on a run that fails, and when a mask that
 # asks for an event type got none of it.
 set -euo pipefail
-perf=$1 plugin=$2 libdir=$3
+perf=$1 plugin=$2 libdir=$3 profnet=${4:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export LD_LIBRARY_PATH="$libdir" BRAID_PLUGIN_PATH="$libdir" NCCL_PROFILER_PLUGIN="$plugin"
@@ -59,6 +59,23 @@ for bit in $(seq 0 14) all; do
     2048) saw $mask KernelLaunch || { echo "FAIL: mask KernelLaunch: no KernelLaunch events"; bad=1; } ;;
     esac
 done
+# NetPlugin events: a v12 test net plugin that reports one per isend through the phandle
+# the core hands it; each must hang under its ProxyStep. The plugin moves data within one
+# process, so the two ranks are threads.
+if [ -n "$profnet" ]; then
+    for mask in $((0x80)) $((0x7fff)); do
+        out="$dir/out-$mask-profnet" log="$dir/log-$mask-profnet"
+        if ! NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_NET_PLUGIN="$profnet" \
+            BRAID_TEST_PROF_MASK="$mask" BRAID_TEST_PROF_OUT="$out" \
+            "$perf" -C allreduce -t 2 -b 8 -e 64K -f 64 -n 2 -w 1 -T 60 > "$log" 2>&1; then
+            echo "FAIL: mask $mask over the test net plugin: the run failed"; tail -5 "$log"; bad=1
+        elif grep -q "profcheck: FAIL" "$log"; then
+            echo "FAIL: mask $mask over the test net plugin:"; grep "profcheck: FAIL" "$log" | sort | uniq -c | head; bad=1
+        elif ! grep -qs " NetPlugin [1-9]" "$out"; then
+            echo "FAIL: mask $mask over the test net plugin: no NetPlugin events"; bad=1
+        fi
+    done
+fi
 [ $bad = 0 ] || exit 1
 echo "OK: 15 mask bits and all of them: every event's parent and mask as NCCL's"
 cat "$dir"/out-32767-net-allreduce
