@@ -149,6 +149,9 @@ static void step_done(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step, size_
     int slot = (int)(step % BR_STEPS);
     void *ev = nc->ev[slot];
 
+    if (proxy->prof == NULL) {
+        return; /* no events, no ProxyOps: nothing to look up per completed step */
+    }
     if (ev != NULL) {
         if (!nc->is_send) {
             ncclProfilerEventStateArgs_v6_t args;
