@@ -126,6 +126,24 @@ typedef struct {
 void br_bootstrap_query_all(br_bootstrap_t *boot, uint64_t deadline_ns,
                             br_bootstrap_reply_t *replies);
 
+/*
+ * Link messages: small messages between the two ends of a data connection (the proxy's
+ * acknowledgements and failover negotiation, core/proxy/proxy.c). They travel on the
+ * persistent message connection to the peer, in order, and the receiving background
+ * thread hands each to fn(arg, from, data, size) instead of queueing it (a message that
+ * arrives while no handler is set is dropped). Setting NULL returns once no call of the
+ * previous handler is running. send is blocking like br_bootstrap_send (bounded).
+ */
+#define BR_BOOT_LINK_MAX 512
+typedef void (*br_bootstrap_link_fn_t)(void *arg, int from, const void *data, size_t size);
+void br_bootstrap_set_link_fn(br_bootstrap_t *boot, br_bootstrap_link_fn_t fn, void *arg);
+ncclResult_t br_bootstrap_send_link(br_bootstrap_t *boot, int peer, const void *data,
+                                    size_t size);
+
+/* Has rank peer's process closed its message connection to this rank (it exited or
+ * destroyed its communicator)? Only a peer that ever sent this rank a message can say so. */
+int br_bootstrap_peer_gone(br_bootstrap_t *boot, int peer);
+
 /* Stop the background thread, close every socket, free. */
 void br_bootstrap_close(br_bootstrap_t *boot);
 

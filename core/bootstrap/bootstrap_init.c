@@ -31,6 +31,7 @@ static void boot_free(br_bootstrap_t *boot)
     free(boot->peers);
     pthread_cond_destroy(&boot->cond);
     pthread_mutex_destroy(&boot->lock);
+    pthread_mutex_destroy(&boot->link_lock);
     free(boot);
 }
 
@@ -54,6 +55,7 @@ static ncclResult_t boot_alloc(int rank, int nranks, uint64_t secret, br_bootstr
         pthread_mutex_init(&peers[r].out_lock, NULL);
     }
     pthread_mutex_init(&boot->lock, NULL);
+    pthread_mutex_init(&boot->link_lock, NULL);
     /* Deadlines come from br_time_ns(), the monotonic clock: make the condvar use it too. */
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

@@ -86,7 +86,8 @@ enum {
     BR_BOOT_MSG_ABORT = 3,
     BR_BOOT_MSG_STATE = 4,
     BR_BOOT_MSG_WAIT = 5,
-    BR_BOOT_MSG_RECOVER = 6
+    BR_BOOT_MSG_RECOVER = 6,
+    BR_BOOT_MSG_LINK = 7 /* to the link handler (br_bootstrap_set_link_fn), never queued */
 };
 
 /* A recovery message (br_bootstrap_send_recovery): numbered, and kept apart from the
@@ -190,6 +191,11 @@ struct br_bootstrap {
     /* Under lock: what answers a state query (br_bootstrap_set_state_fn), or NULL. */
     br_bootstrap_state_fn_t state_fn;
     void *state_arg;
+    /* What receives link messages (br_bootstrap_set_link_fn), or NULL; link_lock is held
+     * while it runs, so clearing it waits for a call in progress. */
+    pthread_mutex_t link_lock;
+    br_bootstrap_link_fn_t link_fn;
+    void *link_arg;
 };
 
 /* Timeout in nanoseconds, and in seconds for messages (BRAID_BOOTSTRAP_TIMEOUT). */

@@ -160,6 +160,15 @@ static void msg_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
         free(m);
         return;
     }
+    if (m->kind == BR_BOOT_MSG_LINK) {
+        pthread_mutex_lock(&boot->link_lock);
+        if (boot->link_fn != NULL) {
+            boot->link_fn(boot->link_arg, from, m->data, m->size);
+        }
+        pthread_mutex_unlock(&boot->link_lock);
+        free(m);
+        return;
+    }
     if (m->kind == BR_BOOT_MSG_WAIT) {
         if (m->size == sizeof(br_boot_wait_t)) {
             pthread_mutex_lock(&boot->lock);
@@ -202,8 +211,10 @@ static int frame_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
 
     int notice = f->kind == BR_BOOT_MSG_ABORT || f->kind == BR_BOOT_MSG_WAIT ||
                  f->kind == BR_BOOT_MSG_RECOVER;
-    if ((f->kind != BR_BOOT_MSG_USER && f->kind != BR_BOOT_MSG_RING && !notice) ||
-        f->size > BR_BOOT_MAX_MSG || (c->hello.conn == BR_BOOT_CONN_ABORT && !notice)) {
+    int link = f->kind == BR_BOOT_MSG_LINK;
+    if ((f->kind != BR_BOOT_MSG_USER && f->kind != BR_BOOT_MSG_RING && !notice && !link) ||
+        f->size > BR_BOOT_MAX_MSG || (link && f->size > BR_BOOT_LINK_MAX) ||
+        (c->hello.conn == BR_BOOT_CONN_ABORT && !notice)) {
         snprintf(why, sizeof(why), "from rank %d: corrupt message header (kind %u, %llu bytes)",
                  c->hello.rank, f->kind, (unsigned long long)f->size);
         drop_conn(boot, c, why);
@@ -722,6 +733,34 @@ ncclResult_t br_bootstrap_recv(br_bootstrap_t *boot, int peer, int tag, void *da
     }
     return br_boot_recv_msg(boot, peer, BR_BOOT_MSG_USER, tag, data, size,
                             br_time_ns() + boot->timeout_ns);
+}
+
+void br_bootstrap_set_link_fn(br_bootstrap_t *boot, br_bootstrap_link_fn_t fn, void *arg)
+{
+    pthread_mutex_lock(&boot->link_lock);
+    boot->link_fn = fn;
+    boot->link_arg = arg;
+    pthread_mutex_unlock(&boot->link_lock);
+}
+
+ncclResult_t br_bootstrap_send_link(br_bootstrap_t *boot, int peer, const void *data,
+                                    size_t size)
+{
+    if (peer < 0 || peer >= boot->nranks || peer == boot->rank || size > BR_BOOT_LINK_MAX) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: bad link message (%zu bytes to rank %d)",
+                size, peer);
+        return ncclInternalError;
+    }
+    return br_boot_send_msg(boot, peer, BR_BOOT_MSG_LINK, 0, data, size);
+}
+
+int br_bootstrap_peer_gone(br_bootstrap_t *boot, int peer)
+{
+    int gone;
+    pthread_mutex_lock(&boot->lock);
+    gone = boot->peers[peer].in_closed;
+    pthread_mutex_unlock(&boot->lock);
+    return gone;
 }
 
 /* One notice (an abort, or a wait) on a connection of its own, within deadline_ns: it

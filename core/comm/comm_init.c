@@ -285,6 +285,8 @@ static ncclResult_t net_setup(ncclComm_t comm, int needed)
     req.traffic_class = comm->traffic_class;
     requested = req.net_name != NULL || (plugin != NULL && strcmp(plugin, "none") != 0);
     res = br_plugin_net_open(&req, &tc->net);
+    tc->traffic_class = comm->traffic_class;
+    tc->net_required = req.net_name != NULL && req.net_name[0] != '\0';
     if (res == ncclSuccess) {
         char devs[256];
         size_t len = 0;

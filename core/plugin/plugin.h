@@ -70,6 +70,17 @@ static inline int br_plugin_net_dev_pick(const br_net_t *net, int lane, int loca
     return net->used[(unsigned)(lane + local_rank) % (unsigned)net->nused];
 }
 
+/* The name of device dev among those in use ("?" when it is not one of them). */
+static inline const char *br_plugin_net_dev_name(const br_net_t *net, int dev)
+{
+    for (int i = 0; i < net->nused; i++) {
+        if (net->used[i] == dev) {
+            return net->used_name[i];
+        }
+    }
+    return "?";
+}
+
 /* What the user asked for. */
 typedef struct {
     const char *net_name;   /* NCCL_NET or ncclConfig_t.netName: a plugin name, or NULL */
@@ -87,6 +98,10 @@ typedef struct {
  * request, skipping a candidate is logged as WARN. INFO names library, symbol, version.
  */
 ncclResult_t br_plugin_net_open(const br_net_request_t *req, br_net_t **net_p);
+
+/* Braid's own socket plugin alone, for one communicator (transport failover's last
+ * resort); req's net_name and plugin are ignored. */
+ncclResult_t br_plugin_net_open_internal(const br_net_request_t *req, br_net_t **net_p);
 
 /* Finalize the per-comm context, drop the library reference, free. */
 void br_plugin_net_close(br_net_t *net);

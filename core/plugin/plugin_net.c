@@ -521,6 +521,24 @@ ncclResult_t br_plugin_net_open(const br_net_request_t *req, br_net_t **net_p)
     return ncclInvalidUsage;
 }
 
+ncclResult_t br_plugin_net_open_internal(const br_net_request_t *req, br_net_t **net_p)
+{
+    net_walk_t w;
+    ncclResult_t res;
+
+    memset(&w, 0, sizeof(w));
+    w.req = req;
+    w.strict = 1; /* asked for by name: say why it cannot be used */
+    pthread_mutex_lock(&net_lock);
+    res = net_try_internal(&w, net_p);
+    pthread_mutex_unlock(&net_lock);
+    if (res != ncclSuccess) {
+        BR_WARN(NCCL_NET, "Braid's socket plugin cannot be used: tried %s", w.rep.text);
+        return ncclSystemError;
+    }
+    return ncclSuccess;
+}
+
 void br_plugin_net_close(br_net_t *net)
 {
     br_net_state_t *st;

@@ -24,48 +24,38 @@
 #include <string.h>
 #include <time.h>
 
-#include "proxy.h"
+#include "proxy_int.h"
 #include "util.h"
 
-struct br_proxy {
-    br_net_t *net;
-    int rank;
-    pthread_t thread;
-    pthread_mutex_t lock;      /* guards the connection list and its progress */
-    pthread_mutex_t wake_lock; /* guards active/stop with `wake` */
-    pthread_cond_t wake;
-    int active;
-    int stop;
-    br_net_conn_t *conns;
-    _Atomic int error;   /* ncclResult_t of the first failure */
-    br_profiler_t *prof; /* ProxyStep events, or NULL */
-    void *park_ev;       /* ProxyCtrl Sleep while executors are active (under wake_lock) */
-    char error_msg[512];
-};
-
-static void proxy_fail(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, const char *what)
+/* A send connection failed for good: the first such failure is the proxy's error. */
+void br_proxy_fail_send(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, const char *what)
 {
     int expected = ncclSuccess;
-    if (!nc->is_send) {
-        /* A peer that finished and closed its end also ends our pre-posted receive:
-         * remember it; the executor decides whether it still needed that data. */
-        snprintf(nc->why, sizeof(nc->why),
-                 "network %s from rank %d failed (net plugin %s, error %d) after %llu steps: "
-                 "the peer process may have died or closed its communicator, or its network "
-                 "may be down",
-                 what, nc->peer, proxy->net->name, (int)res, (unsigned long long)nc->done);
-        atomic_store_explicit(&nc->failed, (int)res, memory_order_release);
-        BR_INFO(NCCL_NET | NCCL_PROXY, "rank %d: %s", proxy->rank, nc->why);
-        return;
-    }
+
+    nc->fo_state = BR_FO_DEAD;
     if (atomic_compare_exchange_strong(&proxy->error, &expected, (int)res)) {
         snprintf(proxy->error_msg, sizeof(proxy->error_msg),
-                 "network %s %s rank %d failed (net plugin %s, error %d) after %llu of %llu "
+                 "network %s to rank %d failed (net plugin %s, error %d) after %llu of %llu "
                  "steps: the peer process may have died or its network may be down",
-                 what, nc->is_send ? "to" : "from", nc->peer, proxy->net->name, (int)res,
-                 (unsigned long long)nc->done, (unsigned long long)nc->posted);
+                 what, nc->peer, nc->net->name, (int)res, (unsigned long long)nc->done,
+                 (unsigned long long)nc->posted);
         BR_WARN(NCCL_NET | NCCL_PROXY, "rank %d: %s", proxy->rank, proxy->error_msg);
     }
+}
+
+/* A receive connection failed for good. A peer that finished and closed its end also ends
+ * a receive still posted: remember it; the executor decides whether it still needed that
+ * data. */
+void br_proxy_fail_recv(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, const char *what)
+{
+    nc->fo_state = BR_FO_DEAD;
+    snprintf(nc->why, sizeof(nc->why),
+             "network %s from rank %d failed (net plugin %s, error %d) after %llu steps: "
+             "the peer process may have died or closed its communicator, or its network "
+             "may be down",
+             what, nc->peer, nc->net->name, (int)res, (unsigned long long)nc->done);
+    atomic_store_explicit(&nc->failed, (int)res, memory_order_release);
+    BR_INFO(NCCL_NET | NCCL_PROXY, "rank %d: %s", proxy->rank, nc->why);
 }
 
 /* ProxyStep events: one per network transfer, under the ProxyOp of the operation the
@@ -239,7 +229,7 @@ void br_proxy_set_profiler(br_proxy_t *proxy, br_profiler_t *prof)
 /* Move one send connection; returns the number of state changes. */
 static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
 {
-    br_net_t *net = proxy->net;
+    br_net_t *net = nc->net;
     int moved = 0;
     /* Acquire pairs with the executor's release of tail: the slot bytes are visible. */
     uint64_t tail = atomic_load_explicit(&nc->ctrl->tail, memory_order_acquire);
@@ -256,8 +246,8 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
         ncclResult_t res = net->ops->isend(net, nc->comm, data, bytes + sizeof(br_slot_desc_t),
                                            proxy->rank, nc->mhandle, &nc->ph[slot], &req);
         if (res != ncclSuccess) {
-            proxy_fail(proxy, nc, res, "send");
-            return moved;
+            br_proxy_link_failed(proxy, nc, res, "send");
+            return moved + 1;
         }
         if (req == NULL) {
             break; /* the plugin is full: retry later */
@@ -271,8 +261,8 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
         int slot = (int)(nc->done % BR_STEPS), done = 0;
         ncclResult_t res = net->ops->test(net, nc->req[slot], &done, NULL);
         if (res != ncclSuccess) {
-            proxy_fail(proxy, nc, res, "send");
-            return moved;
+            br_proxy_link_failed(proxy, nc, res, "send");
+            return moved + 1;
         }
         if (!done) {
             break;
@@ -280,8 +270,13 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
         nc->req[slot] = NULL;
         step_done(proxy, nc, nc->done, 0);
         nc->done++;
-        /* Release: the executor may now overwrite the slot. */
-        atomic_store_explicit(&nc->ctrl->head, nc->done, memory_order_release);
+        moved++;
+    }
+    /* Sent, and with failover on also confirmed by the receiver: the executor may
+     * overwrite the slot (release). */
+    uint64_t head = br_proxy_link_head(proxy, nc);
+    if (head > atomic_load_explicit(&nc->ctrl->head, memory_order_relaxed)) {
+        atomic_store_explicit(&nc->ctrl->head, head, memory_order_release);
         moved++;
     }
     return moved;
@@ -290,7 +285,7 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
 /* Move one receive connection; returns the number of state changes. */
 static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
 {
-    br_net_t *net = proxy->net;
+    br_net_t *net = nc->net;
     int moved = 0;
     /* Acquire pairs with the executor's release of head: it is done reading the slot. */
     uint64_t head = atomic_load_explicit(&nc->ctrl->head, memory_order_acquire);
@@ -309,8 +304,8 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
         ncclResult_t res =
             net->ops->irecv(net, nc->comm, 1, &data, &size, &tag, &nc->mhandle, &ph, &req);
         if (res != ncclSuccess) {
-            proxy_fail(proxy, nc, res, "receive");
-            return moved;
+            br_proxy_link_failed(proxy, nc, res, "receive");
+            return moved + 1;
         }
         if (req == NULL) {
             break;
@@ -324,8 +319,8 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
         int slot = (int)(nc->done % BR_STEPS), done = 0, size = 0;
         ncclResult_t res = net->ops->test(net, nc->req[slot], &done, &size);
         if (res != ncclSuccess) {
-            proxy_fail(proxy, nc, res, "receive");
-            return moved;
+            br_proxy_link_failed(proxy, nc, res, "receive");
+            return moved + 1;
         }
         if (!done) {
             break;
@@ -336,12 +331,12 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
         /* The sender's descriptor is the message's last bytes. */
         br_slot_desc_t d;
         if ((size_t)size < sizeof(d)) {
-            proxy_fail(proxy, nc, ncclRemoteError, "receive (message without a descriptor)");
+            br_proxy_fail_recv(proxy, nc, ncclRemoteError, "receive (message without a descriptor)");
             return moved;
         }
         memcpy(&d, nc->buf + (size_t)slot * nc->stride + (size_t)size - sizeof(d), sizeof(d));
         if (d.bytes != (uint64_t)size - sizeof(d)) {
-            proxy_fail(proxy, nc, ncclRemoteError, "receive (descriptor and size disagree)");
+            br_proxy_fail_recv(proxy, nc, ncclRemoteError, "receive (descriptor and size disagree)");
             return moved;
         }
         nc->ctrl->slot[slot] = d;
@@ -349,6 +344,9 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
         /* Release: the slot's bytes and descriptor before the new tail. */
         atomic_store_explicit(&nc->ctrl->tail, nc->done, memory_order_release);
         moved++;
+    }
+    if (proxy->failover > 0) {
+        br_proxy_link_ack(proxy, nc, head);
     }
     return moved;
 }
@@ -359,8 +357,9 @@ static int progress_locked(br_proxy_t *proxy)
     if (atomic_load_explicit(&proxy->error, memory_order_relaxed) != ncclSuccess) {
         return 0;
     }
+    moved += br_proxy_link_progress(proxy);
     for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
-        if (atomic_load_explicit(&nc->failed, memory_order_relaxed) == ncclSuccess) {
+        if (nc->fo_state == BR_FO_NONE) {
             moved += nc->is_send ? progress_send(proxy, nc) : progress_recv(proxy, nc);
         }
     }
@@ -371,6 +370,9 @@ static int progress_locked(br_proxy_t *proxy)
  * executor returns: the peer is waiting for them. */
 static int has_pending_sends(br_proxy_t *proxy)
 {
+    if (proxy->nfailover > 0) {
+        return 1; /* a replacement connection is being made: keep at it */
+    }
     for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
         if (nc->is_send && nc->done < atomic_load_explicit(&nc->ctrl->tail, memory_order_acquire)) {
             return 1;
@@ -502,15 +504,21 @@ static void *proxy_main(void *arg)
     return NULL;
 }
 
-ncclResult_t br_proxy_create(br_net_t *net, int rank, br_proxy_t **proxy_p)
+ncclResult_t br_proxy_create(const br_proxy_config_t *cfg, br_proxy_t **proxy_p)
 {
     ncclResult_t res = ncclSuccess;
     br_proxy_t *proxy = NULL;
     int ret;
 
     BR_CHECK(br_calloc(&proxy, 1, "proxy"));
-    proxy->net = net;
-    proxy->rank = rank;
+    proxy->net = cfg->net;
+    proxy->boot = cfg->boot;
+    proxy->rank = cfg->rank;
+    proxy->comm_hash = cfg->comm_hash;
+    proxy->traffic_class = cfg->traffic_class;
+    proxy->net_required = cfg->net_required;
+    proxy->failover = cfg->boot != NULL ? (int)BR_PARAM_INT(FAILOVER) : 0;
+    pthread_mutex_init(&proxy->mail_lock, NULL);
     pthread_mutex_init(&proxy->lock, NULL);
     pthread_mutex_init(&proxy->wake_lock, NULL);
     pthread_cond_init(&proxy->wake, NULL);
@@ -520,13 +528,16 @@ ncclResult_t br_proxy_create(br_net_t *net, int rank, br_proxy_t **proxy_p)
         res = ncclSystemError;
         goto err_free;
     }
-    BR_INFO(NCCL_INIT | NCCL_PROXY, "proxy thread started for net plugin %s", net->name);
+    BR_INFO(NCCL_INIT | NCCL_PROXY, "proxy thread started for net plugin %s (failover %s)",
+            cfg->net->name, proxy->failover > 0 ? "on" : "off");
+    br_proxy_link_start(proxy);
     *proxy_p = proxy;
     return ncclSuccess;
 err_free:
     pthread_cond_destroy(&proxy->wake);
     pthread_mutex_destroy(&proxy->wake_lock);
     pthread_mutex_destroy(&proxy->lock);
+    pthread_mutex_destroy(&proxy->mail_lock);
     free(proxy);
     return res;
 }
@@ -610,10 +621,10 @@ static int conn_outstanding(const br_net_conn_t *nc)
  * request that completes or fails is finished. Returns the requests still outstanding. */
 static int drain_once(br_proxy_t *proxy)
 {
-    br_net_t *net = proxy->net;
     int left = 0;
 
     for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
+        br_net_t *net = nc->net;
         for (uint64_t k = nc->done; k < nc->posted; k++) {
             int slot = (int)(k % BR_STEPS), done = 0, size = 0;
             if (nc->req[slot] == NULL) {
@@ -673,7 +684,6 @@ static int drain_bounded(br_proxy_t *proxy, uint64_t ms)
 
 static void close_conn(br_proxy_t *proxy, br_net_conn_t *nc, int flush)
 {
-    br_net_t *net = proxy->net;
     int left = conn_outstanding(nc);
 
     if (left > 0) {
@@ -686,14 +696,33 @@ static void close_conn(br_proxy_t *proxy, br_net_conn_t *nc, int flush)
                 flush ? "its operation did not complete" : "abort: the peer may be gone");
     }
     events_stop(proxy, nc);
-    if (nc->mhandle != NULL) {
-        (void)net->ops->dereg_mr(net, nc->comm, nc->mhandle);
+    br_proxy_comm_close(proxy, nc);
+}
+
+void br_proxy_comm_close(br_proxy_t *proxy, br_net_conn_t *nc)
+{
+    br_net_t *net = nc->net;
+
+    if (nc->comm != NULL) {
+        if (nc->mhandle != NULL) {
+            (void)net->ops->dereg_mr(net, nc->comm, nc->mhandle);
+        }
+        if (nc->is_send) {
+            (void)net->ops->close_send(net, nc->comm);
+        } else {
+            (void)net->ops->close_recv(net, nc->comm);
+        }
     }
-    if (nc->is_send) {
-        (void)net->ops->close_send(net, nc->comm);
-    } else {
-        (void)net->ops->close_recv(net, nc->comm);
+    nc->comm = NULL;
+    nc->mhandle = NULL;
+    for (int i = 0; i < BR_STEPS; i++) {
+        nc->req[i] = NULL; /* ended with the comm (the net ABI has no cancel) */
     }
+    if (nc->fo_listen != NULL) {
+        (void)nc->fo_net->ops->close_listen(nc->fo_net, nc->fo_listen);
+        nc->fo_listen = NULL;
+    }
+    (void)proxy;
 }
 
 void br_proxy_destroy(br_proxy_t *proxy, int flush)
@@ -709,6 +738,7 @@ void br_proxy_destroy(br_proxy_t *proxy, int flush)
     pthread_cond_signal(&proxy->wake);
     pthread_mutex_unlock(&proxy->wake_lock);
     pthread_join(proxy->thread, NULL);
+    br_proxy_link_stop(proxy); /* no link message reaches the proxy from here on */
     if (proxy->park_ev != NULL) { /* destroyed with an executor still counted active */
         ctrl_wakeup(proxy, proxy->park_ev);
         proxy->park_ev = NULL;
@@ -721,8 +751,12 @@ void br_proxy_destroy(br_proxy_t *proxy, int flush)
         close_conn(proxy, nc, flush);
         free(nc);
     }
+    if (proxy->fallback != NULL) {
+        br_plugin_net_close(proxy->fallback);
+    }
     pthread_cond_destroy(&proxy->wake);
     pthread_mutex_destroy(&proxy->wake_lock);
     pthread_mutex_destroy(&proxy->lock);
+    pthread_mutex_destroy(&proxy->mail_lock);
     free(proxy);
 }

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bootstrap.h"
 #include "fifo.h"
 #include "plugin.h"
 
@@ -51,6 +52,27 @@ typedef struct br_net_conn {
      * it, so none is left posted when the connection closes, as in NCCL. */
     _Atomic uint64_t want;
     int dev; /* the net device the connection runs on */
+    br_net_t *net; /* the plugin it runs on: the communicator's, or after a failover the
+                    * socket plugin (net_hand_over sets it; the proxy owns it then) */
+    int fid;       /* its number among this rank's net connections in the same direction
+                    * with peer, in creation order: the same number at the other end */
+    int lane, local_rank; /* what picked its device (br_plugin_net_dev_pick) */
+    /* Send side, with failover on: steps the receiver confirmed it holds. A slot is
+     * handed back to the executor (head) only once sent and confirmed, so everything the
+     * receiver may lack is still in the FIFO when a connection has to be replaced. */
+    _Atomic uint64_t acked;
+    uint64_t ack_sent; /* receive side: the count last confirmed to the sender */
+    /* Failover (proxy_link.c): the state of a replacement in progress, the number of the
+     * connection's current incarnation (both ends agree on it), how often it failed. */
+    int fo_state;
+    uint32_t epoch;
+    int nfail;
+    uint64_t fo_start, fo_deadline;
+    void *fo_listen;    /* receive side: listening for the replacement */
+    br_net_t *fo_net;   /* the plugin and device of the replacement */
+    int fo_dev;
+    char fo_handle[NCCL_NET_HANDLE_MAXSIZE]; /* send side: where to connect */
+    char fo_what[256];  /* what failed (for the WARN once it is replaced) */
     /* A receive connection that failed (the peer closed it or died). Receives are kept
      * posted ahead of need, so this is an error only once the executor waits on it. */
     _Atomic int failed;
@@ -75,8 +97,18 @@ static inline void br_proxy_need(br_net_conn_t *nc, uint64_t step)
     }
 }
 
-/* Start the proxy of one communicator (rank for log lines; peer_desc names ranks). */
-ncclResult_t br_proxy_create(br_net_t *net, int rank, br_proxy_t **proxy_p);
+/* What a communicator's proxy works with. */
+typedef struct {
+    br_net_t *net;        /* the communicator's net plugin */
+    br_bootstrap_t *boot; /* link messages to the other end of each connection */
+    int rank;
+    uint64_t comm_hash;   /* for opening the socket plugin on failover */
+    int traffic_class;
+    int net_required;     /* NCCL_NET named the network: failover never leaves it */
+} br_proxy_config_t;
+
+/* Start the proxy of one communicator. */
+ncclResult_t br_proxy_create(const br_proxy_config_t *cfg, br_proxy_t **proxy_p);
 
 /* Hand a connected, registered net connection to the proxy. */
 ncclResult_t br_proxy_add(br_proxy_t *proxy, br_net_conn_t *nc);

@@ -234,6 +234,10 @@ typedef struct br_transport_comm {
     int64_t ll_buffsize;   /* agreed: LL FIFO bytes of collective connections */
     int64_t p2p_chunk;     /* agreed by all ranks: p2p step bytes */
     br_net_t *net;         /* loaded net plugin, or NULL */
+    int traffic_class;     /* ncclConfig_t.trafficClass, or -1 (for a failover's plugin) */
+    int net_required;      /* NCCL_NET named the network: failover never leaves it */
+    int *net_fid;          /* 2 x nranks: net connections made so far with each peer, receive
+                            * ones then send ones; numbers a connection alike at both ends */
     struct br_proxy *proxy;
     br_arena_t *arena; /* node arena, or NULL when ranks span hosts or it is disabled */
     br_conn_t **conns; /* every connection made, for teardown */

@@ -245,6 +245,8 @@ void br_transport_close_all(br_transport_comm_t *tc, int flush)
     free(tc->conns);
     tc->conns = NULL;
     tc->nconns = tc->conns_cap = 0;
+    free(tc->net_fid);
+    tc->net_fid = NULL;
     if (tc->arena != NULL) {
         munmap(tc->arena->base, tc->arena->size);
         free(tc->arena);

@@ -21,6 +21,7 @@ typedef struct {
     void *listen_comm; /* receiver */
     void *comm;
     int dev;                              /* the net device this end uses */
+    int fid;                              /* br_net_conn_t.fid */
     void *mhandle;                        /* the FIFO's registration, once comm is up */
     void *req;                            /* the first (empty) message, while in flight */
     char handle[NCCL_NET_HANDLE_MAXSIZE]; /* sender */
@@ -56,9 +57,14 @@ static ncclResult_t net_require(br_transport_comm_t *tc, int peer)
     return ncclSuccess;
 }
 
-/* A local FIFO (registered with the plugin once the connection completes). */
+/* A local FIFO (registered with the plugin once the connection completes), and the
+ * connection's number among those with the same peer and direction: both ends set up
+ * their connections to one peer in the same order, so they number them alike. */
 static ncclResult_t net_local_fifo(br_transport_comm_t *tc, br_conn_t *conn)
 {
+    if (tc->net_fid == NULL) {
+        BR_CHECK(br_calloc(&tc->net_fid, 2 * (size_t)tc->nranks, "net connection numbers"));
+    }
     size_t size = br_transport_mapping_bytes(conn);
     void *base =
         mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -77,7 +83,10 @@ static ncclResult_t net_local_fifo(br_transport_comm_t *tc, br_conn_t *conn)
                 tc->rank, conn->ll_bytes, conn->step_size);
         return ncclInternalError;
     }
-    return br_calloc((net_setup_t **)&conn->setup, 1, "net connection setup");
+    BR_CHECK(br_calloc((net_setup_t **)&conn->setup, 1, "net connection setup"));
+    int *count = &tc->net_fid[(conn->is_send ? tc->nranks : 0) + conn->peer];
+    ((net_setup_t *)conn->setup)->fid = (*count)++;
+    return ncclSuccess;
 }
 
 static ncclResult_t net_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_conn_blob_t *blob)
@@ -98,16 +107,6 @@ static ncclResult_t net_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
     ns->dev = net_dev(tc, conn);
     memcpy(ns->handle, blob->net_handle, sizeof(ns->handle));
     return ncclSuccess;
-}
-
-static const char *net_dev_name(const br_net_t *net, int dev)
-{
-    for (int i = 0; i < net->nused; i++) {
-        if (net->used[i] == dev) {
-            return net->used_name[i];
-        }
-    }
-    return "?";
 }
 
 /*
@@ -174,10 +173,20 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     nc->is_send = conn->is_send;
     nc->peer = conn->peer;
     nc->dev = ns->dev;
+    nc->net = net;
+    nc->fid = ns->fid;
+    nc->lane = conn->lane;
+    nc->local_rank = local_rank(tc);
     nc->comm = ns->comm;
     nc->mhandle = ns->mhandle;
     if (tc->proxy == NULL) {
-        res = br_proxy_create(net, tc->rank, &tc->proxy);
+        br_proxy_config_t cfg = {.net = net,
+                                 .boot = tc->boot,
+                                 .rank = tc->rank,
+                                 .comm_hash = tc->comm_hash,
+                                 .traffic_class = tc->traffic_class,
+                                 .net_required = tc->net_required};
+        res = br_proxy_create(&cfg, &tc->proxy);
         if (res != ncclSuccess) {
             free(nc);
             return res;
@@ -189,11 +198,11 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     if (conn->p2p) {
         BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: p2p %s rank %d via NET/%s device %d (%s)", tc->rank,
                 conn->is_send ? "send to" : "receive from", conn->peer, net->name, ns->dev,
-                net_dev_name(net, ns->dev));
+                br_plugin_net_dev_name(net, ns->dev));
     } else {
         BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: channel %d %s rank %d via NET/%s device %d (%s)",
                 tc->rank, conn->lane, conn->is_send ? "send to" : "receive from", conn->peer,
-                net->name, ns->dev, net_dev_name(net, ns->dev));
+                net->name, ns->dev, br_plugin_net_dev_name(net, ns->dev));
     }
     return br_proxy_add(tc->proxy, nc);
 }

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * proxy internals shared by proxy.c (the progress loop, the thread, profiler events,
+ * close) and proxy_link.c (what the two ends of a connection tell each other: the
+ * receiver's acknowledgements and the failover that replaces a failed connection).
+ */
+#ifndef BR_PROXY_INT_H_
+#define BR_PROXY_INT_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "proxy.h"
+
+/* A link message waiting for the proxy (the bootstrap thread queues, progress takes). */
+typedef struct br_link_mail br_link_mail_t;
+
+struct br_proxy {
+    br_net_t *net;
+    br_bootstrap_t *boot;
+    int rank;
+    uint64_t comm_hash;
+    int traffic_class;
+    int net_required;
+    int failover;        /* BRAID_FAILOVER at creation: times a connection may fail over */
+    br_net_t *fallback;  /* Braid's socket plugin once a failover opened it (under lock) */
+    int nfailover;       /* connections being replaced now (under lock) */
+    pthread_t thread;
+    pthread_mutex_t lock;      /* guards the connection list and its progress */
+    pthread_mutex_t wake_lock; /* guards active/stop with `wake` */
+    pthread_cond_t wake;
+    int active;
+    int stop;
+    br_net_conn_t *conns;
+    _Atomic int error;   /* ncclResult_t of the first failure */
+    br_profiler_t *prof; /* ProxyStep events, or NULL */
+    void *park_ev;       /* ProxyCtrl Sleep while executors are active (under wake_lock) */
+    char error_msg[512];
+    /* Link messages from the bootstrap thread, oldest first. */
+    pthread_mutex_t mail_lock;
+    br_link_mail_t *mail_head, *mail_tail;
+    _Atomic int mail_n;
+};
+
+/* States of br_net_conn_t.fo_state. */
+enum {
+    BR_FO_NONE = 0,     /* running */
+    BR_FO_WAIT_OFFER,   /* send side: the old connection is closed; the receiver was asked
+                         * for a replacement */
+    BR_FO_CONNECTING,   /* send side: connecting to the replacement the receiver offered */
+    BR_FO_ACCEPTING,    /* receive side: offered a replacement, waiting for the sender */
+    BR_FO_DEAD          /* given up: the error is set */
+};
+
+/* A send connection failed for good: record the error every later call reports. */
+void br_proxy_fail_send(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, const char *what);
+/* A receive connection failed for good: the executor reports it once it waits on it. */
+void br_proxy_fail_recv(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, const char *what);
+
+/* ---- proxy_link.c ---- */
+
+/* Start receiving link messages (at creation) and stop (at destroy, before freeing). */
+void br_proxy_link_start(br_proxy_t *proxy);
+void br_proxy_link_stop(br_proxy_t *proxy);
+
+/* A transfer of nc failed (res, what: "send", "receive"): replace the connection if
+ * failover allows, else fail it for good. */
+void br_proxy_link_failed(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res,
+                          const char *what);
+
+/* Handle waiting link messages and move replacements in progress (under lock). Returns
+ * the number of state changes. */
+int br_proxy_link_progress(br_proxy_t *proxy);
+
+/* Send side: the head to give the executor (completed sends the receiver confirmed). */
+static inline uint64_t br_proxy_link_head(const br_proxy_t *proxy, br_net_conn_t *nc)
+{
+    if (proxy->failover <= 0) {
+        return nc->done;
+    }
+    uint64_t acked = atomic_load_explicit(&nc->acked, memory_order_acquire);
+    return acked < nc->done ? acked : nc->done;
+}
+
+/* Receive side: confirm what the receiver holds once the executor has consumed steps
+ * not confirmed yet (so a sender is never held back further than shared memory would
+ * hold it). */
+void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t head);
+
+/* Close nc's plugin comm (and registration) now, with whatever is outstanding. */
+void br_proxy_comm_close(br_proxy_t *proxy, br_net_conn_t *nc);
+
+#endif /* BR_PROXY_INT_H_ */
