@@ -473,7 +473,8 @@ void br_boot_thread_stop(br_bootstrap_t *boot)
 }
 
 /* Open the persistent connection to a peer and say hello. Called with its out_lock. */
-static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t deadline_ns)
+static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t deadline_ns,
+                                   int quiet)
 {
     br_boot_rank_t *p = &boot->peers[peer];
     br_boot_hello_t hello;
@@ -500,9 +501,10 @@ static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t dead
         res = br_socket_send_all(fd, &hello, sizeof(hello), deadline_ns);
     }
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d cannot connect to %s at %s: %s",
-                boot->rank, br_boot_rank_str(boot, peer, who, sizeof(who)),
-                br_socket_addr_str(&p->info.addr, text, sizeof(text)), strerror(errno));
+        BR_WARN_UNLESS(quiet, NCCL_INIT | NCCL_BOOTSTRAP,
+                       "bootstrap: rank %d cannot connect to %s at %s: %s", boot->rank,
+                       br_boot_rank_str(boot, peer, who, sizeof(who)),
+                       br_socket_addr_str(&p->info.addr, text, sizeof(text)), strerror(errno));
         br_socket_close(&fd);
         return res;
     }
@@ -517,7 +519,7 @@ ncclResult_t br_boot_connect_peer(br_bootstrap_t *boot, int peer, uint64_t deadl
 
     pthread_mutex_lock(&p->out_lock);
     if (p->out_fd < 0) {
-        res = connect_locked(boot, peer, deadline_ns);
+        res = connect_locked(boot, peer, deadline_ns, 0);
     }
     pthread_mutex_unlock(&p->out_lock);
     return res;
@@ -556,8 +558,10 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
         queue_push(boot, peer, m);
         return ncclSuccess;
     }
+    /* A link message's sender handles its failure (the peer may have left normally). */
+    int quiet = kind == BR_BOOT_MSG_LINK;
     pthread_mutex_lock(&p->out_lock);
-    res = p->out_fd < 0 ? connect_locked(boot, peer, deadline) : ncclSuccess;
+    res = p->out_fd < 0 ? connect_locked(boot, peer, deadline, quiet) : ncclSuccess;
     if (res != ncclSuccess) {
         goto out;
     }
@@ -575,9 +579,10 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
         }
     }
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
-                "bootstrap: rank %d could not send %zu bytes (tag %d) to %s: %s", boot->rank, size,
-                tag, br_boot_rank_str(boot, peer, who, sizeof(who)), strerror(errno));
+        BR_WARN_UNLESS(quiet, NCCL_INIT | NCCL_BOOTSTRAP,
+                       "bootstrap: rank %d could not send %zu bytes (tag %d) to %s: %s",
+                       boot->rank, size, tag, br_boot_rank_str(boot, peer, who, sizeof(who)),
+                       strerror(errno));
         /* The stream is now out of step: the next send starts a fresh connection. */
         br_socket_close(&p->out_fd);
     }

@@ -64,6 +64,16 @@ static inline int br_log_enabled(int level, unsigned long flags)
         }                                                                                          \
     } while (0)
 
+/* A WARN, or only an INFO where the caller handles the failure itself (quiet). */
+#define BR_WARN_UNLESS(quiet, subsys, ...)                                                         \
+    do {                                                                                           \
+        if (quiet) {                                                                               \
+            BR_INFO(subsys, __VA_ARGS__);                                                          \
+        } else {                                                                                   \
+            BR_WARN(subsys, __VA_ARGS__);                                                          \
+        }                                                                                          \
+    } while (0)
+
 #ifdef BR_ENABLE_TRACE
 #define BR_TRACE(subsys, ...)                                                                      \
     do {                                                                                           \
