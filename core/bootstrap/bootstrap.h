@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "util_socket.h"
 
 typedef struct br_bootstrap br_bootstrap_t;
 
@@ -139,6 +140,10 @@ typedef void (*br_bootstrap_link_fn_t)(void *arg, int from, const void *data, si
 void br_bootstrap_set_link_fn(br_bootstrap_t *boot, br_bootstrap_link_fn_t fn, void *arg);
 ncclResult_t br_bootstrap_send_link(br_bootstrap_t *boot, int peer, const void *data,
                                     size_t size);
+
+/* The address this rank's bootstrap listens on, with port 0: where other sockets between
+ * the ranks (the proxy's acknowledgements) can listen too. */
+void br_bootstrap_listen_ip(br_bootstrap_t *boot, br_socket_addr_t *addr_p);
 
 /* Has rank peer's process closed its message connection to this rank (it exited or
  * destroyed its communicator)? Only a peer that ever sent this rank a message can say so. */

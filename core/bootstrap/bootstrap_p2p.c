@@ -759,6 +759,16 @@ ncclResult_t br_bootstrap_send_link(br_bootstrap_t *boot, int peer, const void *
     return br_boot_send_msg(boot, peer, BR_BOOT_MSG_LINK, 0, data, size);
 }
 
+void br_bootstrap_listen_ip(br_bootstrap_t *boot, br_socket_addr_t *addr_p)
+{
+    *addr_p = boot->listen_addr;
+    if (addr_p->sa.sa_family == AF_INET6) {
+        addr_p->sin6.sin6_port = 0;
+    } else {
+        addr_p->sin.sin_port = 0;
+    }
+}
+
 int br_bootstrap_peer_gone(br_bootstrap_t *boot, int peer)
 {
     int gone;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "proxy_int.h"
 #include "util.h"
@@ -274,7 +275,10 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
     }
     /* Sent, and with failover on also confirmed by the receiver: the executor may
      * overwrite the slot (release). */
-    uint64_t head = br_proxy_link_head(proxy, nc);
+    if (nc->acks && atomic_load_explicit(&nc->acked, memory_order_relaxed) < nc->done) {
+        br_proxy_link_read_acks(proxy, nc);
+    }
+    uint64_t head = br_proxy_link_head(nc);
     if (head > atomic_load_explicit(&nc->ctrl->head, memory_order_relaxed)) {
         atomic_store_explicit(&nc->ctrl->head, head, memory_order_release);
         moved++;
@@ -345,7 +349,7 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
         atomic_store_explicit(&nc->ctrl->tail, nc->done, memory_order_release);
         moved++;
     }
-    if (proxy->failover > 0) {
+    if (nc->acks) {
         br_proxy_link_ack(proxy, nc, head);
     }
     return moved;
@@ -697,6 +701,10 @@ static void close_conn(br_proxy_t *proxy, br_net_conn_t *nc, int flush)
     }
     events_stop(proxy, nc);
     br_proxy_comm_close(proxy, nc);
+    if (nc->ack_fd >= 0) {
+        close(nc->ack_fd);
+        nc->ack_fd = -1;
+    }
 }
 
 void br_proxy_comm_close(br_proxy_t *proxy, br_net_conn_t *nc)

@@ -62,6 +62,12 @@ typedef struct br_net_conn {
      * receiver may lack is still in the FIFO when a connection has to be replaced. */
     _Atomic uint64_t acked;
     uint64_t ack_sent; /* receive side: the count last confirmed to the sender */
+    int acks;          /* the receiver acknowledges (both ends run with failover on) */
+    int ack_fd;        /* the connection's acknowledgement socket (-1: the bootstrap's link
+                        * messages carry them, as after that socket failed) */
+    unsigned ack_polls;               /* send side: when to look at the socket next */
+    unsigned ack_got;                 /* send side: bytes of a count read so far */
+    unsigned char ack_part[8];
     /* Failover (proxy_link.c): the state of a replacement in progress, the number of the
      * connection's current incarnation (both ends agree on it), how often it failed. */
     int fo_state;

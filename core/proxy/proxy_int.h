@@ -73,14 +73,18 @@ void br_proxy_link_failed(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res
 int br_proxy_link_progress(br_proxy_t *proxy);
 
 /* Send side: the head to give the executor (completed sends the receiver confirmed). */
-static inline uint64_t br_proxy_link_head(const br_proxy_t *proxy, br_net_conn_t *nc)
+static inline uint64_t br_proxy_link_head(br_net_conn_t *nc)
 {
-    if (proxy->failover <= 0) {
+    if (!nc->acks) {
         return nc->done;
     }
     uint64_t acked = atomic_load_explicit(&nc->acked, memory_order_acquire);
     return acked < nc->done ? acked : nc->done;
 }
+
+/* Send side: read the receiver's acknowledgements when the executor may need slots (every
+ * one is in flight, or now and then). */
+void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc);
 
 /* Receive side: confirm what the receiver holds once the executor has consumed steps
  * not confirmed yet (so a sender is never held back further than shared memory would

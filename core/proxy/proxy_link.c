@@ -32,9 +32,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "proxy_int.h"
 #include "util.h"
+#include "util_socket.h"
 
 enum { LINK_ACK = 1, LINK_REQ = 2, LINK_OFFER = 3, LINK_GIVEUP = 4 };
 
@@ -149,20 +153,92 @@ static ncclResult_t link_send_text(br_proxy_t *proxy, const br_net_conn_t *nc, u
     return link_send(proxy, nc, type, &m);
 }
 
+/* The acknowledgement socket failed: from now on acknowledgements go as link messages. */
+static void ack_socket_lost(br_proxy_t *proxy, br_net_conn_t *nc, const char *what)
+{
+    BR_INFO(NCCL_NET | NCCL_PROXY,
+            "rank %d: the acknowledgement socket of the %s rank %d %s (%s); acknowledgements "
+            "go through the bootstrap from here on",
+            proxy->rank, nc->is_send ? "send to" : "receive from", nc->peer, what,
+            strerror(errno));
+    close(nc->ack_fd);
+    nc->ack_fd = -1;
+}
+
 void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t head)
 {
-    link_wire_t m;
+    uint64_t count = nc->done;
 
-    if (nc->done <= nc->ack_sent ||
-        (head <= nc->ack_sent && nc->done - nc->ack_sent < BR_STEPS / 2)) {
+    if (count <= nc->ack_sent || (head <= nc->ack_sent && count - nc->ack_sent < BR_STEPS / 2)) {
         return;
     }
+    if (nc->ack_fd >= 0) {
+        ssize_t n = send(nc->ack_fd, &count, sizeof(count), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n == (ssize_t)sizeof(count)) {
+            nc->ack_sent = count;
+            return;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            return; /* the sender has not read for a while: again at the next progress */
+        }
+        if (n > 0 && br_socket_send_all(nc->ack_fd, (const char *)&count + n,
+                                        sizeof(count) - (size_t)n,
+                                        br_time_ns() + 1000000000ull) == ncclSuccess) {
+            nc->ack_sent = count;
+            return;
+        }
+        ack_socket_lost(proxy, nc, "failed");
+        if (n > 0) {
+            return; /* a part of the count went: the stream is broken, its reader drops it */
+        }
+    }
+    link_wire_t m;
     memset(&m, 0, sizeof(m));
-    m.count = nc->done;
+    m.count = count;
     /* A failed send is the failover's business (the peer's process may be gone, which the
      * executor reports); the sender then merely waits longer for its slots. */
     if (link_send(proxy, nc, LINK_ACK, &m) == ncclSuccess) {
-        nc->ack_sent = nc->done;
+        nc->ack_sent = count;
+    }
+}
+
+void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc)
+{
+    uint64_t tail = atomic_load_explicit(&nc->ctrl->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&nc->ctrl->head, memory_order_relaxed);
+    unsigned char buf[512];
+    uint64_t count = 0;
+    int found = 0;
+
+    /* A system call per progress would be too many: read when every slot is taken (the
+     * executor may be waiting for one), else every 16th time. */
+    if (nc->ack_fd < 0 || (tail - head < BR_STEPS && (++nc->ack_polls & 15) != 0)) {
+        return;
+    }
+    for (;;) {
+        ssize_t n = recv(nc->ack_fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            ack_socket_lost(proxy, nc, n == 0 ? "was closed by the receiver" : "failed");
+            break;
+        }
+        if (n < 0) {
+            break;
+        }
+        /* Counts of 8 bytes, each one at least the one before: the last whole one wins. */
+        for (ssize_t i = 0; i < n; i++) {
+            nc->ack_part[nc->ack_got++] = buf[i];
+            if (nc->ack_got == sizeof(count)) {
+                memcpy(&count, nc->ack_part, sizeof(count));
+                nc->ack_got = 0;
+                found = 1;
+            }
+        }
+        if ((size_t)n < sizeof(buf)) {
+            break;
+        }
+    }
+    if (found && count > atomic_load_explicit(&nc->acked, memory_order_relaxed)) {
+        atomic_store_explicit(&nc->acked, count, memory_order_release);
     }
 }
 

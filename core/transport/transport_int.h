@@ -8,6 +8,7 @@
 #define BR_TRANSPORT_INT_H_
 
 #include "transport.h"
+#include "util_socket.h"
 
 /* What the receiver sends the sender. */
 typedef struct {
@@ -17,6 +18,9 @@ typedef struct {
     uint64_t ptr;                             /* p2p */
     char shm_name[64];                        /* shm */
     char net_handle[NCCL_NET_HANDLE_MAXSIZE]; /* net */
+    br_socket_addr_t ack_addr; /* net with failover: where the sender connects the socket
+                                * the receiver acknowledges on (unset: no acknowledgements) */
+    uint64_t ack_token;        /* what the sender says first there */
 } br_conn_blob_t;
 
 typedef struct br_transport_ops {

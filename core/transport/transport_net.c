@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "transport_int.h"
 #include "util.h"
@@ -22,6 +24,10 @@ typedef struct {
     void *comm;
     int dev;                              /* the net device this end uses */
     int fid;                              /* br_net_conn_t.fid */
+    /* The acknowledgement socket (failover): the receiver listens, the sender connects and
+     * says the token; -1 when unused. */
+    int ack_listen, ack_fd;
+    uint64_t ack_token;
     void *mhandle;                        /* the FIFO's registration, once comm is up */
     void *req;                            /* the first (empty) message, while in flight */
     char handle[NCCL_NET_HANDLE_MAXSIZE]; /* sender */
@@ -84,9 +90,88 @@ static ncclResult_t net_local_fifo(br_transport_comm_t *tc, br_conn_t *conn)
         return ncclInternalError;
     }
     BR_CHECK(br_calloc((net_setup_t **)&conn->setup, 1, "net connection setup"));
-    int *count = &tc->net_fid[(conn->is_send ? tc->nranks : 0) + conn->peer];
-    ((net_setup_t *)conn->setup)->fid = (*count)++;
+    net_setup_t *ns = conn->setup;
+    ns->fid = tc->net_fid[(conn->is_send ? tc->nranks : 0) + conn->peer]++;
+    ns->ack_listen = ns->ack_fd = -1;
     return ncclSuccess;
+}
+
+/*
+ * With failover on, the receiver acknowledges the steps it holds on a TCP socket of the
+ * connection's own (core/proxy/proxy_link.c), beside the bootstrap's and never through
+ * the net plugin: the receiver writes, the sender's proxy reads when it needs slots, and
+ * no thread is woken for it. The receiver listens on the bootstrap's address and puts
+ * it in the blob with a random token; the sender connects and sends the token first.
+ */
+static ncclResult_t ack_listen(br_transport_comm_t *tc, net_setup_t *ns, br_conn_blob_t *blob)
+{
+    br_socket_addr_t local;
+
+    if (BR_PARAM_INT(FAILOVER) <= 0) {
+        return ncclSuccess;
+    }
+    br_bootstrap_listen_ip(tc->boot, &local);
+    BR_CHECK(br_socket_listen(&local, &ns->ack_listen, &blob->ack_addr));
+    BR_CHECK(br_random_bytes(&ns->ack_token, sizeof(ns->ack_token)));
+    blob->ack_token = ns->ack_token;
+    return ncclSuccess;
+}
+
+static ncclResult_t ack_connect(br_transport_comm_t *tc, br_conn_t *conn, net_setup_t *ns,
+                                const br_conn_blob_t *blob)
+{
+    uint64_t deadline = br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
+    ncclResult_t res;
+
+    if (!br_socket_addr_is_valid(&blob->ack_addr)) {
+        return ncclSuccess; /* the receiver does not acknowledge */
+    }
+    res = br_socket_connect_once(&blob->ack_addr, deadline, &ns->ack_fd);
+    if (res == ncclSuccess) {
+        res = br_socket_send_all(ns->ack_fd, &blob->ack_token, sizeof(blob->ack_token), deadline);
+    }
+    if (res != ncclSuccess) {
+        char text[BR_SOCKET_ADDR_STRLEN];
+        BR_WARN(NCCL_NET, "rank %d: cannot connect the acknowledgement socket of rank %d (host "
+                "%s) at %s: %s", tc->rank, conn->peer, tc->peers[conn->peer].host,
+                br_socket_addr_str(&blob->ack_addr, text, sizeof(text)), strerror(errno));
+    }
+    return res;
+}
+
+/* Receiver: take the sender's acknowledgement connection. Returns 1 once it is there (or
+ * none is expected), 0 while it is not. */
+static int ack_accept(br_transport_comm_t *tc, br_conn_t *conn, net_setup_t *ns,
+                      ncclResult_t *res_p)
+{
+    uint64_t token = 0;
+    int fd = -1;
+
+    *res_p = ncclSuccess;
+    if (ns->ack_listen < 0) {
+        return 1;
+    }
+    fd = accept4(ns->ack_listen, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+            BR_WARN(NCCL_NET, "rank %d: accepting the acknowledgement socket of rank %d failed: %s",
+                    tc->rank, conn->peer, strerror(errno));
+            *res_p = ncclSystemError;
+        }
+        return 0;
+    }
+    /* The sender wrote the token right after connecting. */
+    if (br_socket_recv_all(fd, &token, sizeof(token), br_time_ns() + 5000000000ull) !=
+            ncclSuccess ||
+        token != ns->ack_token) {
+        BR_INFO(NCCL_NET, "rank %d: dropped a connection to the acknowledgement socket for rank "
+                "%d without its token", tc->rank, conn->peer);
+        close(fd);
+        return 0;
+    }
+    ns->ack_fd = fd;
+    br_socket_close(&ns->ack_listen);
+    return 1;
 }
 
 static ncclResult_t net_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_conn_blob_t *blob)
@@ -95,6 +180,7 @@ static ncclResult_t net_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_
     BR_CHECK(net_local_fifo(tc, conn));
     net_setup_t *ns = conn->setup;
     ns->dev = net_dev(tc, conn);
+    BR_CHECK(ack_listen(tc, ns, blob));
     return tc->net->ops->listen(tc->net, ns->dev, blob->net_handle, &ns->listen_comm);
 }
 
@@ -106,7 +192,7 @@ static ncclResult_t net_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
     net_setup_t *ns = conn->setup;
     ns->dev = net_dev(tc, conn);
     memcpy(ns->handle, blob->net_handle, sizeof(ns->handle));
-    return ncclSuccess;
+    return ack_connect(tc, conn, ns, blob);
 }
 
 /*
@@ -179,6 +265,8 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     nc->local_rank = local_rank(tc);
     nc->comm = ns->comm;
     nc->mhandle = ns->mhandle;
+    nc->ack_fd = ns->ack_fd;
+    nc->acks = ns->ack_fd >= 0;
     if (tc->proxy == NULL) {
         br_proxy_config_t cfg = {.net = net,
                                  .boot = tc->boot,
@@ -193,8 +281,9 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
         }
     }
     conn->net = nc;
-    ns->comm = NULL; /* owned by the proxy now, with the registration */
+    ns->comm = NULL; /* owned by the proxy now, with the registration and the socket */
     ns->mhandle = NULL;
+    ns->ack_fd = -1;
     if (conn->p2p) {
         BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: p2p %s rank %d via NET/%s device %d (%s)", tc->rank,
                 conn->is_send ? "send to" : "receive from", conn->peer, net->name, ns->dev,
@@ -238,6 +327,9 @@ static ncclResult_t net_complete(br_transport_comm_t *tc, br_conn_t *conn, int *
     if (!net_first_message(tc, conn, ns, &res)) {
         return res;
     }
+    if (!ack_accept(tc, conn, ns, &res)) {
+        return res;
+    }
     BR_CHECK(net_hand_over(tc, conn, ns));
     free(ns);
     conn->setup = NULL;
@@ -266,6 +358,8 @@ static void net_close(br_transport_comm_t *tc, br_conn_t *conn)
                 (void)tc->net->ops->close_recv(tc->net, ns->comm);
             }
         }
+        br_socket_close(&ns->ack_listen);
+        br_socket_close(&ns->ack_fd);
         free(ns);
         conn->setup = NULL;
     }
