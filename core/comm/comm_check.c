@@ -43,6 +43,7 @@ static const struct {
     {BR_PARAM_ID_P2P_DISABLE, "the transport between ranks"},
     {BR_PARAM_ID_SHM_DISABLE, "the transport between ranks"},
     {BR_PARAM_ID_NET, "the network"},
+    {BR_PARAM_ID_FAILOVER, "whether receivers acknowledge network data (transport failover)"},
 };
 #define NCHECK ((int)(sizeof(must_agree) / sizeof(must_agree[0])))
 
