@@ -112,7 +112,6 @@ static ncclResult_t plan_setup(ncclComm_t comm)
         memcpy(pc.collnet_red, comm->ec->collnet->red, sizeof(pc.collnet_red));
         pc.collnet_ag = comm->ec->collnet->allgather;
         pc.collnet_rs = comm->ec->collnet->reducescatter;
-        pc.collnet_stage = comm->ec->collnet->stage_bytes;
     }
     if (tc->arena != NULL) {
         pc.arena_bytes = tc->arena->max_bytes;

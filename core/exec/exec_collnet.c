@@ -10,12 +10,13 @@
  * naming the rank, host, operation and plugin.
  *
  * AllReduce: a chunk is stage_bytes of the input. AllGather / ReduceScatter: a chunk is a
- * window, the same range [off, off + wb) of every rank's block (count elements), with
- * nranks x wb at most stage_bytes. AllGather sends this rank's window (wb bytes) and gets
- * every rank's, in rank order, in one part of nranks x wb bytes; ReduceScatter sends every
- * block's window in rank order (one part of nranks x wb bytes) and gets the reduced window
- * of this rank's block (wb bytes). bytesPerRank is the whole block, windowOffset off,
- * windowBytes wb (docs/plugins.md).
+ * window of the concatenation of every rank's block (nranks x count elements: the
+ * AllGather output, the ReduceScatter input), stage_bytes at most, in the layout NCCL's
+ * proxy passes (src/transport/coll_net.cc, docs/plugins.md): bytesPerRank is one block,
+ * windowOffset and windowBytes the window's place in the concatenation, and the one part
+ * holds the window (iallgather's recvParts, ireducescatter's sendParts). sendData
+ * (iallgather) holds this rank's bytes inside the window, recvData (ireducescatter) gets
+ * them reduced: none when the window does not reach this rank's block.
  *
  * Threading: called by the thread that runs the communicator's batch; the plugin's data
  * path (iallreduce, iallgather, ireducescatter, test) is only ever called by that one
@@ -49,15 +50,34 @@ static void collnet_fail(br_exec_comm_t *ec, const br_work_t *w, ncclResult_t re
                  x->cn->name, x->cn->version, call, why);
 }
 
+/* Elements the chunks cut: the AllReduce input, or the concatenation of every block. */
+static size_t collnet_total(const br_exec_comm_t *ec, const br_work_t *w)
+{
+    return w->op.func == BR_FUNC_ALLREDUCE ? w->op.count : w->op.count * (size_t)ec->nranks;
+}
+
+/* How many elements of this rank's block lie in the window [first, first + n) of the
+ * concatenation, and where they start in the block (*in_p). */
+static size_t collnet_own(const br_exec_comm_t *ec, const br_work_t *w, size_t first, size_t n,
+                          size_t *in_p)
+{
+    size_t lo = (size_t)ec->rank * w->op.count, hi = lo + w->op.count;
+    size_t b = first > lo ? first : lo, e = first + n < hi ? first + n : hi;
+
+    *in_p = b < e ? b - lo : 0;
+    return b < e ? e - b : 0;
+}
+
 /* Poll the chunk in staging pair s; copy its result out when done. <0 on error. */
 static int collnet_finish(br_exec_comm_t *ec, br_work_t *w, int s, size_t per)
 {
     br_exec_collnet_t *x = ec->collnet;
-    size_t esize = br_type_size(w->op.type);
+    size_t esize = br_type_size(w->op.type), total = collnet_total(ec, w);
     size_t first = w->cn_chunk[s] * per;
-    size_t n = w->op.count - first < per ? w->op.count - first : per;
+    size_t n = total - first < per ? total - first : per, in = 0, own = 0;
+    size_t block = w->op.count * esize;
     int done = 0, size = -1;
-    char why[96];
+    char why[160];
     ncclResult_t res;
 
     res = x->cn->ops->test(x->cn, w->cn_req[s], &done, &size);
@@ -70,21 +90,31 @@ static int collnet_finish(br_exec_comm_t *ec, br_work_t *w, int s, size_t per)
         return 0;
     }
     w->cn_req[s] = NULL;
-    size_t want = n * esize * (w->op.func == BR_FUNC_ALLGATHER ? (size_t)ec->nranks : 1);
-    if (size < 0 || (size_t)size != want) {
+    if (w->op.func == BR_FUNC_REDUCESCATTER) {
+        /* What landed in recvData: this rank's part of the window. NCCL never reads this
+         * size; the SHARP plugin reports bytesPerRank instead, so that passes too. */
+        own = collnet_own(ec, w, first, n, &in);
+        if (size < 0 || ((size_t)size != own * esize && (size_t)size != block)) {
+            snprintf(why, sizeof(why),
+                     "completed a window with %zu bytes of this rank's block with size %d "
+                     "(neither those bytes nor bytesPerRank %zu)",
+                     own * esize, size, block);
+            collnet_fail(ec, w, ncclSystemError, "test", why);
+            return -1;
+        }
+        memcpy((char *)w->op.recvbuff + in * esize, x->recv[s], own * esize);
+        w->cn_done++;
+        return 1;
+    }
+    if (size < 0 || (size_t)size != n * esize) {
         /* A plugin that lies about what it delivered: the data cannot be trusted. */
-        snprintf(why, sizeof(why), "completed a chunk of %zu bytes with size %d", want, size);
+        snprintf(why, sizeof(why), "completed a chunk of %zu bytes with size %d", n * esize, size);
         collnet_fail(ec, w, ncclSystemError, "test", why);
         return -1;
     }
-    if (w->op.func == BR_FUNC_ALLGATHER) { /* rank r's window lands in block r */
-        for (int r = 0; r < ec->nranks; r++) {
-            memcpy((char *)w->op.recvbuff + ((size_t)r * w->op.count + first) * esize,
-                   x->recv[s] + (size_t)r * n * esize, n * esize);
-        }
-    } else {
-        memcpy((char *)w->op.recvbuff + first * esize, x->recv[s], n * esize);
-    }
+    /* AllReduce: the chunk of the output; AllGather: the window of the concatenation,
+     * which is the output. */
+    memcpy((char *)w->op.recvbuff + first * esize, x->recv[s], n * esize);
     w->cn_done++;
     return 1;
 }
@@ -93,38 +123,35 @@ static int collnet_finish(br_exec_comm_t *ec, br_work_t *w, int s, size_t per)
 static int collnet_post(br_exec_comm_t *ec, br_work_t *w, int s, size_t per)
 {
     br_exec_collnet_t *x = ec->collnet;
-    size_t esize = br_type_size(w->op.type);
+    size_t esize = br_type_size(w->op.type), total = collnet_total(ec, w);
     size_t first = w->cn_next * per;
-    size_t n = w->op.count - first < per ? w->op.count - first : per;
+    size_t n = total - first < per ? total - first : per, in = 0;
+    size_t wb = n * esize, block = w->op.count * esize;
+    size_t own = collnet_own(ec, w, first, n, &in);
+    br_collnet_part_t part = {.size = wb};
     void *req = NULL;
     char why[64];
+    const char *call;
     ncclResult_t res;
 
-    size_t wb = n * esize, block = w->op.count * esize, nr = (size_t)ec->nranks;
-    br_collnet_part_t part;
-    const char *call;
-
     if (!w->cn_staged[s]) {
-        if (w->op.func == BR_FUNC_REDUCESCATTER) { /* every block's window, in rank order */
-            for (size_t r = 0; r < nr; r++) {
-                memcpy(x->send[s] + r * wb,
-                       (const char *)w->op.sendbuff + r * block + first * esize, wb);
-            }
-        } else {
+        if (w->op.func == BR_FUNC_ALLGATHER) { /* this rank's bytes in the window, maybe none */
+            memcpy(x->send[s], (const char *)w->op.sendbuff + in * esize, own * esize);
+        } else { /* the chunk of the input (ReduceScatter: of the concatenation) */
             memcpy(x->send[s], (const char *)w->op.sendbuff + first * esize, wb);
         }
         w->cn_staged[s] = 1;
     }
     if (w->op.func == BR_FUNC_ALLGATHER) {
         call = "iallgather";
-        part =
-            (br_collnet_part_t){.mhandle = x->recv_mh[s], .address = x->recv[s], .size = nr * wb};
+        part.mhandle = x->recv_mh[s];
+        part.address = x->recv[s];
         res = x->cn->ops->iallgather(x->cn, x->coll_comm, x->send[s], 1, &part, block,
                                      first * esize, wb, x->send_mh[s], &req);
     } else if (w->op.func == BR_FUNC_REDUCESCATTER) {
         call = "ireducescatter";
-        part =
-            (br_collnet_part_t){.mhandle = x->send_mh[s], .address = x->send[s], .size = nr * wb};
+        part.mhandle = x->send_mh[s];
+        part.address = x->send[s];
         res = x->cn->ops->ireducescatter(x->cn, x->coll_comm, 1, &part, x->recv[s], block,
                                          first * esize, wb, w->op.type, collnet_op(&w->op.redop),
                                          x->recv_mh[s], &req);
@@ -150,19 +177,10 @@ static int collnet_post(br_exec_comm_t *ec, br_work_t *w, int s, size_t per)
 int br_work_collnet(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     br_exec_comm_t *ec = q->ec;
+    /* stage_bytes is a multiple of 64 (comm_collnet.c), so a chunk is whole elements. */
     size_t per = ec->collnet->stage_bytes / br_type_size(w->op.type);
-    size_t nchunks;
+    size_t nchunks = (collnet_total(ec, w) + per - 1) / per;
     int moved = 0, r;
-
-    if (w->op.func != BR_FUNC_ALLREDUCE) { /* a window of every rank's block per chunk */
-        per /= (size_t)ec->nranks;
-    }
-    if (per == 0) { /* plan offers collnet only where an element per rank fits */
-        collnet_fail(ec, w, ncclInternalError, "staging",
-                     "buffers too small for one element per rank");
-        return -1;
-    }
-    nchunks = (w->op.count + per - 1) / per;
 
     /* Chunks complete in the order they were posted (plugin order): poll the oldest. */
     for (int i = 0; i < BR_COLLNET_NBUF; i++) {

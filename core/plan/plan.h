@@ -48,7 +48,6 @@ typedef struct {
                                               * max, min) is reduced by the collnet */
     int collnet_ag;       /* and every rank's plugin has iallgather (CollNetDirect AllGather) */
     int collnet_rs;       /* ireducescatter (CollNetDirect ReduceScatter) */
-    size_t collnet_stage; /* bytes of each collnet staging buffer */
 } br_plan_comm_t;
 
 /* Tuning constants in the layout of ncclTunerConstants_v5/v6 (1152 bytes of doubles); the

@@ -111,21 +111,12 @@ int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t 
             *why = "runs AllGather and ReduceScatter as CollNetDirect only";
             return 0;
         }
-        if (!BR_PARAM_INT(COLLNET_AGRS)) {
-            *why = "runs AllGather and ReduceScatter only with BRAID_COLLNET_AGRS=1 (their "
-                   "window layout is Braid's own, not NCCL's: docs/plugins.md)";
-            return 0;
-        }
         if (func == BR_FUNC_ALLGATHER && !pc->collnet_ag) {
             *why = "needs a collnet plugin with iallgather (NULL in some rank's table)";
             return 0;
         }
         if (func == BR_FUNC_REDUCESCATTER && !pc->collnet_rs) {
             *why = "needs a collnet plugin with ireducescatter (NULL in some rank's table)";
-            return 0;
-        }
-        if (pc->collnet_stage < (size_t)pc->nranks * 8) {
-            *why = "needs staging buffers (BRAID_COLLNET_CHUNK) of 8 bytes per rank";
             return 0;
         }
         *why = "the collnet plugin does not reduce this type with this operation";

@@ -144,9 +144,9 @@ typedef struct {
                                size_t count, ncclDataType_t type, ncclRedOp_t op, void *send_mh,
                                void *recv_mh, void **request);
     /* The optional members (cn->has_iallgather / has_ireducescatter say whether the plugin
-     * has them; calling an absent one fails with ncclInternalError). The window
-     * [window_off, window_off + window_bytes) of every rank's bytes_per_rank-byte block
-     * is what one call moves: see docs/plugins.md for how Braid lays it out. */
+     * has them; calling an absent one fails with ncclInternalError). One call moves the
+     * window [window_off, window_off + window_bytes) of the concatenation of every rank's
+     * bytes_per_rank-byte block, in NCCL's layout: see docs/plugins.md. */
     ncclResult_t (*iallgather)(br_collnet_t *cn, void *coll_comm, void *send, int nparts,
                                br_collnet_part_t *recv_parts, size_t bytes_per_rank,
                                size_t window_off, size_t window_bytes, void *send_mh,

@@ -10,8 +10,9 @@
  * checked) and the TUNING log says so, and a v2 tuner is told collNetSupport 1 (0 with
  * collnet off); ranks that disagree on NCCL_COLLNET_ENABLE agree not to use it.
  * AllGather / ReduceScatter forced to CollNetDirect run through a v8 plugin's iallgather /
- * ireducescatter (results checked), and fail, naming the missing member and NCCL_ALGO,
- * with a plugin that has none.
+ * ireducescatter in NCCL's window layout (results checked), fail on a completion of the
+ * wrong size, accept an ireducescatter completion of bytesPerRank (the SHARP plugin's),
+ * and fail, naming the missing member and NCCL_ALGO, with a plugin that has none.
  */
 #include <check.h>
 #include <dlfcn.h>
@@ -331,27 +332,61 @@ START_TEST(test_enable_differs_forced)
 }
 END_TEST
 
-/* AllGather / ReduceScatter through a v8 plugin (32-bit part sizes), forced: 1000 floats a
- * block with 4096-byte staging buffers over 3 ranks is 3 windows of 341 floats and a
- * partial one, results checked. (One run per test, as above.) */
-static void v8_run(int func)
+/* AllGather or ReduceScatter forced to CollNetDirect through `plugin` in failure mode
+ * `mode`: 1000 floats a block over 3 ranks with 4096-byte staging buffers is a
+ * concatenation of 12000 bytes cut into windows of 4096, 4096 and 3808 bytes, each
+ * reaching into two blocks, results checked. (One run per test, as above.) */
+static void windows_run(const char *plugin, const char *mode, int func)
 {
     scenario_t sc = {{1000, 1000}, 2, 0, {NULL, NULL, NULL}, -1, 0, func};
-    use_plugin(CN_PLUGIN_V8, "");
+    use_plugin(plugin, mode);
     setenv("BRAID_COLLNET_CHUNK", "4096", 1);
     setenv("NCCL_ALGO", "allgather:CollNetDirect;reducescatter:CollNetDirect", 1);
     run(3, &sc);
 }
 
+/* Through a v8 plugin (32-bit part sizes). */
 START_TEST(test_v8_allgather)
 {
-    v8_run(FN_ALLGATHER);
+    windows_run(CN_PLUGIN_V8, "", FN_ALLGATHER);
 }
 END_TEST
 
 START_TEST(test_v8_reducescatter)
 {
-    v8_run(FN_REDUCESCATTER);
+    windows_run(CN_PLUGIN_V8, "", FN_REDUCESCATTER);
+}
+END_TEST
+
+/* An ireducescatter that reports bytesPerRank as its size (as the SHARP plugin does) is
+ * accepted. */
+START_TEST(test_reducescatter_blocksize)
+{
+    windows_run(CN_PLUGIN_V12, "blocksize", FN_REDUCESCATTER);
+}
+END_TEST
+
+/* A completion of the wrong size (one byte short) fails the first call of `func` with
+ * `need` in its error: 2 x 1000 floats are one window. */
+static void wrong_size_run(int func, const char *need)
+{
+    scenario_t sc = {{1000, 1000}, 1, 1, {need, fn_name[func], "CollNetTest (v12)"}, -1, 0, func};
+    use_plugin(CN_PLUGIN_V12, "badsize");
+    setenv("NCCL_ALGO", "allgather:CollNetDirect;reducescatter:CollNetDirect", 1);
+    run(2, &sc);
+}
+
+/* iallgather must report the window; ireducescatter this rank's 1000 floats of it. */
+START_TEST(test_wrong_size_allgather)
+{
+    wrong_size_run(FN_ALLGATHER, "completed a chunk of 8000 bytes with size 7999");
+}
+END_TEST
+
+START_TEST(test_wrong_size_reducescatter)
+{
+    wrong_size_run(FN_REDUCESCATTER,
+                   "completed a window with 4000 bytes of this rank's block with size 3999");
 }
 END_TEST
 
@@ -403,6 +438,9 @@ static Suite *collnet_e2e_suite(void)
     tcase_add_test(tc, test_enable_differs_forced);
     tcase_add_test(tc, test_v8_allgather);
     tcase_add_test(tc, test_v8_reducescatter);
+    tcase_add_test(tc, test_wrong_size_allgather);
+    tcase_add_test(tc, test_wrong_size_reducescatter);
+    tcase_add_test(tc, test_reducescatter_blocksize);
     tcase_add_test(tc, test_no_iallgather);
     tcase_add_test(tc, test_no_ireducescatter);
     suite_add_tcase(s, tc);

@@ -14,18 +14,22 @@
  * (in integer or double arithmetic, rank order, rounded once to the type) and sends the result to
  * each rank, or an error status naming the mismatch.
  *
- * iallgather and ireducescatter go through the same reducer: the window of a call is
- * windowBytes of every rank's block at windowOffset, laid out as the core passes it
- * (docs/plugins.md): sendData (iallgather) holds this rank's window; the parts
- * (recvParts / sendParts, any number, in order) hold nranks windows in rank order;
- * recvData (ireducescatter) gets this rank's reduced window. The reducer concatenates the
- * windows (gather) or reduces every element of every window and returns each rank its own
- * (reduce-scatter). test reports the bytes written: nranks x windowBytes for iallgather,
- * windowBytes for ireducescatter.
+ * iallgather and ireducescatter go through the same reducer, with the semantics NCCL's proxy
+ * gives them (src/transport/coll_net.cc; docs/plugins.md): a call covers the window
+ * [windowOffset, windowOffset + windowBytes) of the concatenation of every rank's block of
+ * bytesPerRank bytes. iallgather sends the bytes of this rank's block that lie in the
+ * window, read from sendData (none when the window misses the block), and delivers the
+ * whole window into recvParts; ireducescatter reads the window from sendParts and delivers
+ * the reduced bytes of this rank's block that lie in it at recvData. The parts (any number,
+ * in order) must hold exactly windowBytes, and the window must lie inside the nranks
+ * blocks: anything else fails the call with a WARN saying why. test reports the bytes
+ * delivered: windowBytes for iallgather, this rank's bytes of the window for
+ * ireducescatter.
  *
  * BRAID_TEST_COLLNET selects a failure mode: "nodev" (0 devices), "negdev" (-1 devices),
  * "initfail", "noiallreduce" (the table loses iallreduce at init), "failop" (iallreduce
- * fails from the second call on), "badsize" (test reports one byte less than sent),
+ * fails from the second call on), "badsize" (test reports one byte less than delivered),
+ * "blocksize" (ireducescatter's test reports bytesPerRank, as the SHARP plugin does),
  * "noiallgather" / "noireducescatter" (the table loses that member at init).
  */
 #include <arpa/inet.h>
@@ -326,17 +330,18 @@ static ncclResult_t cn_iallreduce_impl(void *coll_comm, void *send, void *recv, 
     return ncclSuccess;
 }
 
-/* A part list, checked against the window (nranks windows of window_bytes) and copied. */
+/* A part list, checked against the window (windowBytes of the nranks blocks' concatenation)
+ * and copied. */
 static int cn_take_parts(cn_comm_t *c, cn_req_t *r, const char *call, int nparts, void *const *addr,
                          const size_t *size, size_t bytes_per_rank, size_t window_off,
                          size_t window_bytes)
 {
-    size_t total = 0;
-    if (nparts < 1 || nparts > CN_MAX_PARTS || window_bytes == 0 || window_off > bytes_per_rank ||
-        window_bytes > bytes_per_rank - window_off) {
-        CN_WARN("collnet test plugin: rank %d: %s with %d parts, window %zu + %zu of %zu bytes "
-                "per rank",
-                c->rank, call, nparts, window_off, window_bytes, bytes_per_rank);
+    size_t all = (size_t)c->nranks * bytes_per_rank, total = 0;
+    if (nparts < 1 || nparts > CN_MAX_PARTS || window_bytes == 0 || window_off > all ||
+        window_bytes > all - window_off) {
+        CN_WARN("collnet test plugin: rank %d: %s with %d parts, window %zu + %zu outside the "
+                "%d x %zu bytes of the blocks",
+                c->rank, call, nparts, window_off, window_bytes, c->nranks, bytes_per_rank);
         return -1;
     }
     for (int i = 0; i < nparts; i++) {
@@ -345,9 +350,10 @@ static int cn_take_parts(cn_comm_t *c, cn_req_t *r, const char *call, int nparts
         total += size[i];
     }
     r->nparts = nparts;
-    if (total != (size_t)c->nranks * window_bytes) {
-        CN_WARN("collnet test plugin: rank %d: %s parts hold %zu bytes, not %d x %zu", c->rank,
-                call, total, c->nranks, window_bytes);
+    if (total != window_bytes) {
+        CN_WARN("collnet test plugin: rank %d: %s parts hold %zu bytes, not the window's %zu "
+                "(window at %zu of the %d x %zu bytes of the blocks)",
+                c->rank, call, total, window_bytes, window_off, c->nranks, bytes_per_rank);
         return -1;
     }
     return 0;
@@ -382,7 +388,7 @@ static ncclResult_t cn_iallgather_impl(void *coll_comm, void *send, int nparts, 
                       window_bytes) != 0) {
         return ncclInvalidUsage;
     }
-    r->own_recv = malloc((size_t)c->nranks * window_bytes);
+    r->own_recv = malloc(window_bytes);
     if (r->own_recv == NULL) {
         return ncclSystemError;
     }
@@ -395,8 +401,8 @@ static ncclResult_t cn_iallgather_impl(void *coll_comm, void *send, int nparts, 
     r->h.seq = c->seq++;
     r->send = send;
     r->recv = r->own_recv;
-    r->bytes = window_bytes;
-    r->rbytes = (size_t)c->nranks * window_bytes;
+    r->bytes = cn_data_bytes(&r->h, c->rank, 0); /* this rank's bytes of the window */
+    r->rbytes = window_bytes;
     c->count++;
     *request = r;
     return ncclSuccess;
@@ -422,11 +428,16 @@ static ncclResult_t cn_ireducescatter_impl(void *coll_comm, int nparts, void *co
         return ncclSuccess;
     }
     if (cn_take_parts(c, r, "ireducescatter", nparts, addr, size, bytes_per_rank, window_off,
-                      window_bytes) != 0 ||
-        window_bytes % es != 0 || window_off % es != 0) {
+                      window_bytes) != 0) {
         return ncclInvalidUsage;
     }
-    r->own_send = malloc((size_t)c->nranks * window_bytes);
+    if (window_bytes % es != 0 || window_off % es != 0 || bytes_per_rank % es != 0) {
+        CN_WARN("collnet test plugin: rank %d: ireducescatter window %zu + %zu or block of %zu "
+                "bytes is not whole elements of %zu bytes",
+                c->rank, window_off, window_bytes, bytes_per_rank, es);
+        return ncclInvalidUsage;
+    }
+    r->own_send = malloc(window_bytes);
     if (r->own_send == NULL) {
         return ncclSystemError;
     }
@@ -444,8 +455,8 @@ static ncclResult_t cn_ireducescatter_impl(void *coll_comm, int nparts, void *co
     r->h.seq = c->seq++;
     r->send = r->own_send;
     r->recv = recv;
-    r->bytes = (size_t)c->nranks * window_bytes;
-    r->rbytes = window_bytes;
+    r->bytes = window_bytes;
+    r->rbytes = cn_data_bytes(&r->h, c->rank, 1); /* this rank's bytes of the window */
     c->count++;
     *request = r;
     return ncclSuccess;
@@ -528,7 +539,10 @@ static ncclResult_t cn_test(void *request, int *done, int *size)
     }
     *done = 1;
     *size = (int)r->rbytes - (strcmp(cn_mode, "badsize") == 0 ? 1 : 0);
-    if (r->own_recv != NULL) { /* the gathered windows, into the parts in order */
+    if (r->h.kind == CN_REDUCESCATTER && strcmp(cn_mode, "blocksize") == 0) {
+        *size = (int)r->h.bytes_per_rank;
+    }
+    if (r->own_recv != NULL) { /* the gathered window, into the parts in order */
         size_t at = 0;
         for (int i = 0; i < r->nparts; i++) {
             memcpy(r->part_addr[i], r->own_recv + at, r->part_size[i]);

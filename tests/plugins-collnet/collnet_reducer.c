@@ -5,10 +5,13 @@
  * to. It accepts one connection per rank, then repeats: read one request from every rank,
  * check that they agree (kind, count, type, op, number, window), and answer each rank:
  * AllReduce combines the inputs exactly (integer or double arithmetic in rank order,
- * rounded once to the type); AllGather concatenates the windows in rank order;
- * ReduceScatter combines every element of every block's window the same way and sends
- * each rank its own block's. It exits when a rank closes its connection (the communicator is
- * destroyed) or dies. Usage: collnet-reducer LISTEN_FD NRANKS.
+ * rounded once to the type). AllGather and ReduceScatter work on a window of the
+ * concatenation of every rank's block, as NCCL's proxy passes it: AllGather puts each
+ * rank's bytes of the window in their place and sends every rank the whole window;
+ * ReduceScatter combines every element of the window the same way and sends each rank
+ * the part of the window that is its own block (nothing when the window misses it). It exits when a
+ * rank closes its connection (the communicator is destroyed) or dies. Usage: collnet-reducer
+ * LISTEN_FD NRANKS.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -168,13 +171,14 @@ typedef struct {
     size_t cap, got; /* bytes of header + data received for the current request */
 } cn_peer_t;
 
-/* Read what is there for peer p; 1 when its whole request arrived, -1 on EOF/error. */
-static int reducer_read(cn_peer_t *p, int nranks)
+/* Read what is there for peer p (of rank `rank`); 1 when its whole request arrived, -1 on
+ * EOF/error. */
+static int reducer_read(cn_peer_t *p, int rank)
 {
     for (;;) {
         size_t need = sizeof(cn_hdr_t);
         if (p->got >= need) {
-            need += cn_data_bytes(&p->h, nranks, 0);
+            need += cn_data_bytes(&p->h, rank, 0);
         }
         if (p->got == need && p->got >= sizeof(cn_hdr_t)) {
             return 1;
@@ -184,7 +188,7 @@ static int reducer_read(cn_peer_t *p, int nranks)
             dst = (char *)&p->h + p->got;
             need = sizeof(cn_hdr_t);
         } else {
-            size_t bytes = cn_data_bytes(&p->h, nranks, 0);
+            size_t bytes = cn_data_bytes(&p->h, rank, 0);
             if (bytes > p->cap) {
                 char *nd = realloc(p->data, bytes);
                 if (nd == NULL) {
@@ -216,9 +220,8 @@ static int reducer_read(cn_peer_t *p, int nranks)
 static int reducer_answer(cn_peer_t *peers, int n, char **in, char **out_p, size_t *out_cap)
 {
     cn_hdr_t r = peers[0].h;
-    /* The result: n x what each rank gets back for ReduceScatter (every block reduced). */
-    size_t each = cn_data_bytes(&r, n, 1);
-    size_t bytes = r.kind == CN_REDUCESCATTER ? each * (size_t)n : each;
+    /* The result: the reduced input, the window gathered, or the window reduced. */
+    size_t bytes = (size_t)r.count * cn_type_size(r.type), off = 0;
 
     r.status = 0;
     for (int i = 1; i < n; i++) {
@@ -237,25 +240,31 @@ static int reducer_answer(cn_peer_t *peers, int n, char **in, char **out_p, size
         *out_p = no;
         *out_cap = bytes;
     }
-    if (r.status == 0 && r.kind == CN_ALLGATHER) {
+    if (r.status == 0 && r.kind == CN_ALLGATHER) { /* each rank's bytes where they belong */
         for (int i = 0; i < n; i++) {
-            memcpy(*out_p + (size_t)i * r.count, peers[i].data, r.count);
+            size_t len = cn_own_bytes(&r, i, &off);
+            if (len > 0) { /* a rank whose block the window misses sent nothing */
+                memcpy(*out_p + off, peers[i].data, len);
+            }
         }
     } else if (r.status == 0) {
         for (int i = 0; i < n; i++) {
             in[i] = peers[i].data;
         }
-        reduce_all(r.type, r.op, in, n, *out_p,
-                   r.kind == CN_REDUCESCATTER ? r.count * (size_t)n : r.count);
+        reduce_all(r.type, r.op, in, n, *out_p, r.count);
     }
     for (int i = 0; i < n; i++) {
         cn_hdr_t mine = r;
-        const char *res = *out_p + (r.kind == CN_REDUCESCATTER ? (size_t)i * each : 0);
+        size_t len = cn_data_bytes(&r, i, 1);
+        off = 0;
+        if (r.kind == CN_REDUCESCATTER) { /* the window's part that is rank i's block */
+            (void)cn_own_bytes(&r, i, &off);
+        }
         if (r.status != 0) {
             mine.count = peers[i].h.count; /* what the rank sent, for its message */
         }
         if (cn_write_all(peers[i].fd, &mine, sizeof(mine)) != 0 ||
-            (r.status == 0 && cn_write_all(peers[i].fd, res, each) != 0)) {
+            (r.status == 0 && cn_write_all(peers[i].fd, *out_p + off, len) != 0)) {
             return -1;
         }
         peers[i].got = 0;
@@ -298,7 +307,7 @@ static void reducer_main(int lfd, int n)
             exit(1);
         }
         for (int i = 0; i < n; i++) {
-            int r = reducer_read(&peers[i], n);
+            int r = reducer_read(&peers[i], i);
             if (r < 0) {
                 exit(0); /* a rank closed (closeColl) or died: the communicator is over */
             }

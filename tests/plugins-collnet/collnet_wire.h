@@ -4,11 +4,14 @@
  * (collnet_reducer.c) say to each other over loopback TCP: after connecting, a rank sends
  * its rank (int32); then per request a header and its data, answered by a header
  * (status 0: the result follows; status r > 0: rank r sent other arguments than rank 0,
- * nothing follows). What the data is depends on the kind (n ranks, es the type's size):
+ * nothing follows). What the data is depends on the kind:
  *   CN_ALLREDUCE      sends count elements, gets count reduced elements;
- *   CN_ALLGATHER      sends count bytes (type uint8), gets n x count bytes, rank order;
- *   CN_REDUCESCATTER  sends n x count elements (every block's window, rank order), gets
- *                     the count reduced elements of its own block's window.
+ *   CN_ALLGATHER      a window of the concatenation of every rank's block (n ranks x
+ *                     bytes_per_rank bytes), count bytes (type uint8) at window_off, as
+ *                     NCCL's proxy passes it: sends the bytes of its own block that lie
+ *                     in the window (maybe none), gets the whole window;
+ *   CN_REDUCESCATTER  the same kind of window, count elements: sends the window, gets
+ *                     the reduced bytes of its own block that lie in it (maybe none).
  */
 #ifndef COLLNET_WIRE_H_
 #define COLLNET_WIRE_H_
@@ -41,14 +44,27 @@ static inline size_t cn_type_size(int t)
     return t >= 0 && t < 12 ? sz[t] : 0;
 }
 
-/* Bytes a rank sends with request h (to = 0) or gets back (to = 1), n ranks. */
-static inline size_t cn_data_bytes(const cn_hdr_t *h, int n, int to)
+/* Where rank `rank`'s block meets the window of request h: the offset in the window
+ * (*off_p) and the bytes (0: the window misses the block). AllGather / ReduceScatter. */
+static inline size_t cn_own_bytes(const cn_hdr_t *h, int rank, size_t *off_p)
 {
-    size_t b = (size_t)h->count * cn_type_size(h->type);
-    if ((h->kind == CN_ALLGATHER && to) || (h->kind == CN_REDUCESCATTER && !to)) {
-        b *= (size_t)n;
+    size_t wb = (size_t)h->count * cn_type_size(h->type);
+    size_t lo = (size_t)rank * h->bytes_per_rank, hi = lo + h->bytes_per_rank;
+    size_t b = h->window_off > lo ? h->window_off : lo;
+    size_t e = h->window_off + wb < hi ? h->window_off + wb : hi;
+
+    *off_p = b < e ? b - h->window_off : 0;
+    return b < e ? e - b : 0;
+}
+
+/* Bytes rank `rank` sends with request h (to = 0) or gets back (to = 1). */
+static inline size_t cn_data_bytes(const cn_hdr_t *h, int rank, int to)
+{
+    size_t off;
+    if ((h->kind == CN_ALLGATHER && !to) || (h->kind == CN_REDUCESCATTER && to)) {
+        return cn_own_bytes(h, rank, &off);
     }
-    return b;
+    return (size_t)h->count * cn_type_size(h->type);
 }
 
 /* The types the collnet reduces: all but the two fp8 ones, for which the core falls back. */

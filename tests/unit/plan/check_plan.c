@@ -350,7 +350,6 @@ static br_plan_t *collnet_plan_ex(int collnet, int ag, int rs, br_graph_t **g_p)
     pc.collnet_red[ncclFloat32] = pc.collnet_red[ncclInt32] = 0xf;
     pc.collnet_ag = ag;
     pc.collnet_rs = rs;
-    pc.collnet_stage = (size_t)1 << 20;
     ck_assert_int_eq(br_plan_create(&pc, *g_p, &p), ncclSuccess);
     return p;
 }
@@ -490,22 +489,41 @@ START_TEST(test_collnet_allgather_chain)
 }
 END_TEST
 
-/* Left to the model, a collnet without the members never takes AllGather / ReduceScatter. */
-START_TEST(test_collnet_agrs_absent_model)
+/* The algorithm the plan chooses for one call (which must succeed). */
+static int chosen_algo(br_plan_t *p, br_func_t func, ncclDataType_t type, ncclRedOp_t red,
+                       size_t count)
+{
+    br_op_t op = collnet_op(func, type, red, count);
+    ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+    return op.algo;
+}
+
+/* Left to the model (no NCCL_ALGO, no other setting), a collnet with iallgather /
+ * ireducescatter takes a small AllGather and ReduceScatter across hosts, as it takes a
+ * small AllReduce, but not a ReduceScatter it cannot reduce; a collnet without the members
+ * never takes them. */
+START_TEST(test_collnet_agrs_model)
 {
     br_graph_t *g = NULL;
     br_plan_t *p;
-    br_op_t op;
 
     unsetenv("NCCL_ALGO");
+    p = collnet_plan_ex(1, 1, 1, &g);
+    ck_assert_int_eq(chosen_algo(p, BR_FUNC_ALLGATHER, ncclFloat32, ncclSum, 64),
+                     BR_ALGO_COLLNET_DIRECT);
+    ck_assert_int_eq(chosen_algo(p, BR_FUNC_REDUCESCATTER, ncclFloat32, ncclSum, 64),
+                     BR_ALGO_COLLNET_DIRECT);
+    ck_assert_int_ne(chosen_algo(p, BR_FUNC_REDUCESCATTER, ncclFloat64, ncclSum, 64),
+                     BR_ALGO_COLLNET_DIRECT); /* not reduced */
+    br_plan_free(p);
+    br_graph_free(g);
+
     p = collnet_plan_ex(1, 0, 0, &g);
     for (size_t count = 1; count <= ((size_t)1 << 22); count *= 8) {
-        op = collnet_op(BR_FUNC_ALLGATHER, ncclFloat32, ncclSum, count);
-        ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
-        ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_DIRECT);
-        op = collnet_op(BR_FUNC_REDUCESCATTER, ncclFloat32, ncclSum, count);
-        ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
-        ck_assert_int_ne(op.algo, BR_ALGO_COLLNET_DIRECT);
+        ck_assert_int_ne(chosen_algo(p, BR_FUNC_ALLGATHER, ncclFloat32, ncclSum, count),
+                         BR_ALGO_COLLNET_DIRECT);
+        ck_assert_int_ne(chosen_algo(p, BR_FUNC_REDUCESCATTER, ncclFloat32, ncclSum, count),
+                         BR_ALGO_COLLNET_DIRECT);
     }
     br_plan_free(p);
     br_graph_free(g);
@@ -529,7 +547,7 @@ static Suite *plan_suite(void)
     tcase_add_test(tc, test_collnet_forced);
     tcase_add_test(tc, test_collnet_allgather_reducescatter);
     tcase_add_test(tc, test_collnet_allgather_chain);
-    tcase_add_test(tc, test_collnet_agrs_absent_model);
+    tcase_add_test(tc, test_collnet_agrs_model);
     suite_add_tcase(s, tc);
     return s;
 }
