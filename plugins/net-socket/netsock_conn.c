@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -91,7 +92,7 @@ static connector_t *connectors;
 /* Transport settings, from the environment once per process. */
 static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
 static int set_nthreads, set_nsocks;
-static int64_t set_min_chunk, set_inline_max, set_bufsize;
+static int64_t set_min_chunk, set_inline_max, set_bufsize, set_user_timeout;
 
 static int64_t clamp_param(const char *key, int64_t v, int64_t lo, int64_t hi, int64_t def)
 {
@@ -136,10 +137,14 @@ static void settings_load(void)
                                  1LL << 30, netsock_param_inline_max_default);
     set_bufsize = clamp_param("BRAID_SOCKET_BUFSIZE", netsock_param_bufsize(), 0, 1LL << 30,
                               netsock_param_bufsize_default);
+    set_user_timeout = clamp_param("BRAID_SOCKET_USER_TIMEOUT", netsock_param_user_timeout(), 0,
+                                   INT_MAX, netsock_param_user_timeout_default);
     BR_INFO(NCCL_NET | NCCL_INIT,
             "socket plugin: %d helper threads, %d data sockets per "
-            "connection, chunks of at least %lld bytes, inline up to %lld bytes",
-            set_nthreads, set_nsocks, (long long)set_min_chunk, (long long)set_inline_max);
+            "connection, chunks of at least %lld bytes, inline up to %lld bytes, "
+            "TCP user timeout %lld ms",
+            set_nthreads, set_nsocks, (long long)set_min_chunk, (long long)set_inline_max,
+            (long long)set_user_timeout);
 }
 
 static uint64_t random64(void)
@@ -163,9 +168,19 @@ ncclResult_t netsock_socket_setup(int fd)
     ncclResult_t res = ncclSuccess;
     int one = 1;
     int buf = (int)set_bufsize;
+    unsigned int user_timeout = (unsigned int)set_user_timeout;
 
     /* Latency: never hold back a small segment waiting for an ACK. */
     BR_SYS_GOTO(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)), res, out);
+    if (user_timeout > 0) {
+        /* A link that stops acknowledging (an interface down, a cable pulled) fails the
+         * connection after this long instead of after ~15 minutes of retransmissions, so
+         * the core hears of it in time to do something. It also bounds a connect's SYN
+         * retries. Set before connect/listen: accepted sockets inherit it. */
+        BR_SYS_GOTO(
+            setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout)), res,
+            out);
+    }
     if (buf > 0) {
         /* A fixed size turns kernel autotuning off, so only when asked for. */
         BR_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf)), res, out);

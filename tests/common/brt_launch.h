@@ -57,6 +57,9 @@ int brt_select_option(const char *k, const char *v);
 double brt_now(void);
 /* Sleep for ms milliseconds. */
 void brt_sleep_ms(int ms);
+/* A TCP port of 127.0.0.1 that nobody holds right now (the kernel picks it), for
+ * NCCL_COMM_ID; -1 (with a message on stderr) when none can be had. */
+int brt_free_port(void);
 
 /* Append a formatted line to the rank's failure message (also printed to stderr). */
 void brt_fail(brt_rank_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

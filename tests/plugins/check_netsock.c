@@ -2,14 +2,17 @@
 /*
  * Tests specific to the socket plugin (argv[1]: libnccl-net-socket.so), beyond the
  * conformance kit: interface selection (NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY), the
- * transport settings carried in the handle, the per-version properties wrappers, the
- * exported symbol set, and a listener facing raw TCP peers that do not speak the
- * protocol. Each test sets its environment and then initializes the plugin, which reads
- * the environment once per process: keep Check's fork mode on (the default).
+ * transport settings carried in the handle, the TCP user timeout of every socket, the
+ * per-version properties wrappers, the exported symbol set, and a listener facing raw TCP
+ * peers that do not speak the protocol. Each test sets its environment and then initializes
+ * the plugin, which reads the environment once per process: keep Check's fork mode on (the
+ * default).
  */
 #include <arpa/inet.h>
 #include <check.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +36,7 @@ static void env_clear(void)
     unsetenv("BRAID_SOCKET_MIN_CHUNK");
     unsetenv("BRAID_SOCKET_INLINE_BYTES");
     unsetenv("BRAID_SOCKET_BUFSIZE");
+    unsetenv("BRAID_SOCKET_USER_TIMEOUT");
 }
 
 /* Device names after init under the current environment; returns the count or -1. */
@@ -146,6 +150,23 @@ static netsock_handle_t listen_handle(void **lc)
     return h;
 }
 
+/* Connect to the listener lc (handle: its handle) until both sides have a comm. */
+static void connect_pair(char *handle, void *lc, void **sc, void **rc)
+{
+    double end = kit_now() + TIMEOUT;
+
+    *sc = *rc = NULL;
+    while ((*sc == NULL || *rc == NULL) && kit_now() < end) {
+        if (*sc == NULL) {
+            ck_assert_int_eq(kit_connect(0, handle, sc), ncclSuccess);
+        }
+        if (*rc == NULL) {
+            ck_assert_int_eq(kit_accept(lc, rc), ncclSuccess);
+        }
+    }
+    ck_assert(*sc != NULL && *rc != NULL);
+}
+
 START_TEST(test_family)
 {
     static const struct {
@@ -221,6 +242,50 @@ START_TEST(test_settings_in_handle)
 }
 END_TEST
 
+/* BRAID_SOCKET_USER_TIMEOUT reaches every TCP socket of a connection, both sides, data
+ * sockets included; 0 leaves the kernel's default (0), a negative value the default. */
+static const struct {
+    const char *value;
+    unsigned want;
+    int want_warn;
+} user_timeout_cases[] = {{NULL, 20000, 0}, {"1234", 1234, 0}, {"0", 0, 0}, {"-1", 20000, 1}};
+
+START_TEST(test_user_timeout_on_every_socket)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *lc = NULL, *sc = NULL, *rc = NULL;
+    int nsockets = 0;
+
+    env_clear();
+    setenv("NCCL_SOCKET_IFNAME", "=lo", 1);
+    setenv("NCCL_SOCKET_NTHREADS", "2", 1); /* data sockets too */
+    if (user_timeout_cases[_i].value != NULL) {
+        setenv("BRAID_SOCKET_USER_TIMEOUT", user_timeout_cases[_i].value, 1);
+    }
+    ck_assert_int_eq(kit_init(), ncclSuccess);
+    kit_warn_reset();
+    ck_assert_int_eq(kit_listen(0, handle, &lc), ncclSuccess);
+    connect_pair(handle, lc, &sc, &rc);
+    /* The plugin's sockets are the only TCP sockets of this forked test process. */
+    for (int fd = 3; fd < 1024; fd++) {
+        unsigned v = 0;
+        socklen_t len = sizeof(v);
+        if (getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, &len) == 0) {
+            ck_assert_msg(v == user_timeout_cases[_i].want, "fd %d: TCP_USER_TIMEOUT %u, not %u",
+                          fd, v, user_timeout_cases[_i].want);
+            nsockets++;
+        }
+    }
+    /* listener, 2 x (control + 2 data sockets) */
+    ck_assert_int_ge(nsockets, 7);
+    ck_assert_int_eq(kit_warn_count() > 0, user_timeout_cases[_i].want_warn);
+    ck_assert_int_eq(kit_close_send(sc), ncclSuccess);
+    ck_assert_int_eq(kit_close_recv(rc), ncclSuccess);
+    ck_assert_int_eq(kit_close_listen(lc), ncclSuccess);
+    kit_fini();
+}
+END_TEST
+
 /* Many threads and sockets: odd and large messages survive the chunking. */
 START_TEST(test_many_sockets_transfer)
 {
@@ -239,16 +304,7 @@ START_TEST(test_many_sockets_transfer)
     setenv("BRAID_SOCKET_MIN_CHUNK", "4096", 1);
     ck_assert_int_eq(kit_init(), ncclSuccess);
     ck_assert_int_eq(kit_listen(0, handle, &lc), ncclSuccess);
-    end = kit_now() + TIMEOUT;
-    while ((sc == NULL || rc == NULL) && kit_now() < end) {
-        if (sc == NULL) {
-            ck_assert_int_eq(kit_connect(0, handle, &sc), ncclSuccess);
-        }
-        if (rc == NULL) {
-            ck_assert_int_eq(kit_accept(lc, &rc), ncclSuccess);
-        }
-    }
-    ck_assert(sc != NULL && rc != NULL);
+    connect_pair(handle, lc, &sc, &rc);
     for (int i = 0; i < N; i++) {
         size_t cap = sizes[i];
         sbuf[i] = malloc(sizes[i]);
@@ -401,16 +457,7 @@ START_TEST(test_listener_survives_strangers)
     ck_assert_msg(strstr(kit_warn_text(), "protocol") != NULL, "%s", kit_warn_text());
     ck_assert_msg(strstr(kit_warn_text(), "secret") != NULL, "%s", kit_warn_text());
     ck_assert_msg(strstr(kit_warn_text(), "127.0.0.1:") != NULL, "%s", kit_warn_text());
-    end = kit_now() + TIMEOUT;
-    while ((sc == NULL || rc == NULL) && kit_now() < end) {
-        if (sc == NULL) {
-            ck_assert_int_eq(kit_connect(0, handle, &sc), ncclSuccess);
-        }
-        if (rc == NULL) {
-            ck_assert_int_eq(kit_accept(lc, &rc), ncclSuccess);
-        }
-    }
-    ck_assert(sc != NULL && rc != NULL);
+    connect_pair(handle, lc, &sc, &rc);
     close(silent);
     close(stranger);
     close(impostor);
@@ -468,6 +515,8 @@ static Suite *netsock_suite(void)
     tcase_add_loop_test(tc, test_settings_in_handle, 0,
                         (int)(sizeof(settings_cases) / sizeof(settings_cases[0])));
     tcase_add_test(tc, test_many_sockets_transfer);
+    tcase_add_loop_test(tc, test_user_timeout_on_every_socket, 0,
+                        (int)(sizeof(user_timeout_cases) / sizeof(user_timeout_cases[0])));
     suite_add_tcase(s, tc);
 
     tc = tcase_create("listener");
