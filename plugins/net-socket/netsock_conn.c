@@ -92,7 +92,7 @@ static connector_t *connectors;
 /* Transport settings, from the environment once per process. */
 static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
 static int set_nthreads, set_nsocks;
-static int64_t set_min_chunk, set_inline_max, set_bufsize, set_user_timeout;
+static int64_t set_min_chunk, set_inline_max, set_bufsize, set_user_timeout, set_keepalive;
 
 static int64_t clamp_param(const char *key, int64_t v, int64_t lo, int64_t hi, int64_t def)
 {
@@ -139,12 +139,14 @@ static void settings_load(void)
                               netsock_param_bufsize_default);
     set_user_timeout = clamp_param("BRAID_SOCKET_USER_TIMEOUT", netsock_param_user_timeout(), 0,
                                    INT_MAX, netsock_param_user_timeout_default);
+    set_keepalive = clamp_param("BRAID_SOCKET_KEEPALIVE", netsock_param_keepalive(), 0, 86400,
+                                netsock_param_keepalive_default);
     BR_INFO(NCCL_NET | NCCL_INIT,
             "socket plugin: %d helper threads, %d data sockets per "
             "connection, chunks of at least %lld bytes, inline up to %lld bytes, "
-            "TCP user timeout %lld ms",
+            "TCP user timeout %lld ms, keepalive %lld s",
             set_nthreads, set_nsocks, (long long)set_min_chunk, (long long)set_inline_max,
-            (long long)set_user_timeout);
+            (long long)set_user_timeout, (long long)set_keepalive);
 }
 
 static uint64_t random64(void)
@@ -180,6 +182,20 @@ ncclResult_t netsock_socket_setup(int fd)
         BR_SYS_GOTO(
             setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout)), res,
             out);
+    }
+    if (set_keepalive > 0) {
+        /* A receiver that waits for data sends nothing, so no retransmission ever tells it
+         * that the link or the peer's host died: it would wait forever. Keepalive probes on
+         * a connection idle for half the time, one every tenth (at least a second), fail it
+         * after about BRAID_SOCKET_KEEPALIVE seconds without an answer; the peer's kernel
+         * answers them however late the peer process itself is. */
+        int idle = set_keepalive / 2 > 0 ? (int)(set_keepalive / 2) : 1;
+        int intvl = set_keepalive / 10 > 0 ? (int)(set_keepalive / 10) : 1;
+        int cnt = ((int)set_keepalive - idle) / intvl > 0 ? ((int)set_keepalive - idle) / intvl : 1;
+        BR_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)), res, out);
+        BR_SYS_GOTO(setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)), res, out);
+        BR_SYS_GOTO(setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)), res, out);
+        BR_SYS_GOTO(setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)), res, out);
     }
     if (buf > 0) {
         /* A fixed size turns kernel autotuning off, so only when asked for. */

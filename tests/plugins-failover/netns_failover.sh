@@ -3,11 +3,12 @@
 # A real link failure: 4 ranks of failover_run, each in its own network namespace with two
 # interfaces, "fa" on 10.77.1.0/24 and "fb" on 10.77.2.0/24 (veth pairs into one bridge
 # per subnet, the bridges in a fifth namespace, so the host's own network is untouched).
-# The socket plugin uses both (NCCL_SOCKET_IFNAME=fa,fb), with a 2 s TCP user timeout
-# (BRAID_SOCKET_USER_TIMEOUT), and 1 MiB AllReduces, so that both of its 2 channels run
+# The socket plugin uses both (NCCL_SOCKET_IFNAME=fa,fb), with keepalive probes that give
+# up on a silent link after 2 s (BRAID_SOCKET_KEEPALIVE), and 1 MiB AllReduces, so that both of its 2 channels run
 # (each has 256 KiB at least) and both interfaces carry data; once rank 0 has done FAILOVER_DOWN_AFTER iterations
-# (default 200 of 1000), rank 1's fb goes down. Passes when every rank still completes
-# with correct results.
+# (default 200 of 1000), rank 1's fb goes down. The receivers of the connections through
+# it notice within about 2 s, and each connection moves to the other device (fa). Passes
+# when every rank still completes with correct results.
 #
 #   netns_failover.sh FAILOVER_RUN [--no-fault] [failover_run options...]
 #
@@ -30,8 +31,7 @@ if [ "${1:-}" = --no-fault ]; then
 fi
 nranks=4
 down_after=${FAILOVER_DOWN_AFTER:-200}
-# A dead link gives the receiver no error at all (docs/net-socket.md): without failover,
-# the core's own timeout is what ends the run.
+# Should the failover not happen, the core's own timeout ends the run.
 export BRAID_TIMEOUT=${BRAID_TIMEOUT:-20}
 
 skip() {
@@ -95,7 +95,7 @@ fi
 
 for ((r = 0; r < nranks; r++)); do
     fo_start "$r" ip netns exec "${ns[$r]}" env NCCL_HOSTID="failover-ns-$r" \
-        NCCL_SOCKET_IFNAME=fa,fb NCCL_COMM_ID=10.77.1.1:29477 BRAID_SOCKET_USER_TIMEOUT=2000 \
+        NCCL_SOCKET_IFNAME=fa,fb NCCL_COMM_ID=10.77.1.1:29477 BRAID_SOCKET_KEEPALIVE=2 \
         BRAID_NCHANNELS=2 "$run" --rank "$r" --nranks "$nranks" --progress 100 --count 262144 "$@"
 done
 if [ "$fault" = 1 ]; then

@@ -37,6 +37,7 @@ static void env_clear(void)
     unsetenv("BRAID_SOCKET_INLINE_BYTES");
     unsetenv("BRAID_SOCKET_BUFSIZE");
     unsetenv("BRAID_SOCKET_USER_TIMEOUT");
+    unsetenv("BRAID_SOCKET_KEEPALIVE");
 }
 
 /* Device names after init under the current environment; returns the count or -1. */
@@ -243,12 +244,13 @@ START_TEST(test_settings_in_handle)
 END_TEST
 
 /* BRAID_SOCKET_USER_TIMEOUT reaches every TCP socket of a connection, both sides, data
- * sockets included; 0 leaves the kernel's default (0), a negative value the default. */
+ * sockets included; 0 (the default) leaves the kernel's (0), a negative value the default.
+ * Every socket also has BRAID_SOCKET_KEEPALIVE's probes. */
 static const struct {
     const char *value;
     unsigned want;
     int want_warn;
-} user_timeout_cases[] = {{NULL, 20000, 0}, {"1234", 1234, 0}, {"0", 0, 0}, {"-1", 20000, 1}};
+} user_timeout_cases[] = {{NULL, 0, 0}, {"1234", 1234, 0}, {"0", 0, 0}, {"-1", 0, 1}};
 
 START_TEST(test_user_timeout_on_every_socket)
 {
@@ -273,6 +275,16 @@ START_TEST(test_user_timeout_on_every_socket)
         if (getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, &len) == 0) {
             ck_assert_msg(v == user_timeout_cases[_i].want, "fd %d: TCP_USER_TIMEOUT %u, not %u",
                           fd, v, user_timeout_cases[_i].want);
+            /* BRAID_SOCKET_KEEPALIVE's default, 20 s: idle 10 s, then 5 probes 2 s apart. */
+            int ka = 0, idle = 0, intvl = 0, cnt = 0;
+            socklen_t ilen = sizeof(int);
+            ck_assert_int_eq(getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &ka, &ilen), 0);
+            ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, &ilen), 0);
+            ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, &ilen), 0);
+            ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, &ilen), 0);
+            ck_assert_msg(ka == 1 && idle == 10 && intvl == 2 && cnt == 5,
+                          "fd %d: keepalive %d idle %d interval %d count %d", fd, ka, idle, intvl,
+                          cnt);
             nsockets++;
         }
     }
