@@ -276,7 +276,7 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
     /* Sent, and with failover on also confirmed by the receiver: the executor may
      * overwrite the slot (release). */
     if (nc->acks && atomic_load_explicit(&nc->acked, memory_order_relaxed) < nc->done) {
-        br_proxy_link_read_acks(proxy, nc);
+        br_proxy_link_read_acks(proxy, nc, 0);
     }
     uint64_t head = br_proxy_link_head(nc);
     if (head > atomic_load_explicit(&nc->ctrl->head, memory_order_relaxed)) {
@@ -350,7 +350,7 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
         moved++;
     }
     if (nc->acks) {
-        br_proxy_link_ack(proxy, nc, head);
+        br_proxy_link_ack(proxy, nc, 0);
     }
     return moved;
 }
@@ -365,6 +365,21 @@ static int progress_locked(br_proxy_t *proxy)
     for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
         if (nc->fo_state == BR_FO_NONE) {
             moved += nc->is_send ? progress_send(proxy, nc) : progress_recv(proxy, nc);
+        }
+    }
+    proxy->idle_streak = moved ? 0 : proxy->idle_streak + 1;
+    if (moved == 0 && (proxy->acks_due || proxy->idle_streak == 8)) {
+        /* Nothing else to do: acknowledgements go, and are read, now, off the path of the
+         * data (br_proxy_link_ack, br_proxy_link_read_acks). */
+        proxy->acks_due = 0;
+        for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
+            if (nc->acks && nc->fo_state == BR_FO_NONE) {
+                if (nc->is_send) {
+                    br_proxy_link_read_acks(proxy, nc, 1);
+                } else {
+                    br_proxy_link_ack(proxy, nc, 1);
+                }
+            }
         }
     }
     return moved;

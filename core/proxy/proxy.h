@@ -66,6 +66,7 @@ typedef struct br_net_conn {
     int ack_fd;        /* the connection's acknowledgement socket (-1: the bootstrap's link
                         * messages carry them, as after that socket failed) */
     unsigned ack_polls;               /* send side: when to look at the socket next */
+    uint64_t ack_read_ns;             /* send side: when it was last read */
     unsigned ack_got;                 /* send side: bytes of a count read so far */
     unsigned char ack_part[8];
     /* Failover (proxy_link.c): the state of a replacement in progress, the number of the

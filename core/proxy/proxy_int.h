@@ -25,6 +25,8 @@ struct br_proxy {
     int failover;        /* BRAID_FAILOVER at creation: times a connection may fail over */
     br_net_t *fallback;  /* Braid's socket plugin once a failover opened it (under lock) */
     int nfailover;       /* connections being replaced now (under lock) */
+    int acks_due;        /* a receive connection has an acknowledgement to send when idle */
+    unsigned idle_streak; /* progress calls in a row that moved nothing */
     pthread_t thread;
     pthread_mutex_t lock;      /* guards the connection list and its progress */
     pthread_mutex_t wake_lock; /* guards active/stop with `wake` */
@@ -82,14 +84,16 @@ static inline uint64_t br_proxy_link_head(br_net_conn_t *nc)
     return acked < nc->done ? acked : nc->done;
 }
 
-/* Send side: read the receiver's acknowledgements when the executor may need slots (every
- * one is in flight, or now and then). */
-void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc);
+/* Send side: read the receiver's acknowledgements. `idle` (progress moved nothing: the
+ * executor waits anyway) reads once per wait while BR_STEPS / 2 sent steps are not
+ * confirmed; otherwise only when every slot is taken, or once a millisecond. */
+void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc, int idle);
 
-/* Receive side: confirm what the receiver holds once the executor has consumed steps
- * not confirmed yet (so a sender is never held back further than shared memory would
- * hold it). */
-void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t head);
+/* Receive side: confirm what the receiver holds, every BR_STEPS / 2 steps received.
+ * Only `idle` calls (progress that moved nothing: the executor waits anyway) send it, so
+ * the system call stays off the path of the data, unless the sender could run out of
+ * slots within two more steps. */
+void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle);
 
 /* Close nc's plugin comm (and registration) now, with whatever is outstanding. */
 void br_proxy_comm_close(br_proxy_t *proxy, br_net_conn_t *nc);

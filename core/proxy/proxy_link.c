@@ -6,9 +6,15 @@
  *  - ACK, receiver to sender: the receiver holds the first `count` steps. With failover on
  *    the sender hands a slot back to its executor only once the step was sent *and*
  *    acknowledged, so whatever the receiver may lack when the connection breaks is still
- *    in the sender's FIFO. The receiver acknowledges as soon as its executor consumed a
- *    step not acknowledged yet (or every BR_STEPS / 2 steps while it lags), so a sender
- *    is never held further back than a shared-memory FIFO would hold it.
+ *    in the sender's FIFO. The receiver acknowledges every BR_STEPS / 2 steps, when it
+ *    has nothing else to do (at the latest two steps before the sender could run out of
+ *    slots), on a socket of the connection's own (transport_net.c) that the sender reads
+ *    only when it needs slots, so no thread wakes and no system call lies on the path of
+ *    a small operation's data. The sender always has the slots of at least BR_STEPS / 2
+ *    + 1 steps beyond what the receiver consumed: a receiver lets its acknowledgement lag
+ *    only while it received fewer than BR_STEPS / 2 steps it did not confirm, and those it
+ *    announced it would consume (a sender runs short only where the receiver has not
+ *    reached the operation yet, whose data it does not need).
  *
  *  - Failover: when a transfer fails while both ranks live, the connection is replaced.
  *    The receiver drives, as at setup: it closes the failed plugin comm, listens on the
@@ -165,11 +171,15 @@ static void ack_socket_lost(br_proxy_t *proxy, br_net_conn_t *nc, const char *wh
     nc->ack_fd = -1;
 }
 
-void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t head)
+void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
 {
     uint64_t count = nc->done;
 
-    if (count <= nc->ack_sent || (head <= nc->ack_sent && count - nc->ack_sent < BR_STEPS / 2)) {
+    if (count - nc->ack_sent < BR_STEPS / 2) {
+        return;
+    }
+    if (!idle && count - nc->ack_sent < BR_STEPS - 2) {
+        proxy->acks_due = 1;
         return;
     }
     if (nc->ack_fd >= 0) {
@@ -179,7 +189,8 @@ void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t head)
             return;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            return; /* the sender has not read for a while: again at the next progress */
+            proxy->acks_due = 1; /* the sender has not read for a while: again later */
+            return;
         }
         if (n > 0 && br_socket_send_all(nc->ack_fd, (const char *)&count + n,
                                         sizeof(count) - (size_t)n,
@@ -202,7 +213,7 @@ void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t head)
     }
 }
 
-void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc)
+void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
 {
     uint64_t tail = atomic_load_explicit(&nc->ctrl->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&nc->ctrl->head, memory_order_relaxed);
@@ -210,10 +221,24 @@ void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc)
     uint64_t count = 0;
     int found = 0;
 
-    /* A system call per progress would be too many: read when every slot is taken (the
-     * executor may be waiting for one), else every 16th time. */
-    if (nc->ack_fd < 0 || (tail - head < BR_STEPS && (++nc->ack_polls & 15) != 0)) {
+    /* A system call on the path of a small operation's data costs more than the rest of
+     * it. The receiver confirms every BR_STEPS / 2 steps: look while waiting anyway, once
+     * per wait, when that many are unconfirmed; when every slot is taken (the executor may
+     * be waiting for one); and else once a millisecond, so nothing piles up. */
+    if (nc->ack_fd < 0) {
         return;
+    }
+    if (idle) {
+        if (proxy->idle_streak != 8 ||
+            nc->done - atomic_load_explicit(&nc->acked, memory_order_relaxed) < BR_STEPS / 2) {
+            return;
+        }
+    } else if (tail - head < BR_STEPS) {
+        uint64_t now;
+        if ((++nc->ack_polls & 15) != 0 || (now = br_time_ns()) - nc->ack_read_ns < 1000000) {
+            return;
+        }
+        nc->ack_read_ns = now;
     }
     for (;;) {
         ssize_t n = recv(nc->ack_fd, buf, sizeof(buf), MSG_DONTWAIT);
