@@ -9,7 +9,9 @@
  * outstanding is tested (bounded), so after operations that completed no request is left
  * when the plugin comm closes.
  * Requests complete in posting order on a connection (the ABI's ordering rule), so each
- * direction tests only its oldest request.
+ * direction tests only its oldest request. With failover on, a send slot goes back to the
+ * executor only once the receiver also confirmed it, and a failed transfer replaces the
+ * connection instead of failing it (proxy_link.c).
  *
  * Threading: one thread per proxy. It is parked on a condition variable while an
  * executor is active (the executor progresses inline through br_proxy_progress(), so a
