@@ -10,6 +10,9 @@ perf=$1 plugin=$2 libdir=$3 profnet=${4:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export LD_LIBRARY_PATH="$libdir" BRAID_PLUGIN_PATH="$libdir" NCCL_PROFILER_PLUGIN="$plugin"
+# Should a run hang, braid-perf's -T asks every rank for a state dump (to the log) before
+# it stops them, and the log says what each waited for.
+export BRAID_DUMP=- BRAID_WAIT_WARN=15
 bad=0
 run() { # mask transport coll extra-args...
     local mask=$1 tr=$2 coll=$3
@@ -19,7 +22,7 @@ run() { # mask transport coll extra-args...
     [ "$tr" = net ] && env=(NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_NET_PLUGIN=socket)
     if ! env "${env[@]}" BRAID_TEST_PROF_MASK="$mask" BRAID_TEST_PROF_OUT="$out" \
         "$perf" -C "$coll" -N 2 -b 8 -e 256K -f 64 -n 3 -w 1 -T 60 "$@" > "$log" 2>&1; then
-        echo "FAIL: mask $mask $tr $coll: the run failed"; tail -5 "$log"; bad=1; return
+        echo "FAIL: mask $mask $tr $coll: the run failed"; tail -80 "$log"; bad=1; return
     fi
     if grep -q "profcheck: FAIL" "$log"; then
         echo "FAIL: mask $mask $tr $coll:"; grep "profcheck: FAIL" "$log" | sort | uniq -c | head; bad=1

@@ -67,7 +67,8 @@ static void usage(FILE *f, const char *prog)
             "                         (consecutive ranks share one; NCCL_HOSTID per process,\n"
             "                         NCCL_COMM_ID on a free loopback port)\n"
             "  -g, --ngpus N          GPUs per thread: only 1\n"
-            "  -T, --timeout S        stop everything after S seconds (default: no limit)\n"
+            "  -T, --timeout S        stop everything after S seconds (default: no limit); with\n"
+            "                         BRAID_DUMP set, the ranks still running dump their state first\n"
             "  -J, --json FILE        also write the results as JSON\n"
             "      --mem host|device  buffers in host memory (default) or CUDA device memory\n"
             "      --place both|out|in  run out-of-place and/or in-place calls (default both)\n"
@@ -325,7 +326,7 @@ static int run_process(struct perf_proc *p)
 /* The fork parent: waits for its children, stops the rest if one fails or time runs out. */
 static int supervise(pid_t *pids, int n, int timeout_s)
 {
-    int left = n, status_out = 0, stopping = 0;
+    int left = n, status_out = 0, stopping = 0, dumped = 0;
     time_t start = time(NULL), failed_at = 0;
     while (left > 0) {
         int st;
@@ -350,6 +351,20 @@ static int supervise(pid_t *pids, int n, int timeout_s)
             continue;
         }
         int expired = timeout_s > 0 && now - start >= timeout_s;
+        if (expired && !dumped && getenv("BRAID_DUMP") != NULL && getenv("BRAID_DUMP")[0]) {
+            /* A hang explains itself: every rank still running writes the state dump
+             * (SIGUSR1, docs/user-guide.md) before it is stopped. */
+            fprintf(stderr, "braid-perf: timeout (-T) reached; asking the remaining ranks "
+                            "for a state dump (BRAID_DUMP) first\n");
+            for (int i = 0; i < n; i++) {
+                if (pids[i] > 0) {
+                    kill(pids[i], SIGUSR1);
+                }
+            }
+            dumped = 1;
+            timeout_s += 3; /* the dump waits up to BRAID_DUMP_TIMEOUT (2 s) for peers */
+            continue;
+        }
         if (expired || (failed_at && now - failed_at >= FAIL_GRACE_S)) {
             fprintf(stderr, "braid-perf: %s; stopping the remaining ranks\n",
                     expired ? "timeout (-T) reached" : "a rank failed");
