@@ -37,7 +37,7 @@ fi
 port=$("$run" --free-port) || exit 1
 export NCCL_COMM_ID=127.0.0.1:$port
 for ((r = 0; r < nranks; r++)); do
-    vars=(NCCL_HOSTID="failover-host-$r")
+    vars=(NCCL_HOSTID="failover-host-$r" NCCL_DEBUG="${NCCL_DEBUG:-WARN}")
     if [ "$r" = "$fault_rank" ]; then
         vars+=("${fault_env[@]}")
         echo "rank $r: ${fault_env[*]}"

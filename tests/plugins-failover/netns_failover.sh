@@ -94,7 +94,7 @@ if ! (setup); then
 fi
 
 for ((r = 0; r < nranks; r++)); do
-    fo_start "$r" ip netns exec "${ns[$r]}" env NCCL_HOSTID="failover-ns-$r" \
+    fo_start "$r" ip netns exec "${ns[$r]}" env NCCL_DEBUG="${NCCL_DEBUG:-WARN}" NCCL_HOSTID="failover-ns-$r" \
         NCCL_SOCKET_IFNAME=fa,fb NCCL_COMM_ID=10.77.1.1:29477 BRAID_SOCKET_KEEPALIVE=2 \
         BRAID_NCHANNELS=2 "$run" --rank "$r" --nranks "$nranks" --progress 100 --count 262144 "$@"
 done
