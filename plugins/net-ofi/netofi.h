@@ -43,7 +43,7 @@
 #define NETOFI_ID_BITS 20                         /* connection ids per endpoint: 2^20 */
 #define NETOFI_SEQ_BITS 16                        /* sequence numbers wrap at 2^16 */
 #define NETOFI_MIN_TAG_BITS 40                    /* 1 control + id + seq + >= 3 chunk bits */
-#define NETOFI_NAME_MAX 108                       /* endpoint name bytes a handle carries */
+#define NETOFI_NAME_MAX 100                       /* endpoint name bytes a handle carries */
 #define NETOFI_MAGIC 0x4f464931u                  /* "OFI1" */
 #define NETOFI_CLOSE_WAIT_SECONDS 5.0 /* close waits this long for transfers in flight */
 
@@ -291,7 +291,7 @@ static inline void netofi_req_put(netofi_comm_t *c, netofi_req_t *req)
 
 /* listen/connect/accept/close of the ABI; connect and accept never block. */
 ncclResult_t netofi_conn_listen(netofi_ep_t *ep, void *handle, void **listen_comm);
-ncclResult_t netofi_conn_connect(netofi_ep_t *ep, const void *handle, void **send_comm);
+ncclResult_t netofi_conn_connect(netofi_ep_t *ep, void *handle, void **send_comm);
 ncclResult_t netofi_conn_accept(void *listen_comm, void **recv_comm);
 ncclResult_t netofi_conn_close(void *comm);
 /* A control request completed (e NULL) or failed. Lock held. */

@@ -7,7 +7,10 @@
  *   listen  posts RX for CONN on a new id L; the handle holds L, the endpoint name and the
  *           provider.
  *   connect inserts the listener's address, posts RX for ACK on its own id S, sends
- *           CONN{S, own name} to L and returns the send comm at once.
+ *           CONN{S, own name} to L, and returns the send comm once CONN has left (until
+ *           then NULL, keeping the comm in the handle's `stage`, as NCCL's IB plugin
+ *           does): a caller that moves on to its own accepts, or to a barrier, never
+ *           leaves CONN queued in a provider that progresses only when called.
  *   accept  returns NULL until a CONN arrived, then inserts the connector's address, makes
  *           the receive comm R, sends ACK{R} to S, posts RX for CLOSE on R and reposts L.
  *   ACK     tells the send comm R (isend answers "retry" until then); it then posts RX for
@@ -16,7 +19,8 @@
  *           seq being its first message still unfinished after that wait: the peer
  *           fails its requests from there on (closing aborts what is in flight, as a
  *           socket reset would; the provider may still finish it, unreported).
- * So connect never waits for accept, and a peer that closes fails what will never match.
+ * So connect never waits for accept (only for its own message to leave), and a peer that
+ * closes fails what will never match.
  *
  * A closed connection with operations in flight stays on its endpoint's zombie list until
  * their completions arrive (or the endpoint closes), since the provider still owns them.
@@ -39,6 +43,7 @@ typedef struct {
     uint16_t name_len;
     uint16_t reserved;
     uint8_t name[NETOFI_NAME_MAX]; /* the listener's endpoint name */
+    uint64_t stage; /* connect's own: the send comm whose CONN is on its way (0 from listen) */
 } netofi_handle_t;
 
 _Static_assert(sizeof(netofi_handle_t) <= NCCL_NET_HANDLE_MAXSIZE, "handle too large");
@@ -179,7 +184,7 @@ static ncclResult_t check_handle(const netofi_ep_t *ep, const netofi_handle_t *h
     return ncclSuccess;
 }
 
-ncclResult_t netofi_conn_connect(netofi_ep_t *ep, const void *handle, void **send_comm)
+ncclResult_t netofi_conn_connect(netofi_ep_t *ep, void *handle, void **send_comm)
 {
     netofi_handle_t h;
     netofi_ctrl_msg_t *msg;
@@ -191,6 +196,10 @@ ncclResult_t netofi_conn_connect(netofi_ep_t *ep, const void *handle, void **sen
     memcpy(&h, handle, sizeof(h));
     BR_CHECK(check_handle(ep, &h));
     pthread_mutex_lock(&ep->lock);
+    if (h.stage != 0) {
+        c = (netofi_comm_t *)(uintptr_t)h.stage; /* a call before posted its CONN */
+        goto wait;
+    }
     res = netofi_ep_addr(ep, h.name, h.name_len, &peer);
     if (res == ncclSuccess) {
         res = comm_alloc(ep, NETOFI_COMM_SEND, &c);
@@ -219,7 +228,21 @@ ncclResult_t netofi_conn_connect(netofi_ep_t *ep, const void *handle, void **sen
     }
     BR_TRACE(NCCL_NET, "net-ofi: connection %#x on %s connecting to listener %#x", c->id,
              ep->dev->name, h.id);
-    *send_comm = c;
+wait:
+    res = netofi_ep_progress(ep);
+    if (res == ncclSuccess) {
+        res = c->err;
+    }
+    if (res != ncclSuccess) {
+        c->err = res;
+        h.stage = 0;
+    } else if (c->ctrl_req[NETOFI_CTRL_TX].state == NETOFI_REQ_DONE) {
+        *send_comm = c; /* CONN left: the listener's accept no longer needs this side */
+        h.stage = 0;
+    } else {
+        h.stage = (uint64_t)(uintptr_t)c; /* NULL now: the caller calls again */
+    }
+    memcpy(handle, &h, sizeof(h));
 out:
     pthread_mutex_unlock(&ep->lock);
     if (res != ncclSuccess && c != NULL && c->err != ncclSuccess) {

@@ -789,6 +789,55 @@ START_TEST(test_two_processes)
 }
 END_TEST
 
+/* Once connect returned a comm, the listener's accept completes even if the connecting
+ * process never calls the plugin again (NCCL's setup may go straight to a barrier): its
+ * connection request has left by then. The connecting child is silent from the moment it
+ * holds the comm while the parent keeps accepting; with a provider that moves data only
+ * when called (tcp: even the TCP connection is made by the caller's progress), a connect
+ * that returned before its request left would leave accept waiting forever. */
+START_TEST(test_connect_then_silent)
+{
+    int to_child[2], status = 0;
+    char h[NCCL_NET_HANDLE_MAXSIZE], byte = 0;
+    pid_t pid;
+
+    ck_assert_int_eq(pipe(to_child), 0);
+    pid = fork(); /* before anything touches libfabric (no fixture) */
+    ck_assert_int_ge(pid, 0);
+    setup();
+    if (pid == 0) {
+        void *sc = NULL;
+        double end = now() + POLL_SECONDS;
+        close(to_child[1]);
+        ck_assert_int_eq(read(to_child[0], h, sizeof(h)), (ssize_t)sizeof(h));
+        while (sc == NULL && now() < end) {
+            ck_assert_int_eq(g_net->connect(g_ctx, 0, h, &sc, NULL), ncclSuccess);
+        }
+        ck_assert_ptr_nonnull(sc);
+        /* Silent until the parent is done (its end of the pipe: a byte, or EOF). */
+        (void)read(to_child[0], &byte, 1);
+        ck_assert_int_eq(g_net->closeSend(sc), ncclSuccess);
+        teardown();
+        _exit(0);
+    }
+    close(to_child[0]);
+    void *lc = NULL, *rc = NULL;
+    ck_assert_int_eq(g_net->listen(g_ctx, 0, h, &lc), ncclSuccess);
+    ck_assert_int_eq(write(to_child[1], h, sizeof(h)), (ssize_t)sizeof(h));
+    double end = now() + POLL_SECONDS;
+    while (rc == NULL && now() < end) {
+        ck_assert_int_eq(g_net->accept(lc, &rc, NULL), ncclSuccess);
+    }
+    close(to_child[1]); /* the child may finish */
+    ck_assert_msg(rc != NULL, "accept did not complete while the connecting process was silent");
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (%#x)", status);
+    ck_assert_int_eq(g_net->closeRecv(rc), ncclSuccess);
+    ck_assert_int_eq(g_net->closeListen(lc), ncclSuccess);
+    teardown();
+}
+END_TEST
+
 /* The name of the shm region (in /dev/shm) that a live process `pid` made, or "" when it
  * made none that net-ofi knows how to find. */
 static void shm_region_of(pid_t pid, char *name, size_t len)
@@ -970,6 +1019,7 @@ static Suite *netofi_suite(void)
 
     tcase_set_timeout(err, TEST_TIMEOUT);
     tcase_add_test(err, test_two_processes);    /* no fixture: it forks first */
+    tcase_add_test(err, test_connect_then_silent); /* forks first too */
     tcase_add_test(err, test_shm_stale_region); /* forks first too */
     tcase_add_test(err, test_err_no_libfabric);
     tcase_add_test(err, test_err_no_provider);
