@@ -322,6 +322,15 @@ ncclResult_t br_topo_detect(const br_topo_nic_info_t *nics, int nnics, br_topo_t
         BR_WARN(NCCL_GRAPH | NCCL_INIT, "hwloc_topology_init failed: %s", strerror(errno));
         return ncclSystemError;
     }
+#if HWLOC_API_VERSION >= 0x00020100
+    /* hwloc's Linux backend reads the PCI tree from sysfs by itself. Its libpciaccess
+     * plugin ("pci") is slower and leaks on every load (LeakSanitizer), and the GPU
+     * plugins would initialize CUDA, OpenCL or NVML behind the caller's back. */
+    static const char *const skip[] = {"pci", "opencl", "cuda", "nvml", "rsmi", "levelzero", "gl"};
+    for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++) {
+        hwloc_topology_set_components(d.hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, skip[i]);
+    }
+#endif
     /* PCI devices and bridges, NUMA nodes and PUs are all detection needs: leaving out
      * caches, cores and OS devices makes loading a quarter faster. */
     hwloc_topology_set_io_types_filter(d.hw, HWLOC_TYPE_FILTER_KEEP_ALL);

@@ -136,7 +136,7 @@ int64_t br_topo_busnum(const char *busid)
 {
     int64_t v = 0;
     int digits = 0;
-    for (const char *c = busid; *c != '\0' && digits < 16; c++) {
+    for (const char *c = busid; c != NULL && *c != '\0' && digits < 16; c++) {
         if (*c == ':' || *c == '.') {
             continue;
         }

@@ -301,8 +301,12 @@ static ncclResult_t add_nets(load_t *ld, const br_xml_t *xnic, int nic)
 static ncclResult_t add_nic(load_t *ld, const br_xml_t *xpci, const br_xml_t *xnic, int parent)
 {
     br_topo_t *topo = ld->topo;
-    int64_t busnum = xpci != NULL ? br_topo_busnum(br_topo_xml_get(xpci, "busid")) : -1;
+    const char *busid = NULL;
     int nic = -1;
+    if (xpci != NULL) {
+        BR_CHECK(attr_str(ld, xpci, "busid", &busid));
+    }
+    int64_t busnum = busid != NULL ? br_topo_busnum(busid) : -1;
     for (int i = 0; i < topo->nnodes && nic < 0; i++) {
         const br_topo_node_t *o = &topo->nodes[i];
         if (o->type == BR_TOPO_NIC && o->busnum == busnum && (busnum >= 0 || o->parent == parent)) {

@@ -420,6 +420,9 @@ static const struct {
      "<nic><net name=\"a\" dev=\"0\"/>\n<net name=\"b\" dev=\"0\"/></nic>"
      "</cpu></system>",
      "inline.xml:2:", "names a second network device"},
+    {"<system version=\"1\">" CPU_OK "\n<pci class=\"0x020000\" link_speed=\"\" link_width=\"16\">"
+     "<nic><net name=\"a\" dev=\"0\"/></nic></pci></cpu></system>",
+     "inline.xml:2:", "<pci>: attribute busid is missing"},
     {"<system version=\"1\">" CPU_OK
      "<nic><net name=\"a\" dev=\"0\" speed=\"fast\"/></nic></cpu></system>",
      "inline.xml:1:", "speed=\"fast\" is not an integer"},
@@ -447,6 +450,36 @@ START_TEST(test_topo_missing_file)
     br_topo_t *t = NULL;
     ck_assert_int_eq(br_topo_load("/nonexistent/topo.xml", &t), ncclInvalidUsage);
     ck_assert_ptr_nonnull(strstr(br_log_last_error(), "/nonexistent/topo.xml"));
+}
+END_TEST
+
+/* Every prefix of a reference file, and the file with any one byte changed, loads or
+ * fails cleanly (the sanitizer builds check the "cleanly"). */
+START_TEST(test_topo_damaged_files)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", TOPO_DIR, files[_i]);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    static char text[65536];
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    for (size_t cut = 0; cut <= len; cut += 3) {
+        br_topo_t *t = NULL;
+        ncclResult_t res = br_topo_parse(text, cut, "cut.xml", &t);
+        ck_assert(res == ncclSuccess || res == ncclInvalidUsage);
+        br_topo_free(t);
+    }
+    static const char bytes[] = {'<', '>', '"', '/', '=', ' ', 'x', '0', '\0', '&'};
+    for (size_t at = 0; at < len; at += 5) {
+        char saved = text[at];
+        text[at] = bytes[at % sizeof(bytes)];
+        br_topo_t *t = NULL;
+        ncclResult_t res = br_topo_parse(text, len, "changed.xml", &t);
+        ck_assert(res == ncclSuccess || res == ncclInvalidUsage);
+        br_topo_free(t);
+        text[at] = saved;
+    }
 }
 END_TEST
 
@@ -670,6 +703,7 @@ static Suite *topo_suite(void)
     tc = tcase_create("errors");
     tcase_add_loop_test(tc, test_topo_malformed, 0, NBAD);
     tcase_add_test(tc, test_topo_missing_file);
+    tcase_add_loop_test(tc, test_topo_damaged_files, 0, (int)(sizeof(files) / sizeof(files[0])));
     tcase_add_test(tc, test_topo_tolerates_extensions);
     suite_add_tcase(s, tc);
     tc = tcase_create("detect");
