@@ -550,6 +550,35 @@ static ncclResult_t add_gpu_links(load_t *ld, int g)
 }
 
 /* Links that need every device in place: NVLinks, C2C, pcilinks; then the CPU mesh. */
+/* Every NVLink from a GPU to a GPU must come back: NCCL's path search fails otherwise. */
+static ncclResult_t check_nvlinks_back(load_t *ld)
+{
+    br_topo_t *topo = ld->topo;
+    for (int g = 0; g < topo->count[BR_TOPO_GPU]; g++) {
+        int n = topo->by_type[BR_TOPO_GPU][g];
+        for (const br_xml_t *x = br_topo_xml_child(ld->gpu_xml[g], "nvlink", NULL); x != NULL;
+             x = br_topo_xml_child(ld->gpu_xml[g], "nvlink", x)) {
+            const char *target = br_topo_xml_get(x, "target");
+            int peer = class_type(br_topo_xml_get(x, "tclass")) == BR_TOPO_GPU
+                           ? br_topo_find_gpu(topo, target)
+                           : -1;
+            if (peer < 0) {
+                continue;
+            }
+            const br_topo_node_t *p = &topo->nodes[topo->by_type[BR_TOPO_GPU][peer]];
+            int back = 0;
+            for (int l = 0; l < p->nlinks; l++) {
+                back |= p->links[l].peer == n && p->links[l].type == BR_TOPO_LINK_NVL;
+            }
+            if (!back) {
+                return bad(ld, x, "GPU %s has NVLinks to GPU %s, which lists none back",
+                           topo->nodes[n].busid, p->busid);
+            }
+        }
+    }
+    return ncclSuccess;
+}
+
 static ncclResult_t add_second_pass(load_t *ld)
 {
     br_topo_t *topo = ld->topo;
@@ -569,6 +598,7 @@ static ncclResult_t add_second_pass(load_t *ld)
             }
         }
     }
+    BR_CHECK(check_nvlinks_back(ld));
     for (int a = 0; a < topo->nnodes; a++) {
         const br_topo_cpu_attr_t *c = &topo->nodes[a].cpu;
         float bw = c->arch_id == BR_TOPO_ARCH_POWER ? 32.0f

@@ -40,6 +40,16 @@ static br_topo_path_t *path_of(br_topo_t *topo, int n, int t, int i)
     return &topo->paths[t][(size_t)n * (size_t)topo->count[t] + (size_t)i];
 }
 
+static int has_link(const br_topo_node_t *node, int peer, int type)
+{
+    for (int l = 0; l < node->nlinks; l++) {
+        if (node->links[l].peer == peer && node->links[l].type == type) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Step 1 for one base node: every node's path to it. */
 static ncclResult_t bfs(br_topo_t *topo, int base, int *frontier, int *next_frontier, char *queued)
 {
@@ -77,8 +87,11 @@ static ncclResult_t bfs(br_topo_t *topo, int base, int *frontier, int *next_fron
                 }
                 type = type > p->type ? type : p->type;
                 br_topo_path_t *rp = path_of(topo, link->peer, t, bi);
-                if (type < rp->type || (type == rp->type && rp->bw < bw) ||
-                    (type == rp->type && rp->bw == bw && rp->hops > p->hops + 1)) {
+                /* The path runs from rem back over this link: it needs the link back (NCCL
+                 * fails without one; a one-way pcilink is just not used that way). */
+                if ((type < rp->type || (type == rp->type && rp->bw < bw) ||
+                     (type == rp->type && rp->bw == bw && rp->hops > p->hops + 1)) &&
+                    has_link(rem, frontier[f], link->type)) {
                     *rp = (br_topo_path_t){.type = type,
                                            .bw = bw,
                                            .hops = p->hops + 1,
