@@ -3,7 +3,7 @@
 # Install what building and testing Braid needs on Debian 12 (run as root, or with sudo).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config check libsubunit-dev libfabric-dev libfabric-bin
-      iproute2 procps)
+      libhwloc-dev iproute2 procps)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,9 +2,10 @@
 /*
  * Communicator init and teardown. Init: bootstrap, allgather of peer info, agreement on
  * channels and buffer sizes (minimum over ranks, so every rank cuts operations alike),
- * the net plugin, the channels (comm_channels.c: graph, ring and tree connections), the
- * node arena, and the plan with its plugins (comm_tune.c). A process-wide registry of
- * live communicators lets the API reject stale handles.
+ * the net plugin, the machine's topology (core/topo, built once per process), the
+ * channels (comm_channels.c: graph, ring and tree connections), the node arena, and the
+ * plan with its plugins (comm_tune.c). A process-wide registry of live communicators lets
+ * the API reject stale handles.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "topo.h"
 #include "util.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -315,6 +317,45 @@ static ncclResult_t net_setup(ncclComm_t comm, int needed)
     return ncclSuccess;
 }
 
+/* The process's topology (built by the first init that gets here, with the net plugin's
+ * devices as its NICs) and this rank's "Topology:" summary. Nothing uses it yet (rings and
+ * trees ignore it), so only a bad NCCL_TOPO_FILE may fail init. */
+static ncclResult_t topo_setup(ncclComm_t comm)
+{
+    br_net_t *net = comm->tc->net;
+    br_topo_nic_info_t *nics = NULL;
+    const br_topo_t *topo = NULL;
+    const char *source = NULL;
+    int n = 0;
+
+    if (net != NULL && net->ndev > 0 && (nics = calloc((size_t)net->ndev, sizeof(*nics))) == NULL) {
+        BR_INFO(NCCL_INIT | NCCL_GRAPH, "rank %d: out of memory listing NICs for the topology",
+                comm->rank);
+    }
+    for (int d = 0; nics != NULL && d < net->ndev; d++) {
+        ncclNetProperties_v12_t p;
+        memset(&p, 0, sizeof(p));
+        if (net->ops->get_properties(net, d, &p) != ncclSuccess) {
+            continue; /* logged by the plugin; the topology goes without this device */
+        }
+        nics[n++] = (br_topo_nic_info_t){.name = p.name,
+                                         .pci_path = p.pciPath,
+                                         .dev = d,
+                                         .speed = p.speed,
+                                         .port = p.port,
+                                         .guid = p.guid,
+                                         .latency = (int)p.latency,
+                                         .max_comms = p.maxComms,
+                                         .gdr = (p.ptrSupport & NCCL_PTR_CUDA) != 0};
+    }
+    ncclResult_t res = br_topo_system_get(nics, n, comm->rank, &topo, &source);
+    free(nics);
+    if (res == ncclSuccess) {
+        br_topo_log_summary(topo, source, comm->rank);
+    }
+    return res;
+}
+
 static void config_apply(ncclComm_t comm, const ncclConfig_t *config)
 {
     comm->blocking = 1;
@@ -439,6 +480,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
         goto fail;
     }
     BR_CHECK_GOTO(net_setup(comm, needed), res, fail);
+    BR_CHECK_GOTO(topo_setup(comm), res, fail);
     BR_CHECK_GOTO(br_comm_channels_setup(comm), res, fail);
     size_t cma = (size_t)BR_PARAM_INT(CMA_BYTES);
     /* With more ranks than cores, reading in place measured slower than the rings (4 ranks
