@@ -25,9 +25,24 @@ namespace
     throw std::invalid_argument("braid: " + msg);
 }
 
+/* The dtype as Python spells it (c10 says "Short" for torch.int16). */
 std::string type_name(at::ScalarType st)
 {
-    return std::string("torch.") + c10::toString(st);
+    switch (st) {
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kBool: return "torch.bool";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    default: return std::string("torch.") + c10::toString(st);
+    }
 }
 
 /* Braid's type for elements of `st` (complex: of its real parts). */
