@@ -6,6 +6,7 @@ Run under torchrun with 2 processes (tests/torch/torch_test.sh 2 test_work.py). 
   - calls of one group complete in issue order; two groups do not wait on each other;
   - a Work's Future carries the output tensors (what DDP's comm hooks read);
   - non-contiguous inputs and outputs (transposed, a column, a list of transposes);
+  - both ranks isend then irecv (not batched), small and large: no deadlock;
   - bad arguments raise ValueError at the call, with the reason;
   - a call the ranks disagree on raises RuntimeError on wait() carrying Braid's text;
   - a call that outlives the group's timeout raises "timed out", later calls on the group
@@ -122,6 +123,25 @@ def non_contiguous(rank, size):
         dist.send(torch.tensor([5.0, 6.0, 7.0]), 0)
 
 
+def exchange(rank, size):
+    """Both ranks send first: held back until the wait, the pair goes to Braid as a group."""
+    peer = 1 - rank
+    for n in (4, 1 << 20):
+        mine, got = torch.full((n,), float(rank)), torch.empty(n)
+        a = dist.isend(mine, peer)
+        b = dist.irecv(got, peer)
+        a.wait()
+        b.wait()
+        check(f"isend then irecv on both ranks, {n} floats", torch.equal(got, torch.full((n,), float(peer))))
+    # Polling is_completed() also starts them.
+    got = torch.empty(8)
+    works = [dist.isend(torch.full((8,), float(rank)), peer), dist.irecv(got, peer)]
+    deadline = time.monotonic() + 30
+    while not all(w.is_completed() for w in works) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    check("is_completed polling starts held sends", torch.equal(got, torch.full((8,), float(peer))))
+
+
 def errors(rank, size):
     expect_error("int16 refused", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16)),
                  ValueError, "torch.int16 have no Braid")
@@ -174,7 +194,8 @@ def main():
     dist.init_process_group("braid", timeout=timedelta(seconds=60))
     rank, size = dist.get_rank(), dist.get_world_size()
     assert size == 2, "run with 2 processes"
-    for step in (overlap, ordering, non_contiguous, errors, timeout, destroy_with_work_queued):
+    for step in (overlap, ordering, non_contiguous, exchange, errors, timeout,
+                 destroy_with_work_queued):
         step(rank, size)
         dist.barrier()
     dist.destroy_process_group()

@@ -609,6 +609,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor> &
     const at::Tensor &t = single(tensors, "send");
     auto w = make_work(c10d::OpType::SEND, "braid:send", tensors, c10d::kUnsetTimeout);
     Raw b = input(t);
+    w->p2p = p2p_flush_;
     w->issue = [b, dst](ncclComm_t comm, ncclRedOp_t) {
         return ncclSend(b.p(), b.n, b.type, dst, comm, nullptr);
     };
@@ -621,6 +622,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor> &
     const at::Tensor &t = single(tensors, "recv");
     auto w = make_work(c10d::OpType::RECV, "braid:recv", tensors, c10d::kUnsetTimeout);
     Raw b = output(*w, t, false);
+    w->p2p = p2p_flush_;
     w->issue = [b, src](ncclComm_t comm, ncclRedOp_t) {
         return ncclRecv(b.p(), b.n, b.type, src, comm, nullptr);
     };

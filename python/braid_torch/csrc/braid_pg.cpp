@@ -50,12 +50,39 @@ BraidWork::BraidWork(int rank, c10d::OpType type, const char *name_,
 
 c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture()
 {
+    if (p2p) {
+        p2p->run(); // whoever takes the Future will wait on it
+    }
     return future_;
 }
 
 std::vector<at::Tensor> BraidWork::result()
 {
     return outputs_;
+}
+
+void P2PFlush::run()
+{
+    std::lock_guard<std::mutex> lock(mu);
+    if (pg != nullptr) {
+        pg->flush_p2p();
+    }
+}
+
+bool BraidWork::wait(std::chrono::milliseconds timeout)
+{
+    if (p2p) {
+        p2p->run();
+    }
+    return c10d::Work::wait(timeout);
+}
+
+bool BraidWork::isCompleted()
+{
+    if (p2p) {
+        p2p->run(); // a caller polling for completion waits too
+    }
+    return c10d::Work::isCompleted();
 }
 
 void BraidWork::complete(std::exception_ptr err)
@@ -114,6 +141,8 @@ ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store> &stor
                                  ") failed: " + braid_error(nullptr, res));
     }
     init();
+    p2p_flush_ = std::make_shared<P2PFlush>();
+    p2p_flush_->pg = this;
     comm_thread_ = std::thread([this] { comm_loop(); });
     watchdog_thread_ = std::thread([this] { watchdog_loop(); });
 }
@@ -127,7 +156,12 @@ ProcessGroupBraid::~ProcessGroupBraid()
         py = PyEval_SaveThread();
     }
     {
+        std::lock_guard<std::mutex> lock(p2p_flush_->mu);
+        p2p_flush_->pg = nullptr; // Works that outlive the group flush nothing
+    }
+    {
         std::lock_guard<std::mutex> lock(mu_);
+        queue_p2p_locked();
         if (!coalesced_.empty()) {
             queue_.push_back(std::move(coalesced_));
             coalesced_.clear();
@@ -170,15 +204,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(WorkPtr work)
             coalesced_.push_back(work);
             return work;
         }
+        if (work->p2p) {
+            p2p_held_.push_back(work);
+            return work;
+        }
+        // Calls run in issue order: the sends and receives issued before this one first.
+        queue_p2p_locked();
         queue_.push_back({work});
     }
     queue_cv_.notify_one();
     return work;
 }
 
+void ProcessGroupBraid::queue_p2p_locked()
+{
+    if (!p2p_held_.empty()) {
+        queue_.push_back(std::move(p2p_held_));
+        p2p_held_.clear();
+    }
+}
+
+void ProcessGroupBraid::flush_p2p()
+{
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (p2p_held_.empty()) {
+            return;
+        }
+        queue_p2p_locked();
+    }
+    queue_cv_.notify_one();
+}
+
 void ProcessGroupBraid::startCoalescing()
 {
     std::lock_guard<std::mutex> lock(mu_);
+    queue_p2p_locked(); // the batch goes after what was issued before it
     coalescing_ = true;
 }
 
@@ -201,7 +262,7 @@ void ProcessGroupBraid::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>
 
 std::exception_ptr ProcessGroupBraid::run_batch(std::vector<WorkPtr> &batch)
 {
-    const char *name = batch.size() == 1 ? batch[0]->name : "braid:coalesced";
+    const char *name = batch.size() == 1 ? batch[0]->name : "braid:group";
     std::vector<ncclRedOp_t> made;
     ncclResult_t res = ncclSuccess;
     bool grouped = batch.size() > 1;
@@ -260,7 +321,7 @@ void ProcessGroupBraid::comm_loop()
                 std::string(batch[0]->name) + " not run: the process group timed out earlier (" +
                 timed_out_ + "); destroy it with torch.distributed.destroy_process_group()"));
         } else {
-            running_name_ = batch.size() == 1 ? batch[0]->name : "braid:coalesced";
+            running_name_ = batch.size() == 1 ? batch[0]->name : "braid:group";
             running_since_ = std::chrono::steady_clock::now();
             running_timeout_ = batch[0]->timeout;
             for (auto &w : batch) {

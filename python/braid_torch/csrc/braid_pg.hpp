@@ -9,6 +9,10 @@
  * revokes the communicator when a call runs past its timeout, so the blocked call
  * returns and the group can be destroyed.
  *
+ * Sends and receives (isend, irecv) are held back until a Work of theirs is waited on or
+ * polled, or another kind of call is issued, and then go to Braid together as one group:
+ * so two ranks that both send first, then receive, do not wait on each other's send.
+ *
  * C++ only because PyTorch's c10d API is C++ (PyTorch 1.13, as Debian 12 ships it).
  */
 #pragma once
@@ -28,6 +32,16 @@
 
 namespace braid_torch
 {
+
+class ProcessGroupBraid;
+
+/* How a held-back send or receive gets its group queued: the Work calls run() when it is
+ * waited on. The process group detaches it (pg = nullptr) before it goes away. */
+struct P2PFlush {
+    std::mutex mu;
+    ProcessGroupBraid *pg;
+    void run();
+};
 
 /* How one queued call reduces: a built-in op, or a PREMUL_SUM whose scalar (a
  * one-element tensor of the data's type) becomes a Braid op on the communication thread,
@@ -51,6 +65,9 @@ class BraidWork : public c10d::Work
 
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
     std::vector<at::Tensor> result() override;
+    /* A held-back send or receive is queued first (with the others held back). */
+    bool wait(std::chrono::milliseconds timeout) override;
+    bool isCompleted() override;
 
     /* Called once by the communication thread: on success (err null) copies staged outputs
      * to the caller's tensors, then completes the Work and its Future. */
@@ -63,6 +80,7 @@ class BraidWork : public c10d::Work
     /* (destination, source) pairs copied after success: the caller's non-contiguous or
      * list outputs, filled from the dense buffers Braid wrote. */
     std::vector<std::pair<at::Tensor, at::Tensor>> copy_back;
+    std::shared_ptr<P2PFlush> p2p; // set for a send or receive
 
   private:
     std::vector<at::Tensor> outputs_;
@@ -140,8 +158,17 @@ class ProcessGroupBraid : public c10d::ProcessGroup
     /* A new Work for one call, with the call's timeout (the group's when unset). */
     WorkPtr make_work(c10d::OpType type, const char *name, std::vector<at::Tensor> outputs,
                       std::chrono::milliseconds timeout);
-    /* Queues the Work (or holds it for the coalesced batch) and returns it. */
+    /* Queues the Work (or holds it back: a send or receive, a call between
+     * startCoalescing and endCoalescing) and returns it. */
     c10::intrusive_ptr<c10d::Work> enqueue(WorkPtr work);
+
+  public:
+    /* Queues the sends and receives held back, as one group. */
+    void flush_p2p();
+
+  private:
+    /* The held-back sends and receives to the queue (mu_ held). */
+    void queue_p2p_locked();
 
     void comm_loop();
     void watchdog_loop();
@@ -158,6 +185,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup
     std::deque<std::vector<WorkPtr>> queue_;
     bool coalescing_ = false;
     std::vector<WorkPtr> coalesced_;
+    std::vector<WorkPtr> p2p_held_;
+    std::shared_ptr<P2PFlush> p2p_flush_;
     bool stop_ = false;
     /* The batch the communication thread runs now: its name, start and timeout. */
     const char *running_name_ = nullptr;
