@@ -4,7 +4,8 @@
 #   ddp_simple on "braid": every rank prints "reduced dy/dw: 3.5";
 #   ddp_example on "braid" and on "gloo" (same seeds): the final parameters are identical
 #   across the ranks of each run, and Braid's equal Gloo's within float tolerance.
-# Usage: examples/ddp/run_ddp.sh [--size N] (ddp_example's layer width; default 256)
+# Usage: examples/ddp/run_ddp.sh [--size N] [--batch B]
+#   ddp_example's layer width (default 256) and batch per rank (default 1000, the lecture's)
 # Needs braid_torch built (cmake --build build); PYTHONPATH defaults to build/python.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,10 +14,12 @@ py=${BRAID_TORCH_PYTHON:-/usr/bin/python3}
 export PYTHONPATH=${PYTHONPATH:-$repo/build/python}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 size=256
+batch=1000
 while [ $# -gt 0 ]; do
     case $1 in
     --size) size=$2; shift 2 ;;
-    *) echo "usage: $0 [--size N]" >&2; exit 2 ;;
+    --batch) batch=$2; shift 2 ;;
+    *) echo "usage: $0 [--size N] [--batch B]" >&2; exit 2 ;;
     esac
 done
 out=$(mktemp -d)
@@ -40,8 +43,8 @@ done
 echo "ddp_simple: reduced dy/dw 3.5 on both ranks"
 
 for backend in braid gloo; do
-    echo "== ddp_example, $backend, 2 processes, size $size"
-    torchrun2 "$here/ddp_example.py" --backend "$backend" --size "$size" \
+    echo "== ddp_example, $backend, 2 processes, size $size, batch $batch"
+    torchrun2 "$here/ddp_example.py" --backend "$backend" --size "$size" --batch "$batch" \
         --save "$out/$backend-{rank}.pt"
 done
 "$py" - "$out" <<'PY'

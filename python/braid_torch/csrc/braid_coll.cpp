@@ -132,6 +132,7 @@ void check_like(const at::Tensor &t, const at::Tensor &ref, int64_t numel, const
 /* A tensor Braid only reads: itself when contiguous, else a dense copy. */
 Raw input(const at::Tensor &t)
 {
+    at::NoGradGuard no_grad; // staging copies are not part of any graph
     return raw(t.is_contiguous() ? t : t.contiguous());
 }
 
@@ -139,6 +140,7 @@ Raw input(const at::Tensor &t)
  * buffer copied back into it when the call succeeds. */
 Raw output(BraidWork &w, const at::Tensor &t, bool copy_in)
 {
+    at::NoGradGuard no_grad;
     if (t.is_contiguous()) {
         return raw(t);
     }
@@ -152,6 +154,7 @@ Raw output(BraidWork &w, const at::Tensor &t, bool copy_in)
 Raw flat_list(BraidWork &w, const std::vector<at::Tensor> &list, const at::Tensor &like,
               bool copy_in)
 {
+    at::NoGradGuard no_grad;
     int64_t numel = like.numel();
     at::Tensor flat = at::empty({static_cast<int64_t>(list.size()) * numel}, like.options());
     for (size_t i = 0; i < list.size(); i++) {
@@ -206,8 +209,12 @@ RedOp red_op(const c10d::ReduceOp &rop, const at::Tensor &t, const char *call)
         break;
     case c10d::ReduceOp::PREMUL_SUM: {
         auto *sup = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(rop.supplement_.get());
-        if (is_bool || sup == nullptr) {
+        if (is_bool) {
             break;
+        }
+        if (sup == nullptr) {
+            refuse(std::string(call) + ": PREMUL_SUM without its factor (make the op with "
+                                       "torch.distributed._make_nccl_premul_sum)");
         }
         // The scalar is a value of the data's (real) type, as ncclRedOpCreatePreMulSum wants.
         at::ScalarType st = cplx ? c10::toRealValueType(t.scalar_type()) : t.scalar_type();
@@ -232,8 +239,12 @@ RedOp red_op(const c10d::ReduceOp &rop, const at::Tensor &t, const char *call)
                "none); use the gloo backend for them");
     default: break;
     }
-    refuse(std::string(call) + ": reduce op " + std::to_string(static_cast<int>(rop.op_)) +
-           " is not supported on " + type_name(t.scalar_type()) + " tensors");
+    static const char *const names[] = {"SUM",  "AVG", "PRODUCT", "MIN",       "MAX",
+                                        "BAND", "BOR", "BXOR",    "PREMUL_SUM"};
+    size_t i = static_cast<size_t>(rop.op_);
+    std::string op = i < sizeof(names) / sizeof(names[0]) ? names[i] : std::to_string(i);
+    refuse(std::string(call) + ": ReduceOp." + op + " is not supported on " +
+           type_name(t.scalar_type()) + " tensors");
 }
 
 /* Runs f's Braid calls as one group (as NCCL, groups nest). */

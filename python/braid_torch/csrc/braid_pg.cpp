@@ -193,6 +193,11 @@ WorkPtr ProcessGroupBraid::make_work(c10d::OpType type, const char *name,
     if (timeout == c10d::kUnsetTimeout) {
         timeout = timeout_;
     }
+    // None (0 or less) or beyond a century: wait for ever, within what the clock can add.
+    const std::chrono::milliseconds forever = std::chrono::hours(24 * 365 * 100);
+    if (timeout <= std::chrono::milliseconds(0) || timeout > forever) {
+        timeout = forever;
+    }
     return c10::make_intrusive<BraidWork>(rank_, type, name, std::move(outputs), timeout);
 }
 
