@@ -247,6 +247,21 @@ RedOp red_op(const c10d::ReduceOp &rop, const at::Tensor &t, const char *call)
            type_name(t.scalar_type()) + " tensors");
 }
 
+/* The list and tensor forms of all_gather and reduce_scatter issue the same call. */
+void issue_allgather(BraidWork &w, const Raw &src, const Raw &dst)
+{
+    w.issue = [src, dst](ncclComm_t comm, ncclRedOp_t) {
+        return ncclAllGather(src.p(), dst.p(), src.n, src.type, comm, nullptr);
+    };
+}
+
+void issue_reduce_scatter(BraidWork &w, const Raw &src, const Raw &dst)
+{
+    w.issue = [src, dst](ncclComm_t comm, ncclRedOp_t op) {
+        return ncclReduceScatter(src.p(), dst.p(), dst.n, dst.type, op, comm, nullptr);
+    };
+}
+
 /* Runs f's Braid calls as one group (as NCCL, groups nest). */
 template <class F> ncclResult_t grouped(F f)
 {
@@ -344,9 +359,7 @@ ProcessGroupBraid::allgather(std::vector<std::vector<at::Tensor>> &outputs,
     auto w = make_work(c10d::OpType::ALLGATHER, "braid:all_gather", outputs[0], opts.timeout);
     Raw src = input(in);
     Raw dst = flat_list(*w, outputs[0], in, false);
-    w->issue = [src, dst](ncclComm_t comm, ncclRedOp_t) {
-        return ncclAllGather(src.p(), dst.p(), src.n, src.type, comm, nullptr);
-    };
+    issue_allgather(*w, src, dst);
     return enqueue(w);
 }
 
@@ -361,9 +374,7 @@ ProcessGroupBraid::_allgather_base(at::Tensor &output_tensor, at::Tensor &input_
                        {output_tensor}, opts.timeout);
     Raw src = input(input_tensor);
     Raw dst = output(*w, output_tensor, false);
-    w->issue = [src, dst](ncclComm_t comm, ncclRedOp_t) {
-        return ncclAllGather(src.p(), dst.p(), src.n, src.type, comm, nullptr);
-    };
+    issue_allgather(*w, src, dst);
     return enqueue(w);
 }
 
@@ -480,9 +491,7 @@ ProcessGroupBraid::reduce_scatter(std::vector<at::Tensor> &outputs,
     w->redop = red_op(opts.reduceOp, out, "reduce_scatter");
     Raw src = flat_list(*w, inputs[0], out, true);
     Raw dst = output(*w, out, false);
-    w->issue = [src, dst](ncclComm_t comm, ncclRedOp_t op) {
-        return ncclReduceScatter(src.p(), dst.p(), dst.n, dst.type, op, comm, nullptr);
-    };
+    issue_reduce_scatter(*w, src, dst);
     return enqueue(w);
 }
 
@@ -498,9 +507,7 @@ ProcessGroupBraid::_reduce_scatter_base(at::Tensor &output_tensor, at::Tensor &i
     w->redop = red_op(opts.reduceOp, output_tensor, call);
     Raw src = input(input_tensor);
     Raw dst = output(*w, output_tensor, false);
-    w->issue = [src, dst](ncclComm_t comm, ncclRedOp_t op) {
-        return ncclReduceScatter(src.p(), dst.p(), dst.n, dst.type, op, comm, nullptr);
-    };
+    issue_reduce_scatter(*w, src, dst);
     return enqueue(w);
 }
 
