@@ -145,7 +145,7 @@ def torchrun(n, argv, env):
 
 
 def braid_perf(args, n, env):
-    """braid-perf's in-place all-reduce busbw per size (GB/s), on the sizes of sizes()."""
+    """braid-perf's in-place all-reduce per size: [time (us), busbw (GB/s)]."""
     todo = sizes(args.max_size)
     ranges = [(todo[0], todo[-2] if todo[-1] != todo[-2] * 4 else todo[-1])]
     if ranges[0][1] != todo[-1]:
@@ -159,7 +159,7 @@ def braid_perf(args, n, env):
         for line in out.splitlines():
             f = line.split()
             if len(f) == 13 and f[0].isdigit():
-                rows[int(f[0])] = float(f[11])
+                rows[int(f[0])] = [float(f[9]), float(f[11])]
     return rows
 
 
@@ -170,24 +170,42 @@ def ddp_step_ms(args, n, backend, env):
     return float(re.search(r"([\d.]+) ms per step", out).group(1))
 
 
-def table(n, rows, perf):
-    lines = []
-    for coll in COLLS:
-        extra = " braid-perf | torch/perf |" if coll == "all_reduce" else ""
-        lines += [f"\n{coll}, {n} processes: busbw GB/s (time per call)\n",
-                  f"| size | braid | gloo | braid/gloo |{extra}",
-                  "|---:|---:|---:|---:|" + ("---:|---:|" if extra else "")]
-        by = {(r["backend"], r["size"]): r for r in rows if r["coll"] == coll}
-        for size in sorted({r["size"] for r in rows if r["coll"] == coll}):
-            b, g = by[("braid", size)], by[("gloo", size)]
-            bb, gb = busbw(coll, n, size, b["time_us"]), busbw(coll, n, size, g["time_us"])
+SMALL = 8 << 10  # up to this size the tables give the time per call, above it busbw
+
+
+def table(coll, runs):
+    """One markdown table of coll: a row per size, the rank counts side by side; time per
+    call (us) up to SMALL, bus bandwidth (GB/s) above; all_reduce also next to braid-perf."""
+    ns = sorted(runs, key=int)
+    head = "| size |"
+    for n in ns:
+        head += f" braid {n}p | gloo {n}p | braid/gloo |"
+        head += f" braid-perf {n}p | torch/perf |" if coll == "all_reduce" else ""
+    lines = [head, "|---:|" + "---:|" * (head.count("|") - 2)]
+    per_n = {}
+    for n in ns:
+        rows = [r for r in runs[n]["rows"] if r["coll"] == coll]
+        by = {(r["backend"], r["size"]): r for r in rows}
+        per_n[n] = [(size, by[("braid", size)], by[("gloo", size)])
+                    for size in sorted({r["size"] for r in rows})]
+    for i in range(len(per_n[ns[0]])):
+        cells, names = "", []
+        for n in ns:
+            size, b, g = per_n[n][i]
+            names.append(human(size))
+            small = size <= SMALL
+
+            def show(time_us):
+                return (f"{time_us:.1f} us" if small else
+                        f"{busbw(coll, int(n), size, time_us):.2f}")
             bad = "" if b["ok"] and g["ok"] else " WRONG"
-            line = (f"| {human(size)} | {bb:.3f} ({b['time_us']:.1f} us) | "
-                    f"{gb:.3f} ({g['time_us']:.1f} us) | {bb / gb:.2f}x{bad} |")
-            if extra:
-                p = perf.get(size)
-                line += f" {p:.3f} | {bb / p:.2f} |" if p else " - | - |"
-            lines.append(line)
+            cells += f" {show(b['time_us'])} | {show(g['time_us'])} | "
+            cells += f"{g['time_us'] / b['time_us']:.1f}x{bad} |"
+            if coll == "all_reduce":
+                p = runs[n]["braid_perf"].get(str(size), runs[n]["braid_perf"].get(size))
+                cells += (f" {show(p[0])} | {p[0] / b['time_us']:.2f} |" if p else " - | - |")
+        label = names[0] if len(set(names)) == 1 else " / ".join(names)
+        lines.append(f"| {label} |{cells}")
     return "\n".join(lines)
 
 
@@ -215,21 +233,27 @@ def main():
     report = {"load_before": load, "runs": {}}
     print(f"# torch_compare: load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
           f"{os.cpu_count()} CPUs", flush=True)
-    for n in (int(x) for x in args.ranks.split(",")):
+    for n in args.ranks.split(","):
         wout = os.path.join(args.out, f"worker-{n}.json")
-        torchrun(n, [os.path.abspath(__file__), "--worker", "--worker-out", wout,
-                     "--max-size", str(args.max_size)], env)
+        torchrun(int(n), [os.path.abspath(__file__), "--worker", "--worker-out", wout,
+                          "--max-size", str(args.max_size)], env)
         with open(wout) as f:
             rows = json.load(f)
-        perf = braid_perf(args, n, env)
-        ddp = {b: ddp_step_ms(args, n, b, env) for b in ("braid", "gloo")}
-        report["runs"][n] = {"rows": rows, "braid_perf_busbw": perf, "ddp_step_ms": ddp}
-        print(table(n, rows, perf), flush=True)
-        print(f"\nddp_example, {n} processes (size {args.ddp_size}, batch {args.ddp_batch}): "
-              f"braid {ddp['braid']:.1f} ms per step, gloo {ddp['gloo']:.1f} ms per step\n",
-              flush=True)
+        report["runs"][n] = {"rows": rows, "braid_perf": braid_perf(args, int(n), env),
+                             "ddp_step_ms": {b: ddp_step_ms(args, int(n), b, env)
+                                             for b in ("braid", "gloo")}}
+        print(f"# {n} processes done", flush=True)
+    for coll in COLLS:
+        print(f"\n{coll}: time per call up to {human(SMALL)}, busbw (GB/s) above\n")
+        print(table(coll, report["runs"]), flush=True)
+    for n, run in report["runs"].items():
+        ddp = run["ddp_step_ms"]
+        print(f"\nddp_example, {n} processes (size {args.ddp_size}, batch {args.ddp_batch}, "
+              f"{args.ddp_steps} steps): braid {ddp['braid']:.1f} ms per step, "
+              f"gloo {ddp['gloo']:.1f} ms per step")
     report["load_after"] = os.getloadavg()
-    print(f"# load average after: {report['load_after'][0]:.2f}")
+    print(f"\n# load average after: {report['load_after'][0]:.2f} "
+          f"{report['load_after'][1]:.2f} {report['load_after'][2]:.2f}")
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(report, f, indent=1)
 
