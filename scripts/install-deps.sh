@@ -5,30 +5,30 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config check libsubunit-dev libfabric-dev libfabric-bin
       iproute2 procps)
-# The PyTorch backend (python/braid_torch) and its tests (label "torch"): Debian's
-# PyTorch 1.13 for /usr/bin/python3, and what torch.utils.cpp_extension builds with.
-# Without their recommendations (a desktop's worth of packages PyTorch does not need).
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# The PyTorch backend (python/braid_torch) and its tests (label "torch"): Debian's PyTorch
+# 1.13 for /usr/bin/python3 and what torch.utils.cpp_extension builds with, installed
+# without their recommendations (a desktop's worth of packages PyTorch does not need).
 torch_pkgs=(python3-torch libtorch-dev python3-dev python3-setuptools pybind11-dev ninja-build)
-if [ "${1:-}" = "--no-torch" ]; then
-    torch_pkgs=()
-fi
-
-missing() {
-    for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+missing_torch=()
+if [ "${1:-}" != "--no-torch" ]; then
+    for p in "${torch_pkgs[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+            missing_torch+=("$p")
     done
-}
-mapfile -t need < <(missing "${pkgs[@]}")
-mapfile -t need_torch < <(missing "${torch_pkgs[@]+"${torch_pkgs[@]}"}")
-if [ ${#need[@]} -gt 0 ] || [ ${#need_torch[@]} -gt 0 ]; then
+fi
+if [ ${#missing[@]} -gt 0 ] || [ ${#missing_torch[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO=sudo
     $SUDO apt-get update
-    if [ ${#need[@]} -gt 0 ]; then
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${need[@]}"
+    if [ ${#missing[@]} -gt 0 ]; then
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}"
     fi
-    if [ ${#need_torch[@]} -gt 0 ]; then
+    if [ ${#missing_torch[@]} -gt 0 ]; then
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends \
-            "${need_torch[@]}"
+            "${missing_torch[@]}"
     fi
 fi
