@@ -4,7 +4,7 @@
 # and Broadcast on host memory, with results checked and bus bandwidth printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --no-torch
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build -j"$(nproc)" --target braid-demo nccl-net-socket
 NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} ./build/bin/braid-demo "${1:-4}"

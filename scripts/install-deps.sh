@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Install what building and testing Braid needs on Debian 12 (run as root, or with sudo).
+# --no-torch leaves out PyTorch (the demo does not need it).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config check libsubunit-dev libfabric-dev libfabric-bin
       libhwloc-dev iproute2 procps)
@@ -8,9 +9,26 @@ missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -gt 0 ]; then
+# The PyTorch backend (python/braid_torch) and its tests (label "torch"): Debian's PyTorch
+# 1.13 for /usr/bin/python3 and what torch.utils.cpp_extension builds with, installed
+# without their recommendations (a desktop's worth of packages PyTorch does not need).
+torch_pkgs=(python3-torch libtorch-dev python3-dev python3-setuptools pybind11-dev ninja-build)
+missing_torch=()
+if [ "${1:-}" != "--no-torch" ]; then
+    for p in "${torch_pkgs[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+            missing_torch+=("$p")
+    done
+fi
+if [ ${#missing[@]} -gt 0 ] || [ ${#missing_torch[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO=sudo
     $SUDO apt-get update
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}"
+    if [ ${#missing[@]} -gt 0 ]; then
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}"
+    fi
+    if [ ${#missing_torch[@]} -gt 0 ]; then
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends \
+            "${missing_torch[@]}"
+    fi
 fi

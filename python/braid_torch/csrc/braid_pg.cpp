@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ProcessGroupBraid's life and machinery: the communicator made through PyTorch's store,
+ * the queue of calls and the communication thread that runs them in issue order, the
+ * watchdog that revokes the communicator when a call outlives its timeout, BraidWork,
+ * and the Python module. The collectives themselves (what each call issues) are in
+ * braid_coll.cpp.
+ *
+ * Threads: the caller's threads only validate, stage and queue; the communication thread
+ * is the only one that calls Braid on the communicator, except ncclCommRevoke from the
+ * watchdog (Braid allows it from any thread, and the blocked call then returns). One
+ * mutex guards the queue and the running call's deadline.
+ */
+#include <chrono>
+#include <stdexcept>
+
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "braid_pg.hpp"
+
+namespace braid_torch
+{
+
+namespace
+{
+
+const char *const kUniqueIdKey = "braid_unique_id";
+
+std::string braid_error(ncclComm_t comm, ncclResult_t res)
+{
+    const char *last = ncclGetLastError(comm);
+    std::string msg = ncclGetErrorString(res);
+    if (last != nullptr && last[0] != '\0') {
+        msg += ": ";
+        msg += last;
+    }
+    return msg;
+}
+
+} // namespace
+
+BraidWork::BraidWork(int rank, c10d::OpType type, const char *name_,
+                     std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout_)
+    : c10d::Work(rank, type, name_), name(name_), timeout(timeout_), outputs_(std::move(outputs)),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get())))
+{
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture()
+{
+    if (p2p) {
+        p2p->run(); // whoever takes the Future will wait on it
+    }
+    return future_;
+}
+
+std::vector<at::Tensor> BraidWork::result()
+{
+    return outputs_;
+}
+
+void P2PFlush::run()
+{
+    std::lock_guard<std::mutex> lock(mu);
+    if (pg != nullptr) {
+        pg->flush_p2p();
+    }
+}
+
+bool BraidWork::wait(std::chrono::milliseconds timeout)
+{
+    if (p2p) {
+        p2p->run();
+    }
+    return c10d::Work::wait(timeout);
+}
+
+bool BraidWork::isCompleted()
+{
+    if (p2p) {
+        p2p->run(); // a caller polling for completion waits too
+    }
+    return c10d::Work::isCompleted();
+}
+
+void BraidWork::complete(std::exception_ptr err)
+{
+    if (!err) {
+        try {
+            // Braid wrote the dense buffers directly; these copies are not autograd's.
+            at::NoGradGuard no_grad;
+            for (auto &c : copy_back) {
+                c.first.copy_(c.second);
+            }
+        } catch (...) {
+            err = std::current_exception();
+        }
+    }
+    copy_back.clear();
+    issue = nullptr;
+    finish(err);
+    // The Future last: its callbacks (DDP's) run here and may read the outputs.
+    if (err) {
+        future_->setError(err);
+    } else {
+        future_->markCompleted(c10::IValue(outputs_));
+    }
+}
+
+ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store> &store, int rank,
+                                     int size, std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size), timeout_(timeout)
+{
+    // As ProcessGroupNCCL: rank 0 makes the id, the store carries it to the others
+    // (the store's prefix is the group's name, so every group has its own key).
+    ncclUniqueId id;
+    if (rank == 0) {
+        ncclResult_t res = ncclGetUniqueId(&id);
+        if (res != ncclSuccess) {
+            throw std::runtime_error("braid: ncclGetUniqueId failed: " + braid_error(nullptr, res));
+        }
+        const uint8_t *p = reinterpret_cast<const uint8_t *>(&id);
+        store->set(kUniqueIdKey, std::vector<uint8_t>(p, p + sizeof(id)));
+    } else {
+        std::vector<uint8_t> v = store->get(kUniqueIdKey);
+        if (v.size() != sizeof(id)) {
+            throw std::runtime_error("braid: the unique id in the store has " +
+                                     std::to_string(v.size()) + " bytes, not " +
+                                     std::to_string(sizeof(id)) +
+                                     ": do all ranks run the same braid_torch?");
+        }
+        memcpy(&id, v.data(), sizeof(id));
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    ncclResult_t res = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
+    if (res != ncclSuccess) {
+        throw std::runtime_error("braid: ncclCommInitRankConfig (rank " + std::to_string(rank) +
+                                 " of " + std::to_string(size) +
+                                 ") failed: " + braid_error(nullptr, res));
+    }
+    init();
+    p2p_flush_ = std::make_shared<P2PFlush>();
+    p2p_flush_->pg = this;
+    comm_thread_ = std::thread([this] { comm_loop(); });
+    watchdog_thread_ = std::thread([this] { watchdog_loop(); });
+}
+
+ProcessGroupBraid::~ProcessGroupBraid()
+{
+    // Python may drop the last reference with the GIL held; the communication thread may
+    // need it (a Python callback on a Future), so let it go while waiting.
+    PyThreadState *py = nullptr;
+    if (Py_IsInitialized() && PyGILState_Check()) {
+        py = PyEval_SaveThread();
+    }
+    {
+        std::lock_guard<std::mutex> lock(p2p_flush_->mu);
+        p2p_flush_->pg = nullptr; // Works that outlive the group flush nothing
+    }
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_p2p_locked();
+        if (!coalesced_.empty()) {
+            queue_.push_back(std::move(coalesced_));
+            coalesced_.clear();
+        }
+        stop_ = true;
+    }
+    queue_cv_.notify_all();
+    comm_thread_.join();
+    // The watchdog may sleep towards the last call's deadline: wake it to see the stop.
+    watchdog_cv_.notify_all();
+    watchdog_thread_.join();
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    // A failed or revoked communicator is only good for abort.
+    if (!timed_out_.empty() || async != ncclSuccess) {
+        ncclCommAbort(comm_);
+    } else {
+        ncclCommDestroy(comm_);
+    }
+    if (py != nullptr) {
+        PyEval_RestoreThread(py);
+    }
+}
+
+WorkPtr ProcessGroupBraid::make_work(c10d::OpType type, const char *name,
+                                     std::vector<at::Tensor> outputs,
+                                     std::chrono::milliseconds timeout)
+{
+    if (timeout == c10d::kUnsetTimeout) {
+        timeout = timeout_;
+    }
+    // None (0 or less) or beyond a century: wait for ever, within what the clock can add.
+    const std::chrono::milliseconds forever = std::chrono::hours(24 * 365 * 100);
+    if (timeout <= std::chrono::milliseconds(0) || timeout > forever) {
+        timeout = forever;
+    }
+    return c10::make_intrusive<BraidWork>(rank_, type, name, std::move(outputs), timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(WorkPtr work)
+{
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (coalescing_) {
+            coalesced_.push_back(work);
+            return work;
+        }
+        if (work->p2p) {
+            p2p_held_.push_back(work);
+            return work;
+        }
+        // Calls run in issue order: the sends and receives issued before this one first.
+        queue_p2p_locked();
+        queue_.push_back({work});
+    }
+    queue_cv_.notify_one();
+    return work;
+}
+
+void ProcessGroupBraid::queue_p2p_locked()
+{
+    if (!p2p_held_.empty()) {
+        queue_.push_back(std::move(p2p_held_));
+        p2p_held_.clear();
+    }
+}
+
+void ProcessGroupBraid::flush_p2p()
+{
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (p2p_held_.empty()) {
+            return;
+        }
+        queue_p2p_locked();
+    }
+    queue_cv_.notify_one();
+}
+
+void ProcessGroupBraid::startCoalescing()
+{
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_p2p_locked(); // the batch goes after what was issued before it
+    coalescing_ = true;
+}
+
+void ProcessGroupBraid::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>> & /* reqs */)
+{
+    // The calls made since startCoalescing go to Braid in one group, so that sends and
+    // receives between the same ranks in either order do not wait on each other. Each
+    // call's Work (already returned to the caller) completes when the group does.
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        coalescing_ = false;
+        if (coalesced_.empty()) {
+            return;
+        }
+        queue_.push_back(std::move(coalesced_));
+        coalesced_.clear();
+    }
+    queue_cv_.notify_one();
+}
+
+std::exception_ptr ProcessGroupBraid::run_batch(std::vector<WorkPtr> &batch)
+{
+    const char *name = batch.size() == 1 ? batch[0]->name : "braid:group";
+    std::vector<ncclRedOp_t> made;
+    ncclResult_t res = ncclSuccess;
+    bool grouped = batch.size() > 1;
+    if (grouped) {
+        res = ncclGroupStart();
+    }
+    for (size_t i = 0; i < batch.size() && res == ncclSuccess; i++) {
+        BraidWork &w = *batch[i];
+        ncclRedOp_t op = w.redop.op;
+        if (w.redop.premul_scalar.defined()) {
+            res = ncclRedOpCreatePreMulSum(&op, w.redop.premul_scalar.data_ptr(),
+                                           w.redop.premul_type, ncclScalarHostImmediate, comm_);
+            if (res != ncclSuccess) {
+                break;
+            }
+            made.push_back(op);
+        }
+        res = w.issue(comm_, op);
+    }
+    if (grouped) {
+        // Always close the group; its result is the batch's when the calls were queued.
+        ncclResult_t end = ncclGroupEnd();
+        if (res == ncclSuccess) {
+            res = end;
+        }
+    }
+    std::string detail = res == ncclSuccess ? "" : braid_error(comm_, res);
+    for (ncclRedOp_t op : made) {
+        ncclRedOpDestroy(op, comm_);
+    }
+    if (res == ncclSuccess) {
+        return nullptr;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!timed_out_.empty()) {
+        return std::make_exception_ptr(std::runtime_error(timed_out_ + "; Braid: " + detail));
+    }
+    return std::make_exception_ptr(std::runtime_error(std::string(name) + " failed: " + detail));
+}
+
+void ProcessGroupBraid::comm_loop()
+{
+    at::NoGradGuard no_grad;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+        queue_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) {
+            return; // stopping, and every queued call has run
+        }
+        std::vector<WorkPtr> batch = std::move(queue_.front());
+        queue_.pop_front();
+        std::exception_ptr err;
+        if (!timed_out_.empty()) {
+            // The communicator is revoked: fail at once, saying why.
+            err = std::make_exception_ptr(std::runtime_error(
+                std::string(batch[0]->name) + " not run: the process group timed out earlier (" +
+                timed_out_ + "); destroy it with torch.distributed.destroy_process_group()"));
+        } else {
+            running_name_ = batch.size() == 1 ? batch[0]->name : "braid:group";
+            running_since_ = std::chrono::steady_clock::now();
+            running_timeout_ = batch[0]->timeout;
+            for (auto &w : batch) {
+                running_timeout_ = std::max(running_timeout_, w->timeout);
+            }
+            watchdog_cv_.notify_one();
+            lock.unlock();
+            err = run_batch(batch);
+            lock.lock();
+            running_name_ = nullptr;
+        }
+        // Complete outside the lock: Future callbacks may queue new calls.
+        lock.unlock();
+        for (auto &w : batch) {
+            w->complete(err);
+        }
+        batch.clear();
+        lock.lock();
+    }
+}
+
+void ProcessGroupBraid::watchdog_loop()
+{
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_ || running_name_ != nullptr) {
+        if (running_name_ == nullptr || !timed_out_.empty()) {
+            watchdog_cv_.wait(lock);
+            continue;
+        }
+        auto deadline = running_since_ + running_timeout_;
+        if (std::chrono::steady_clock::now() < deadline) {
+            // Woken early by a new call or by stop; the loop re-reads the deadline.
+            watchdog_cv_.wait_until(lock, deadline);
+            continue;
+        }
+        timed_out_ = std::string(running_name_) + " timed out after " +
+                     std::to_string(running_timeout_.count()) +
+                     " ms (the process group's timeout) on rank " + std::to_string(rank_);
+        // Revoke under the lock: it only flags the communicator, and the blocked call
+        // returns on its own thread within about 100 ms with Braid's reason.
+        ncclCommRevoke(comm_, NCCL_REVOKE_DEFAULT);
+    }
+}
+
+} // namespace braid_torch
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
+{
+    // ProcessGroup and Store are registered by torch.distributed's module.
+    py::module::import("torch.distributed");
+    m.doc() = "Braid (NCCL API on host memory) as a torch.distributed backend";
+    py::class_<braid_torch::ProcessGroupBraid, c10d::ProcessGroup,
+               c10::intrusive_ptr<braid_torch::ProcessGroupBraid>>(m, "ProcessGroupBraid")
+        .def(py::init<const c10::intrusive_ptr<c10d::Store> &, int, int,
+                      std::chrono::milliseconds>(),
+             py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+             py::call_guard<py::gil_scoped_release>());
+    m.def("nccl_version", [] {
+        int v = 0;
+        ncclGetVersion(&v);
+        return v;
+    });
+}

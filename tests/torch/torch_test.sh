@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Runs one PyTorch test under torchrun, or skips it (exit 77) saying why.
+#   torch_test.sh NPROC SCRIPT [ARGS...]   SCRIPT on NPROC local processes
+#   torch_test.sh --exec COMMAND [ARGS...]  a command that launches torchrun itself
+# Environment (set by tests/torch/CMakeLists.txt): BRAID_TORCH_PYTHON, the Python with
+# torch; BRAID_TORCH_PYTHONPATH, where the build put braid_torch; BRAID_TORCH_SKIP, why
+# the build did not build it (empty when it did).
+set -euo pipefail
+py=${BRAID_TORCH_PYTHON:-/usr/bin/python3}
+if [ -n "${BRAID_TORCH_SKIP:-}" ]; then
+    echo "SKIP: ${BRAID_TORCH_SKIP}"
+    exit 77
+fi
+if ! "$py" -c "import torch" 2>/dev/null; then
+    echo "SKIP: $py has no torch (apt-get install python3-torch libtorch-dev)"
+    exit 77
+fi
+export PYTHONPATH="${BRAID_TORCH_PYTHONPATH}${PYTHONPATH:+:$PYTHONPATH}"
+if [ "$1" = "--exec" ]; then
+    shift
+    exec "$@"
+fi
+nproc=$1
+shift
+# braid_torch.run is torchrun with Debian 12's argument-parsing bug fixed (see its
+# docstring). Port 0: parallel tests must not share torchrun's default port.
+exec "$py" -m braid_torch.run --nnodes=1 --nproc_per_node="$nproc" --rdzv_backend=c10d \
+    --rdzv_endpoint=localhost:0 --monitor_interval=0.2 "$@"
