@@ -26,10 +26,23 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 # torchrun on 2 local processes (braid_torch.run: torchrun with Debian 12's start-up bug
-# fixed), on a free port so that parallel runs do not collide.
+# fixed), on a free port so that parallel runs do not collide. torchrun picks the
+# workers' MASTER_PORT by binding a free port and letting it go, so another process can
+# take it first ("Address already in use"): such a start is tried again, twice at most.
 torchrun2() {
-    "$py" -m braid_torch.run --nnodes=1 --nproc_per_node=2 --rdzv_backend=c10d \
-        --rdzv_endpoint=localhost:0 --monitor_interval=0.2 "$@"
+    local log="$out/torchrun.log" attempt
+    for attempt in 1 2 3; do
+        if "$py" -m braid_torch.run --nnodes=1 --nproc_per_node=2 --rdzv_backend=c10d \
+            --rdzv_endpoint=localhost:0 --monitor_interval=0.2 "$@" > "$log" 2>&1; then
+            cat "$log"
+            return 0
+        fi
+        cat "$log"
+        if ! grep -q "Address already in use" "$log" || [ "$attempt" = 3 ]; then
+            return 1
+        fi
+        echo "run_ddp.sh: torchrun lost its port to another process; starting again"
+    done
 }
 
 echo "== ddp_simple, braid, 2 processes"

@@ -24,6 +24,21 @@ fi
 nproc=$1
 shift
 # braid_torch.run is torchrun with Debian 12's argument-parsing bug fixed (see its
-# docstring). Port 0: parallel tests must not share torchrun's default port.
-exec "$py" -m braid_torch.run --nnodes=1 --nproc_per_node="$nproc" --rdzv_backend=c10d \
-    --rdzv_endpoint=localhost:0 --monitor_interval=0.2 "$@"
+# docstring). Port 0: parallel tests must not share torchrun's default port. torchrun
+# then picks the workers' MASTER_PORT by binding a free port and letting it go, and
+# another test can take it before rank 0 binds it again ("Address already in use"):
+# that start is tried again, twice at most; any other failure is the test's.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for attempt in 1 2 3; do
+    if "$py" -m braid_torch.run --nnodes=1 --nproc_per_node="$nproc" --rdzv_backend=c10d \
+        --rdzv_endpoint=localhost:0 --monitor_interval=0.2 "$@" > "$log" 2>&1; then
+        cat "$log"
+        exit 0
+    fi
+    cat "$log"
+    if ! grep -q "Address already in use" "$log" || [ "$attempt" = 3 ]; then
+        exit 1
+    fi
+    echo "torch_test.sh: torchrun lost its port to another process; starting again"
+done
