@@ -33,12 +33,12 @@
  * Messages reach the proxy through a mailbox the bootstrap thread fills; everything else
  * runs under the proxy lock, from br_proxy_progress or the proxy thread.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -54,14 +54,14 @@ enum { LINK_ACK = 1, LINK_REQ = 2, LINK_OFFER = 3, LINK_GIVEUP = 4 };
 /* One link message on the wire (host byte order: all ranks run the same build). */
 typedef struct {
     uint32_t type;
-    uint32_t fid;      /* the connection, numbered as both ends number it */
-    uint32_t epoch;    /* ACK: unused; REQ: the failed incarnation; OFFER: the new one */
-    int32_t is_send;   /* the direction of the connection at the sender of this message */
-    int32_t fallback;  /* OFFER: the replacement is on Braid's socket plugin */
-    int32_t dev;       /* OFFER: the receiver's device (for messages) */
-    uint64_t count;    /* ACK: steps received; OFFER: the step the stream resumes at */
+    uint32_t fid;     /* the connection, numbered as both ends number it */
+    uint32_t epoch;   /* ACK: unused; REQ: the failed incarnation; OFFER: the new one */
+    int32_t is_send;  /* the direction of the connection at the sender of this message */
+    int32_t fallback; /* OFFER: the replacement is on Braid's socket plugin */
+    int32_t dev;      /* OFFER: the receiver's device (for messages) */
+    uint64_t count;   /* ACK: steps received; OFFER: the step the stream resumes at */
     char handle[NCCL_NET_HANDLE_MAXSIZE];
-    char what[192];    /* REQ, OFFER, GIVEUP: what failed */
+    char what[192]; /* REQ, OFFER, GIVEUP: what failed */
 } link_wire_t;
 
 _Static_assert(sizeof(link_wire_t) <= BR_BOOT_LINK_MAX, "link message too large");
@@ -75,8 +75,7 @@ struct br_link_mail {
 
 /* Reasons nest ("what failed; why it was not replaced"): a long one is cut, never an
  * error. */
-__attribute__((format(printf, 3, 4))) static void say(char *dst, size_t len, const char *fmt,
-                                                      ...)
+__attribute__((format(printf, 3, 4))) static void say(char *dst, size_t len, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -168,8 +167,7 @@ static void ack_socket_lost(br_proxy_t *proxy, br_net_conn_t *nc, const char *wh
     BR_INFO(NCCL_NET | NCCL_PROXY,
             "rank %d: the acknowledgement socket of the %s rank %d %s (%s); acknowledgements "
             "go through the bootstrap from here on",
-            proxy->rank, nc->is_send ? "send to" : "receive from", nc->peer, what,
-            strerror(errno));
+            proxy->rank, nc->is_send ? "send to" : "receive from", nc->peer, what, strerror(errno));
     close(nc->ack_fd);
     nc->ack_fd = -1;
 }
@@ -202,9 +200,9 @@ void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
             proxy->acks_due = 1; /* the sender has not read for a while: again later */
             return;
         }
-        if (n > 0 && br_socket_send_all(nc->ack_fd, (const char *)&count + n,
-                                        sizeof(count) - (size_t)n,
-                                        br_time_ns() + 1000000000ull) == ncclSuccess) {
+        if (n > 0 &&
+            br_socket_send_all(nc->ack_fd, (const char *)&count + n, sizeof(count) - (size_t)n,
+                               br_time_ns() + 1000000000ull) == ncclSuccess) {
             nc->ack_sent = count;
             return;
         }
@@ -323,12 +321,14 @@ static int may_fail_over(br_proxy_t *proxy, const br_net_conn_t *nc, char *whyno
     }
     if (nc->nfail >= proxy->failover) {
         say(whynot, len, "it already failed over %d time%s (BRAID_FAILOVER=%d)", nc->nfail,
-                 nc->nfail == 1 ? "" : "s", proxy->failover);
+            nc->nfail == 1 ? "" : "s", proxy->failover);
         return 0;
     }
     if (br_bootstrap_peer_gone(proxy->boot, nc->peer)) {
-        say(whynot, len, "rank %d closed its bootstrap connection (its process exited or it "
-                 "destroyed the communicator)", nc->peer);
+        say(whynot, len,
+            "rank %d closed its bootstrap connection (its process exited or it "
+            "destroyed the communicator)",
+            nc->peer);
         return 0;
     }
     return 1;
@@ -398,6 +398,26 @@ static void pick_replacement(br_proxy_t *proxy, const br_net_conn_t *nc, br_net_
     *dev_p = net->nused > 1 ? next_dev(net, nc->dev) : nc->dev;
 }
 
+/* A new replacement of nc because of `what`, if failover allows one (else nc fails for
+ * good and 0 is returned): the failed comm closes with whatever was in flight, and
+ * everything not completed on it is posted again on the replacement. */
+static int begin_replacement(br_proxy_t *proxy, br_net_conn_t *nc, const char *what, int state)
+{
+    char whynot[256];
+
+    if (!may_fail_over(proxy, nc, whynot, sizeof(whynot))) {
+        char why[512];
+        say(why, sizeof(why), "%s; not replaced: %s", what, whynot);
+        give_up(proxy, nc, ncclRemoteError, why, 1);
+        return 0;
+    }
+    br_proxy_comm_close(proxy, nc);
+    nc->posted = nc->done;
+    enter_failover(proxy, nc, state, 1);
+    say(nc->fo_what, sizeof(nc->fo_what), "%s", what);
+    return 1;
+}
+
 /* ---- Receive side ---- */
 
 /* Replace the receive connection nc: listen on the replacement and offer it. */
@@ -409,23 +429,16 @@ static void recv_replace(br_proxy_t *proxy, br_net_conn_t *nc, const char *what)
     int dev, fallback;
     ncclResult_t res;
 
-    if (!may_fail_over(proxy, nc, whynot, sizeof(whynot))) {
-        char why[512];
-        say(why, sizeof(why), "%s; not replaced: %s", what, whynot);
-        give_up(proxy, nc, ncclRemoteError, why, 1);
+    if (!begin_replacement(proxy, nc, what, BR_FO_ACCEPTING)) {
         return;
     }
-    br_proxy_comm_close(proxy, nc);
-    nc->posted = nc->done; /* receives in flight ended with the comm: post them again */
-    enter_failover(proxy, nc, BR_FO_ACCEPTING, 1);
-    say(nc->fo_what, sizeof(nc->fo_what), "%s", what);
     pick_replacement(proxy, nc, &net, &dev, &fallback);
     memset(&m, 0, sizeof(m));
     res = net->ops->listen(net, dev, m.handle, &nc->fo_listen);
     if (res != ncclSuccess) {
         nc->fo_listen = NULL;
-        say(whynot, sizeof(whynot), "%s; the replacement cannot listen on NET/%s device %d",
-                 what, net->name, dev);
+        say(whynot, sizeof(whynot), "%s; the replacement cannot listen on NET/%s device %d", what,
+            net->name, dev);
         give_up(proxy, nc, res, whynot, 1);
         return;
     }
@@ -441,8 +454,7 @@ static void recv_replace(br_proxy_t *proxy, br_net_conn_t *nc, const char *what)
             "rank %d: %s; offering rank %d a replacement on NET/%s device %d from step %llu",
             proxy->rank, what, nc->peer, net->name, dev, (unsigned long long)nc->done);
     if (link_send(proxy, nc, LINK_OFFER, &m) != ncclSuccess) {
-        say(whynot, sizeof(whynot), "%s; rank %d cannot be reached to replace it", what,
-                 nc->peer);
+        say(whynot, sizeof(whynot), "%s; rank %d cannot be reached to replace it", what, nc->peer);
         give_up(proxy, nc, ncclRemoteError, whynot, 0);
     }
 }
@@ -453,21 +465,13 @@ static void send_request(br_proxy_t *proxy, br_net_conn_t *nc, const char *what)
 {
     char whynot[256];
 
-    if (!may_fail_over(proxy, nc, whynot, sizeof(whynot))) {
-        char why[512];
-        say(why, sizeof(why), "%s; not replaced: %s", what, whynot);
-        give_up(proxy, nc, ncclRemoteError, why, 1);
+    if (!begin_replacement(proxy, nc, what, BR_FO_WAIT_OFFER)) {
         return;
     }
-    br_proxy_comm_close(proxy, nc);
-    nc->posted = nc->done;
-    enter_failover(proxy, nc, BR_FO_WAIT_OFFER, 1);
-    say(nc->fo_what, sizeof(nc->fo_what), "%s", what);
     BR_INFO(NCCL_NET | NCCL_PROXY, "rank %d: %s; asking rank %d for a replacement", proxy->rank,
             what, nc->peer);
     if (link_send_text(proxy, nc, LINK_REQ, nc->epoch, what) != ncclSuccess) {
-        say(whynot, sizeof(whynot), "%s; rank %d cannot be reached to replace it", what,
-                 nc->peer);
+        say(whynot, sizeof(whynot), "%s; rank %d cannot be reached to replace it", what, nc->peer);
         give_up(proxy, nc, ncclRemoteError, whynot, 0);
     }
 }
@@ -487,7 +491,7 @@ static void send_take_offer(br_proxy_t *proxy, br_net_conn_t *nc, const link_wir
         say(why, sizeof(why), "rank %d reports: %s", nc->peer, m->what);
         if (!may_fail_over(proxy, nc, whynot, sizeof(whynot))) {
             say(why, sizeof(why), "rank %d reports: %s; not replaced: %s", nc->peer, m->what,
-                     whynot);
+                whynot);
             give_up(proxy, nc, ncclRemoteError, why, 1);
             return;
         }
@@ -498,16 +502,18 @@ static void send_take_offer(br_proxy_t *proxy, br_net_conn_t *nc, const link_wir
     nc->epoch = m->epoch;
     if (m->count < head || m->count > tail) {
         say(why, sizeof(why),
-                 "%s; rank %d holds %llu steps, but this rank kept steps %llu to %llu only",
-                 nc->fo_what, nc->peer, (unsigned long long)m->count, (unsigned long long)head,
-                 (unsigned long long)tail);
+            "%s; rank %d holds %llu steps, but this rank kept steps %llu to %llu only", nc->fo_what,
+            nc->peer, (unsigned long long)m->count, (unsigned long long)head,
+            (unsigned long long)tail);
         give_up(proxy, nc, ncclInternalError, why, 1);
         return;
     }
     net = m->fallback ? fallback_net(proxy) : proxy->net;
     if (net == NULL) {
-        say(why, sizeof(why), "%s; the replacement needs Braid's socket plugin, which this "
-                 "rank cannot load", nc->fo_what);
+        say(why, sizeof(why),
+            "%s; the replacement needs Braid's socket plugin, which this "
+            "rank cannot load",
+            nc->fo_what);
         give_up(proxy, nc, ncclSystemError, why, 1);
         return;
     }
@@ -560,7 +566,7 @@ static void apply(br_proxy_t *proxy, br_net_conn_t *nc, const link_wire_t *m)
     case LINK_GIVEUP:
         if (nc->fo_state != BR_FO_DEAD) {
             say(why, sizeof(why), "rank %d could not replace the connection: %s", nc->peer,
-                     m->what);
+                m->what);
             give_up(proxy, nc, ncclRemoteError, why, 0);
         }
         break;
@@ -636,8 +642,8 @@ static void replaced(br_proxy_t *proxy, br_net_conn_t *nc, void *comm)
                                &nc->mhandle);
     if (res != ncclSuccess) {
         nc->mhandle = NULL;
-        say(why, sizeof(why), "%s; NET/%s cannot register the FIFO of the replacement",
-                 nc->fo_what, nc->net->name);
+        say(why, sizeof(why), "%s; NET/%s cannot register the FIFO of the replacement", nc->fo_what,
+            nc->net->name);
         give_up(proxy, nc, res, why, 1);
         return;
     }
@@ -661,8 +667,8 @@ static int move_replacement(br_proxy_t *proxy, br_net_conn_t *nc)
 
     if (br_time_ns() > nc->fo_deadline) {
         say(why, sizeof(why), "%s; no replacement within BRAID_FAILOVER_TIMEOUT (%d s)%s",
-                 nc->fo_what, (int)BR_PARAM_INT(FAILOVER_TIMEOUT),
-                 nc->fo_state == BR_FO_WAIT_OFFER ? ": rank did not offer one" : "");
+            nc->fo_what, (int)BR_PARAM_INT(FAILOVER_TIMEOUT),
+            nc->fo_state == BR_FO_WAIT_OFFER ? ": rank did not offer one" : "");
         give_up(proxy, nc, ncclRemoteError, why, 1);
         return 1;
     }
@@ -676,7 +682,7 @@ static int move_replacement(br_proxy_t *proxy, br_net_conn_t *nc)
     if (res != ncclSuccess) {
         /* The replacement failed too: the next one, if failover allows. */
         say(why, sizeof(why), "%s; then the replacement on NET/%s device %d failed to %s",
-                 nc->fo_what, net->name, nc->fo_dev, nc->is_send ? "connect" : "accept");
+            nc->fo_what, net->name, nc->fo_dev, nc->is_send ? "connect" : "accept");
         br_proxy_link_failed(proxy, nc, res, why);
         return 1;
     }
@@ -708,15 +714,13 @@ int br_proxy_link_progress(br_proxy_t *proxy)
     return moved;
 }
 
-void br_proxy_link_failed(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res,
-                          const char *what)
+void br_proxy_link_failed(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, const char *what)
 {
     char why[512];
 
     if (nc->fo_state == BR_FO_NONE) {
         say(why, sizeof(why), "%s on NET/%s device %d failed with %s after %llu steps", what,
-                 nc->net->name, nc->dev, br_plugin_result_str(res),
-                 (unsigned long long)nc->done);
+            nc->net->name, nc->dev, br_plugin_result_str(res), (unsigned long long)nc->done);
     } else {
         say(why, sizeof(why), "%s", what);
     }
