@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "api_route.h"
 #include "util.h"
 
 /* Everything a call needs checked, in one place. */
@@ -28,11 +29,12 @@ typedef struct {
     size_t recv_mult;
     int send_needed;     /* does this rank read sendbuff / write recvbuff */
     int recv_needed;
+    cudaStream_t stream;
 } call_t;
 
 #define ARG_FAIL(comm, c, ...)                                                                     \
     do {                                                                                           \
-        char what_[256];                                                                           \
+        char what_[640];                                                                           \
         snprintf(what_, sizeof(what_), __VA_ARGS__);                                               \
         BR_WARN(NCCL_COLL, "rank %d (host %s): %s: %s", (comm)->rank, br_host_name(), (c)->fn,    \
                 what_);                                                                            \
@@ -61,9 +63,62 @@ static ncclResult_t resolve_op(ncclComm_t comm, const call_t *c, br_redop_t *out
         ARG_FAIL(comm, c, "reduction op %d was created for %s but the call uses %s", op,
                  br_type_name(u.type), br_type_name(c->type));
     }
+    if (u.residence == ncclScalarDevice) {
+        int dev;
+        if (br_cuda_ptr_kind(u.scalar_ptr, &dev) != BR_MEM_HOST) {
+            /* Read by the kernel when it runs, as NCCL does. */
+            unsigned char zero[8] = {0};
+            br_redop_premulsum(out, u.type, zero);
+            out->scalar_dev = u.scalar_ptr;
+            return ncclSuccess;
+        }
+    }
     br_redop_premulsum(out, u.type,
                        u.residence == ncclScalarHostImmediate ? (const void *)u.scalar
                                                               : u.scalar_ptr);
+    return ncclSuccess;
+}
+
+/* Which executor runs the call: the memory of its buffers decides (api_route.h). */
+static ncclResult_t route(ncclComm_t comm, const call_t *c, br_op_t *op)
+{
+    br_route_buf_t b[2];
+    char msg[512];
+    int n = 0;
+
+    op->on_device = 0;
+    op->stream = (void *)c->stream;
+    if (!br_cuda_in_process()) {
+        return ncclSuccess; /* no CUDA in the process: no device memory either */
+    }
+    if (c->send_needed && c->sendbuff != NULL) {
+        b[n].name = "sendbuff";
+        b[n].ptr = c->sendbuff;
+        b[n].kind = br_cuda_ptr_kind(c->sendbuff, &b[n].device);
+        n++;
+    }
+    if (c->recv_needed && c->recvbuff != NULL) {
+        b[n].name = "recvbuff";
+        b[n].ptr = c->recvbuff;
+        if (n > 0 && c->recvbuff == c->sendbuff) {
+            b[n].kind = b[0].kind;
+            b[n].device = b[0].device;
+        } else {
+            b[n].kind = br_cuda_ptr_kind(c->recvbuff, &b[n].device);
+        }
+        n++;
+    }
+    int r = br_route_decide(b, n, comm->ec->cuda_dev, comm->cuda_why, msg, sizeof(msg));
+    if (r == BR_ROUTE_REFUSED) {
+        ARG_FAIL(comm, c, "%s", msg);
+    }
+    op->on_device = r == BR_ROUTE_DEVICE;
+    if (!op->on_device && op->redop.scalar_dev != NULL) {
+        ARG_FAIL(comm, c,
+                 "the PreMulSum scalar %p of op %d is device memory, but the call's buffers "
+                 "are host memory",
+                 op->redop.scalar_dev, (int)c->op);
+    }
     return ncclSuccess;
 }
 
@@ -109,7 +164,7 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_op_t *op)
     op->type = c->type;
     op->root = c->has_root ? c->root : 0;
     op->peer = c->has_peer ? c->peer : -1;
-    return ncclSuccess;
+    return route(comm, c, op);
 }
 
 static ncclResult_t submit(ncclComm_t comm, const call_t *c)
@@ -150,8 +205,8 @@ BR_API(ncclResult_t, ncclAllReduce,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
 {
-    (void)stream;
     call_t c = call_init("ncclAllReduce", BR_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype);
+    c.stream = stream;
     c.op = op;
     c.has_op = 1;
     return submit(comm, &c);
@@ -161,8 +216,8 @@ BR_API(ncclResult_t, ncclBroadcast,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream))
 {
-    (void)stream;
     call_t c = call_init("ncclBroadcast", BR_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype);
+    c.stream = stream;
     c.root = root;
     c.has_root = 1;
     /* Only the root reads sendbuff. */
@@ -181,8 +236,8 @@ BR_API(ncclResult_t, ncclReduce,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
 {
-    (void)stream;
     call_t c = call_init("ncclReduce", BR_FUNC_REDUCE, sendbuff, recvbuff, count, datatype);
+    c.stream = stream;
     c.op = op;
     c.has_op = 1;
     c.root = root;
@@ -196,9 +251,9 @@ BR_API(ncclResult_t, ncclAllGather,
        (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
         ncclComm_t comm, cudaStream_t stream))
 {
-    (void)stream;
     call_t c = call_init("ncclAllGather", BR_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount,
                          datatype);
+    c.stream = stream;
     c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
     return submit(comm, &c);
 }
@@ -207,9 +262,9 @@ BR_API(ncclResult_t, ncclReduceScatter,
        (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
 {
-    (void)stream;
     call_t c = call_init("ncclReduceScatter", BR_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount,
                          datatype);
+    c.stream = stream;
     c.op = op;
     c.has_op = 1;
     c.send_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
@@ -220,8 +275,8 @@ BR_API(ncclResult_t, ncclSend,
        (const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
         cudaStream_t stream))
 {
-    (void)stream;
     call_t c = call_init("ncclSend", BR_FUNC_SEND, sendbuff, NULL, count, datatype);
+    c.stream = stream;
     c.peer = peer;
     c.has_peer = 1;
     c.recv_needed = 0;
@@ -232,8 +287,8 @@ BR_API(ncclResult_t, ncclRecv,
        (void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
         cudaStream_t stream))
 {
-    (void)stream;
     call_t c = call_init("ncclRecv", BR_FUNC_RECV, NULL, recvbuff, count, datatype);
+    c.stream = stream;
     c.peer = peer;
     c.has_peer = 1;
     c.send_needed = 0;
@@ -286,8 +341,8 @@ BR_API(ncclResult_t, ncclAlltoAll,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
         ncclComm_t comm, cudaStream_t stream))
 {
-    (void)stream;
     call_t c = call_init("ncclAlltoAll", BR_FUNC_ALLTOALL, sendbuff, recvbuff, count, datatype);
+    c.stream = stream;
     c.send_mult = c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
     return p2p_pattern(comm, &c);
 }
@@ -296,8 +351,8 @@ BR_API(ncclResult_t, ncclGather,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream))
 {
-    (void)stream;
     call_t c = call_init("ncclGather", BR_FUNC_GATHER, sendbuff, recvbuff, count, datatype);
+    c.stream = stream;
     c.root = root;
     c.has_root = 1;
     c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
@@ -309,8 +364,8 @@ BR_API(ncclResult_t, ncclScatter,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream))
 {
-    (void)stream;
     call_t c = call_init("ncclScatter", BR_FUNC_SCATTER, sendbuff, recvbuff, count, datatype);
+    c.stream = stream;
     c.root = root;
     c.has_root = 1;
     c.send_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
@@ -346,7 +401,9 @@ BR_API(ncclResult_t, ncclRedOpCreatePreMulSum,
             u->type = datatype;
             u->residence = residence;
             u->scalar_ptr = scalar;
-            memcpy(u->scalar, scalar, br_type_size(datatype));
+            if (residence == ncclScalarHostImmediate) {
+                memcpy(u->scalar, scalar, br_type_size(datatype));
+            }
             *op = (ncclRedOp_t)((int)ncclNumOps + i);
             pthread_mutex_unlock(&comm->lock);
             return ncclSuccess;

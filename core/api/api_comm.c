@@ -172,13 +172,16 @@ BR_API(ncclResult_t, ncclCommInitAll, (ncclComm_t *comms, int ndev, const int *d
         BR_WARN(NCCL_INIT, "ncclCommInitAll: invalid ndev %d", ndev);
         return ncclInvalidArgument;
     }
-    (void)devlist; /* host ranks: the device list only labels them */
     BR_CHECK(br_bootstrap_new_unique_id(&id));
     BR_CHECK(br_group_start());
     res = ncclSuccess;
+    /* Rank i on device devlist[i] (or i), as NCCL; without CUDA in the process the ranks
+     * are host ranks and the list only labels them. */
+    int cuda = br_comm_capture_device() >= 0;
     for (int i = 0; i < ndev && res == ncclSuccess; i++) {
         comms[i] = NULL;
-        res = br_group_add_init(&comms[i], ndev, &id, i, NULL);
+        res = br_group_add_init_dev(&comms[i], ndev, &id, i, NULL,
+                                    cuda ? (devlist != NULL ? devlist[i] : i) : -1);
     }
     end = br_group_end();
     return res != ncclSuccess ? res : end;
@@ -318,7 +321,7 @@ BR_API(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device))
         BR_WARN(NCCL_INIT, "ncclCommCuDevice: device is NULL");
         return ncclInvalidArgument;
     }
-    *device = -1; /* a host communicator has no CUDA device */
+    *device = comm->ec->cuda_dev; /* -1: a host communicator (no CUDA device) */
     return ncclSuccess;
 }
 
@@ -331,7 +334,7 @@ BR_API(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyn
         BR_WARN(NCCL_INIT, "ncclCommGetAsyncError: asyncError is NULL");
         return ncclInvalidArgument;
     }
-    *asyncError = comm->ec->error;
+    *asyncError = br_exec_cuda_async_error(comm->ec);
     if (*asyncError == ncclSuccess && comm->tc->proxy != NULL) {
         *asyncError = br_proxy_error(comm->tc->proxy, msg, sizeof(msg));
     }

@@ -48,7 +48,18 @@ struct ncclComm {
     _Atomic int queued;         /* of those, held by calls queued in open groups */
     int flush;                  /* what the last holder frees it with */
     _Atomic int shrinks;        /* ncclCommShrink calls on it (numbers their messages) */
+    char cuda_why[160];         /* why it has no CUDA device ("": it has one, ec->cuda_dev) */
 };
+
+/* The CUDA device of the next communicator this thread creates: BR_COMM_DEVICE_CURRENT
+ * (the current device, as cudaGetDevice says) or an ordinal (ncclCommInitAll's list, or
+ * the device captured when a grouped init was called). comm_cuda.c. */
+#define BR_COMM_DEVICE_CURRENT (-2)
+void br_comm_set_init_device(int device);
+/* The calling thread's current device (-1: the process does not use CUDA). */
+int br_comm_capture_device(void);
+/* Bind the communicator to its device and join the CUDA executor, or note why not. */
+ncclResult_t br_comm_cuda_setup(ncclComm_t comm);
 
 /* Load the env plugin (NCCL_ENV_PLUGIN; once per process), through which the parameter
  * table then reads NCCL_* values. Called by ncclGetUniqueId and communicator init, the

@@ -143,6 +143,7 @@ static int comm_busy(ncclComm_t comm)
 void br_comm_revoke(ncclComm_t comm, const char *why)
 {
     br_exec_revoke(comm->ec, why);
+    br_exec_cuda_abort(comm->ec);
     /* Connection setup and splits wait in the bootstrap: end those waits too. */
     br_bootstrap_cancel(comm->tc->boot, why);
 }
@@ -499,6 +500,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     comm->ec->arena = tc->arena;
     BR_CHECK_GOTO(br_comm_tune_setup(comm), res, fail);
     BR_CHECK_GOTO(br_comm_check_consistency(comm), res, fail);
+    BR_CHECK_GOTO(br_comm_cuda_setup(comm), res, fail);
     BR_CHECK_GOTO(br_bootstrap_barrier(tc->boot), res, fail);
     comm->magic = BR_COMM_MAGIC;
     atomic_store_explicit(&comm->refs, 1, memory_order_release); /* the registry's */
@@ -550,6 +552,7 @@ void br_comm_free(ncclComm_t comm, int flush)
         if (comm->ec->prof != NULL) {
             br_plugin_profiler_close(comm->ec->prof);
         }
+        br_exec_cuda_detach(comm->ec);
         br_exec_comm_release(comm->ec);
         free(comm->ec->p2p_send);
         free(comm->ec->p2p_recv);

@@ -108,6 +108,9 @@ typedef struct {
     uint64_t scalar_i;
     /* SUMPOSTDIV divisor. */
     uint64_t divisor;
+    /* PREMULSUM with a scalar in device memory (ncclScalarDevice on a device call): read
+     * from here when the kernel runs; NULL otherwise. */
+    const void *scalar_dev;
 } br_redop_t;
 
 /* "sum", "prod", ... for messages. */
@@ -150,6 +153,10 @@ typedef struct {
     void *prof_group;   /* the GroupApi event it was called in */
     /* Its record in the communicator's operation log (core/exec/exec_oplog.c), 0: none. */
     uint64_t log_ticket;
+    /* Which executor: 0 host (the buffers are host memory), 1 CUDA (device memory of the
+     * communicator's device; the call is ordered on `stream`). */
+    int on_device;
+    void *stream; /* the user's cudaStream_t */
 } br_op_t;
 
 /* Bytes of the call as NCCL sizes it for tuning: count x type size (per rank). */

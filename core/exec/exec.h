@@ -120,6 +120,8 @@ typedef struct br_exec_comm {
     _Atomic int revoked;             /* set by any thread: every call now fails with ... */
     char revoked_why[160];           /* ... this (written before revoked is set) */
     br_oplog_t *oplog;               /* recent operations, or NULL (not recorded) */
+    struct br_cuda_clique *cuda;     /* CUDA executor of device calls, or NULL (none) */
+    int cuda_dev;                    /* the CUDA device the comm is bound to, -1 none */
 } br_exec_comm_t;
 
 /* Start recording ec's last n operations (n <= 0: none). */
@@ -216,6 +218,28 @@ ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op);
 /* Record a failure on the communicator (first one wins) and WARN it. */
 void br_exec_fail(br_exec_comm_t *ec, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/*
+ * The CUDA executor (exec_cuda.c): device calls of ranks that are threads of this process.
+ * A communicator joins its clique (the ranks of the same communicator in this process) at
+ * init; each rank's device calls of a group are submitted together and return at once,
+ * ordered on the call's stream; the rank that completes a group for the clique launches it.
+ */
+typedef struct br_cuda_clique br_clique_t;
+/* Does this build carry kernels (built with a CUDA compiler)? */
+int br_exec_cuda_has_kernels(void);
+/* Join the clique of communicator `hash`, bound to CUDA device `device`. */
+ncclResult_t br_exec_cuda_attach(br_exec_comm_t *ec, uint64_t hash, int device);
+/* Submit one rank's device operations of one group (one stream), in call order. */
+ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops);
+/* What the kernels reported (sticky in ec->error), for ncclCommGetAsyncError. */
+ncclResult_t br_exec_cuda_async_error(br_exec_comm_t *ec);
+/* From any thread: running kernels stop waiting, waiting streams are released. */
+void br_exec_cuda_abort(br_exec_comm_t *ec);
+/* Leave the clique; the last rank waits for the kernels and frees everything. */
+void br_exec_cuda_detach(br_exec_comm_t *ec);
+/* Most channels a device collective may use (plan's bound; the clique may use fewer). */
+int br_exec_cuda_nchannels(const br_exec_comm_t *ec);
 
 /* Free what the executor allocated for a communicator (not the structure itself). */
 void br_exec_comm_release(br_exec_comm_t *ec);

@@ -23,6 +23,7 @@ typedef struct {
     ncclUniqueId id;
     ncclConfig_t config;
     int has_config;
+    int device; /* init/split: the CUDA device captured when the call was made */
     ncclResult_t res;
 } gcall_t;
 
@@ -128,12 +129,14 @@ static void *create_one(void *arg)
 {
     gcall_t *c = arg;
     const ncclConfig_t *cfg = c->has_config ? &c->config : NULL;
+    br_comm_set_init_device(c->device);
     if (c->kind == G_INIT) {
         c->res = br_comm_init(c->out, c->nranks, &c->id, c->rank, cfg);
     } else {
         br_log_set_rank(c->comm->rank);
         c->res = br_comm_split(c->comm, c->color, c->key, c->out, cfg);
     }
+    br_comm_set_init_device(BR_COMM_DEVICE_CURRENT);
     return NULL;
 }
 
@@ -209,8 +212,8 @@ static ncclResult_t connect_peers(gcall_t *cs, int n, ncclComm_t *comms, int nco
         for (int i = 0; i < n; i++) {
             const br_op_t *op = &cs[i].op;
             if (cs[i].kind != G_OP || cs[i].comm != comm || op->peer == comm->rank ||
-                op->count == 0) {
-                continue;
+                op->count == 0 || op->on_device) {
+                continue; /* device p2p runs inside the CUDA executor's launch */
             }
             if (op->func == BR_FUNC_SEND && comm->ec->p2p_send[op->peer] == NULL) {
                 j->need_send[op->peer] = needed = 1;
@@ -250,10 +253,10 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
     for (int si = 0; si < n; si++) {
         const br_op_t *s = &cs[si].op;
         if (cs[si].kind != G_OP || cs[si].comm != comm || s->func != BR_FUNC_SEND ||
-            s->peer != comm->rank) {
+            s->peer != comm->rank || s->on_device) {
             continue;
         }
-        while (ri < n && (cs[ri].kind != G_OP || cs[ri].comm != comm ||
+        while (ri < n && (cs[ri].kind != G_OP || cs[ri].comm != comm || cs[ri].op.on_device ||
                           cs[ri].op.func != BR_FUNC_RECV || cs[ri].op.peer != comm->rank)) {
             ri++;
         }
@@ -277,7 +280,7 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
     }
     for (; ri < n; ri++) {
         if (cs[ri].kind == G_OP && cs[ri].comm == comm && cs[ri].op.func == BR_FUNC_RECV &&
-            cs[ri].op.peer == comm->rank) {
+            cs[ri].op.peer == comm->rank && !cs[ri].op.on_device) {
             BR_WARN(NCCL_P2P,
                     "rank %d: ncclRecv from itself has no matching ncclSend to itself "
                     "in the same group",
@@ -286,6 +289,31 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
         }
     }
     return ncclSuccess;
+}
+
+/* Every communicator's device operations of the group, submitted to the CUDA executor
+ * in call order (one submission per communicator). */
+static ncclResult_t submit_device(gcall_t *cs, int n, ncclComm_t *comms, int ncomms)
+{
+    br_op_t *ops = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    for (int c = 0; c < ncomms && res == ncclSuccess; c++) {
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            if (cs[i].kind == G_OP && cs[i].comm == comms[c] && cs[i].op.on_device) {
+                if (ops == NULL) {
+                    BR_CHECK(br_calloc(&ops, (size_t)n, "group"));
+                }
+                ops[k++] = cs[i].op;
+            }
+        }
+        if (k > 0) {
+            res = br_exec_cuda_submit(comms[c]->ec, ops, k);
+        }
+    }
+    free(ops);
+    return res;
 }
 
 static ncclResult_t run_ops(gcall_t *cs, int n)
@@ -309,14 +337,18 @@ static ncclResult_t run_ops(gcall_t *cs, int n)
             goto out;
         }
     }
+    /* Device calls first: they are only queued on their streams, and one of the group's
+     * host calls may wait for a peer that waits for them. */
+    BR_CHECK_GOTO(submit_device(cs, n, comms, ncomms), res, out);
     BR_CHECK_GOTO(connect_peers(cs, n, comms, ncomms), res, out);
     for (int c = 0; c < ncomms; c++) {
         BR_CHECK_GOTO(pair_self(&batch, cs, n, comms[c]), res, out);
     }
     for (int i = 0; i < n; i++) {
         const br_op_t *op = &cs[i].op;
-        if (cs[i].kind != G_OP || ((op->func == BR_FUNC_SEND || op->func == BR_FUNC_RECV) &&
-                                   op->peer == cs[i].comm->rank)) {
+        if (cs[i].kind != G_OP || op->on_device ||
+            ((op->func == BR_FUNC_SEND || op->func == BR_FUNC_RECV) &&
+             op->peer == cs[i].comm->rank)) {
             continue;
         }
         BR_CHECK_GOTO(br_exec_host.enqueue(&batch, cs[i].comm->ec, op), res, out);
@@ -425,12 +457,17 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
         op->seq = ec->send_seq[op->peer]++;
     } else if (op->func == BR_FUNC_RECV) {
         op->seq = ec->recv_seq[op->peer]++;
+    } else if (op->on_device) {
+        BR_CHECK(br_plan_choose_device(comm->plan, op, br_exec_cuda_nchannels(ec)));
+        op->seq = ec->coll_seq++;
     } else {
         BR_CHECK(br_plan_choose(comm->plan, op));
         op->seq = ec->coll_seq++;
     }
     op->log_ticket = 0; /* for the state dump; a send to self is a copy, not logged */
-    if ((op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) || op->peer != comm->rank) {
+    /* Device calls finish on their streams, after the call: the log does not follow them. */
+    if (!op->on_device &&
+        ((op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) || op->peer != comm->rank)) {
         br_exec_oplog_add(ec, op);
     }
     if (ec->prof != NULL) {
@@ -441,7 +478,7 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
     if (depth == 0 && op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) {
         /* A lone collective: no group bookkeeping, no allocation (but its profiler events). */
         group_prof_end_api();
-        ncclResult_t res = br_exec_run_solo(ec, op);
+        ncclResult_t res = op->on_device ? br_exec_cuda_submit(ec, op, 1) : br_exec_run_solo(ec, op);
         group_prof_stop();
         return res;
     }
@@ -474,9 +511,16 @@ static ncclResult_t add_creation(gcall_t *c, const ncclConfig_t *config)
 ncclResult_t br_group_add_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
                                const ncclConfig_t *config)
 {
+    return br_group_add_init_dev(comm_p, nranks, id, rank, config, br_comm_capture_device());
+}
+
+ncclResult_t br_group_add_init_dev(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id,
+                                   int rank, const ncclConfig_t *config, int device)
+{
     gcall_t c;
     memset(&c, 0, sizeof(c));
     c.kind = G_INIT;
+    c.device = device;
     c.out = comm_p;
     c.nranks = nranks;
     c.rank = rank;
@@ -490,6 +534,7 @@ ncclResult_t br_group_add_split(ncclComm_t parent, int color, int key, ncclComm_
     gcall_t c;
     memset(&c, 0, sizeof(c));
     c.kind = G_SPLIT;
+    c.device = br_comm_capture_device();
     c.comm = parent;
     c.color = color;
     c.key = key;

@@ -28,6 +28,9 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op);
  * the parent, as for an operation). */
 ncclResult_t br_group_add_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
                                const ncclConfig_t *config);
+/* The same, for CUDA device `device` (-1: none; ncclCommInitAll's list). */
+ncclResult_t br_group_add_init_dev(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id,
+                                   int rank, const ncclConfig_t *config, int device);
 ncclResult_t br_group_add_split(ncclComm_t parent, int color, int key, ncclComm_t *comm_p,
                                 const ncclConfig_t *config);
 

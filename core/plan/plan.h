@@ -97,6 +97,10 @@ void br_plan_log_choices(br_plan_t *plan);
  */
 ncclResult_t br_plan_choose(br_plan_t *plan, br_op_t *op);
 
+/* The same for a call on device buffers (the CUDA executor): Ring or Tree with LL, LL128
+ * or Simple, on at most max_nch channels (plan_device.c). */
+ncclResult_t br_plan_choose_device(br_plan_t *plan, br_op_t *op, int max_nch);
+
 /* The slice [lo, hi) of `units` that channel c of nch owns (empty when lo == hi). */
 void br_plan_channel_range(size_t units, int nch, int c, size_t *lo_p, size_t *hi_p);
 

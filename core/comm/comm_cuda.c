@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A communicator and CUDA: the device it is bound to (the calling thread's current device
+ * when it was created, as NCCL's cudaGetDevice; ncclCommInitAll's device list), or why it
+ * has none, and its place in the CUDA executor's clique.
+ */
+#include <stdio.h>
+
+#include "comm.h"
+#include "util.h"
+#include "util_cuda.h"
+
+static _Thread_local int init_device = BR_COMM_DEVICE_CURRENT;
+
+void br_comm_set_init_device(int device)
+{
+    init_device = device;
+}
+
+int br_comm_capture_device(void)
+{
+    return br_cuda_current_device();
+}
+
+ncclResult_t br_comm_cuda_setup(ncclComm_t comm)
+{
+    const br_transport_comm_t *tc = comm->tc;
+    const char *why = NULL;
+    int dev = init_device == BR_COMM_DEVICE_CURRENT ? br_cuda_current_device() : init_device;
+
+    comm->ec->cuda_dev = -1;
+    if (BR_PARAM_INT(CUDA) == 0) {
+        why = "BRAID_CUDA=0";
+    } else if (dev < 0 && !br_cuda_in_process()) {
+        why = "the process had not used CUDA when the communicator was created";
+    } else if (br_cuda(&why) == NULL) {
+        /* why says it */
+    } else if (!br_exec_cuda_has_kernels()) {
+        why = "this build of Braid carries no CUDA kernels (it was built without nvcc)";
+    } else if (dev < 0 || dev >= br_cuda(NULL)->ndevices) {
+        snprintf(comm->cuda_why, sizeof(comm->cuda_why), "device %d does not exist (%d devices)",
+                 dev, br_cuda(NULL)->ndevices);
+    } else {
+        for (int r = 0; r < comm->nranks && why == NULL; r++) {
+            if (tc->peers[r].pid_hash != tc->peers[comm->rank].pid_hash) {
+                why = "some ranks are other processes: device buffers across processes are "
+                      "not supported by this version of Braid";
+            }
+        }
+    }
+    if (why != NULL) {
+        snprintf(comm->cuda_why, sizeof(comm->cuda_why), "%s", why);
+    }
+    if (comm->cuda_why[0] != '\0') {
+        BR_INFO(NCCL_INIT, "rank %d: host buffers only: %s", comm->rank, comm->cuda_why);
+        return ncclSuccess;
+    }
+    BR_CHECK(br_exec_cuda_attach(comm->ec, comm->comm_hash, dev));
+    BR_INFO(NCCL_INIT, "rank %d: CUDA device %d (device buffers run on the CUDA executor)",
+            comm->rank, dev);
+    return ncclSuccess;
+}
