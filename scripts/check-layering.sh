@@ -22,9 +22,11 @@ for m in $modules; do
     deps[$m]=$(sed -n "s/^set(deps_$m\(.*\))\$/\1/p" "$cmake_file")
 done
 
-# Which module owns each header name (basenames are unique across core/).
+# Which module owns each header name (basenames are unique across core/). core/device holds
+# the kernels (CUDA, built apart) and the headers they share with exec: it depends on
+# nothing, so only a module that lists it may include them.
 declare -A owner
-for m in $modules common; do
+for m in $modules common device; do
     for h in "$core/$m"/*.h "$core/$m"/*.def; do
         [ -e "$h" ] && owner[$(basename "$h")]=$m
     done
