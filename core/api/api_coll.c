@@ -438,14 +438,55 @@ BR_API(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm))
     return ncclSuccess;
 }
 
+/* Device memory of the calling thread's current device (its primary context made current
+ * when the thread has none, as the CUDA runtime does), or 0 with *why set. */
+static ncclResult_t mem_alloc_device(void **ptr, size_t size, int *done)
+{
+    const br_cuda_t *cu;
+    br_cu_context_t ctx = NULL;
+    br_cu_ptr_t p = 0;
+    int dev;
+
+    *done = 0;
+    if (BR_PARAM_INT(CUDA) == 0 || (dev = br_cuda_current_device()) < 0 ||
+        (cu = br_cuda(NULL)) == NULL) {
+        return ncclSuccess; /* the process does not use CUDA: host memory */
+    }
+    if (cu->CtxGetCurrent(&ctx) != BR_CU_SUCCESS || ctx == NULL) {
+        br_cu_device_t d;
+        if (cu->DeviceGet(&d, dev) != BR_CU_SUCCESS ||
+            cu->DevicePrimaryCtxRetain(&ctx, d) != BR_CU_SUCCESS ||
+            cu->CtxSetCurrent(ctx) != BR_CU_SUCCESS) {
+            BR_WARN(NCCL_ALLOC, "ncclMemAlloc: cannot make device %d current", dev);
+            return ncclUnhandledCudaError;
+        }
+    }
+    br_cu_result_t e = cu->MemAlloc(&p, size ? size : 1);
+    if (e != BR_CU_SUCCESS) {
+        BR_WARN(NCCL_ALLOC, "ncclMemAlloc: cannot allocate %zu bytes on device %d: %s", size, dev,
+                br_cuda_error_string(e));
+        return ncclUnhandledCudaError;
+    }
+    *ptr = (void *)(uintptr_t)p;
+    *done = 1;
+    BR_INFO(NCCL_ALLOC, "ncclMemAlloc: %zu bytes of device %d at %p", size, dev, *ptr);
+    return ncclSuccess;
+}
+
 BR_API(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size))
 {
+    int done;
     br_api_enter(NULL);
     if (ptr == NULL) {
         BR_WARN(NCCL_ALLOC, "ncclMemAlloc: ptr is NULL");
         return ncclInvalidArgument;
     }
-    /* No CUDA executor: the memory Braid works on is host memory, page aligned. */
+    /* In a process that uses CUDA, device memory of the current device, as NCCL; in one
+     * that does not, page-aligned host memory, which the host executor works on. */
+    BR_CHECK(mem_alloc_device(ptr, size, &done));
+    if (done) {
+        return ncclSuccess;
+    }
     size_t rounded = (size + 4095) & ~(size_t)4095;
     void *p = aligned_alloc(4096, rounded ? rounded : 4096);
     if (p == NULL) {
@@ -458,13 +499,24 @@ BR_API(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size))
 
 BR_API(ncclResult_t, ncclMemFree, (void *ptr))
 {
+    int dev;
     br_api_enter(NULL);
+    if (br_cuda_ptr_kind(ptr, &dev) == BR_MEM_DEVICE) {
+        br_cu_result_t e = br_cuda(NULL)->MemFree((br_cu_ptr_t)(uintptr_t)ptr);
+        if (e != BR_CU_SUCCESS) {
+            BR_WARN(NCCL_ALLOC, "ncclMemFree: %p (device %d): %s", ptr, dev,
+                    br_cuda_error_string(e));
+            return ncclUnhandledCudaError;
+        }
+        return ncclSuccess;
+    }
     free(ptr);
     return ncclSuccess;
 }
 
 /* Registration is a hint for zero-copy paths; the host executor copies through its
- * FIFOs, so a handle only records the range for ncclCommDeregister to check. */
+ * FIFOs, and the CUDA executor needs none (its kernels address every local rank's buffers), so a handle
+ * (of host or device memory alike) only records the range for ncclCommDeregister. */
 typedef struct {
     uint64_t magic;
     void *buff;

@@ -230,7 +230,15 @@ typedef struct br_cuda_clique br_clique_t;
 int br_exec_cuda_has_kernels(void);
 /* Join the clique of communicator `hash`, bound to CUDA device `device`. */
 ncclResult_t br_exec_cuda_attach(br_exec_comm_t *ec, uint64_t hash, int device);
-/* Submit one rank's device operations of one group (one stream), in call order. */
+/* Submit one rank's device operations of one group (one stream), in call order: deposit
+ * them (their stream records that they are reached; the rank completing the gang
+ * launches it), then make the stream wait for gang *gang_p. A thread that submits for
+ * several ranks of one group deposits every rank first, then adds the waits: ranks that
+ * share a stream would otherwise wait, in the stream, before the others arrive. */
+ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
+                                  uint64_t *gang_p);
+ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t gang, void *stream);
+/* Both, for one rank's lone call. */
 ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops);
 /* What the kernels reported (sticky in ec->error), for ncclCommGetAsyncError. */
 ncclResult_t br_exec_cuda_async_error(br_exec_comm_t *ec);

@@ -895,7 +895,8 @@ out:
 
 /* ---- the calls ---- */
 
-ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops)
+ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
+                                  uint64_t *gang_p)
 {
     br_clique_t *cl = ec->cuda;
     const br_cuda_t *cu = br_cuda(NULL);
@@ -993,11 +994,8 @@ ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nop
         BR_CHECK_GOTO(cu_check(cu->CtxSetCurrent(dv->ctx), "cuCtxSetCurrent", ec->rank), res, out);
         BR_CHECK_GOTO(cu_check(cu->EventRecord(s->arrive, stream), "cuEventRecord", ec->rank),
                       res, out);
-        BR_CHECK_GOTO(cu_check(cu->StreamWaitValue32(stream, cl->flags_d + offsetof(flags_t, done),
-                                                     (uint32_t)(k + 1), BR_CU_STREAM_WAIT_VALUE_GEQ),
-                               "cuStreamWaitValue32", ec->rank),
-                      res, out);
     }
+    *gang_p = k;
     s->have = 1;
     cl->rank_next[ec->rank] = k + 1;
     if (++g->deposited == cl->nranks) {
@@ -1017,6 +1015,34 @@ ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nop
 out:
     pthread_mutex_unlock(&cl->mu);
     return res;
+}
+
+ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t k, void *stream)
+{
+    br_clique_t *cl = ec->cuda;
+    const br_cuda_t *cu = br_cuda(NULL);
+    ncclResult_t res = ncclSuccess;
+
+    pthread_mutex_lock(&cl->mu);
+    dev_t_ *dv = &cl->devs[cl->rank_dev[ec->rank]];
+    if (cl->flags != NULL) {
+        res = cu_check(cu->CtxSetCurrent(dv->ctx), "cuCtxSetCurrent", ec->rank);
+        if (res == ncclSuccess) {
+            res = cu_check(cu->StreamWaitValue32((br_cu_stream_t)stream,
+                                                 cl->flags_d + offsetof(flags_t, done),
+                                                 (uint32_t)(k + 1), BR_CU_STREAM_WAIT_VALUE_GEQ),
+                           "cuStreamWaitValue32", ec->rank);
+        }
+    }
+    pthread_mutex_unlock(&cl->mu);
+    return res;
+}
+
+ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops)
+{
+    uint64_t k = 0;
+    BR_CHECK(br_exec_cuda_deposit(ec, ops, nops, &k));
+    return br_exec_cuda_wait(ec, k, ops[0].stream);
 }
 
 ncclResult_t br_exec_cuda_async_error(br_exec_comm_t *ec)

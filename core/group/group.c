@@ -291,28 +291,52 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
     return ncclSuccess;
 }
 
-/* Every communicator's device operations of the group, submitted to the CUDA executor
- * in call order (one submission per communicator). */
+/* Every communicator's device operations of the group, deposited with the CUDA executor in
+ * call order (one deposit per communicator), then the streams' waits: two ranks of the
+ * group on one stream must both have arrived before that stream waits. */
+#define NO_STREAM ((void *)-1) /* a comm without device operations in the group */
+
 static ncclResult_t submit_device(gcall_t *cs, int n, ncclComm_t *comms, int ncomms)
 {
     br_op_t *ops = NULL;
+    uint64_t *gang = NULL;
+    void **stream = NULL;
     ncclResult_t res = ncclSuccess;
+    int ndep = 0;
 
     for (int c = 0; c < ncomms && res == ncclSuccess; c++) {
         int k = 0;
         for (int i = 0; i < n; i++) {
             if (cs[i].kind == G_OP && cs[i].comm == comms[c] && cs[i].op.on_device) {
                 if (ops == NULL) {
-                    BR_CHECK(br_calloc(&ops, (size_t)n, "group"));
+                    BR_CHECK_GOTO(br_calloc(&ops, (size_t)n, "group"), res, out);
+                    BR_CHECK_GOTO(br_calloc(&gang, (size_t)ncomms, "group"), res, out);
+                    BR_CHECK_GOTO(br_calloc(&stream, (size_t)ncomms, "group"), res, out);
+                    for (int j = 0; j < ncomms; j++) {
+                        stream[j] = NO_STREAM;
+                    }
                 }
                 ops[k++] = cs[i].op;
             }
         }
         if (k > 0) {
-            res = br_exec_cuda_submit(comms[c]->ec, ops, k);
+            res = br_exec_cuda_deposit(comms[c]->ec, ops, k, &gang[c]);
+            if (res == ncclSuccess) {
+                stream[c] = ops[0].stream;
+                ndep++;
+            }
         }
     }
+    for (int c = 0; c < ncomms && ndep > 0; c++) {
+        if (stream[c] != NO_STREAM) {
+            ncclResult_t w = br_exec_cuda_wait(comms[c]->ec, gang[c], stream[c]);
+            res = res == ncclSuccess ? w : res;
+        }
+    }
+out:
     free(ops);
+    free(gang);
+    free(stream);
     return res;
 }
 

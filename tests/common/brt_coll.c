@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GUARD 64
+#define GUARD BRT_GUARD
 #define POISON 0xcd
 #define HUGE_COUNT ((size_t)1048576 + 3)
 #define MAX_FAILS 8
@@ -325,10 +325,10 @@ static ncclResult_t issue_sendrecv(const brt_case_t *c, brt_buf_t *b)
         for (int k = 0; k < 2 && res == ncclSuccess; k++) {
             if ((k == 0) == (recv_first == 0)) {
                 res = ncclSend(sb ? sb + soff : NULL, pair_count(c, r, sp), c->type, sp, b->comm,
-                               NULL);
+                               b->stream);
             } else {
                 res = ncclRecv(rb ? rb + roff : NULL, pair_count(c, rp, r), c->type, rp, b->comm,
-                               NULL);
+                               b->stream);
             }
         }
     }
@@ -340,24 +340,24 @@ ncclResult_t brt_case_issue(const brt_case_t *c, brt_buf_t *b)
 {
     switch (c->func) {
     case BRT_ALLREDUCE:
-        return ncclAllReduce(b->sendbuff, b->recvbuff, c->count, c->type, b->ncop, b->comm, NULL);
+        return ncclAllReduce(b->sendbuff, b->recvbuff, c->count, c->type, b->ncop, b->comm, b->stream);
     case BRT_BROADCAST:
-        return ncclBroadcast(b->sendbuff, b->recvbuff, c->count, c->type, c->root, b->comm, NULL);
-    case BRT_BCAST: return ncclBcast(b->recvbuff, c->count, c->type, c->root, b->comm, NULL);
+        return ncclBroadcast(b->sendbuff, b->recvbuff, c->count, c->type, c->root, b->comm, b->stream);
+    case BRT_BCAST: return ncclBcast(b->recvbuff, c->count, c->type, c->root, b->comm, b->stream);
     case BRT_REDUCE:
         return ncclReduce(b->sendbuff, b->recvbuff, c->count, c->type, b->ncop, c->root, b->comm,
-                          NULL);
+                          b->stream);
     case BRT_ALLGATHER:
-        return ncclAllGather(b->sendbuff, b->recvbuff, c->count, c->type, b->comm, NULL);
+        return ncclAllGather(b->sendbuff, b->recvbuff, c->count, c->type, b->comm, b->stream);
     case BRT_REDUCESCATTER:
         return ncclReduceScatter(b->sendbuff, b->recvbuff, c->count, c->type, b->ncop, b->comm,
-                                 NULL);
+                                 b->stream);
     case BRT_ALLTOALL:
-        return ncclAlltoAll(b->sendbuff, b->recvbuff, c->count, c->type, b->comm, NULL);
+        return ncclAlltoAll(b->sendbuff, b->recvbuff, c->count, c->type, b->comm, b->stream);
     case BRT_GATHER:
-        return ncclGather(b->sendbuff, b->recvbuff, c->count, c->type, c->root, b->comm, NULL);
+        return ncclGather(b->sendbuff, b->recvbuff, c->count, c->type, c->root, b->comm, b->stream);
     case BRT_SCATTER:
-        return ncclScatter(b->sendbuff, b->recvbuff, c->count, c->type, c->root, b->comm, NULL);
+        return ncclScatter(b->sendbuff, b->recvbuff, c->count, c->type, c->root, b->comm, b->stream);
     default: return issue_sendrecv(c, b);
     }
 }

@@ -61,7 +61,12 @@ typedef struct {
     void *recvbuff;
     ncclRedOp_t ncop;
     int op_created;
+    cudaStream_t stream; /* the calls' stream (NULL: the default stream; host buffers) */
 } brt_buf_t;
+
+/* Bytes of guard on each side of a payload (send_mem and recv_mem hold
+ * BRT_GUARD + payload + BRT_GUARD bytes). */
+#define BRT_GUARD 64
 
 const char *brt_func_name(brt_func_t f);
 int brt_func_reduces(brt_func_t f);
