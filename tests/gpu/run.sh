@@ -20,7 +20,7 @@ if ! nvidia-smi -L > "$out/gpus.txt" 2>&1; then
     exit 77
 fi
 cat "$out/gpus.txt"
-if [ ! -x "$build/tests/gpu/check_gpu" ]; then
+if [ ! -x "$build/bin/check_gpu" ]; then
     echo "building in $build"
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release > "$out/cmake.log" 2>&1 &&
         cmake --build "$build" -j"$(nproc)" >> "$out/cmake.log" 2>&1 || {
@@ -41,10 +41,10 @@ step() { # name timeout command...
 }
 
 for proto in Simple LL LL128; do
-    NCCL_PROTO=$proto NCCL_BUFFSIZE=262144 step "coll-$proto" 150 "$build/tests/gpu/check_gpu" coll
+    NCCL_PROTO=$proto NCCL_BUFFSIZE=262144 step "coll-$proto" 150 "$build/bin/check_gpu" coll
 done
 for s in overlap errors abort capture; do
-    BRAID_CUDA_WAIT_TIMEOUT=20 step "$s" 90 "$build/tests/gpu/check_gpu" "$s"
+    BRAID_CUDA_WAIT_TIMEOUT=20 step "$s" 90 "$build/bin/check_gpu" "$s"
 done
 
 perf="$build/bin/braid-perf"
@@ -53,7 +53,7 @@ for n in 2 4; do
         step "perf-$c-$n" 90 "$perf" -C "$c" -t "$n" --mem device -b 8 -e 1G -f 4 -n 20 -w 5 -c 1
     done
 done
-step "copy-bandwidth" 60 "$build/tests/gpu/gpu_copy_bw"
+step "copy-bandwidth" 60 "$build/bin/gpu_copy_bw"
 # NVIDIA NCCL (the one PyTorch bundles), one rank, through the same braid-perf.
 nvlib=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
 if [ -n "$nvlib" ] && [ -e "$nvlib/libnccl.so.2" ]; then
