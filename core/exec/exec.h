@@ -220,33 +220,35 @@ void br_exec_fail(br_exec_comm_t *ec, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /*
- * The CUDA executor (exec_cuda.c): device calls of ranks that are threads of this process.
- * A communicator joins its clique (the ranks of the same communicator in this process) at
- * init; each rank's device calls of a group are submitted together and return at once,
- * ordered on the call's stream; the rank that completes a group for the clique launches it.
+ * The CUDA executor (exec_cuda*.c): device calls of ranks that are threads of this process.
+ * A communicator joins its clique (its ranks in this process) at init. A rank's device
+ * calls of one group are one deposit, which returns at once, ordered on the call's stream;
+ * deposits launch in units (every rank's next one when they hold collectives, else sends
+ * and receives that pair up among some ranks), by the call that completes the unit.
  */
 typedef struct br_cuda_clique br_clique_t;
 /* Does this build carry kernels (built with a CUDA compiler)? */
 int br_exec_cuda_has_kernels(void);
 /* Join the clique of communicator `hash`, bound to CUDA device `device`. */
 ncclResult_t br_exec_cuda_attach(br_exec_comm_t *ec, uint64_t hash, int device);
-/* Submit one rank's device operations of one group (one stream), in call order: deposit
- * them (their stream records that they are reached; the rank completing the gang
- * launches it), then make the stream wait for gang *gang_p. A thread that submits for
- * several ranks of one group deposits every rank first, then adds the waits: ranks that
- * share a stream would otherwise wait, in the stream, before the others arrive. */
+/* Deposit one rank's device operations of one group (one stream, call order): the stream
+ * records that they are reached, and the unit they complete is launched. *ticket_p says
+ * what br_exec_cuda_wait then makes the stream wait for. A thread that submits for several
+ * ranks of one group deposits for every rank first, then adds the waits: ranks sharing a
+ * stream would otherwise wait, in the stream, before the others arrive. */
 ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
-                                  uint64_t *gang_p);
-ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t gang, void *stream);
+                                  uint64_t *ticket_p);
+ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream);
 /* Both, for one rank's lone call. */
 ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops);
-/* What the kernels reported (sticky in ec->error), for ncclCommGetAsyncError. */
+/* What the kernels and the watchdog reported (sticky in ec->error), for
+ * ncclCommGetAsyncError. */
 ncclResult_t br_exec_cuda_async_error(br_exec_comm_t *ec);
-/* From any thread: running kernels stop waiting, waiting streams are released. */
+/* From any thread: kernels stop waiting, every waiting stream is released, the clique fails. */
 void br_exec_cuda_abort(br_exec_comm_t *ec);
 /* Leave the clique; the last rank waits for the kernels and frees everything. */
 void br_exec_cuda_detach(br_exec_comm_t *ec);
-/* Most channels a device collective may use (plan's bound; the clique may use fewer). */
+/* Most channels a device collective may use (plan's bound; the clique may hold fewer). */
 int br_exec_cuda_nchannels(const br_exec_comm_t *ec);
 
 /* Free what the executor allocated for a communicator (not the structure itself). */

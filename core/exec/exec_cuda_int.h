@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* exec module-private: the CUDA executor's clique, its queues and its launches. */
+#ifndef BR_EXEC_CUDA_INT_H_
+#define BR_EXEC_CUDA_INT_H_
+
+#include <pthread.h>
+
+#include "dev_work.h"
+#include "exec.h"
+#include "util_cuda.h"
+
+#define BR_CUDA_QUEUE 8     /* device calls (deposits) a rank may have waiting for a launch */
+#define BR_CUDA_MAX_DEVS 16
+#define BR_CUDA_DESC_BUFS 8 /* launches whose descriptors may be in flight at once */
+
+/* One rank's device calls of one group (or one lone call): a deposit. */
+typedef struct {
+    br_op_t *ops;
+    int nops, cap;
+    int has_coll;        /* holds collectives: launched with every rank's next deposit */
+    br_cu_stream_t stream;
+    uint64_t since_ns;   /* when it was deposited */
+} br_cuda_dep_t;
+
+/* A rank's deposits, in call order: tickets launched <= t < next are waiting. */
+typedef struct {
+    br_cuda_dep_t q[BR_CUDA_QUEUE]; /* ticket t in q[t % BR_CUDA_QUEUE] */
+    br_cu_event_t arrive[BR_CUDA_QUEUE]; /* recorded on the rank's stream at the deposit */
+    uint64_t next;       /* tickets handed out */
+    uint64_t launched;   /* tickets launched */
+} br_cuda_rank_t;
+
+typedef struct {
+    int ordinal;
+    br_cu_context_t ctx;
+    br_cu_module_t mod;
+    br_cu_function_t fn;
+    br_cu_stream_t stream;   /* launch stream */
+    br_cu_event_t finished;  /* after its kernel (the first device's stream waits on it) */
+    int capacity;            /* blocks of the kernel resident at once */
+} br_cuda_dev_t;
+
+/* Descriptors of one launch: pinned, mapped, read by its kernels until `done` fires. */
+typedef struct {
+    char *h;
+    br_cu_ptr_t d;
+    size_t cap;
+    br_cu_event_t done;
+    int used; /* done was recorded at least once */
+} br_cuda_desc_t;
+
+/* Host-mapped words the kernels share with the host. */
+typedef struct {
+    uint32_t abort_flag; /* nonzero: kernels stop waiting */
+    uint32_t status;     /* BR_DEV_* of the first failure */
+    int32_t fail_rank, fail_peer;
+    uint64_t fail_step;
+} br_cuda_flags_t;
+
+struct br_cuda_clique {
+    uint64_t hash;
+    int nranks, refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    br_exec_comm_t **ec;     /* [nranks] */
+    int *rank_dev;           /* [nranks]: index into devs */
+    br_cuda_dev_t devs[BR_CUDA_MAX_DEVS];
+    int ndevs;
+    br_cuda_rank_t *rank;    /* [nranks] */
+    /* Set up by the first deposit. */
+    int setup_done;
+    ncclResult_t setup_res;
+    int nch;                 /* channels a device collective may use */
+    br_graph_t *graph;       /* nch channels over the clique's ranks */
+    int nconn;
+    int *conn_key;           /* [nconn * 3]: channel, from, to */
+    br_cu_ptr_t conn_d;      /* br_dev_conn_t[nconn] */
+    br_cu_ptr_t *conn_mem;   /* per connection: its buffer and counters */
+    br_cu_ptr_t ring_d;      /* int32 ring orders, nch x nranks */
+    size_t slot_bytes;
+    br_cuda_flags_t *flags;  /* pinned, mapped */
+    br_cu_ptr_t flags_d;
+    uint32_t *done;          /* [nranks] pinned, mapped: tickets finished per rank */
+    br_cu_ptr_t done_d;
+    br_cuda_desc_t desc[BR_CUDA_DESC_BUFS];
+    int desc_next;
+    /* Failure (sticky): no more launches, every waiting stream released. */
+    int failed;
+    char fail_msg[768];
+    /* The watchdog: reports calls whose peers never come, and kernel failures, even when
+     * every thread of the program waits on a stream. */
+    pthread_t watchdog;
+    int watchdog_started, stop;
+    br_clique_t *next_in_registry;
+};
+
+/* The deposit at the head of rank r's queue, or NULL. */
+static inline br_cuda_dep_t *br_cuda_head(br_clique_t *cl, int r)
+{
+    br_cuda_rank_t *q = &cl->rank[r];
+    return q->launched < q->next ? &q->q[q->launched % BR_CUDA_QUEUE] : NULL;
+}
+
+/* A launch under construction: one list of blocks and work items per device. */
+typedef struct {
+    br_dev_block_t *blocks;
+    br_dev_work_t *works;
+    int nblocks, nworks, cap_blocks, cap_works;
+} br_cuda_build_t;
+
+/* exec_cuda_setup.c: contexts, kernels, FIFOs, flags, events (once per clique). */
+ncclResult_t br_cuda_setup(br_clique_t *cl, int rank);
+void br_cuda_teardown(br_clique_t *cl);
+/* Index of the connection (channel c, from -> to) among cl->conn_key, or -1. */
+int br_cuda_conn_index(const br_clique_t *cl, int c, int from, int to);
+ncclResult_t br_cuda_check(br_cu_result_t e, const char *what, int rank);
+
+/* exec_cuda_build.c: the work of a unit (in_unit[r]: rank r's head deposit is part of it),
+ * per device. Collectives of every rank's head (all ranks must be in the unit), then the
+ * sends and receives among the unit's heads as copies. A mismatch across ranks returns
+ * ncclInvalidUsage with msg. */
+ncclResult_t br_cuda_build(br_clique_t *cl, const char *in_unit, br_cuda_build_t *per_dev,
+                           char *msg, size_t len);
+void br_cuda_build_free(br_cuda_build_t *per_dev);
+/* "AllReduce #3 (count 1024, float32, sum, root 0)", "Send to rank 2 (4096 bytes)". */
+void br_cuda_op_describe(char *buf, size_t len, const br_op_t *op);
+
+#endif /* BR_EXEC_CUDA_INT_H_ */
