@@ -1,0 +1,650 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * An emulated CUDA driver for tests: libcuda.so.1 with the entry points Braid's CUDA
+ * executor loads, running on the CPU, so that the executor's whole path (pointer routing,
+ * clique setup, deposits and units, stream waits, launches, abort, the watchdog) and the
+ * kernels' interpreter (core/device, compiled for the host) run end to end in CI, where
+ * there is no GPU. It is a test double, never installed or shipped.
+ *
+ * What it emulates: "device memory" is host memory it allocated and remembers (so pointer
+ * attributes tell it apart), contexts are per-thread tags, each stream is a worker thread
+ * that runs its operations in order (event records and waits, 32-bit value waits and
+ * writes, copies, memsets, kernel launches), and a kernel launch runs every block of the
+ * grid as its own CPU thread, all at once: the co-residency the executor relies on. A
+ * stream being captured into a graph is tracked, so the executor's refusal is tested.
+ * Devices: BRAID_FAKE_CUDA_DEVICES (1); each has 8 SMs of 2 resident blocks.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dev_prims.h"
+
+typedef int CUresult;
+#define OK 0
+#define ERR_INVALID_VALUE 1
+#define ERR_INVALID_CONTEXT 201
+#define ERR_NOT_FOUND 500
+#define ERR_NOT_READY 600
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---- memory ---- */
+
+typedef struct {
+    uintptr_t base;
+    size_t size;
+    int ordinal;
+} alloc_t;
+
+static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static alloc_t *allocs;
+static int nallocs, cap_allocs;
+
+static int ndevices(void)
+{
+    const char *e = getenv("BRAID_FAKE_CUDA_DEVICES");
+    int n = e != NULL ? atoi(e) : 1;
+    return n < 0 ? 0 : n > 8 ? 8 : n;
+}
+
+static _Thread_local int cur_ctx; /* ordinal + 1; 0: none */
+
+static const alloc_t *find_alloc(uintptr_t p)
+{
+    for (int i = 0; i < nallocs; i++) {
+        if (p >= allocs[i].base && p < allocs[i].base + allocs[i].size) {
+            return &allocs[i];
+        }
+    }
+    return NULL;
+}
+
+EXPORT CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes)
+{
+    void *m = NULL;
+    if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0) {
+        return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    }
+    memset(m, 0xee, bytes); /* like device memory: not zero */
+    pthread_mutex_lock(&mem_mu);
+    if (nallocs == cap_allocs) {
+        cap_allocs = cap_allocs ? 2 * cap_allocs : 256;
+        allocs = realloc(allocs, (size_t)cap_allocs * sizeof(*allocs));
+    }
+    allocs[nallocs++] = (alloc_t){(uintptr_t)m, bytes ? bytes : 1, cur_ctx > 0 ? cur_ctx - 1 : 0};
+    pthread_mutex_unlock(&mem_mu);
+    *p = (unsigned long long)(uintptr_t)m;
+    return OK;
+}
+
+EXPORT CUresult cuMemFree_v2(unsigned long long p)
+{
+    pthread_mutex_lock(&mem_mu);
+    for (int i = 0; i < nallocs; i++) {
+        if (allocs[i].base == (uintptr_t)p) {
+            allocs[i] = allocs[--nallocs];
+            pthread_mutex_unlock(&mem_mu);
+            free((void *)(uintptr_t)p);
+            return OK;
+        }
+    }
+    pthread_mutex_unlock(&mem_mu);
+    return ERR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags)
+{
+    (void)flags;
+    return posix_memalign(p, 4096, bytes ? bytes : 1) == 0 ? OK : 2;
+}
+
+EXPORT CUresult cuMemFreeHost(void *p)
+{
+    free(p);
+    return OK;
+}
+
+EXPORT CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *h, unsigned flags)
+{
+    (void)flags;
+    *d = (unsigned long long)(uintptr_t)h;
+    return OK;
+}
+
+EXPORT CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long long p)
+{
+    pthread_mutex_lock(&mem_mu);
+    const alloc_t *a = find_alloc((uintptr_t)p);
+    int ordinal = a != NULL ? a->ordinal : -2;
+    pthread_mutex_unlock(&mem_mu);
+    for (unsigned i = 0; i < n; i++) {
+        switch (attrs[i]) {
+        case 2: /* MEMORY_TYPE */
+            *(unsigned *)data[i] = ordinal >= 0 ? 2u : 0u;
+            break;
+        case 8: /* IS_MANAGED */
+            *(unsigned char *)data[i] = 0;
+            break;
+        case 9: /* DEVICE_ORDINAL */
+            *(int *)data[i] = ordinal >= 0 ? ordinal : -2;
+            break;
+        default:
+            break;
+        }
+    }
+    return OK;
+}
+
+EXPORT CUresult cuMemsetD8_v2(unsigned long long p, unsigned char v, size_t n)
+{
+    memset((void *)(uintptr_t)p, v, n);
+    return OK;
+}
+
+EXPORT CUresult cuMemcpy(unsigned long long dst, unsigned long long src, size_t n)
+{
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return OK;
+}
+
+/* ---- devices and contexts ---- */
+
+EXPORT CUresult cuInit(unsigned flags)
+{
+    (void)flags;
+    return OK;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *v)
+{
+    *v = 13000;
+    return OK;
+}
+
+EXPORT CUresult cuGetErrorString(CUresult e, const char **s)
+{
+    switch (e) {
+    case OK: *s = "no error"; break;
+    case ERR_INVALID_VALUE: *s = "invalid argument"; break;
+    case ERR_INVALID_CONTEXT: *s = "invalid device context"; break;
+    case ERR_NOT_READY: *s = "device not ready"; break;
+    default: *s = "emulated driver error"; break;
+    }
+    return OK;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *n)
+{
+    *n = ndevices();
+    return OK;
+}
+
+EXPORT CUresult cuDeviceGet(int *d, int ordinal)
+{
+    if (ordinal < 0 || ordinal >= ndevices()) {
+        return 101; /* CUDA_ERROR_INVALID_DEVICE */
+    }
+    *d = ordinal;
+    return OK;
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int d)
+{
+    (void)d;
+    switch (attr) {
+    case 16: *v = 8; break;  /* SM count */
+    case 75: *v = 9; break;  /* compute capability 9.0 */
+    case 76: *v = 0; break;
+    default: *v = 1; break;
+    }
+    return OK;
+}
+
+EXPORT CUresult cuDeviceGetName(char *name, int len, int d)
+{
+    snprintf(name, (size_t)len, "Braid emulated GPU %d (CPU threads)", d);
+    return OK;
+}
+
+EXPORT CUresult cuDeviceCanAccessPeer(int *can, int d, int peer)
+{
+    (void)d;
+    (void)peer;
+    *can = 1;
+    return OK;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int d)
+{
+    *ctx = (void *)(uintptr_t)(d + 1);
+    return OK;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int d)
+{
+    (void)d;
+    return OK;
+}
+
+EXPORT CUresult cuCtxGetCurrent(void **ctx)
+{
+    *ctx = cur_ctx ? (void *)(uintptr_t)cur_ctx : NULL;
+    return OK;
+}
+
+EXPORT CUresult cuCtxSetCurrent(void *ctx)
+{
+    cur_ctx = (int)(uintptr_t)ctx;
+    return OK;
+}
+
+EXPORT CUresult cuCtxGetDevice(int *d)
+{
+    if (cur_ctx == 0) {
+        return ERR_INVALID_CONTEXT;
+    }
+    *d = cur_ctx - 1;
+    return OK;
+}
+
+EXPORT CUresult cuCtxEnablePeerAccess(void *peer, unsigned flags)
+{
+    (void)peer;
+    (void)flags;
+    return OK;
+}
+
+/* ---- modules ---- */
+
+static int the_kernel; /* the one function a module has: br_dev_kernel */
+
+EXPORT CUresult cuModuleLoadData(void **m, const void *image)
+{
+    (void)image;
+    *m = &the_kernel;
+    return OK;
+}
+
+EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name)
+{
+    (void)m;
+    if (strcmp(name, "br_dev_kernel") != 0) {
+        return ERR_NOT_FOUND;
+    }
+    *f = &the_kernel;
+    return OK;
+}
+
+EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int threads,
+                                                            size_t smem)
+{
+    (void)f;
+    (void)threads;
+    (void)smem;
+    *n = 2;
+    return OK;
+}
+
+/* ---- events ---- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t recorded;  /* records enqueued */
+    uint64_t completed; /* records executed */
+} event_t;
+
+EXPORT CUresult cuEventCreate(void **e, unsigned flags)
+{
+    event_t *ev = calloc(1, sizeof(*ev));
+    (void)flags;
+    pthread_mutex_init(&ev->mu, NULL);
+    pthread_cond_init(&ev->cv, NULL);
+    *e = ev;
+    return OK;
+}
+
+EXPORT CUresult cuEventDestroy_v2(void *e)
+{
+    event_t *ev = e;
+    pthread_mutex_destroy(&ev->mu);
+    pthread_cond_destroy(&ev->cv);
+    free(ev);
+    return OK;
+}
+
+static void event_wait_gen(event_t *ev, uint64_t gen)
+{
+    pthread_mutex_lock(&ev->mu);
+    while (ev->completed < gen) {
+        pthread_cond_wait(&ev->cv, &ev->mu);
+    }
+    pthread_mutex_unlock(&ev->mu);
+}
+
+EXPORT CUresult cuEventSynchronize(void *e)
+{
+    event_t *ev = e;
+    pthread_mutex_lock(&ev->mu);
+    uint64_t gen = ev->recorded;
+    pthread_mutex_unlock(&ev->mu);
+    event_wait_gen(ev, gen);
+    return OK;
+}
+
+/* ---- streams ---- */
+
+typedef enum { OP_RECORD, OP_WAIT_EVENT, OP_WAIT_VALUE, OP_WRITE_VALUE, OP_COPY, OP_SET, OP_KERNEL } op_kind_t;
+
+typedef struct op {
+    op_kind_t kind;
+    event_t *ev;
+    uint64_t gen;
+    volatile uint32_t *addr;
+    uint32_t value;
+    void *dst;
+    const void *src;
+    size_t n;
+    unsigned char byte;
+    br_dev_launch_t launch;
+    unsigned nblocks;
+    struct op *next;
+} op_t;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    op_t *head, *tail;
+    int busy, stop, capturing;
+    pthread_t worker;
+} stream_t;
+
+typedef struct {
+    const br_dev_launch_t *L;
+    int b;
+} block_arg_t;
+
+static void *block_main(void *p)
+{
+    block_arg_t *a = p;
+    br_dev_run_block(a->L, a->b);
+    return NULL;
+}
+
+static void run_op(op_t *o)
+{
+    switch (o->kind) {
+    case OP_RECORD:
+        pthread_mutex_lock(&o->ev->mu);
+        if (o->gen > o->ev->completed) {
+            o->ev->completed = o->gen;
+        }
+        pthread_cond_broadcast(&o->ev->cv);
+        pthread_mutex_unlock(&o->ev->mu);
+        break;
+    case OP_WAIT_EVENT: event_wait_gen(o->ev, o->gen); break;
+    case OP_WAIT_VALUE:
+        while (__atomic_load_n(o->addr, __ATOMIC_ACQUIRE) < o->value) { /* GEQ */
+            usleep(20);
+        }
+        break;
+    case OP_WRITE_VALUE: __atomic_store_n(o->addr, o->value, __ATOMIC_RELEASE); break;
+    case OP_COPY: memmove(o->dst, o->src, o->n); break;
+    case OP_SET: memset(o->dst, o->byte, o->n); break;
+    case OP_KERNEL: {
+        /* Every block at once, each its own thread: all resident, as the executor sizes it. */
+        pthread_t *th = calloc(o->nblocks, sizeof(*th));
+        block_arg_t *args = calloc(o->nblocks, sizeof(*args));
+        for (unsigned b = 0; b < o->nblocks; b++) {
+            args[b].L = &o->launch;
+            args[b].b = (int)b;
+            pthread_create(&th[b], NULL, block_main, &args[b]);
+        }
+        for (unsigned b = 0; b < o->nblocks; b++) {
+            pthread_join(th[b], NULL);
+        }
+        free(th);
+        free(args);
+        break;
+    }
+    }
+}
+
+static void *stream_main(void *p)
+{
+    stream_t *s = p;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (s->head == NULL && !s->stop) {
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        if (s->head == NULL) {
+            break;
+        }
+        op_t *o = s->head;
+        s->busy = 1;
+        pthread_mutex_unlock(&s->mu);
+        run_op(o);
+        pthread_mutex_lock(&s->mu);
+        s->head = o->next;
+        if (s->head == NULL) {
+            s->tail = NULL;
+        }
+        s->busy = 0;
+        free(o);
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static stream_t *stream_new(void)
+{
+    stream_t *s = calloc(1, sizeof(*s));
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_create(&s->worker, NULL, stream_main, s);
+    return s;
+}
+
+/* The legacy default stream (NULL). */
+static pthread_once_t legacy_once = PTHREAD_ONCE_INIT;
+static stream_t *legacy;
+
+static void legacy_make(void)
+{
+    legacy = stream_new();
+}
+
+static stream_t *stream_of(void *h)
+{
+    if (h == NULL) {
+        pthread_once(&legacy_once, legacy_make);
+        return legacy;
+    }
+    return h;
+}
+
+static void push(void *h, op_t *o)
+{
+    stream_t *s = stream_of(h);
+    pthread_mutex_lock(&s->mu);
+    o->next = NULL;
+    if (s->tail != NULL) {
+        s->tail->next = o;
+    } else {
+        s->head = o;
+    }
+    s->tail = o;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static op_t *op_new(op_kind_t k)
+{
+    op_t *o = calloc(1, sizeof(*o));
+    o->kind = k;
+    return o;
+}
+
+EXPORT CUresult cuStreamCreate(void **s, unsigned flags)
+{
+    (void)flags;
+    *s = stream_new();
+    return OK;
+}
+
+EXPORT CUresult cuStreamSynchronize(void *h)
+{
+    stream_t *s = stream_of(h);
+    pthread_mutex_lock(&s->mu);
+    while (s->head != NULL) {
+        pthread_cond_wait(&s->cv, &s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return OK;
+}
+
+EXPORT CUresult cuStreamDestroy_v2(void *h)
+{
+    stream_t *s = h;
+    cuStreamSynchronize(h);
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->worker, NULL);
+    free(s);
+    return OK;
+}
+
+EXPORT CUresult cuStreamQuery(void *h)
+{
+    stream_t *s = stream_of(h);
+    pthread_mutex_lock(&s->mu);
+    int idle = s->head == NULL;
+    pthread_mutex_unlock(&s->mu);
+    return idle ? OK : ERR_NOT_READY;
+}
+
+EXPORT CUresult cuEventRecord(void *e, void *h)
+{
+    event_t *ev = e;
+    op_t *o = op_new(OP_RECORD);
+    pthread_mutex_lock(&ev->mu);
+    o->gen = ++ev->recorded;
+    pthread_mutex_unlock(&ev->mu);
+    o->ev = ev;
+    push(h, o);
+    return OK;
+}
+
+EXPORT CUresult cuStreamWaitEvent(void *h, void *e, unsigned flags)
+{
+    event_t *ev = e;
+    op_t *o = op_new(OP_WAIT_EVENT);
+    (void)flags;
+    pthread_mutex_lock(&ev->mu);
+    o->gen = ev->recorded; /* the record most recently enqueued, as CUDA */
+    pthread_mutex_unlock(&ev->mu);
+    o->ev = ev;
+    push(h, o);
+    return OK;
+}
+
+EXPORT CUresult cuStreamWaitValue32_v2(void *h, unsigned long long addr, uint32_t value,
+                                       unsigned flags)
+{
+    op_t *o = op_new(OP_WAIT_VALUE);
+    if (flags != 0) { /* only GEQ is emulated */
+        free(o);
+        return ERR_INVALID_VALUE;
+    }
+    o->addr = (volatile uint32_t *)(uintptr_t)addr;
+    o->value = value;
+    push(h, o);
+    return OK;
+}
+
+EXPORT CUresult cuStreamWriteValue32_v2(void *h, unsigned long long addr, uint32_t value,
+                                        unsigned flags)
+{
+    op_t *o = op_new(OP_WRITE_VALUE);
+    (void)flags;
+    o->addr = (volatile uint32_t *)(uintptr_t)addr;
+    o->value = value;
+    push(h, o);
+    return OK;
+}
+
+EXPORT CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void *h)
+{
+    op_t *o = op_new(OP_COPY);
+    o->dst = (void *)(uintptr_t)dst;
+    o->src = src;
+    o->n = n;
+    push(h, o);
+    return OK;
+}
+
+EXPORT CUresult cuMemcpyAsync(unsigned long long dst, unsigned long long src, size_t n, void *h)
+{
+    return cuMemcpyHtoDAsync_v2(dst, (const void *)(uintptr_t)src, n, h);
+}
+
+EXPORT CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, void *h)
+{
+    op_t *o = op_new(OP_SET);
+    o->dst = (void *)(uintptr_t)p;
+    o->byte = v;
+    o->n = n;
+    push(h, o);
+    return OK;
+}
+
+EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned smem, void *h, void **params,
+                               void **extra)
+{
+    (void)f;
+    (void)bx;
+    (void)by;
+    (void)bz;
+    (void)smem;
+    (void)extra;
+    if (gy != 1 || gz != 1 || gx == 0 || gx > 8u * 2u * 64u) {
+        return ERR_INVALID_VALUE;
+    }
+    op_t *o = op_new(OP_KERNEL);
+    memcpy(&o->launch, params[0], sizeof(o->launch));
+    o->nblocks = gx;
+    push(h, o);
+    return OK;
+}
+
+EXPORT CUresult cuStreamBeginCapture_v2(void *h, int mode)
+{
+    (void)mode;
+    stream_of(h)->capturing = 1;
+    return OK;
+}
+
+EXPORT CUresult cuStreamEndCapture(void *h, void **graph)
+{
+    stream_of(h)->capturing = 0;
+    *graph = NULL;
+    return OK;
+}
+
+EXPORT CUresult cuStreamIsCapturing(void *h, int *status)
+{
+    *status = stream_of(h)->capturing;
+    return OK;
+}
