@@ -5,6 +5,7 @@
  * what was found or why nothing was.
  */
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,19 +28,50 @@ static const br_cuda_t *loaded;
 static char why_none[256];
 static _Atomic int in_process; /* libcuda.so.1 seen loaded in the process */
 
+/* dl_iterate_phdr callbacks: the loader's count of objects loaded so far (from the first
+ * object, then stop), and whether one of them is the CUDA driver. */
+static int adds_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    *(unsigned long long *)data = info->dlpi_adds;
+    return 1;
+}
+
+static int find_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    const char *slash = info->dlpi_name != NULL ? strrchr(info->dlpi_name, '/') : NULL;
+    const char *base = slash != NULL ? slash + 1 : info->dlpi_name;
+    if (base != NULL && strncmp(base, "libcuda.so", 10) == 0) {
+        *(int *)data = 1;
+        return 1;
+    }
+    return 0;
+}
+
 int br_cuda_in_process(void)
 {
+    static _Atomic unsigned long long seen_adds;
+    unsigned long long adds = 0;
+    int found = 0;
+
     if (atomic_load_explicit(&in_process, memory_order_relaxed)) {
         return 1;
     }
-    /* RTLD_NOLOAD: a handle only when someone in the process loaded it already. */
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (h == NULL) {
+    /* Asked on every call of a process without CUDA, so it must be cheap: the loader's
+     * count of loaded objects (about 60 ns; dlopen with RTLD_NOLOAD of a library that is
+     * not loaded costs 100 us here, it searches the file system), and a look at the names
+     * only when something was loaded since the last look. */
+    dl_iterate_phdr(adds_cb, &adds);
+    if (adds == atomic_load_explicit(&seen_adds, memory_order_relaxed)) {
         return 0;
     }
-    dlclose(h);
-    atomic_store(&in_process, 1);
-    return 1;
+    dl_iterate_phdr(find_cb, &found);
+    atomic_store(&seen_adds, adds);
+    if (found) {
+        atomic_store(&in_process, 1);
+    }
+    return found;
 }
 
 /* Look up sym (and the versioned name first, when given). */
