@@ -86,6 +86,9 @@ BR_DEV_FN uint64_t br_dev_slot_payload(const br_dev_conn_t *c, int proto)
 /* Kinds of work item. */
 #define BR_DEV_WORK_SCHED 1 /* one channel of a Ring/Tree collective: plan's schedule */
 #define BR_DEV_WORK_COPY 2  /* bytes from src to dst (matched send/recv, local copy) */
+#define BR_DEV_WORK_LOCAL 3 /* a one-rank collective: dst = post(pre(src)) over `count`
+                             * elements of `type` for a reduction (red, scalars), else a copy
+                             * of `bytes` */
 
 /* One work item of one block. */
 typedef struct {
@@ -113,10 +116,12 @@ typedef struct {
     br_dev_conn_t *recv_conn[BR_DEV_MAX_PEERS];
     br_dev_conn_t *send_conn[BR_DEV_MAX_PEERS];
 
-    /* COPY: this block's share of a copy. */
+    /* COPY: this block's share of a copy; LOCAL: the whole call. */
     const char *src;
     char *dst;
     uint64_t bytes;
+    uint64_t count;        /* LOCAL reduction: elements */
+    uint32_t reduce;       /* LOCAL: nonzero for a reduction */
 } br_dev_work_t;
 
 /* What block b of a launch does. */

@@ -531,6 +531,10 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
                 ec->rank, br_host_name(), br_func_name(ops[0].func));
         return ncclInvalidUsage;
     }
+    /* The executor switches contexts (a rank's device, the launch devices); the caller's
+     * current context is put back before returning, as NCCL leaves the current device. */
+    br_cu_context_t saved = NULL;
+    cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
     if (!cl->setup_done) {
         cl->setup_done = 1;
@@ -590,6 +594,7 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
     }
 out:
     pthread_mutex_unlock(&cl->mu);
+    cu->CtxSetCurrent(saved);
     return res;
 }
 
@@ -597,8 +602,10 @@ ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream
 {
     br_clique_t *cl = ec->cuda;
     const br_cuda_t *cu = br_cuda(NULL);
+    br_cu_context_t saved = NULL;
     ncclResult_t res;
 
+    cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
     res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx),
                         "cuCtxSetCurrent", ec->rank);
@@ -610,6 +617,7 @@ ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream
             "cuStreamWaitValue32", ec->rank);
     }
     pthread_mutex_unlock(&cl->mu);
+    cu->CtxSetCurrent(saved);
     return res;
 }
 
@@ -636,9 +644,11 @@ void br_exec_cuda_abort(br_exec_comm_t *ec)
 {
     br_clique_t *cl = ec->cuda;
     char msg[256];
+    br_cu_context_t saved = NULL;
     if (cl == NULL) {
         return;
     }
+    br_cuda(NULL)->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
     if (cl->flags != NULL) {
         /* Kernels stop waiting, so the launch streams drain and release_streams returns. */
@@ -648,6 +658,7 @@ void br_exec_cuda_abort(br_exec_comm_t *ec)
              ec->rank, br_host_name());
     clique_fail(cl, ncclRemoteError, msg);
     pthread_mutex_unlock(&cl->mu);
+    br_cuda(NULL)->CtxSetCurrent(saved);
 }
 
 void br_exec_cuda_detach(br_exec_comm_t *ec)
@@ -680,7 +691,10 @@ void br_exec_cuda_detach(br_exec_comm_t *ec)
     if (cl->watchdog_started) {
         pthread_join(cl->watchdog, NULL);
     }
+    br_cu_context_t saved = NULL;
+    br_cuda(NULL)->CtxGetCurrent(&saved);
     br_cuda_teardown(cl);
+    br_cuda(NULL)->CtxSetCurrent(saved);
     for (int r = 0; r < cl->nranks; r++) {
         for (int i = 0; i < BR_CUDA_QUEUE; i++) {
             free(cl->rank[r].q[i].ops);

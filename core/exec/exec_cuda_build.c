@@ -199,6 +199,25 @@ static ncclResult_t build_colls(br_clique_t *cl, br_cuda_build_t *per_dev, char 
                 if (c >= o.nchannels || o.count == 0) {
                     continue;
                 }
+                if (n == 1) { /* no ring, no tree: the rank's own part, once */
+                    if (c > 0) {
+                        continue;
+                    }
+                    memset(&w, 0, sizeof(w));
+                    w.kind = BR_DEV_WORK_LOCAL;
+                    fill_redop(&w, &o);
+                    w.src = o.sendbuff;
+                    w.dst = o.recvbuff;
+                    w.bytes = br_op_bytes(&o);
+                    w.count = o.count;
+                    w.reduce = br_func_is_reduction(o.func);
+                    if (!opened) {
+                        BR_CHECK(add_block(bd, r, c));
+                        opened = 1;
+                    }
+                    BR_CHECK(add_work(bd, &w));
+                    continue;
+                }
                 o.chunk_bytes = step_payload(cl, o.proto);
                 br_plan_layout(&o, n, c, &lay);
                 if (lay.lo >= lay.hi) {
