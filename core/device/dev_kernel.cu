@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The one kernel of the CUDA executor: block b runs the work items of
+ * br_dev_launch_t.blocks[b] through the interpreter of dev_prims.h (the same source the
+ * host emulation test runs). Type, reduction and protocol are switches at run time, so a
+ * single entry point serves every collective and the build stays small.
+ */
+#include "dev_prims.h"
+
+extern "C" __global__ void __launch_bounds__(BR_DEV_NTHREADS) br_dev_kernel(br_dev_launch_t L)
+{
+    br_dev_run_block(&L, (int)blockIdx.x);
+}

@@ -1,0 +1,529 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The kernels' interpreter: what one block does with its list of work items
+ * (br_dev_run_block). A SCHED item walks plan's schedule (core/plan/plan_sched.h) for its
+ * channel share [lo, hi): iterations of chunks, each the steps of one or two streams
+ * (Tree: 0 up, 1 down), one FIFO slot per peer per step. A COPY item copies bytes.
+ *
+ * The block moves in lockstep: thread 0 alone polls the FIFOs until a step of some stream
+ * can run (every received slot filled, every send slot free; a Tree block tries both
+ * streams, so neither blocks the other), and tells the others through shared memory; then
+ * every thread runs the step's data path (dev_proto.h) on its pieces; after a barrier
+ * thread 0 frees the received slots and publishes the sent ones. Every thread keeps the
+ * same copy of the walk's state (streams, step numbers), computed from the same inputs.
+ *
+ * What a step computes follows the host executor's interpreter (core/exec/exec_sched.c):
+ * a REDUCE folds the local input first, then the received partial results, the last with
+ * the final division (POST); a reduction's first contributor sends its input scaled for
+ * PreMulSum; LOCAL copies input to output; FROM_OUTPUT sends what the output holds; the
+ * data sent is the data the step produced.
+ *
+ * Counters and descriptors: the sender writes the slot's descriptor {seq, bytes}, its data,
+ * then (thread 0, after the barrier) tail with release semantics; the receiver acquires
+ * tail (Simple) or sees the first line's flag and fences (LL, LL128), then checks the
+ * descriptor, reads, and releases head after the barrier.
+ */
+#ifndef BR_DEVICE_DEV_PRIMS_H_
+#define BR_DEVICE_DEV_PRIMS_H_
+
+#include "dev_proto.h"
+
+/* What thread 0's poll found. */
+#define BR_DEV_PICK_DONE (-1)
+#define BR_DEV_PICK_FAIL (-2)
+
+typedef struct {
+    size_t base, chunk; /* iteration start and chunk (units) */
+    int j, nsteps;      /* next step, steps per iteration (0: none) */
+} br_dev_stream_t;
+
+/* A SCHED item's walk: the same in every thread of the block. */
+typedef struct {
+    const br_dev_launch_t *L;
+    const br_dev_block_t *B;
+    const br_dev_work_t *w;
+    br_dev_red_t R;
+    int reduction;
+    br_dev_stream_t st[2];
+    uint64_t rstep[BR_DEV_MAX_PEERS], sstep[BR_DEV_MAX_PEERS];
+} br_dev_walk_t;
+
+/* One step of a stream, placed. */
+typedef struct {
+    br_step_t st;
+    size_t in_off, out_off, len;
+    uint64_t bytes;
+    int rk[BR_MAX_TREE_ARITY], sk[BR_MAX_TREE_ARITY]; /* peer indices into the work item */
+} br_dev_plan_t;
+
+BR_DEV_HD int br_dev_is_reduction(int func)
+{
+    return func == BR_FUNC_ALLREDUCE || func == BR_FUNC_REDUCESCATTER || func == BR_FUNC_REDUCE;
+}
+
+BR_DEV_HD char *br_dev_slot(const br_dev_conn_t *c, uint64_t step)
+{
+    return c->buf + (step % BR_STEPS) * c->slot_bytes;
+}
+
+/* Index of peer rank `peer` in a list, or -1. */
+BR_DEV_HD int br_dev_peer_index(const int32_t *list, int n, int peer)
+{
+    for (int k = 0; k < n; k++) {
+        if (list[k] == peer) {
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* Is the work item something this interpreter can run? (Every thread decides alike.) */
+BR_DEV_HD int br_dev_sched_valid(const br_dev_work_t *w)
+{
+    const br_sched_t *s = &w->sched;
+    if (w->proto > BR_PROTO_SIMPLE || (s->algo != BR_ALGO_RING && s->algo != BR_ALGO_TREE) ||
+        w->nrecv_peers < 0 || w->nrecv_peers > BR_DEV_MAX_PEERS || w->nsend_peers < 0 ||
+        w->nsend_peers > BR_DEV_MAX_PEERS || w->esize == 0 || w->slice == 0 || s->nranks < 1 ||
+        s->func > BR_FUNC_ALLREDUCE) {
+        return 0;
+    }
+    if (br_dev_is_reduction(s->func) &&
+        (br_dev_type_size(w->type) != w->esize || w->red > BR_RED_SUMPOSTDIV ||
+         (w->red == BR_RED_SUMPOSTDIV && w->divisor == 0))) {
+        return 0;
+    }
+    /* Every slot must hold the largest step. */
+    for (int k = 0; k < w->nrecv_peers + w->nsend_peers; k++) {
+        const br_dev_conn_t *c =
+            k < w->nrecv_peers ? w->recv_conn[k] : w->send_conn[k - w->nrecv_peers];
+        if (c == NULL || c->slot_bytes % BR_DEV_LL128_LINE != 0 ||
+            w->slice * w->esize > br_dev_slot_payload(c, (int)w->proto)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+BR_DEV_HD void br_dev_red_init(br_dev_red_t *R, const br_dev_work_t *w)
+{
+    R->type = w->type;
+    R->kind = w->red;
+    R->si = w->scalar_i;
+    R->sd = w->scalar_f;
+    R->div = w->divisor;
+    if (w->red == BR_RED_PREMULSUM && w->scalar_dev != NULL) {
+        /* ncclScalarDevice: one element of the type, read when the work runs. */
+        const unsigned char *p = (const unsigned char *)w->scalar_dev;
+        uint64_t bits = 0;
+        for (uint32_t i = 0; i < br_dev_type_size(w->type); i++) {
+            bits |= (uint64_t)p[i] << (8 * i);
+        }
+        br_dev_red_scalar_bits(R, bits);
+    }
+    R->sf = br_dev_red_narrow_scalar(w->type, R->sd);
+}
+
+/* Step j of stream s: the schedule's step, where its data is, which connections. Returns
+ * 0, or -1 when the schedule names a peer the work item has no connection for. */
+BR_DEV_HD int br_dev_plan_step(const br_dev_walk_t *X, int s, br_dev_plan_t *P)
+{
+    const br_dev_work_t *w = X->w;
+    const br_dev_stream_t *sp = &X->st[s];
+    br_sched_step(&w->sched, s, sp->j, &P->st);
+    br_sched_place(&w->sched, &P->st, sp->base, sp->chunk, w->hi, w->units,
+                   (const int *)w->ring_rank, &P->in_off, &P->out_off, &P->len);
+    P->bytes = (uint64_t)P->len * w->esize;
+    for (int i = 0; i < P->st.nrecv; i++) {
+        P->rk[i] = br_dev_peer_index(w->recv_peer, w->nrecv_peers, P->st.recv[i]);
+        if (P->rk[i] < 0) {
+            return -1;
+        }
+    }
+    for (int i = 0; i < P->st.nsend; i++) {
+        P->sk[i] = br_dev_peer_index(w->send_peer, w->nsend_peers, P->st.send[i]);
+        if (P->sk[i] < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Thread 0: can the planned step run now? 1 yes, 0 not yet (*peer, *step: what it waits
+ * for), -1 failed (reported). */
+BR_DEV_HD int br_dev_step_ready(const br_dev_walk_t *X, int s, const br_dev_plan_t *P,
+                                int32_t *peer, uint64_t *step)
+{
+    const br_dev_work_t *w = X->w;
+    if (P->st.after && X->st[0].nsteps > 0 && X->st[0].base <= X->st[s].base) {
+        *peer = -1; /* stream 0 has not finished this chunk here yet */
+        *step = 0;
+        return 0;
+    }
+    for (int i = 0; i < P->st.nrecv; i++) {
+        const br_dev_conn_t *c = w->recv_conn[P->rk[i]];
+        uint64_t n = X->rstep[P->rk[i]], flag = br_dev_ll_flag(n);
+        const char *slot = br_dev_slot(c, n);
+        int filled;
+        if (w->proto == BR_PROTO_SIMPLE) {
+            filled = br_dev_ld_acquire(c->tail) > n; /* acquire: the slot and descriptor */
+        } else if (w->proto == BR_PROTO_LL) {
+            br_dev_v2_t v = br_dev_ld_volatile16(slot);
+            filled = (v.lo >> 32) == flag && (v.hi >> 32) == flag;
+        } else {
+            filled = br_dev_ld_volatile16(slot + 112).hi == flag;
+        }
+        if (!filled) {
+            *peer = P->st.recv[i];
+            *step = n;
+            return 0;
+        }
+        if (w->proto != BR_PROTO_SIMPLE) {
+            /* Acquire: the writer fenced between the descriptor and this line. */
+            br_dev_fence();
+        }
+        const uint64_t *d = c->desc + 2 * (n % BR_STEPS);
+        if (br_dev_ld_word(d) != w->seq || br_dev_ld_word(d + 1) != P->bytes) {
+            br_dev_fail(X->L, BR_DEV_MISMATCH, X->B->rank, P->st.recv[i], n);
+            return -1;
+        }
+    }
+    for (int i = 0; i < P->st.nsend; i++) {
+        const br_dev_conn_t *c = w->send_conn[P->sk[i]];
+        uint64_t n = X->sstep[P->sk[i]];
+        /* Acquire: the receiver finished reading the slot before it freed it. */
+        if (br_dev_ld_acquire(c->head) + BR_STEPS <= n) {
+            *peer = P->st.send[i];
+            *step = n;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Thread 0: poll until a step of some stream can run. Returns the stream, or PICK_DONE
+ * when every stream is finished, or PICK_FAIL. */
+BR_DEV_HD int br_dev_pick(const br_dev_walk_t *X)
+{
+    br_dev_wait_t W;
+    br_dev_wait_init(&W, X->L, X->B->rank);
+    for (;;) {
+        int active = 0, r = 0;
+        int32_t wpeer = -1, peer;
+        uint64_t wstep = 0, step;
+        for (int s = 0; s < 2; s++) {
+            const br_dev_stream_t *sp = &X->st[s];
+            br_dev_plan_t P;
+            if (sp->nsteps == 0 || sp->base >= X->w->hi) {
+                continue;
+            }
+            active = 1;
+            if (br_dev_plan_step(X, s, &P) != 0) {
+                br_dev_fail(X->L, BR_DEV_BADWORK, X->B->rank, -1, 0);
+                return BR_DEV_PICK_FAIL;
+            }
+            r = br_dev_step_ready(X, s, &P, &peer, &step);
+            if (r != 0) {
+                return r > 0 ? s : BR_DEV_PICK_FAIL;
+            }
+            /* Report what stream 0 waits for: stream 1 waits on it in the end. */
+            if (wpeer < 0) {
+                wpeer = peer;
+                wstep = step;
+            }
+        }
+        if (!active) {
+            return BR_DEV_PICK_DONE;
+        }
+        if (br_dev_wait_tick(&W, wpeer, wstep)) {
+            return BR_DEV_PICK_FAIL;
+        }
+    }
+}
+
+/* The step's data path: what it computes, from where, to where. Returns -1 when the work
+ * item lacks a buffer the step needs. */
+BR_DEV_HD int br_dev_step_build(const br_dev_walk_t *X, const br_dev_plan_t *P, br_dev_step_t *S)
+{
+    const br_dev_work_t *w = X->w;
+    uint32_t p = P->st.prim;
+    const char *in = w->send != NULL ? w->send + P->in_off * w->esize : NULL;
+    char *out = w->recv != NULL ? w->recv + P->out_off * w->esize : NULL;
+    int kind = (int)X->R.kind, partial;
+
+    S->nr = P->st.nrecv;
+    S->ns = P->st.nsend;
+    S->bytes = P->bytes;
+    S->R = &X->R;
+    S->in = in;
+    S->from = NULL;
+    S->out = NULL;
+    S->src = BR_DEV_SRC_RECV;
+    S->pre = 0;
+    for (int i = 0; i < S->nr; i++) {
+        const br_dev_conn_t *c = w->recv_conn[P->rk[i]];
+        uint64_t n = X->rstep[P->rk[i]];
+        S->rb[i] = br_dev_slot(c, n);
+        S->rflag[i] = br_dev_ll_flag(n);
+        S->rpeer[i] = P->st.recv[i];
+        S->rstep[i] = n;
+    }
+    for (int i = 0; i < S->ns; i++) {
+        const br_dev_conn_t *c = w->send_conn[P->sk[i]];
+        uint64_t n = X->sstep[P->sk[i]];
+        S->sb[i] = br_dev_slot(c, n);
+        S->sflag[i] = br_dev_ll_flag(n);
+    }
+    if (p & BR_PRIM_REDUCE) {
+        /* fn[0] combines the first received operand with the (pre-multiplied) input; the
+         * others combine partial results: a plain sum for PreMulSum and the integer average,
+         * whose division comes with the last operand of the final step. */
+        S->mode = BR_DEV_MODE_REDUCE;
+        partial = kind == BR_RED_PREMULSUM || kind == BR_RED_SUMPOSTDIV ? BR_DEV_F_SUM : kind;
+        for (int i = 0; i < S->nr; i++) {
+            int last_post = i == S->nr - 1 && (p & BR_PRIM_POST) && kind == BR_RED_SUMPOSTDIV;
+            S->fn[i] = last_post                            ? BR_DEV_F_SUMPOSTDIV
+                       : i == 0 && kind == BR_RED_PREMULSUM ? BR_DEV_F_PREMULSUM
+                                                            : partial;
+        }
+        S->out = (p & BR_PRIM_COPY) ? out : NULL;
+        return in == NULL || S->nr == 0 || ((p & BR_PRIM_COPY) && out == NULL) ? -1 : 0;
+    }
+    if (p & BR_PRIM_RECV) {
+        S->mode = BR_DEV_MODE_MOVE;
+        S->out = (p & BR_PRIM_COPY) ? out : NULL;
+        return (p & BR_PRIM_COPY) && out == NULL ? -1 : 0;
+    }
+    if (p & BR_PRIM_FROM_OUTPUT) {
+        S->mode = BR_DEV_MODE_MOVE;
+        S->src = BR_DEV_SRC_OUT;
+        S->from = out;
+        return out == NULL ? -1 : 0;
+    }
+    if (X->reduction && (p & BR_PRIM_SEND)) {
+        S->mode = BR_DEV_MODE_FIRST;
+        S->pre = kind == BR_RED_PREMULSUM;
+        return in == NULL ? -1 : 0;
+    }
+    /* LOCAL and/or SEND from the input. */
+    S->mode = BR_DEV_MODE_MOVE;
+    S->src = BR_DEV_SRC_IN;
+    S->from = in;
+    if (in == NULL) {
+        return -1;
+    }
+    if (((p & BR_PRIM_LOCAL) && out != in) || (p & BR_PRIM_COPY)) {
+        S->out = out;
+        return out == NULL ? -1 : 0;
+    }
+    return 0;
+}
+
+/* Sender, before the data: LL/LL128 slots are cleared on their first use in an epoch; the
+ * descriptors are written (thread 0) and fenced before the lines that publish them. */
+BR_DEV_HD void br_dev_send_prepare(const br_dev_walk_t *X, const br_dev_plan_t *P,
+                                   const br_dev_step_t *S)
+{
+    const br_dev_work_t *w = X->w;
+    int cleared = 0;
+    for (int i = 0; i < S->ns; i++) {
+        const br_dev_conn_t *c = w->send_conn[P->sk[i]];
+        uint64_t n = X->sstep[P->sk[i]];
+        if (w->proto != BR_PROTO_SIMPLE && (n & BR_DEV_EPOCH_MASK) < BR_STEPS) {
+            br_dev_v2_t zero;
+            zero.lo = zero.hi = 0;
+            for (uint64_t o = 16u * (uint64_t)BR_DEV_TID; o < c->slot_bytes;
+                 o += 16u * (uint64_t)BR_DEV_NTHR) {
+                br_dev_st_volatile16(S->sb[i] + o, zero);
+            }
+            cleared = 1;
+        }
+    }
+    if (cleared) {
+        BR_DEV_SYNC(); /* every thread's clearing before anyone's lines */
+    }
+    if (BR_DEV_TID == 0 && S->ns > 0) {
+        for (int i = 0; i < S->ns; i++) {
+            const br_dev_conn_t *c = w->send_conn[P->sk[i]];
+            uint64_t *d = c->desc + 2 * (X->sstep[P->sk[i]] % BR_STEPS);
+            br_dev_st_word(d, w->seq);
+            br_dev_st_word(d + 1, S->bytes);
+        }
+        if (w->proto != BR_PROTO_SIMPLE) {
+            /* Release: the descriptors before line 0, which this thread writes. */
+            br_dev_fence();
+        }
+    }
+}
+
+/* Run one step of stream s (every thread). Returns 0, or -1 when the block must stop. */
+BR_DEV_HD int br_dev_step_run(br_dev_walk_t *X, int s, volatile int *bad)
+{
+    const br_dev_work_t *w = X->w;
+    br_dev_plan_t P;
+    br_dev_step_t S;
+    br_dev_wait_t W;
+
+    if (br_dev_plan_step(X, s, &P) != 0 || br_dev_step_build(X, &P, &S) != 0) {
+        if (BR_DEV_TID == 0) {
+            br_dev_fail(X->L, BR_DEV_BADWORK, X->B->rank, -1, 0);
+        }
+        return -1;
+    }
+    S.bad = bad;
+    br_dev_wait_init(&W, X->L, X->B->rank);
+    br_dev_send_prepare(X, &P, &S);
+    if (w->proto == BR_PROTO_SIMPLE) {
+        br_dev_data_simple(&S);
+    } else if (w->proto == BR_PROTO_LL) {
+        br_dev_data_ll(&S, &W);
+    } else {
+        br_dev_data_ll128(&S, &W);
+    }
+    /* Every thread's reads of the received slots and writes of the sent ones (and of the
+     * output) come before thread 0's counter updates. */
+    BR_DEV_SYNC();
+    if (*bad) {
+        return -1;
+    }
+    if (BR_DEV_TID == 0) {
+        for (int i = 0; i < P.st.nrecv; i++) {
+            br_dev_st_release(w->recv_conn[P.rk[i]]->head, X->rstep[P.rk[i]] + 1);
+        }
+        for (int i = 0; i < P.st.nsend; i++) {
+            br_dev_st_release(w->send_conn[P.sk[i]]->tail, X->sstep[P.sk[i]] + 1);
+        }
+    }
+    for (int i = 0; i < P.st.nrecv; i++) {
+        X->rstep[P.rk[i]]++;
+    }
+    for (int i = 0; i < P.st.nsend; i++) {
+        X->sstep[P.sk[i]]++;
+    }
+    br_dev_stream_t *sp = &X->st[s];
+    if (++sp->j == sp->nsteps) {
+        sp->j = 0;
+        sp->base += br_sched_advance(&w->sched, sp->chunk);
+        sp->chunk = sp->base < w->hi ? br_sched_chunk(&w->sched, sp->base, w->hi, w->slice) : 0;
+    }
+    return 0;
+}
+
+/* A SCHED item. Returns 0, or -1 when the block must stop. */
+BR_DEV_HD int br_dev_sched(const br_dev_launch_t *L, const br_dev_block_t *B,
+                           const br_dev_work_t *w, volatile int *pick, volatile int *bad)
+{
+    br_dev_walk_t X;
+    if (!br_dev_sched_valid(w)) {
+        if (BR_DEV_TID == 0) {
+            br_dev_fail(L, BR_DEV_BADWORK, B->rank, -1, 0);
+        }
+        return -1;
+    }
+    X.L = L;
+    X.B = B;
+    X.w = w;
+    X.reduction = br_dev_is_reduction(w->sched.func);
+    br_dev_red_init(&X.R, w);
+    for (int s = 0; s < 2; s++) {
+        X.st[s].base = w->lo;
+        X.st[s].j = 0;
+        X.st[s].nsteps = s < br_sched_nstreams(&w->sched) ? br_sched_nsteps(&w->sched, s) : 0;
+        X.st[s].chunk = w->lo < w->hi ? br_sched_chunk(&w->sched, w->lo, w->hi, w->slice) : 0;
+    }
+    for (int k = 0; k < w->nrecv_peers; k++) {
+        X.rstep[k] = w->recv_conn[k]->recv_step;
+    }
+    for (int k = 0; k < w->nsend_peers; k++) {
+        X.sstep[k] = w->send_conn[k]->send_step;
+    }
+    for (;;) {
+        if (BR_DEV_TID == 0) {
+            *pick = br_dev_pick(&X);
+        }
+        /* The pick is read by all before thread 0 writes the next one: every step below
+         * passes at least one more barrier. */
+        BR_DEV_SYNC();
+        int s = *pick;
+        if (s == BR_DEV_PICK_FAIL) {
+            return -1;
+        }
+        if (s == BR_DEV_PICK_DONE) {
+            break;
+        }
+        if (br_dev_step_run(&X, s, bad) != 0) {
+            return -1;
+        }
+    }
+    /* Step numbers persist in the connections, for the next item and the next launch. */
+    if (BR_DEV_TID == 0) {
+        for (int k = 0; k < w->nrecv_peers; k++) {
+            w->recv_conn[k]->recv_step = X.rstep[k];
+        }
+        for (int k = 0; k < w->nsend_peers; k++) {
+            w->send_conn[k]->send_step = X.sstep[k];
+        }
+    }
+    BR_DEV_SYNC();
+    return 0;
+}
+
+/* A COPY item: this block's bytes from src to dst. */
+BR_DEV_HD void br_dev_copy(const br_dev_work_t *w)
+{
+    if (w->src == w->dst) {
+        return;
+    }
+    uint64_t n = (w->bytes + 15) / 16;
+    for (uint64_t p = (uint64_t)BR_DEV_TID; p < n; p += (uint64_t)BR_DEV_NTHR) {
+        uint64_t off = p * 16;
+        uint32_t nb = br_dev_piece_bytes(w->bytes, off, 16);
+        br_dev_st_any(w->dst + off, br_dev_ld_any(w->src + off, nb), nb);
+    }
+}
+
+/*
+ * Block b of launch L runs its work items in order; it stops at the first failure (its own,
+ * reported in L, or another block's). pick and bad are block-wide scratch: shared memory
+ * under CUDA, the caller's variables in the host build.
+ */
+BR_DEV_HD void br_dev_run_block_with(const br_dev_launch_t *L, int b, volatile int *pick,
+                                     volatile int *bad)
+{
+    const br_dev_block_t *B = &L->blocks[b];
+    if (BR_DEV_TID == 0) {
+        *bad = 0;
+    }
+    BR_DEV_SYNC();
+    for (uint32_t i = 0; i < B->nworks; i++) {
+        const br_dev_work_t *w = &L->works[B->first + i];
+        if (w->kind == BR_DEV_WORK_COPY) {
+            br_dev_copy(w);
+            BR_DEV_SYNC();
+        } else if (w->kind == BR_DEV_WORK_SCHED) {
+            if (br_dev_sched(L, B, w, pick, bad) != 0) {
+                return;
+            }
+        } else {
+            if (BR_DEV_TID == 0) {
+                br_dev_fail(L, BR_DEV_BADWORK, B->rank, -1, 0);
+            }
+            return;
+        }
+    }
+}
+
+#ifdef __CUDACC__
+BR_DEV_HD void br_dev_run_block(const br_dev_launch_t *L, int b)
+{
+    __shared__ int pick, bad;
+    br_dev_run_block_with(L, b, &pick, &bad);
+}
+#else
+static inline void br_dev_run_block(const br_dev_launch_t *L, int b)
+{
+    int pick = 0, bad = 0;
+    br_dev_run_block_with(L, b, &pick, &bad);
+}
+#endif
+
+#endif /* BR_DEVICE_DEV_PRIMS_H_ */

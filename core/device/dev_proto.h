@@ -1,0 +1,349 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The data path of one step inside a block: every thread takes pieces of the step's data
+ * (16 bytes under Simple, one 16-byte line of 8 data bytes under LL, one 128-byte line of
+ * 120 data bytes under LL128), reads the received operands from the FIFO slots, the local
+ * operand from the rank's input (or output), combines them (dev_reduce.h), and writes the
+ * result to the output and to every send slot in the protocol's framing (dev_work.h).
+ *
+ * Ordering, per protocol (PTX memory model; the host build maps the same calls to C11
+ * atomics):
+ *  - Simple: slots are plain memory; the counters carry the ordering (dev_prims.h).
+ *  - LL: a line is one 16-byte store {data0, flag, data1, flag}, read by one 16-byte load;
+ *    a reader spins on its own lines until both flags are the step's.
+ *  - LL128: a writer stores the 7 data pieces of a line, fences, then stores the last piece
+ *    {word 14, flag}; a reader spins on that last piece, fences, then reads the others
+ *    (fence-to-fence synchronisation through the flag).
+ */
+#ifndef BR_DEVICE_DEV_PROTO_H_
+#define BR_DEVICE_DEV_PROTO_H_
+
+#include "dev_reduce.h"
+#include "dev_work.h"
+
+#ifndef BR_STEPS
+#define BR_STEPS 8 /* slots per connection: core/common/fifo.h's value (NCCL_STEPS) */
+#endif
+
+/* LL/LL128 flags are unique within an epoch of 2^30 steps; the first use of a slot in an
+ * epoch clears it, so no line left from the previous epoch carries a current flag. */
+#define BR_DEV_EPOCH_MASK ((1ull << 30) - 1)
+
+/* How often (in polls) a spinning thread looks at the abort flag, the launch's status and
+ * the clock: reads of host-mapped memory are slow. */
+#define BR_DEV_CHECK_EVERY 64
+
+/* What a step computes. */
+#define BR_DEV_MODE_REDUCE 0 /* fold the received operands into the local input */
+#define BR_DEV_MODE_FIRST 1  /* a reduction's first contribution: the input, pre-multiplied */
+#define BR_DEV_MODE_MOVE 2   /* pass data on unchanged */
+
+/* Where MOVE data comes from. */
+#define BR_DEV_SRC_RECV 0
+#define BR_DEV_SRC_IN 1
+#define BR_DEV_SRC_OUT 2
+
+/* One thread's wait: who it waits for, since when; it gives up on abort, timeout or a
+ * failure another block already reported. */
+typedef struct {
+    const br_dev_launch_t *L;
+    int32_t rank;
+    uint32_t polls;
+    uint64_t start;
+} br_dev_wait_t;
+
+/* Report a failure; the first one in the launch wins (status is claimed atomically, then
+ * the details are written; the host reads them once the kernel has finished). */
+BR_DEV_HD void br_dev_fail(const br_dev_launch_t *L, uint32_t code, int32_t rank, int32_t peer,
+                           uint64_t step)
+{
+    if (br_dev_claim_status(L->status, code)) {
+        *L->fail_rank = rank;
+        *L->fail_peer = peer;
+        *L->fail_step = step;
+        br_dev_fence();
+    }
+}
+
+BR_DEV_HD void br_dev_wait_init(br_dev_wait_t *W, const br_dev_launch_t *L, int32_t rank)
+{
+    W->L = L;
+    W->rank = rank;
+    W->polls = 0;
+    W->start = 0;
+}
+
+/* One unsuccessful poll for (peer, step). Returns 0 to keep waiting, 1 to give up (the
+ * failure is reported, or another block's already was). */
+BR_DEV_HD int br_dev_wait_tick(br_dev_wait_t *W, int32_t peer, uint64_t step)
+{
+    const br_dev_launch_t *L = W->L;
+    if (++W->polls % BR_DEV_CHECK_EVERY == 0) {
+        if (*L->status != BR_DEV_OK) {
+            return 1; /* another block failed: its peers would wait for ever */
+        }
+        if (L->abort_flag != NULL && *L->abort_flag != 0) {
+            br_dev_fail(L, BR_DEV_ABORTED, W->rank, peer, step);
+            return 1;
+        }
+        uint64_t now = br_dev_now_ns();
+        if (W->start == 0) {
+            W->start = now;
+        } else if (L->wait_timeout_ns != 0 && now - W->start > L->wait_timeout_ns) {
+            br_dev_fail(L, BR_DEV_TIMEOUT, W->rank, peer, step);
+            return 1;
+        }
+    }
+    BR_DEV_YIELD();
+    return 0;
+}
+
+/* One step's data path, as every thread of the block sees it. */
+typedef struct {
+    int mode, src;
+    int nr, ns;                        /* received operands, send slots */
+    const char *rb[BR_MAX_TREE_ARITY]; /* received slots */
+    char *sb[BR_MAX_TREE_ARITY];       /* send slots */
+    uint32_t rflag[BR_MAX_TREE_ARITY]; /* LL/LL128 flags of the received steps */
+    uint32_t sflag[BR_MAX_TREE_ARITY]; /* ... and of the sent ones */
+    int32_t rpeer[BR_MAX_TREE_ARITY];  /* for reports */
+    uint64_t rstep[BR_MAX_TREE_ARITY];
+    const char *in;   /* local operand (REDUCE, FIRST, SRC_IN) */
+    char *out;        /* output, or NULL: not written */
+    const char *from; /* MOVE from SRC_IN / SRC_OUT: where */
+    uint64_t bytes;
+    int fn[BR_MAX_TREE_ARITY]; /* REDUCE: word function per received operand */
+    int pre;                   /* FIRST: pre-multiply */
+    const br_dev_red_t *R;
+    volatile int *bad; /* block-wide: a thread gave up waiting */
+} br_dev_step_t;
+
+/* ---- user memory: any alignment, partial pieces at the end ---- */
+
+BR_DEV_HD br_dev_v2_t br_dev_ld_any(const char *p, uint32_t nb)
+{
+    br_dev_v2_t v;
+    uintptr_t a = (uintptr_t)p;
+    if (nb == 16 && (a & 15) == 0) {
+        return br_dev_ld16(p);
+    }
+    if (nb == 16 && (a & 7) == 0) {
+        v.lo = br_dev_ld8(p);
+        v.hi = br_dev_ld8(p + 8);
+        return v;
+    }
+    v.lo = v.hi = 0;
+    for (uint32_t i = 0; i < nb; i++) {
+        uint64_t c = (unsigned char)p[i];
+        if (i < 8) {
+            v.lo |= c << (8 * i);
+        } else {
+            v.hi |= c << (8 * (i - 8));
+        }
+    }
+    return v;
+}
+
+BR_DEV_HD void br_dev_st_any(char *p, br_dev_v2_t v, uint32_t nb)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (nb == 16 && (a & 15) == 0) {
+        br_dev_st16(p, v);
+        return;
+    }
+    if (nb == 16 && (a & 7) == 0) {
+        br_dev_st8(p, v.lo);
+        br_dev_st8(p + 8, v.hi);
+        return;
+    }
+    for (uint32_t i = 0; i < nb; i++) {
+        p[i] = (char)(i < 8 ? v.lo >> (8 * i) : v.hi >> (8 * (i - 8)));
+    }
+}
+
+/* ---- the arithmetic of one piece (nw words of it) ---- */
+
+BR_DEV_HD br_dev_v2_t br_dev_fold(const br_dev_step_t *S, br_dev_v2_t r0, br_dev_v2_t r1,
+                                  br_dev_v2_t r2, br_dev_v2_t x, int nw)
+{
+    if (S->mode == BR_DEV_MODE_REDUCE) {
+        /* The local input first (recv (+) pre(in)), then the other partial results, each
+         * folded as recv (+) accumulated; the last one brings the final division. */
+        br_dev_v2_t v = br_dev_piece_op(S->R, S->fn[0], r0, x, nw);
+        if (S->nr > 1) {
+            v = br_dev_piece_op(S->R, S->fn[1], r1, v, nw);
+        }
+        if (S->nr > 2) {
+            v = br_dev_piece_op(S->R, S->fn[2], r2, v, nw);
+        }
+        return v;
+    }
+    if (S->mode == BR_DEV_MODE_FIRST) {
+        return S->pre ? br_dev_piece_op(S->R, BR_DEV_F_PRE1, x, x, nw) : x;
+    }
+    return S->src == BR_DEV_SRC_RECV ? r0 : x;
+}
+
+/* The local operand of a piece at byte offset off (nb bytes), if the step has one. */
+BR_DEV_HD br_dev_v2_t br_dev_local(const br_dev_step_t *S, uint64_t off, uint32_t nb)
+{
+    br_dev_v2_t x;
+    if (S->mode != BR_DEV_MODE_MOVE) {
+        return br_dev_ld_any(S->in + off, nb);
+    }
+    if (S->src != BR_DEV_SRC_RECV) {
+        return br_dev_ld_any(S->from + off, nb);
+    }
+    x.lo = x.hi = 0;
+    return x;
+}
+
+BR_DEV_HD uint32_t br_dev_piece_bytes(uint64_t bytes, uint64_t off, uint32_t most)
+{
+    return off >= bytes ? 0 : bytes - off < most ? (uint32_t)(bytes - off) : most;
+}
+
+/* ---- Simple ---- */
+
+BR_DEV_HD void br_dev_data_simple(const br_dev_step_t *S)
+{
+    uint64_t n = (S->bytes + 15) / 16;
+    br_dev_v2_t zero;
+    zero.lo = zero.hi = 0;
+    for (uint64_t p = (uint64_t)BR_DEV_TID; p < n; p += (uint64_t)BR_DEV_NTHR) {
+        uint64_t off = p * 16;
+        uint32_t nb = br_dev_piece_bytes(S->bytes, off, 16);
+        /* Slots are 16-byte aligned and hold whole pieces. */
+        br_dev_v2_t r0 = S->nr > 0 ? br_dev_ld16(S->rb[0] + off) : zero;
+        br_dev_v2_t r1 = S->nr > 1 ? br_dev_ld16(S->rb[1] + off) : zero;
+        br_dev_v2_t r2 = S->nr > 2 ? br_dev_ld16(S->rb[2] + off) : zero;
+        br_dev_v2_t v = br_dev_fold(S, r0, r1, r2, br_dev_local(S, off, nb), 2);
+        if (S->out != NULL) {
+            br_dev_st_any(S->out + off, v, nb);
+        }
+        for (int i = 0; i < S->ns; i++) {
+            br_dev_st16(S->sb[i] + off, v);
+        }
+    }
+}
+
+/* ---- LL ---- */
+
+/* Line l of received operand i: its 8 data bytes, once both flags are the step's. */
+BR_DEV_HD uint64_t br_dev_ll_take(const br_dev_step_t *S, br_dev_wait_t *W, int i, uint64_t l)
+{
+    const char *p = S->rb[i] + l * BR_DEV_LL_LINE;
+    uint64_t flag = S->rflag[i];
+    for (;;) {
+        br_dev_v2_t v = br_dev_ld_volatile16(p);
+        if ((v.lo >> 32) == flag && (v.hi >> 32) == flag) {
+            return (v.lo & 0xffffffffull) | (v.hi << 32);
+        }
+        if (*S->bad || br_dev_wait_tick(W, S->rpeer[i], S->rstep[i])) {
+            *S->bad = 1;
+            return 0;
+        }
+    }
+}
+
+BR_DEV_HD void br_dev_data_ll(const br_dev_step_t *S, br_dev_wait_t *W)
+{
+    /* A step of 0 bytes still sends line 0, the one its receiver polls. */
+    uint64_t n = S->bytes == 0 ? 1 : (S->bytes + BR_DEV_LL_DATA - 1) / BR_DEV_LL_DATA;
+    br_dev_v2_t zero;
+    zero.lo = zero.hi = 0;
+    for (uint64_t l = (uint64_t)BR_DEV_TID; l < n; l += (uint64_t)BR_DEV_NTHR) {
+        uint64_t off = l * BR_DEV_LL_DATA;
+        uint32_t nb = br_dev_piece_bytes(S->bytes, off, BR_DEV_LL_DATA);
+        br_dev_v2_t r0 = zero, r1 = zero, r2 = zero, v = zero;
+        if (nb > 0) {
+            r0.lo = S->nr > 0 ? br_dev_ll_take(S, W, 0, l) : 0;
+            r1.lo = S->nr > 1 ? br_dev_ll_take(S, W, 1, l) : 0;
+            r2.lo = S->nr > 2 ? br_dev_ll_take(S, W, 2, l) : 0;
+            v = br_dev_fold(S, r0, r1, r2, br_dev_local(S, off, nb), 1);
+            if (S->out != NULL) {
+                br_dev_st_any(S->out + off, v, nb);
+            }
+        }
+        for (int i = 0; i < S->ns; i++) {
+            /* {data0, flag, data1, flag} in one 16-byte store: never seen half written. */
+            br_dev_v2_t line;
+            line.lo = (v.lo & 0xffffffffull) | ((uint64_t)S->sflag[i] << 32);
+            line.hi = (v.lo >> 32) | ((uint64_t)S->sflag[i] << 32);
+            br_dev_st_volatile16(S->sb[i] + l * BR_DEV_LL_LINE, line);
+        }
+    }
+}
+
+/* ---- LL128 ---- */
+
+/* Wait for line l of received operand i: returns its last piece {word 14, flag}. */
+BR_DEV_HD br_dev_v2_t br_dev_ll128_wait(const br_dev_step_t *S, br_dev_wait_t *W, int i, uint64_t l)
+{
+    const char *p = S->rb[i] + l * BR_DEV_LL128_LINE + 112;
+    for (;;) {
+        br_dev_v2_t v = br_dev_ld_volatile16(p);
+        if (v.hi == S->rflag[i]) {
+            return v;
+        }
+        if (*S->bad || br_dev_wait_tick(W, S->rpeer[i], S->rstep[i])) {
+            *S->bad = 1;
+            return v;
+        }
+    }
+}
+
+BR_DEV_HD void br_dev_data_ll128(const br_dev_step_t *S, br_dev_wait_t *W)
+{
+    uint64_t n = S->bytes == 0 ? 1 : (S->bytes + BR_DEV_LL128_DATA - 1) / BR_DEV_LL128_DATA;
+    br_dev_v2_t zero;
+    zero.lo = zero.hi = 0;
+    for (uint64_t l = (uint64_t)BR_DEV_TID; l < n; l += (uint64_t)BR_DEV_NTHR) {
+        uint64_t base = l * BR_DEV_LL128_DATA, line = l * BR_DEV_LL128_LINE;
+        br_dev_v2_t t0 = zero, t1 = zero, t2 = zero, v = zero;
+        if (S->nr > 0 && base < S->bytes) {
+            t0 = br_dev_ll128_wait(S, W, 0, l);
+            t1 = S->nr > 1 ? br_dev_ll128_wait(S, W, 1, l) : zero;
+            t2 = S->nr > 2 ? br_dev_ll128_wait(S, W, 2, l) : zero;
+            /* Acquire: the flags seen, the pieces stored before the writer's fence are. */
+            br_dev_fence();
+        }
+        for (uint32_t k = 0; k < 8; k++) {
+            uint64_t off = base + 16u * k;
+            uint32_t nb = br_dev_piece_bytes(S->bytes, off, k < 7 ? 16u : 8u);
+            if (nb == 0) {
+                v = zero;
+                break;
+            }
+            br_dev_v2_t r0 = t0, r1 = t1, r2 = t2;
+            if (k < 7) {
+                const uint64_t o = line + 16u * k;
+                r0 = S->nr > 0 ? br_dev_ld_volatile16(S->rb[0] + o) : zero;
+                r1 = S->nr > 1 ? br_dev_ld_volatile16(S->rb[1] + o) : zero;
+                r2 = S->nr > 2 ? br_dev_ld_volatile16(S->rb[2] + o) : zero;
+            }
+            v = br_dev_fold(S, r0, r1, r2, br_dev_local(S, off, nb), k < 7 ? 2 : 1);
+            if (S->out != NULL) {
+                br_dev_st_any(S->out + off, v, nb);
+            }
+            if (k < 7) {
+                for (int i = 0; i < S->ns; i++) {
+                    br_dev_st16(S->sb[i] + line + 16u * k, v);
+                }
+            }
+        }
+        if (S->ns > 0) {
+            /* Release: the data pieces before the flag piece that publishes them. A line
+             * cut short sends its flag piece (with zero data) all the same. */
+            br_dev_fence();
+            for (int i = 0; i < S->ns; i++) {
+                br_dev_v2_t last;
+                last.lo = v.lo;
+                last.hi = S->sflag[i];
+                br_dev_st_volatile16(S->sb[i] + line + 112, last);
+            }
+        }
+    }
+}
+
+#endif /* BR_DEVICE_DEV_PROTO_H_ */
