@@ -61,8 +61,13 @@ int br_route_decide(const br_route_buf_t *bufs, int n, int comm_device, const ch
         }
         return BR_ROUTE_DEVICE;
     }
-    if (host != NULL || nused == 0) {
+    if (host != NULL) {
         return BR_ROUTE_HOST;
+    }
+    if (nused == 0) {
+        /* Nothing to move (count 0): the communicator's own executor, so that the call is
+         * ordered on its stream like any other. */
+        return comm_device >= 0 ? BR_ROUTE_DEVICE : BR_ROUTE_HOST;
     }
     /* Only managed memory. */
     (void)nmanaged;

@@ -31,7 +31,8 @@ typedef struct {
  * device, or -1 when it has none; then no_cuda_why says why (shown in the message).
  * Returns BR_ROUTE_HOST, BR_ROUTE_DEVICE, or BR_ROUTE_REFUSED with the reason in msg.
  * Managed memory goes where the other buffers go, and to the device when every buffer is
- * managed and the communicator has a device (the host can read it too, slowly).
+ * managed and the communicator has a device (the host can read it too, slowly). A call
+ * with no buffer in use (count 0) goes to the device when the communicator has one.
  */
 int br_route_decide(const br_route_buf_t *bufs, int n, int comm_device, const char *no_cuda_why,
                     char *msg, size_t len);

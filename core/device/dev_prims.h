@@ -481,6 +481,33 @@ BR_DEV_HD void br_dev_copy(const br_dev_work_t *w)
     }
 }
 
+/* A LOCAL item, a one-rank collective: dst = post(pre(src)), as a reduction of one rank
+ * ends (PreMulSum scales, integer Avg divides), else a copy. */
+BR_DEV_HD void br_dev_run_local(const br_dev_work_t *w)
+{
+    br_dev_red_t R;
+    int fn = -1;
+    if (w->reduce && w->red == BR_RED_PREMULSUM) {
+        fn = BR_DEV_F_PRE1;
+    } else if (w->reduce && w->red == BR_RED_SUMPOSTDIV && w->divisor > 1) {
+        fn = BR_DEV_F_SUMPOSTDIV;
+    }
+    if (fn < 0) {
+        br_dev_copy(w);
+        return;
+    }
+    br_dev_red_init(&R, w);
+    br_dev_v2_t zero;
+    zero.lo = zero.hi = 0;
+    uint64_t n = (w->bytes + 15) / 16;
+    for (uint64_t p = (uint64_t)BR_DEV_TID; p < n; p += (uint64_t)BR_DEV_NTHR) {
+        uint64_t off = p * 16;
+        uint32_t nb = br_dev_piece_bytes(w->bytes, off, 16);
+        br_dev_v2_t v = br_dev_piece_op(&R, fn, br_dev_ld_any(w->src + off, nb), zero, nb > 8 ? 2 : 1);
+        br_dev_st_any(w->dst + off, v, nb);
+    }
+}
+
 /*
  * Block b of launch L runs its work items in order; it stops at the first failure (its own,
  * reported in L, or another block's). pick and bad are block-wide scratch: shared memory
@@ -498,6 +525,9 @@ BR_DEV_HD void br_dev_run_block_with(const br_dev_launch_t *L, int b, volatile i
         const br_dev_work_t *w = &L->works[B->first + i];
         if (w->kind == BR_DEV_WORK_COPY) {
             br_dev_copy(w);
+            BR_DEV_SYNC();
+        } else if (w->kind == BR_DEV_WORK_LOCAL) {
+            br_dev_run_local(w);
             BR_DEV_SYNC();
         } else if (w->kind == BR_DEV_WORK_SCHED) {
             if (br_dev_sched(L, B, w, pick, bad) != 0) {

@@ -35,17 +35,16 @@
 #include <string.h>
 #include <time.h>
 
+#include "device.h"
 #include "exec_cuda_int.h"
 #include "util.h"
-
-extern const size_t br_dev_fatbin_size __attribute__((weak));
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static br_clique_t *registry;
 
 int br_exec_cuda_has_kernels(void)
 {
-    return &br_dev_fatbin_size != NULL && br_dev_fatbin_size > 0;
+    return br_dev_fatbin_size > 0;
 }
 
 int br_exec_cuda_nchannels(const br_exec_comm_t *ec)
@@ -317,11 +316,11 @@ static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
         goto out;
     }
     for (int d = 0; d < cl->ndevs; d++) {
-        if (per_dev[d].nblocks > cl->devs[d].capacity) {
+        if (per_dev[d].nwaiting > cl->devs[d].capacity) {
             snprintf(msg, sizeof(msg),
-                     "rank %d (host %s): one group of device calls needs %d blocks on device %d, "
-                     "which holds %d at once: split the group",
-                     rank, br_host_name(), per_dev[d].nblocks, cl->devs[d].ordinal,
+                     "rank %d (host %s): one group of device calls needs %d blocks resident at "
+                     "once on device %d, which holds %d: split the group",
+                     rank, br_host_name(), per_dev[d].nwaiting, cl->devs[d].ordinal,
                      cl->devs[d].capacity);
             clique_fail(cl, ncclInvalidUsage, msg);
             res = ncclInvalidUsage;

@@ -240,10 +240,40 @@ static ncclResult_t build_colls(br_clique_t *cl, br_cuda_build_t *per_dev, char 
                 fill_conns(cl, &w, c, r);
                 if (!opened) {
                     BR_CHECK(add_block(bd, r, c));
+                    bd->nwaiting++;
                     opened = 1;
                 }
                 BR_CHECK(add_work(bd, &w));
             }
+        }
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t add_copy(br_cuda_build_t *b, const br_dev_work_t *w)
+{
+    if (b->ncopies == b->cap_copies) {
+        int n = b->cap_copies ? 2 * b->cap_copies : 64;
+        br_dev_work_t *p = realloc(b->copies, (size_t)n * sizeof(*p));
+        if (p == NULL) {
+            return ncclSystemError;
+        }
+        b->copies = p;
+        b->cap_copies = n;
+    }
+    b->copies[b->ncopies++] = *w;
+    return ncclSuccess;
+}
+
+/* The copies of a build, in contiguous runs over at most `most` blocks. */
+static ncclResult_t place_copies(br_cuda_build_t *b, int most)
+{
+    int nb = b->ncopies < most ? b->ncopies : most;
+    for (int k = 0, i = 0; k < nb; k++) {
+        int end = (int)((long)b->ncopies * (k + 1) / nb);
+        BR_CHECK(add_block(b, -1, -1));
+        for (; i < end; i++) {
+            BR_CHECK(add_work(b, &b->copies[i]));
         }
     }
     return ncclSuccess;
@@ -313,8 +343,7 @@ static ncclResult_t build_p2p(br_clique_t *cl, const char *in_unit, br_cuda_buil
                     w.dst = (char *)ro->recvbuff + off;
                     w.bytes = off + each > sb ? sb - off : each;
                     w.seq = ro->seq + 1;
-                    BR_CHECK(add_block(b, d, -1));
-                    BR_CHECK(add_work(b, &w));
+                    BR_CHECK(add_copy(b, &w));
                 }
             }
         }
@@ -335,7 +364,11 @@ ncclResult_t br_cuda_build(br_clique_t *cl, const char *in_unit, br_cuda_build_t
             return res;
         }
     }
-    return build_p2p(cl, in_unit, per_dev, msg, len);
+    BR_CHECK(build_p2p(cl, in_unit, per_dev, msg, len));
+    for (int d = 0; d < cl->ndevs; d++) {
+        BR_CHECK(place_copies(&per_dev[d], BR_CUDA_COPY_BLOCKS(cl->devs[d].capacity)));
+    }
+    return ncclSuccess;
 }
 
 void br_cuda_build_free(br_cuda_build_t *per_dev)
@@ -343,6 +376,7 @@ void br_cuda_build_free(br_cuda_build_t *per_dev)
     for (int d = 0; d < BR_CUDA_MAX_DEVS; d++) {
         free(per_dev[d].blocks);
         free(per_dev[d].works);
+        free(per_dev[d].copies);
         memset(&per_dev[d], 0, sizeof(per_dev[d]));
     }
 }

@@ -106,6 +106,11 @@ typedef struct {
     br_dev_block_t *blocks;
     br_dev_work_t *works;
     int nblocks, nworks, cap_blocks, cap_works;
+    int nwaiting;          /* blocks that may wait for other blocks (collectives): these
+                            * must all be resident at once */
+    br_dev_work_t *copies; /* copies, spread over a few blocks at the end (they never wait,
+                            * so they need no room of their own) */
+    int ncopies, cap_copies;
 } br_cuda_build_t;
 
 /* exec_cuda_setup.c: contexts, kernels, FIFOs, flags, events (once per clique). */
@@ -121,6 +126,8 @@ ncclResult_t br_cuda_check(br_cu_result_t e, const char *what, int rank);
  * ncclInvalidUsage with msg. */
 ncclResult_t br_cuda_build(br_clique_t *cl, const char *in_unit, br_cuda_build_t *per_dev,
                            char *msg, size_t len);
+/* Blocks that hold the copies of a device's build: a quarter of what it holds resident. */
+#define BR_CUDA_COPY_BLOCKS(capacity) ((capacity) / 4 > 0 ? (capacity) / 4 : 1)
 void br_cuda_build_free(br_cuda_build_t *per_dev);
 /* "AllReduce #3 (count 1024, float32, sum, root 0)", "Send to rank 2 (4096 bytes)". */
 void br_cuda_op_describe(char *buf, size_t len, const br_op_t *op);

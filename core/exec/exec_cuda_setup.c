@@ -10,11 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "exec_cuda_int.h"
 #include "util.h"
-
-/* The kernels, embedded by core/device (absent from a build without a CUDA compiler). */
-extern const unsigned char br_dev_fatbin[] __attribute__((weak));
 
 ncclResult_t br_cuda_check(br_cu_result_t e, const char *what, int rank)
 {
@@ -48,7 +46,7 @@ static ncclResult_t dev_setup(br_clique_t *cl, br_cuda_dev_t *d, int rank)
                 rank, br_host_name(), d->ordinal, major, minor, br_cuda_error_string(e));
         return ncclUnhandledCudaError;
     }
-    CU(cu->ModuleGetFunction(&d->fn, d->mod, "br_dev_kernel"), "cuModuleGetFunction", rank);
+    CU(cu->ModuleGetFunction(&d->fn, d->mod, BR_DEV_KERNEL_NAME), "cuModuleGetFunction", rank);
     CU(cu->StreamCreate(&d->stream, BR_CU_STREAM_NON_BLOCKING), "cuStreamCreate", rank);
     CU(cu->EventCreate(&d->finished, BR_CU_EVENT_DISABLE_TIMING), "cuEventCreate", rank);
     CU(cu->DeviceGetAttribute(&sms, BR_CU_DEV_ATTR_SM_COUNT, dev), "cuDeviceGetAttribute", rank);

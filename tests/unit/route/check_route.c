@@ -104,6 +104,10 @@ START_TEST(test_unused_buffers_are_ignored)
     ck_assert_int_eq(decide(buf("sendbuff", NULL, BR_MEM_HOST, -1),
                             buf("recvbuff", NULL, BR_MEM_DEVICE, 0), -1, msg),
                      BR_ROUTE_HOST);
+    /* ... and on a communicator with a device, the CUDA executor orders it on its stream. */
+    ck_assert_int_eq(decide(buf("sendbuff", NULL, BR_MEM_HOST, -1),
+                            buf("recvbuff", NULL, BR_MEM_DEVICE, 0), 0, msg),
+                     BR_ROUTE_DEVICE);
 }
 END_TEST
 
