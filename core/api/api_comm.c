@@ -25,8 +25,10 @@ ncclResult_t br_api_check_comm(ncclComm_t comm, const char *fn)
         return ncclInvalidArgument;
     }
     if (!br_comm_is_live(comm)) {
-        BR_WARN(NCCL_INIT, "%s: %p is not a live communicator (destroyed, aborted, or never "
-                "initialized) (host %s)", fn, (void *)comm, br_host_name());
+        BR_WARN(NCCL_INIT,
+                "%s: %p is not a live communicator (destroyed, aborted, or never "
+                "initialized) (host %s)",
+                fn, (void *)comm, br_host_name());
         return ncclInvalidArgument;
     }
     return ncclSuccess;
@@ -54,7 +56,7 @@ BR_API(ncclResult_t, ncclGetVersion, (int *version))
     return ncclSuccess;
 }
 
-BR_API(ncclResult_t, ncclGetUniqueId, (ncclUniqueId *uniqueId))
+BR_API(ncclResult_t, ncclGetUniqueId, (ncclUniqueId * uniqueId))
 {
     br_api_enter(NULL);
     if (uniqueId == NULL) {
@@ -94,8 +96,10 @@ static ncclResult_t config_import(const char *fn, const ncclConfig_t *in, ncclCo
         return ncclSuccess;
     }
     if (in->magic != 0xcafebeef) {
-        BR_WARN(NCCL_INIT, "%s: config magic is 0x%x, not 0xcafebeef: initialise the config "
-                "with NCCL_CONFIG_INITIALIZER", fn, in->magic);
+        BR_WARN(NCCL_INIT,
+                "%s: config magic is 0x%x, not 0xcafebeef: initialise the config "
+                "with NCCL_CONFIG_INITIALIZER",
+                fn, in->magic);
         return ncclInvalidArgument;
     }
     if (in->size < min_size || in->size > 4096) {
@@ -123,7 +127,7 @@ static ncclResult_t config_import(const char *fn, const ncclConfig_t *in, ncclCo
 }
 
 BR_API(ncclResult_t, ncclCommInitRankConfig,
-       (ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config))
+       (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config))
 {
     const char *fn = "ncclCommInitRankConfig";
     ncclConfig_t cfg;
@@ -140,13 +144,13 @@ BR_API(ncclResult_t, ncclCommInitRankConfig,
 }
 
 BR_API(ncclResult_t, ncclCommInitRank,
-       (ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank))
+       (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank))
 {
     return pncclCommInitRankConfig(comm, nranks, commId, rank, NULL);
 }
 
 BR_API(ncclResult_t, ncclCommInitRankScalable,
-       (ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
+       (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds,
         ncclConfig_t *config))
 {
     br_api_enter(NULL);
@@ -158,7 +162,7 @@ BR_API(ncclResult_t, ncclCommInitRankScalable,
     return pncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
 }
 
-BR_API(ncclResult_t, ncclCommInitAll, (ncclComm_t *comms, int ndev, const int *devlist))
+BR_API(ncclResult_t, ncclCommInitAll, (ncclComm_t * comms, int ndev, const int *devlist))
 {
     ncclUniqueId id;
     ncclResult_t res, end;
@@ -200,8 +204,8 @@ BR_API(ncclResult_t, ncclCommSplit,
         return ncclInvalidArgument;
     }
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
-        BR_WARN(NCCL_INIT, "%s: rank %d: invalid color %d (must be >= 0 or NCCL_SPLIT_NOCOLOR)",
-                fn, comm->rank, color);
+        BR_WARN(NCCL_INIT, "%s: rank %d: invalid color %d (must be >= 0 or NCCL_SPLIT_NOCOLOR)", fn,
+                comm->rank, color);
         return ncclInvalidArgument;
     }
     BR_CHECK(config_import(fn, config, &cfg));
@@ -227,13 +231,17 @@ BR_API(ncclResult_t, ncclCommShrink,
     }
     *newcomm = NULL;
     if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == NULL)) {
-        BR_WARN(NCCL_INIT, "%s: rank %d: excludeRanksList is NULL or excludeRanksCount (%d) "
-                "negative", fn, comm->rank, excludeRanksCount);
+        BR_WARN(NCCL_INIT,
+                "%s: rank %d: excludeRanksList is NULL or excludeRanksCount (%d) "
+                "negative",
+                fn, comm->rank, excludeRanksCount);
         return ncclInvalidArgument;
     }
     if ((shrinkFlags & ~NCCL_SHRINK_ABORT) != 0) {
-        BR_WARN(NCCL_INIT, "%s: rank %d: unknown shrinkFlags 0x%x (NCCL_SHRINK_DEFAULT or "
-                "NCCL_SHRINK_ABORT)", fn, comm->rank, shrinkFlags);
+        BR_WARN(NCCL_INIT,
+                "%s: rank %d: unknown shrinkFlags 0x%x (NCCL_SHRINK_DEFAULT or "
+                "NCCL_SHRINK_ABORT)",
+                fn, comm->rank, shrinkFlags);
         return ncclInvalidArgument;
     }
     BR_CHECK(config_import(fn, config, &cfg));
@@ -345,9 +353,11 @@ BR_API(const char *, ncclGetErrorString, (ncclResult_t result))
 {
     switch (result) {
     case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
     case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the Braid developers";
+    case ncclInternalError:
+        return "internal error - please report this issue to the Braid developers";
     case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
     case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError: return "remote process exited or there was a network error";
@@ -383,12 +393,20 @@ BR_API(ncclResult_t, ncclGroupEnd, (void))
     return br_group_end();
 }
 
-BR_API(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t *simInfo))
+BR_API(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t * simInfo))
 {
-    (void)simInfo;
     br_api_enter(NULL);
-    BR_WARN(NCCL_INIT, "ncclGroupSimulateEnd is not supported by Braid yet");
-    return ncclInvalidUsage;
+    if (simInfo == NULL || simInfo->magic != 0x74685283u || simInfo->size < sizeof(*simInfo)) {
+        BR_WARN(NCCL_INIT, "ncclGroupSimulateEnd: simInfo must be an ncclSimInfo_t set with "
+                           "NCCL_SIM_INFO_INITIALIZER");
+        return ncclInvalidArgument;
+    }
+    float us = 0.0f;
+    ncclResult_t res = br_group_simulate_end(&us);
+    if (res == ncclSuccess) {
+        simInfo->estimatedTime = us;
+    }
+    return res;
 }
 
 BR_API(ncclResult_t, braidDumpState, (const char *path))

@@ -22,8 +22,8 @@ typedef struct {
     int in_use;
     ncclDataType_t type;
     ncclScalarResidence_t residence;
-    const void *scalar_ptr;      /* for ncclScalarDevice: read at each use */
-    unsigned char scalar[8];     /* for ncclScalarHostImmediate: copied at creation */
+    const void *scalar_ptr;  /* for ncclScalarDevice: read at each use */
+    unsigned char scalar[8]; /* for ncclScalarHostImmediate: copied at creation */
 } br_user_op_t;
 
 struct ncclComm {
@@ -31,24 +31,25 @@ struct ncclComm {
     int rank, nranks;
     uint64_t comm_hash;
     int blocking;
-    char name[64];              /* config.commName */
-    char net_name[64];          /* config.netName */
+    char name[64];     /* config.commName */
+    char net_name[64]; /* config.netName */
     int traffic_class;
     br_transport_comm_t *tc;
     br_exec_comm_t *ec;
-    br_graph_t *graph;          /* the rings and trees of every channel */
-    br_plan_t *plan;            /* the choices: cost model and the tuner hook */
-    br_tuner_t *tuner;          /* tuner plugin, or NULL */
-    int pipeline;               /* agreed BRAID_RING_PIPELINE (the smallest any rank set) */
-    size_t oneshot_bytes;       /* agreed BRAID_ONESHOT_BYTES (the smallest) */
+    br_graph_t *graph;     /* the rings and trees of every channel */
+    const br_topo_t *topo; /* the process's topology (shared, not owned), or NULL */
+    br_plan_t *plan;       /* the choices: cost model and the tuner hook */
+    br_tuner_t *tuner;     /* tuner plugin, or NULL */
+    int pipeline;          /* agreed BRAID_RING_PIPELINE (the smallest any rank set) */
+    size_t oneshot_bytes;  /* agreed BRAID_ONESHOT_BYTES (the smallest) */
     br_user_op_t user_ops[BR_MAX_USER_OPS];
-    pthread_mutex_t lock;       /* user ops */
+    pthread_mutex_t lock; /* user ops */
     int finalized;
-    _Atomic int refs;           /* the registry's one, plus one per thread using the comm */
-    _Atomic int queued;         /* of those, held by calls queued in open groups */
-    int flush;                  /* what the last holder frees it with */
-    _Atomic int shrinks;        /* ncclCommShrink calls on it (numbers their messages) */
-    char cuda_why[160];         /* why it has no CUDA device ("": it has one, ec->cuda_dev) */
+    _Atomic int refs;    /* the registry's one, plus one per thread using the comm */
+    _Atomic int queued;  /* of those, held by calls queued in open groups */
+    int flush;           /* what the last holder frees it with */
+    _Atomic int shrinks; /* ncclCommShrink calls on it (numbers their messages) */
+    char cuda_why[160];  /* why it has no CUDA device ("": it has one, ec->cuda_dev) */
 };
 
 /* The CUDA device of the next communicator this thread creates: BR_COMM_DEVICE_CURRENT

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A communicator's channels: the graph (core/graph: every channel's ring and tree, built
- * from rank order and hosts) and the connections they need, made at init in one batch:
- * per channel one send and one receive connection per distinct peer (ring neighbours,
- * tree parent and children; a ring link and a tree link to one peer share a connection,
+ * from every rank's place in its node's topology, allgathered) and the connections they need, made
+ * at init in one batch: per channel one send and one receive connection per distinct peer (ring
+ * neighbours, tree parent and children; a ring link and a tree link to one peer share a connection,
  * as in NCCL). p2p connections are made on first use, in group end. Logs NCCL's
  * transcript: rings, trees, the transport of every link, "Connected all rings/trees".
  */
@@ -120,21 +120,60 @@ static size_t ll_wire_bytes(const br_transport_comm_t *tc, size_t step)
     return ll < step ? ll : step;
 }
 
+/* This rank's place in its node's topology (no GPU is bound to a rank yet: it is placed
+ * by its CPU set), with an INFO naming its NIC and why. */
+static void place_self(ncclComm_t comm, br_topo_place_t *pl)
+{
+    br_transport_comm_t *tc = comm->tc;
+    char why[256];
+    int spread = 0;
+    for (int r = 0; r < comm->rank; r++) {
+        spread += tc->peers[r].host_hash == tc->peers[comm->rank].host_hash;
+    }
+    pl->host = tc->peers[comm->rank].host_hash;
+    if (comm->topo == NULL) {
+        br_topo_place_t none = {.host = pl->host,
+                                .gpu = -1,
+                                .gpu_dev = -1,
+                                .cpu = -1,
+                                .net = -1,
+                                .net_dev = -1,
+                                .net_path = BR_TOPO_PATH_DIS,
+                                .intra_type = -1};
+        *pl = none;
+        return;
+    }
+    br_topo_place(comm->topo, -1, -1, spread, pl, why, sizeof(why));
+    if (pl->net >= 0) {
+        BR_INFO(NCCL_INIT | NCCL_NET | NCCL_GRAPH, "rank %d uses NIC %d %s", comm->rank, pl->net,
+                why);
+    } else {
+        BR_INFO(NCCL_INIT | NCCL_NET | NCCL_GRAPH, "rank %d uses no NIC: %s", comm->rank, why);
+    }
+}
+
 ncclResult_t br_comm_channels_setup(ncclComm_t comm)
 {
     br_transport_comm_t *tc = comm->tc;
     br_exec_comm_t *ec = comm->ec;
-    uint64_t *hosts = NULL;
+    br_topo_place_t *places = NULL;
     ncclResult_t res = ncclSuccess;
     const char *dump = BR_PARAM_STR(GRAPH_DUMP_FILE);
+    br_graph_opts_t opts = {.host_channels = ec->nchannels,
+                            .min_channels = (int)BR_PARAM_INT(MIN_NCHANNELS),
+                            .max_channels = (int)BR_PARAM_INT(MAX_NCHANNELS),
+                            .file = BR_PARAM_STR(GRAPH_FILE)};
 
-    BR_CHECK(br_calloc(&hosts, (size_t)comm->nranks, "graph setup"));
-    for (int r = 0; r < comm->nranks; r++) {
-        hosts[r] = tc->peers[r].host_hash;
+    /* Every rank builds the graph from everyone's place, so all build the same one. */
+    BR_CHECK(br_calloc(&places, (size_t)comm->nranks, "graph setup"));
+    place_self(comm, &places[comm->rank]);
+    res = br_bootstrap_allgather(tc->boot, places, sizeof(*places));
+    if (res == ncclSuccess) {
+        res = br_graph_build_places(comm->nranks, places, &opts, &comm->graph);
     }
-    res = br_graph_build(comm->nranks, hosts, ec->nchannels, &comm->graph);
-    free(hosts);
+    free(places);
     BR_CHECK(res);
+    ec->nchannels = comm->graph->nchannels;
     ec->graph = comm->graph;
     br_graph_log(comm->graph, comm->rank);
     if (dump != NULL && comm->rank == 0) {
@@ -154,8 +193,10 @@ ncclResult_t br_comm_channels_setup(ncclComm_t comm)
         BR_CHECK(br_calloc(&ec->ll_scratch, (BR_MAX_TREE_ARITY + 1) * ec->ll_scratch_each,
                            "LL scratch"));
     }
-    BR_INFO(NCCL_INIT, "Connected all rings, %d channels of %zu-byte steps (LL %zu-byte lines "
-            "slots)", ec->nchannels, step, ll_wire);
+    BR_INFO(NCCL_INIT,
+            "Connected all rings, %d channels of %zu-byte steps (LL %zu-byte lines "
+            "slots)",
+            ec->nchannels, step, ll_wire);
     BR_INFO(NCCL_INIT, "Connected all trees");
     return ncclSuccess;
 }

@@ -173,8 +173,10 @@ ncclResult_t br_comm_hold_all(ncclComm_t **comms_p, int *n_p)
 ncclResult_t br_comm_release(ncclComm_t comm, int flush, const char *fn)
 {
     if (!registry_remove(comm)) {
-        BR_WARN(NCCL_INIT, "%s: %p is not a live communicator (another thread destroyed or "
-                "aborted it first) (host %s)", fn, (void *)comm, br_host_name());
+        BR_WARN(NCCL_INIT,
+                "%s: %p is not a live communicator (another thread destroyed or "
+                "aborted it first) (host %s)",
+                fn, (void *)comm, br_host_name());
         return ncclInvalidArgument;
     }
     br_comm_dump_detach(comm);
@@ -194,8 +196,10 @@ ncclResult_t br_comm_release(ncclComm_t comm, int flush, const char *fn)
             usleep(1000);
         }
         if (atomic_load_explicit(&comm->refs, memory_order_acquire) > 1) {
-            BR_INFO(NCCL_INIT, "%s: rank %d: another thread still holds the communicator; it "
-                    "is freed when that thread's call or group ends", fn, comm->rank);
+            BR_INFO(NCCL_INIT,
+                    "%s: rank %d: another thread still holds the communicator; it "
+                    "is freed when that thread's call or group ends",
+                    fn, comm->rank);
         }
     }
     br_comm_unhold(comm);
@@ -319,8 +323,8 @@ static ncclResult_t net_setup(ncclComm_t comm, int needed)
 }
 
 /* The process's topology (built by the first init that gets here, with the net plugin's
- * devices as its NICs) and this rank's "Topology:" summary. Nothing uses it yet (rings and
- * trees ignore it), so only a bad NCCL_TOPO_FILE may fail init. */
+ * devices as its NICs) and this rank's "Topology:" summary; the graph places the rank in it
+ * (comm_channels.c). Only a bad NCCL_TOPO_FILE may fail init. */
 static ncclResult_t topo_setup(ncclComm_t comm)
 {
     br_net_t *net = comm->tc->net;
@@ -353,6 +357,7 @@ static ncclResult_t topo_setup(ncclComm_t comm)
     free(nics);
     if (res == ncclSuccess) {
         br_topo_log_summary(topo, source, comm->rank);
+        comm->topo = topo;
     }
     return res;
 }
@@ -494,9 +499,9 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
                 rank);
         cma = 0;
     }
-    BR_CHECK_GOTO(br_transport_arena_setup(tc, comm->oneshot_bytes, cma,
-                                           (size_t)BR_PARAM_INT(CMA_MAX_BYTES)),
-                  res, fail);
+    BR_CHECK_GOTO(
+        br_transport_arena_setup(tc, comm->oneshot_bytes, cma, (size_t)BR_PARAM_INT(CMA_MAX_BYTES)),
+        res, fail);
     comm->ec->arena = tc->arena;
     BR_CHECK_GOTO(br_comm_tune_setup(comm), res, fail);
     BR_CHECK_GOTO(br_comm_check_consistency(comm), res, fail);

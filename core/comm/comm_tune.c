@@ -23,8 +23,9 @@ static int intra_hw(const br_transport_comm_t *tc)
                 continue;
             }
             br_transport_t k = br_transport_select_pair(&tc->peers[a], &tc->peers[b]);
-            int h = k == BR_TRANSPORT_P2P ? BR_HW_NVLINK : k == BR_TRANSPORT_SHM ? BR_HW_PCI
-                                                                                 : BR_HW_NET;
+            int h = k == BR_TRANSPORT_P2P   ? BR_HW_NVLINK
+                    : k == BR_TRANSPORT_SHM ? BR_HW_PCI
+                                            : BR_HW_NET;
             hw = h > hw ? h : hw;
         }
     }
@@ -100,6 +101,16 @@ static ncclResult_t plan_setup(ncclComm_t comm)
     }
     pc.nchannels = comm->ec->nchannels;
     pc.intra_hw = intra_hw(tc);
+    /* Ranks on GPUs: the topology's bandwidths (NCCL's model); else the host constants. */
+    pc.gpus = g->gpus;
+    pc.sm = g->sm;
+    pc.cpu_vendor = g->cpu_vendor;
+    pc.graph_nch = g->nsearch;
+    pc.bw_intra = g->bw_intra;
+    pc.bw_inter = g->bw_inter;
+    if (g->gpus) {
+        pc.intra_hw = g->type_intra <= BR_TOPO_PATH_NVL ? BR_HW_NVLINK : BR_HW_PCI;
+    }
     BR_CHECK(agree_net_gbps(comm, &pc.net_gbps));
     pc.step_bytes = ((size_t)tc->buffsize / BR_STEPS) & ~(size_t)63;
     pc.ll_bytes = comm->ec->ll_scratch_each;

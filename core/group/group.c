@@ -429,6 +429,69 @@ static void group_prof_stop(void)
     ngprofs = gprofs_cap = 0;
 }
 
+/* ncclGroupSimulateEnd: the group's collectives are planned as ncclGroupEnd would plan
+ * them and their predicted times summed; nothing runs. The sequence numbers the queued
+ * calls took are given back, so the next real group matches its peers as if the
+ * simulated one had never been queued (the state dump lists them as not run). */
+static float simulate_ops(gcall_t *cs, int n)
+{
+    float total = 0.0f;
+    for (int i = n - 1; i >= 0; i--) {
+        br_op_t *op = &cs[i].op;
+        if (cs[i].kind != G_OP) {
+            continue;
+        }
+        br_exec_comm_t *ec = cs[i].comm->ec;
+        if (op->func == BR_FUNC_SEND) {
+            ec->send_seq[op->peer]--;
+        } else if (op->func == BR_FUNC_RECV) {
+            ec->recv_seq[op->peer]--;
+        } else {
+            int a, p, nch;
+            float us = 0.0f;
+            ec->coll_seq--;
+            if (br_func_is_collective(op->func) &&
+                br_plan_predict(cs[i].comm->plan, (int)op->func, br_op_bytes(op), 1, &a, &p, &nch,
+                                &us) == ncclSuccess) {
+                total += us;
+            }
+        }
+    }
+    return total;
+}
+
+ncclResult_t br_group_simulate_end(float *us_p)
+{
+    if (depth == 0) {
+        BR_WARN(NCCL_INIT, "ncclGroupSimulateEnd called without a matching ncclGroupStart");
+        return ncclInvalidUsage;
+    }
+    if (depth > 1) {
+        depth--;
+        *us_p = 0.0f;
+        return ncclSuccess;
+    }
+    depth = 0;
+    gcall_t *cs = calls;
+    int n = ncalls;
+    calls = NULL;
+    ncalls = calls_cap = 0;
+    dequeue_all(cs, n);
+    ncclResult_t res = group_error;
+    group_error = ncclSuccess;
+    group_prof_end_api();
+    if (res == ncclSuccess) {
+        res = run_creations(cs, n);
+    }
+    if (res == ncclSuccess) {
+        *us_p = simulate_ops(cs, n);
+    }
+    group_prof_stop();
+    unhold_all(cs, n);
+    free(cs);
+    return res;
+}
+
 ncclResult_t br_group_end(void)
 {
     ncclResult_t res;

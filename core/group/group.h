@@ -15,6 +15,9 @@
 ncclResult_t br_group_start(void);
 ncclResult_t br_group_end(void);
 int br_group_depth(void);
+/* ncclGroupSimulateEnd: close the group like br_group_end, but plan its collectives and
+ * put the sum of their predicted times (us) in *us_p instead of running them. */
+ncclResult_t br_group_simulate_end(float *us_p);
 
 /* A call refused inside a group: the outermost ncclGroupEnd returns the first such error
  * and runs nothing of the group, as NCCL does. No effect outside a group. */

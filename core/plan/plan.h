@@ -46,8 +46,19 @@ typedef struct {
     int collnet;          /* every rank joined a collnet communicator (CollNet AllReduce) */
     unsigned char collnet_red[ncclNumTypes]; /* per type, bit k: br_red_kind_t k (sum, prod,
                                               * max, min) is reduced by the collnet */
-    int collnet_ag;       /* and every rank's plugin has iallgather (CollNetDirect AllGather) */
-    int collnet_rs;       /* ireducescatter (CollNetDirect ReduceScatter) */
+    int collnet_ag; /* and every rank's plugin has iallgather (CollNetDirect AllGather) */
+    int collnet_rs; /* ireducescatter (CollNetDirect ReduceScatter) */
+    /* With GPUs on every rank (graph->gpus) the model is NCCL's, fed by the topology:
+     * per-channel bandwidths and path types from the graph search, NCCL's latency and
+     * bandwidth-cap tables by GPU generation and CPU vendor. Without, the host
+     * executor's measured constants. */
+    int gpus;
+    int sm;         /* smallest compute capability */
+    int cpu_vendor; /* NCCL's code (1 Intel, 2 AMD): the multi-node LL row */
+    int graph_nch;  /* search channels (NCCL's graph nChannels) */
+    float bw_intra; /* GB/s per search channel inside a node */
+    float bw_inter; /* and across nodes */
+    int ll128;      /* LL128 may run (the executor implements it) */
 } br_plan_comm_t;
 
 /* Tuning constants in the layout of ncclTunerConstants_v5/v6 (1152 bytes of doubles); the
@@ -76,8 +87,7 @@ typedef struct br_plan br_plan_t;
  * names, ^ to exclude, per function as "allreduce:tree;broadcast:^tree"); an unknown name
  * fails with ncclInvalidUsage. The graph must outlive the plan.
  */
-ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph,
-                            br_plan_t **plan_p);
+ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph, br_plan_t **plan_p);
 void br_plan_free(br_plan_t *plan);
 
 /* The constants the tuner plugin may edit at its init. */
@@ -101,6 +111,16 @@ ncclResult_t br_plan_choose(br_plan_t *plan, br_op_t *op);
  * or Simple, on at most max_nch channels (plan_device.c). */
 ncclResult_t br_plan_choose_device(br_plan_t *plan, br_op_t *op, int max_nch);
 
+/*
+ * What br_plan_choose would take for func at `bytes` (br_op_bytes of the call), without a
+ * call: algorithm, protocol, channels and the model's time in microseconds for that choice
+ * (with use_tuner, after the tuner's edits; a tuner's forced 0 is replaced by the model's
+ * cost of what it forced). ncclInvalidUsage when nothing can run it, ncclInternalError when
+ * the tuner fails. For braid-sim and ncclGroupSimulateEnd; does not log.
+ */
+ncclResult_t br_plan_predict(br_plan_t *plan, int func, size_t bytes, int use_tuner, int *algo_p,
+                             int *proto_p, int *nchannels_p, float *us_p);
+
 /* The slice [lo, hi) of `units` that channel c of nch owns (empty when lo == hi). */
 void br_plan_channel_range(size_t units, int nch, int c, size_t *lo_p, size_t *hi_p);
 
@@ -118,7 +138,6 @@ void br_plan_layout(const br_op_t *op, int nranks, int c, br_plan_layout_t *l);
 
 /* Who `rank` is in channel c's ring or tree for op (a RingOneShot runs as a Ring
  * AllGather of the inputs). */
-void br_plan_sched(const br_graph_t *graph, const br_op_t *op, int c, int rank,
-                   br_sched_t *s);
+void br_plan_sched(const br_graph_t *graph, const br_op_t *op, int c, int rank, br_sched_t *s);
 
 #endif /* BR_PLAN_H_ */

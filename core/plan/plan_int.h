@@ -25,10 +25,10 @@ typedef struct {
 typedef struct {
     int algo, proto, nchannels;
     size_t chunk_bytes;
-    float us;      /* predicted (or the tuner's) cost of the winner */
-    int runner;    /* algo * BR_NUM_PROTOS + proto of the runner-up, -1 none */
+    float us;   /* predicted (or the tuner's) cost of the winner */
+    int runner; /* algo * BR_NUM_PROTOS + proto of the runner-up, -1 none */
     float runner_us;
-    int by_tuner;  /* the tuner changed the table or the channels */
+    int by_tuner; /* the tuner changed the table or the channels */
 } br_plan_choice_t;
 
 struct br_plan {
@@ -70,6 +70,11 @@ void br_plan_model(const br_plan_t *p, int func, size_t bytes, int nch, float *t
 /* Channels a collective of `bytes` per rank uses: small ones stay on one channel, where
  * splitting would only add per-step overhead. */
 int br_plan_nchannels(const br_plan_t *p, size_t bytes);
+
+/* NCCL's constants (plan_gpu.c) and its model for Ring and Tree where every rank has a GPU;
+ * -1 when the protocol has no bandwidth there. */
+void br_plan_gpu_constants(br_tune_constants_t *k);
+double br_plan_gpu_us(const br_plan_t *p, int func, int algo, int proto, size_t bytes);
 
 /* Payload bytes one slot carries for (algo, proto) at this size and channel count. */
 size_t br_plan_chunk(const br_plan_t *p, int func, int algo, int proto, size_t bytes, int nch);

@@ -63,9 +63,15 @@ int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t 
     const br_plan_comm_t *pc = &p->pc;
     const char *dummy;
     why = why != NULL ? why : &dummy;
-    int tree_func = func == BR_FUNC_ALLREDUCE || func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE;
+    int tree_func =
+        func == BR_FUNC_ALLREDUCE || func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE;
     *why = "not implemented by the host executor";
-    if (proto == BR_PROTO_LL128) {
+    if (proto == BR_PROTO_LL128 && !(pc->gpus && pc->ll128 && pc->nranks > 1)) {
+        return 0;
+    }
+    if (pc->gpus && pc->nranks > 1 && algo != BR_ALGO_RING && algo != BR_ALGO_TREE &&
+        algo != BR_ALGO_COLLNET_DIRECT && algo != BR_ALGO_COLLNET_CHAIN) {
+        *why = "runs on the host executor only";
         return 0;
     }
     if (pc->nranks == 1) { /* a local copy, whatever the ring or tree would have been */
@@ -78,8 +84,9 @@ int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t 
     switch (algo) {
     case BR_ALGO_RING: return 1;
     case BR_ALGO_TREE:
-        *why = "runs AllReduce, Broadcast and Reduce";
-        return tree_func;
+        *why = pc->gpus ? "runs AllReduce on GPUs (as in NCCL)"
+                        : "runs AllReduce, Broadcast and Reduce";
+        return pc->gpus ? func == BR_FUNC_ALLREDUCE : tree_func;
     case BR_ALGO_ONESHOT:
     case BR_ALGO_DIRECT_READ:
         if (proto != BR_PROTO_SIMPLE) {
@@ -123,7 +130,7 @@ int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t 
         return func == BR_FUNC_ALLGATHER || p->op_collnet;
     case BR_ALGO_RING_ONESHOT: {
         size_t cap = pc->oneshot_bytes < BR_PLAN_RING_ONESHOT_MAX ? pc->oneshot_bytes
-                                                             : BR_PLAN_RING_ONESHOT_MAX;
+                                                                  : BR_PLAN_RING_ONESHOT_MAX;
         size_t slot = proto == BR_PROTO_LL ? pc->ll_bytes : pc->step_bytes;
         *why = "runs AllReduce inputs of at most 16 KiB (and BRAID_ONESHOT_BYTES) that fit a "
                "slot";
@@ -135,7 +142,8 @@ int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t 
 
 int br_plan_nchannels(const br_plan_t *p, size_t bytes)
 {
-    size_t n = bytes / BR_MIN_CHANNEL_BYTES;
+    /* On GPUs NCCL's rule: a channel (512 threads) wants 64 bytes per thread. */
+    size_t n = bytes / (p->pc.gpus ? (size_t)512 * 64 : BR_MIN_CHANNEL_BYTES);
     if (n < 1) {
         n = 1;
     }
@@ -176,11 +184,12 @@ static double ring_us(const br_plan_t *p, int func, int proto, size_t bytes, int
     int ar = func == BR_FUNC_ALLREDUCE;
     int steps = ar ? 2 * (n - 1) : n - 1;
     int inter = N > 1 ? (ar ? 2 * (N - 1) : N - 1) : 0;
-    double traffic = ar                                                          ? 2.0 * (n - 1) / n
+    double traffic = ar ? 2.0 * (n - 1) / n
                      : func == BR_FUNC_ALLGATHER || func == BR_FUNC_REDUCESCATTER ? (double)(n - 1)
                                                                                   : 1.0;
     return p->k.base_latencies[a][proto] + (steps - inter) * hop_us(p, pc->intra_hw, a, proto) +
-           inter * hop_us(p, BR_HW_NET, a, proto) + (double)bytes * traffic / link_bw(p, proto, nch);
+           inter * hop_us(p, BR_HW_NET, a, proto) +
+           (double)bytes * traffic / link_bw(p, proto, nch);
 }
 
 /*
@@ -233,6 +242,9 @@ static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t
 {
     const br_plan_host_t *h = &p->h;
     int n = p->pc.nranks;
+    if (p->pc.gpus && (algo == BR_ALGO_RING || algo == BR_ALGO_TREE)) {
+        return br_plan_gpu_us(p, func, algo, proto, bytes);
+    }
     switch (algo) {
     case BR_ALGO_RING: return ring_us(p, func, proto, bytes, nch);
     case BR_ALGO_TREE: return tree_us(p, func, proto, bytes, nch);
@@ -262,7 +274,8 @@ void br_plan_model(const br_plan_t *p, int func, size_t bytes, int nch, float *t
             if (!en || !br_plan_available(p, func, a, pr, bytes, NULL)) {
                 continue;
             }
-            *e = p->pc.nranks == 1 ? 0.0f : (float)model_us(p, func, a, pr, bytes, nch);
+            double us = p->pc.nranks == 1 ? 0.0 : model_us(p, func, a, pr, bytes, nch);
+            *e = us < 0.0 ? -1.0f : (float)us;
         }
     }
 }
@@ -273,8 +286,8 @@ size_t br_plan_chunk(const br_plan_t *p, int func, int algo, int proto, size_t b
     size_t slot = proto == BR_PROTO_LL ? pc->ll_bytes : pc->step_bytes;
     size_t share = (bytes + (size_t)nch - 1) / (size_t)nch, want;
 
-    if (algo == BR_ALGO_ONESHOT || algo == BR_ALGO_DIRECT_READ ||
-        algo == BR_ALGO_COLLNET_DIRECT || algo == BR_ALGO_COLLNET_CHAIN) {
+    if (algo == BR_ALGO_ONESHOT || algo == BR_ALGO_DIRECT_READ || algo == BR_ALGO_COLLNET_DIRECT ||
+        algo == BR_ALGO_COLLNET_CHAIN) {
         return 0; /* collnet moves the staging buffers' size per request */
     }
     if (proto == BR_PROTO_LL || algo == BR_ALGO_RING_ONESHOT) {

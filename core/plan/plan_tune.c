@@ -58,8 +58,7 @@ static ncclResult_t apply_list(const char *var, const char *list, int is_algo, c
 }
 
 /* NCCL_ALGO / NCCL_PROTO: "list" for every function, or "func:list;func:list". */
-static ncclResult_t parse_selection(const char *var, const char *value, int is_algo,
-                                    br_plan_t *p)
+static ncclResult_t parse_selection(const char *var, const char *value, int is_algo, br_plan_t *p)
 {
     char buf[512], *save = NULL;
     snprintf(buf, sizeof(buf), "%s", value);
@@ -97,15 +96,15 @@ static ncclResult_t parse_selection(const char *var, const char *value, int is_a
 /* The host executor's constants, measured on the development machine (2 cores;
  * docs/performance.md has the runs): a hop costs a few microseconds of bookkeeping and
  * scheduling between threads or processes of a host, and about 5 over loopback TCP, times
- * the ranks per core (hop_us()); a tree hop costs 0.6 of a ring hop (tree_us()). LL saves nothing measurable on the
- * host (the line handoff it saves is small next to the rest of a step) and moves bytes at
- * 0.4 of Simple's rate, so it is taken only where Simple is not allowed; its slightly
+ * the ranks per core (hop_us()); a tree hop costs 0.6 of a ring hop (tree_us()). LL saves nothing
+ * measurable on the host (the line handoff it saves is small next to the rest of a step) and moves
+ * bytes at 0.4 of Simple's rate, so it is taken only where Simple is not allowed; its slightly
  * higher latency breaks ties towards Simple. */
 static void constants_default(br_tune_constants_t *k, br_plan_host_t *h)
 {
     /* [hw][proto]: NVLINK (threads), PCI (processes of a host), NET. */
-    static const double hop[3][BR_NUM_PROTOS] = {{1.05, 0.0, 1.0}, {2.05, 0.0, 2.0},
-                                                 {5.1, 0.0, 5.0}};
+    static const double hop[3][BR_NUM_PROTOS] = {
+        {1.05, 0.0, 1.0}, {2.05, 0.0, 2.0}, {5.1, 0.0, 5.0}};
     memset(k, 0, sizeof(*k));
     for (int a = 0; a < BR_NCCL_NUM_ALGOS; a++) {
         for (int pr = 0; pr < BR_NUM_PROTOS; pr++) {
@@ -154,8 +153,7 @@ static void tree_shape(br_plan_t *p)
     }
 }
 
-ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph,
-                            br_plan_t **plan_p)
+ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph, br_plan_t **plan_p)
 {
     br_plan_t *p = NULL;
     const char *algo = BR_PARAM_STR(ALGO), *proto = BR_PARAM_STR(PROTO);
@@ -166,6 +164,9 @@ ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph,
     p->pc.share = pc->share < 1.0 ? 1.0 : pc->share;
     p->graph = graph;
     constants_default(&p->k, &p->h);
+    if (pc->gpus) {
+        br_plan_gpu_constants(&p->k); /* NCCL's tables; the host ones stay for CPU-only */
+    }
     memset(p->enabled, 1, sizeof(p->enabled));
     if (proto != NULL && (res = parse_selection("NCCL_PROTO", proto, 0, p)) != ncclSuccess) {
         free(p);
@@ -214,19 +215,22 @@ static int tuner_apply(br_plan_t *p, int func, size_t bytes, float *table, int *
         int a = i / BR_NUM_PROTOS, pr = i % BR_NUM_PROTOS;
         const char *why = NULL;
         if (before[i] < 0 && table[i] >= 0) {
-            BR_INFO(NCCL_TUNING, "%s %zu bytes: tuner %s chose %s/%s, which is not available "
-                    "(%s); ignored", br_func_name(func), bytes, p->hook_name, br_algo_name(a),
-                    br_proto_name(pr),
-                    br_plan_available(p, func, a, pr, bytes, &why) ? "excluded by NCCL_ALGO/NCCL_PROTO"
-                                                                    : why);
+            BR_INFO(NCCL_TUNING,
+                    "%s %zu bytes: tuner %s chose %s/%s, which is not available "
+                    "(%s); ignored",
+                    br_func_name(func), bytes, p->hook_name, br_algo_name(a), br_proto_name(pr),
+                    br_plan_available(p, func, a, pr, bytes, &why)
+                        ? "excluded by NCCL_ALGO/NCCL_PROTO"
+                        : why);
             table[i] = -1.0f;
         }
         changed |= table[i] != before[i];
     }
     if (tnch < 0 || tnch > p->pc.nchannels) {
-        BR_INFO(NCCL_TUNING, "%s %zu bytes: tuner %s asked for %d channels; the communicator "
-                "has %d; clamped", br_func_name(func), bytes, p->hook_name, tnch,
-                p->pc.nchannels);
+        BR_INFO(NCCL_TUNING,
+                "%s %zu bytes: tuner %s asked for %d channels; the communicator "
+                "has %d; clamped",
+                br_func_name(func), bytes, p->hook_name, tnch, p->pc.nchannels);
         tnch = tnch < 0 ? 0 : p->pc.nchannels;
     }
     if (tnch > 0) {
@@ -276,6 +280,24 @@ static int decide_with(br_plan_t *p, int func, size_t bytes, int use_tuner, br_p
     return 0;
 }
 
+ncclResult_t br_plan_predict(br_plan_t *p, int func, size_t bytes, int use_tuner, int *algo_p,
+                             int *proto_p, int *nchannels_p, float *us_p)
+{
+    br_plan_choice_t c;
+    float table[BR_NUM_ALGOS * BR_NUM_PROTOS];
+    p->op_collnet = 0;
+    int r = decide_with(p, func, bytes, use_tuner, &c);
+    if (r < 0) {
+        return r == -2 ? ncclInternalError : ncclInvalidUsage;
+    }
+    br_plan_model(p, func, bytes, c.nchannels, table);
+    *algo_p = c.algo;
+    *proto_p = c.proto;
+    *nchannels_p = c.nchannels;
+    *us_p = table[c.algo * BR_NUM_PROTOS + c.proto];
+    return ncclSuccess;
+}
+
 static int decide(br_plan_t *p, int func, size_t bytes, br_plan_choice_t *out)
 {
     return decide_with(p, func, bytes, 1, out);
@@ -319,8 +341,7 @@ static void no_algorithm(const br_plan_t *p, int func, size_t bytes)
             "rank %d (host %s): no algorithm/protocol available for %s of %zu bytes: NCCL_ALGO "
             "is '%s' and NCCL_PROTO is '%s'%s",
             p->pc.rank, br_host_name(), br_func_name(func), bytes, algo ? algo : "",
-            proto ? proto : "",
-            at > 0 ? why_not : " (they leave nothing Braid implements for it)");
+            proto ? proto : "", at > 0 ? why_not : " (they leave nothing Braid implements for it)");
 }
 
 /* A tuner decides per call: log its decision once per power-of-two size class, next to
@@ -343,10 +364,9 @@ static void log_tuner_choice(br_plan_t *p, int func, size_t bytes, const br_plan
         snprintf(model, sizeof(model), "nothing");
     }
     BR_INFO(NCCL_TUNING, "%s %zu bytes -> %s/%s, %d channel%s (%s; the model alone: %s)",
-            br_func_name(func), bytes, br_algo_name(c->algo), br_proto_name(c->proto),
-            c->nchannels, c->nchannels == 1 ? "" : "s",
-            c->by_tuner ? "set by the tuner" : "the tuner left the model's table as it was",
-            model);
+            br_func_name(func), bytes, br_algo_name(c->algo), br_proto_name(c->proto), c->nchannels,
+            c->nchannels == 1 ? "" : "s",
+            c->by_tuner ? "set by the tuner" : "the tuner left the model's table as it was", model);
 }
 
 /* Can the collnet take this call? An AllGather when every rank's plugin has iallgather; an
@@ -503,14 +523,17 @@ void br_plan_log_choices(br_plan_t *p)
 {
     if (p->pc.rank != 0 || p->hook != NULL) {
         if (p->pc.rank == 0) {
-            BR_INFO(NCCL_TUNING, "tuner %s decides per call; its choices are logged as they "
-                    "are made", p->hook_name);
+            BR_INFO(NCCL_TUNING,
+                    "tuner %s decides per call; its choices are logged as they "
+                    "are made",
+                    p->hook_name);
         }
         return;
     }
-    BR_INFO(NCCL_TUNING, "cost model of %d ranks on %d host%s, tree depth %d in hosts + %d "
-            "across (sizes are per rank%s):", p->pc.nranks, p->pc.nnodes,
-            p->pc.nnodes == 1 ? "" : "s", p->tree_intra, p->tree_inter,
+    BR_INFO(NCCL_TUNING,
+            "cost model of %d ranks on %d host%s, tree depth %d in hosts + %d "
+            "across (sizes are per rank%s):",
+            p->pc.nranks, p->pc.nnodes, p->pc.nnodes == 1 ? "" : "s", p->tree_intra, p->tree_inter,
             p->pc.collnet ? "; AllReduce of a type and operation the collnet reduces" : "");
     p->op_collnet = p->pc.collnet;
     for (int f = 0; f < BR_NUM_COLL_FUNCS; f++) {

@@ -155,6 +155,46 @@ int br_topo_local_cpu(const br_topo_t *topo, br_topo_type_t t, int i);
  * any (a topology file of another machine). */
 int br_topo_process_cpu(const br_topo_t *topo);
 
+/*
+ * Where one rank sits in its node's topology and what it uses there: the facts the graph
+ * needs, in a plain struct that ranks allgather so that every rank builds the same rings
+ * and trees (core/graph). Filled by br_topo_place; `host` is the caller's.
+ */
+typedef struct {
+    uint64_t host;      /* host identity (equal on one node), set by the caller */
+    int32_t gpu;        /* GPU index in the node's topology, -1 without a GPU */
+    int32_t gpu_dev;    /* that GPU's <gpu dev>, -1 without */
+    int32_t cpu;        /* CPU (NUMA node) index the rank is placed on, -1 none */
+    int32_t order;      /* position of its GPU (else its CPU) in a depth-first walk of the
+                         * node's PCI tree: devices under one switch get adjacent positions */
+    int32_t net;        /* NET index the rank uses, -1 none */
+    int32_t net_dev;    /* that NET's <net dev> */
+    int32_t net_path;   /* path type from the rank's GPU (or CPU) to it */
+    uint64_t net_near;  /* NETs (bit i: NET i < 64) as close to the rank as the chosen one */
+    float net_bw;       /* the chosen NET's bandwidth, GB/s */
+    float gpu_bw;       /* the rank's GPU: NVLink bandwidth out of it, else its PCI link */
+    float intra_bw;     /* the node's slowest GPU-to-GPU path bandwidth, 0 with < 2 GPUs */
+    int32_t intra_type; /* the node's farthest GPU-to-GPU path type, -1 with < 2 GPUs */
+    int32_t ngpus, nnets;
+    int32_t sm;         /* the GPU's compute capability, 0 without */
+    int32_t cpu_vendor; /* NCCL's codes: 1 Intel, 2 AMD, 3 Zhaoxin, 0 other */
+} br_topo_place_t;
+
+/*
+ * Place a rank: on GPU `gpu` (index, -1 for none) or else on CPU `cpu` (index, -1: the
+ * one holding this process's cores, else the first). The NET is chosen by affinity: the
+ * ones with the best path type (then bandwidth) from the GPU, else from the CPU; among
+ * equals, `spread` (the rank's position among the GPUs, or the ranks of its CPU, with
+ * the same choice) picks one so that neighbours use different NICs. `why` (may be NULL)
+ * gets a sentence for the INFO line. No NETs: net -1.
+ */
+void br_topo_place(const br_topo_t *topo, int gpu, int cpu, int spread, br_topo_place_t *place,
+                   char *why, size_t why_len);
+
+/* Ranks on the GPUs of a node: the position among GPUs with the same closest NETs, the
+ * `spread` br_topo_place wants for GPU g. */
+int br_topo_gpu_spread(const br_topo_t *topo, int g);
+
 /* NCCL's names: "LOC", "NVL", ... "DIS" and "GPU", "PCI", ... "NET". */
 const char *br_topo_path_str(int path_type);
 const char *br_topo_type_str(br_topo_type_t type);

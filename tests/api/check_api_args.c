@@ -375,8 +375,7 @@ START_TEST(test_stale_unique_id)
     fprintf(stderr, "stale unique id: ncclCommInitRank returned %d after %.1f s: %s\n", (int)res,
             secs, msg);
     ck_assert_msg(secs < 6.0, "init with the id of an exited root took %.1f s to fail", secs);
-    ck_assert_msg(brt_text_has(msg, "refused"), "the error does not say the root refused: %s",
-                  msg);
+    ck_assert_msg(brt_text_has(msg, "refused"), "the error does not say the root refused: %s", msg);
 }
 END_TEST
 
@@ -550,6 +549,54 @@ START_TEST(test_error_strings)
 }
 END_TEST
 
+/* ncclGroupSimulateEnd plans the group's collectives and runs nothing: the estimate is
+ * positive and grows with the size, and a real group afterwards still matches its peer
+ * (the simulated calls' sequence numbers were given back). */
+START_TEST(test_group_simulate)
+{
+    enum { N = 1 << 18 };
+    float *buf[2];
+    float est[2];
+    for (int k = 0; k < 2; k++) {
+        size_t count = k == 0 ? 16 : N;
+        ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+        ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+        for (int r = 0; r < 2; r++) {
+            buf[r] = calloc(N, sizeof(float));
+            ck_assert_int_eq(ncclAllReduce(buf[r], buf[r], count, ncclFloat, ncclSum, two[r], NULL),
+                             ncclSuccess);
+        }
+        ck_assert_int_eq(ncclGroupSimulateEnd(&info), ncclSuccess);
+        ck_assert(info.estimatedTime > 0.0f);
+        est[k] = info.estimatedTime;
+        for (int r = 0; r < 2; r++) {
+            free(buf[r]);
+        }
+    }
+    ck_assert(est[1] > est[0]);
+    for (int r = 0; r < 2; r++) {
+        buf[r] = malloc(N * sizeof(float));
+        for (int i = 0; i < N; i++) {
+            buf[r][i] = (float)(r + 1);
+        }
+    }
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(ncclAllReduce(buf[r], buf[r], N, ncclFloat, ncclSum, two[r], NULL),
+                         ncclSuccess);
+    }
+    ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+    ck_assert(buf[0][0] == 3.0f && buf[1][N - 1] == 3.0f);
+    free(buf[0]);
+    free(buf[1]);
+    ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
+    ck_assert_int_eq(ncclGroupSimulateEnd(&bad), ncclInvalidUsage); /* no group open */
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    ck_assert_int_eq(ncclGroupSimulateEnd(NULL), ncclInvalidArgument);
+    ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+}
+END_TEST
+
 static Suite *api_args_suite(void)
 {
     Suite *s = suite_create("api_args");
@@ -557,6 +604,7 @@ static Suite *api_args_suite(void)
     tcase_set_timeout(tc, 60 * brt_time_scale());
     tcase_add_checked_fixture(tc, comms_setup, comms_teardown);
     tcase_add_test(tc, test_null_buffers);
+    tcase_add_test(tc, test_group_simulate);
     tcase_add_test(tc, test_count_overflow);
     tcase_add_test(tc, test_bad_datatype);
     tcase_add_test(tc, test_bad_op);
