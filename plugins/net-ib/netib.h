@@ -39,15 +39,15 @@
 #include "plugin_api/net/net.h"
 
 #define NETIB_MAX_DEVS 32
-#define NETIB_MAX_QPS 16                      /* NCCL_IB_QPS_PER_CONNECTION upper bound */
-#define NETIB_MAX_RECVS 8                     /* buffers of one grouped receive (maxRecvs) */
-#define NETIB_NREQ NCCL_NET_MAX_REQUESTS      /* receives outstanding = FIFO slots */
+#define NETIB_MAX_QPS 16                 /* NCCL_IB_QPS_PER_CONNECTION upper bound */
+#define NETIB_MAX_RECVS 8                /* buffers of one grouped receive (maxRecvs) */
+#define NETIB_NREQ NCCL_NET_MAX_REQUESTS /* receives outstanding = FIFO slots */
 #define NETIB_MAX_SENDS (NETIB_NREQ * NETIB_MAX_RECVS) /* sends outstanding per comm */
-#define NETIB_MAX_MSG ((size_t)1 << 30)       /* largest message: fits the 31-bit immediate */
-#define NETIB_IMM_ERROR 0x80000000u           /* immediate flag: the sender refused the slot */
-#define NETIB_INLINE_WANT 256                 /* inline bytes asked of each queue pair */
-#define NETIB_SPLIT_ALIGN 128                 /* split chunks start on 128-byte boundaries */
-#define NETIB_MAGIC 0x42524942u               /* "BRIB" */
+#define NETIB_MAX_MSG ((size_t)1 << 30) /* largest message: fits the 31-bit immediate */
+#define NETIB_IMM_ERROR 0x80000000u     /* immediate flag: the sender refused the slot */
+#define NETIB_INLINE_WANT 256           /* inline bytes asked of each queue pair */
+#define NETIB_SPLIT_ALIGN 128           /* split chunks start on 128-byte boundaries */
+#define NETIB_MAGIC 0x42524942u         /* "BRIB" */
 #define NETIB_NAME_LEN 64
 #define NETIB_ADDR_STRLEN 64
 #define NETIB_CHECK_NS 1000000L /* idle progress looks at the socket and events every 1 ms */
@@ -60,16 +60,16 @@ typedef struct {
     struct ibv_pd *pd;
     int link_layer; /* IBV_LINK_LAYER_INFINIBAND or _ETHERNET */
     uint16_t lid;
-    enum ibv_mtu mtu;  /* active MTU */
-    int gid_index;     /* -1 for InfiniBand without a GRH */
+    enum ibv_mtu mtu; /* active MTU */
+    int gid_index;    /* -1 for InfiniBand without a GRH */
     union ibv_gid gid;
-    uint64_t guid;     /* node GUID, host order */
-    char *pci_path;    /* realpath of /sys/class/infiniband/<name>/device, or NULL */
+    uint64_t guid;  /* node GUID, host order */
+    char *pci_path; /* realpath of /sys/class/infiniband/<name>/device, or NULL */
     int speed_mbps;
     int max_qp;
-    int ptr_support;   /* NCCL_PTR_* offered */
-    int dmabuf;        /* regMrDmaBuf is implemented for this device */
-    int mr_access;     /* access flags of every registration */
+    int ptr_support;             /* NCCL_PTR_* offered */
+    int dmabuf;                  /* regMrDmaBuf is implemented for this device */
+    int mr_access;               /* access flags of every registration */
     struct sockaddr_storage oob; /* address the handshake socket listens on (port 0) */
     pthread_mutex_t lock;        /* guards the fields below */
     int port_down;               /* IBV_EVENT_PORT_ERR seen and no PORT_ACTIVE since */
@@ -142,10 +142,10 @@ typedef struct netib_req {
     int events; /* receive: immediates still expected */
     int tag;
     char *data;
-    size_t size;                          /* send: length */
-    int sizes[NETIB_MAX_RECVS];           /* receive: bytes received per buffer */
-    netib_mr_t *tmp_mr[NETIB_MAX_RECVS];  /* registrations made for a NULL mhandle */
-    uint32_t lkey;                        /* send */
+    size_t size;                         /* send: length */
+    int sizes[NETIB_MAX_RECVS];          /* receive: bytes received per buffer */
+    netib_mr_t *tmp_mr[NETIB_MAX_RECVS]; /* registrations made for a NULL mhandle */
+    uint32_t lkey;                       /* send */
 } netib_req_t;
 
 typedef enum {
@@ -177,7 +177,7 @@ struct netib_comm {
     struct ibv_mr *gsizes_mr;
     uint64_t remote_addr; /* sender: peer's sizes array; receiver: peer's FIFO */
     uint32_t remote_rkey;
-    uint64_t seq; /* FIFO slots used so far */
+    uint64_t seq;      /* FIFO slots used so far */
     uint64_t done_seq; /* receiver: slots completed, in order (flow control) */
     /* Requests: sends (sender) or receives + flushes (receiver). */
     netib_req_t *reqs;
@@ -197,7 +197,7 @@ struct netib_comm {
     struct ibv_qp *flush_qp;
     struct ibv_mr *flush_mr;
     uint32_t flush_buf;
-    int outstanding; /* requests posted and not yet done */
+    int outstanding;  /* requests posted and not yet done */
     ncclResult_t err; /* sticky: every call fails once set */
     long next_check_ns;
     /* Handshake. */
@@ -208,8 +208,10 @@ struct netib_comm {
 };
 
 /* Parameter getters (netib_params.def), defined in netib_dev.c. */
-#define NETIB_STR_PARAM(getter, key, doc) const char *getter(void) __attribute__((visibility("hidden")));
-#define BR_LITE_PARAM(getter, key, def, doc) int64_t getter(void) __attribute__((visibility("hidden")));
+#define NETIB_STR_PARAM(getter, key, doc)                                                          \
+    const char *getter(void) __attribute__((visibility("hidden")));
+#define BR_LITE_PARAM(getter, key, def, doc)                                                       \
+    int64_t getter(void) __attribute__((visibility("hidden")));
 #include "netib_params.def"
 #undef BR_LITE_PARAM
 #undef NETIB_STR_PARAM

@@ -90,8 +90,8 @@ static int sock_io(netib_comm_t *c, int send_dir, void *buf, size_t len, const c
             continue;
         }
         BR_WARN(NCCL_NET, "NET/IB : %s:%d: handshake with %s: %s failed: %s", c->dev->name,
-                c->dev->port, c->peer, what, n == 0 ? "the peer closed the connection"
-                                                     : strerror(errno));
+                c->dev->port, c->peer, what,
+                n == 0 ? "the peer closed the connection" : strerror(errno));
         return -1;
     }
     c->off = 0;
@@ -132,10 +132,10 @@ static ncclResult_t create_qp(netib_comm_t *c, struct ibv_qp **qp_p)
     a.pkey_index = (uint16_t)netib_param_pkey();
     a.port_num = (uint8_t)c->dev->port;
     a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                  IBV_QP_ACCESS_FLAGS) != 0) {
-        BR_WARN(NCCL_NET, "NET/IB : %s:%d: QP %#x to INIT failed: %s", c->dev->name,
-                c->dev->port, qp->qp_num, strerror(errno));
+    if (ibv_modify_qp(qp, &a,
+                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+        BR_WARN(NCCL_NET, "NET/IB : %s:%d: QP %#x to INIT failed: %s", c->dev->name, c->dev->port,
+                qp->qp_num, strerror(errno));
         ibv_destroy_qp(qp);
         return ncclSystemError;
     }
@@ -167,9 +167,9 @@ static ncclResult_t qp_connect(netib_comm_t *c, struct ibv_qp *qp, uint32_t qpn,
     a.ah_attr.dlid = r->lid;
     a.ah_attr.sl = (uint8_t)netib_param_sl();
     a.ah_attr.port_num = (uint8_t)d->port;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                  IBV_QP_MIN_RNR_TIMER) != 0) {
+    if (ibv_modify_qp(qp, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
         BR_WARN(NCCL_NET, "NET/IB : %s:%d: QP %#x to RTR (peer %s QP %#x on %.32s) failed: %s",
                 d->name, d->port, qp->qp_num, c->peer, qpn, r->dev, strerror(errno));
         return ncclSystemError;
@@ -181,11 +181,11 @@ static ncclResult_t qp_connect(netib_comm_t *c, struct ibv_qp *qp, uint32_t qpn,
     a.rnr_retry = 7; /* infinite: a receive is always posted before its FIFO entry */
     a.sq_psn = 0;
     a.max_rd_atomic = 1;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) !=
-        0) {
-        BR_WARN(NCCL_NET, "NET/IB : %s:%d: QP %#x to RTS failed: %s", d->name, d->port,
-                qp->qp_num, strerror(errno));
+    if (ibv_modify_qp(qp, &a,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+        BR_WARN(NCCL_NET, "NET/IB : %s:%d: QP %#x to RTS failed: %s", d->name, d->port, qp->qp_num,
+                strerror(errno));
         return ncclSystemError;
     }
     return ncclSuccess;
@@ -250,10 +250,10 @@ static void comm_free(netib_comm_t *c)
 static ncclResult_t comm_create(netib_dev_t *d, int is_send, int tc, int fd, netib_comm_t **c_p)
 {
     netib_comm_t *c = calloc(1, sizeof(*c));
-    int fifo_access = is_send ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
-                              : IBV_ACCESS_LOCAL_WRITE;
-    int sizes_access = is_send ? IBV_ACCESS_LOCAL_WRITE
-                               : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    int fifo_access =
+        is_send ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_LOCAL_WRITE;
+    int sizes_access =
+        is_send ? IBV_ACCESS_LOCAL_WRITE : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 
     if (c == NULL) {
         BR_WARN(NCCL_NET, "NET/IB : out of memory for a comm");
@@ -317,10 +317,9 @@ static void fill_info(netib_comm_t *c, netib_info_t *i, uint64_t secret)
 static ncclResult_t connect_all(netib_comm_t *c, const netib_info_t *r)
 {
     if (r->link_layer != c->dev->link_layer) {
-        BR_WARN(NCCL_NET, "NET/IB : %s:%d (%s) cannot reach peer %s on %.32s:%u (%s)",
-                c->dev->name, c->dev->port,
-                c->dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", c->peer, r->dev,
-                r->port, r->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB");
+        BR_WARN(NCCL_NET, "NET/IB : %s:%d (%s) cannot reach peer %s on %.32s:%u (%s)", c->dev->name,
+                c->dev->port, c->dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB",
+                c->peer, r->dev, r->port, r->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB");
         return ncclSystemError;
     }
     for (int q = 0; q < c->nqps; q++) {
@@ -360,10 +359,9 @@ ncclResult_t netib_conn_listen(int dev, int tc, void *handle, void **listen_comm
         l->secret = (uint64_t)netib_now_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
     }
     memset(h, 0, NCCL_NET_HANDLE_MAXSIZE);
-    memcpy(&h->addr, &d->oob, d->oob.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                                           : sizeof(struct sockaddr_in));
-    BR_SYS_GOTO(l->fd = socket(h->addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                               0),
+    memcpy(&h->addr, &d->oob,
+           d->oob.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+    BR_SYS_GOTO(l->fd = socket(h->addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
                 res, err_free);
     len = h->addr.sa.sa_family == AF_INET6 ? sizeof(h->addr.sin6) : sizeof(h->addr.sin);
     BR_SYS_GOTO(bind(l->fd, &h->addr.sa, len), res, err_close);
@@ -443,8 +441,10 @@ static ncclResult_t connect_start(netib_dev_t *d, int tc, const netib_handle_t *
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
     c->nqps = (int)netib_param_qps_per_conn();
     if (c->nqps < 1 || c->nqps > NETIB_MAX_QPS) {
-        BR_WARN(NCCL_NET | NCCL_ENV, "NET/IB : NCCL_IB_QPS_PER_CONNECTION %d is out of 1..%d; "
-                "using %d", c->nqps, NETIB_MAX_QPS, c->nqps < 1 ? 1 : NETIB_MAX_QPS);
+        BR_WARN(NCCL_NET | NCCL_ENV,
+                "NET/IB : NCCL_IB_QPS_PER_CONNECTION %d is out of 1..%d; "
+                "using %d",
+                c->nqps, NETIB_MAX_QPS, c->nqps < 1 ? 1 : NETIB_MAX_QPS);
         c->nqps = c->nqps < 1 ? 1 : NETIB_MAX_QPS;
     }
     c->split = netib_param_split_data() != 0 && c->nqps > 1;
@@ -505,9 +505,11 @@ static int connect_step(netib_comm_t *c)
             return r;
         }
         if (c->info_in.magic != NETIB_MAGIC || c->info_in.nqps != (uint32_t)c->nqps) {
-            BR_WARN(NCCL_NET, "NET/IB : %s:%d: peer %s answered with a bad handshake (magic "
-                    "%#x, %u QPs for %d)", c->dev->name, c->dev->port, c->peer,
-                    c->info_in.magic, c->info_in.nqps, c->nqps);
+            BR_WARN(NCCL_NET,
+                    "NET/IB : %s:%d: peer %s answered with a bad handshake (magic "
+                    "%#x, %u QPs for %d)",
+                    c->dev->name, c->dev->port, c->peer, c->info_in.magic, c->info_in.nqps,
+                    c->nqps);
             return -1;
         }
         if (connect_all(c, &c->info_in) != ncclSuccess) {
@@ -542,8 +544,10 @@ ncclResult_t netib_conn_connect(int dev, int tc, void *handle, void **send_comm)
     if (p == NULL) {
         if (h->magic != NETIB_MAGIC ||
             (h->addr.sa.sa_family != AF_INET && h->addr.sa.sa_family != AF_INET6)) {
-            BR_WARN(NCCL_NET, "NET/IB : %s:%d: connect with a handle that net-ib did not make "
-                    "(magic %#x)", d->name, d->port, h->magic);
+            BR_WARN(NCCL_NET,
+                    "NET/IB : %s:%d: connect with a handle that net-ib did not make "
+                    "(magic %#x)",
+                    d->name, d->port, h->magic);
             return ncclInvalidUsage;
         }
         BR_CHECK(netib_dev_check(d, "connect"));
@@ -558,9 +562,9 @@ ncclResult_t netib_conn_connect(int dev, int tc, void *handle, void **send_comm)
         pending_remove(p);
         return ncclRemoteError;
     }
-    BR_INFO(NCCL_NET, "NET/IB : %s:%d: send comm to %s (%.32s:%u), %d QP%s from %#x%s",
-            d->name, d->port, p->comm->peer, p->comm->info_in.dev, p->comm->info_in.port,
-            p->comm->nqps, p->comm->nqps > 1 ? "s" : "", p->comm->qps[0]->qp_num,
+    BR_INFO(NCCL_NET, "NET/IB : %s:%d: send comm to %s (%.32s:%u), %d QP%s from %#x%s", d->name,
+            d->port, p->comm->peer, p->comm->info_in.dev, p->comm->info_in.port, p->comm->nqps,
+            p->comm->nqps > 1 ? "s" : "", p->comm->qps[0]->qp_num,
             p->comm->split ? ", data split across them" : "");
     *send_comm = p->comm;
     pending_remove(p);
@@ -581,8 +585,8 @@ static ncclResult_t accept_setup(netib_listen_t *l, netib_comm_t *c)
         return ncclRemoteError;
     }
     if (r->nqps < 1 || r->nqps > NETIB_MAX_QPS) {
-        BR_WARN(NCCL_NET, "NET/IB : %s:%d: peer %s asks for %u QPs", l->dev->name,
-                l->dev->port, c->peer, r->nqps);
+        BR_WARN(NCCL_NET, "NET/IB : %s:%d: peer %s asks for %u QPs", l->dev->name, l->dev->port,
+                c->peer, r->nqps);
         return ncclRemoteError;
     }
     c->nqps = (int)r->nqps;
@@ -595,8 +599,8 @@ static ncclResult_t accept_setup(netib_listen_t *l, netib_comm_t *c)
         /* iflush reads through a queue pair connected to itself. */
         netib_info_t self;
         BR_CHECK(create_qp(c, &c->flush_qp));
-        c->flush_mr = ibv_reg_mr(c->dev->pd, &c->flush_buf, sizeof(c->flush_buf),
-                                 IBV_ACCESS_LOCAL_WRITE);
+        c->flush_mr =
+            ibv_reg_mr(c->dev->pd, &c->flush_buf, sizeof(c->flush_buf), IBV_ACCESS_LOCAL_WRITE);
         if (c->flush_mr == NULL) {
             BR_WARN(NCCL_NET, "NET/IB : %s:%d: ibv_reg_mr of the flush buffer failed: %s",
                     c->dev->name, c->dev->port, strerror(errno));
@@ -718,10 +722,11 @@ void netib_comm_check_peer(netib_comm_t *c)
     ssize_t n = recv(c->fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
 
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        BR_WARN(NCCL_NET, "NET/IB : %s:%d: peer %s closed the connection with %d request%s "
-                "in flight (%s comm, QP %#x)", c->dev->name, c->dev->port, c->peer,
-                c->outstanding, c->outstanding == 1 ? "" : "s", c->is_send ? "send" : "receive",
-                c->qps[0]->qp_num);
+        BR_WARN(NCCL_NET,
+                "NET/IB : %s:%d: peer %s closed the connection with %d request%s "
+                "in flight (%s comm, QP %#x)",
+                c->dev->name, c->dev->port, c->peer, c->outstanding, c->outstanding == 1 ? "" : "s",
+                c->is_send ? "send" : "receive", c->qps[0]->qp_num);
         netib_comm_fail(c, ncclRemoteError);
     }
 }

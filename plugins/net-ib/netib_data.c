@@ -82,7 +82,7 @@ void netib_data_release_all(netib_comm_t *c)
 /* The key of data for this comm's device: mhandle's, or a registration made for the
  * request (kept in *tmp until it completes). */
 static ncclResult_t key_for(netib_comm_t *c, void *data, size_t size, netib_mr_t *mh,
-                           netib_mr_t **tmp, struct ibv_mr **mr_p)
+                            netib_mr_t **tmp, struct ibv_mr **mr_p)
 {
     if (size == 0) {
         *mr_p = NULL;
@@ -104,9 +104,12 @@ ncclResult_t netib_data_reg_mr(void *comm, void *data, size_t size, int type, vo
     netib_comm_t *c = comm;
 
     *mhandle = NULL;
-    if (type != NCCL_PTR_HOST && !(type == NCCL_PTR_CUDA && (c->dev->ptr_support & NCCL_PTR_CUDA))) {
-        BR_WARN(NCCL_NET, "NET/IB : %s:%d: regMr of memory type %d, which the device does not "
-                "offer (ptrSupport %#x)", c->dev->name, c->dev->port, type, c->dev->ptr_support);
+    if (type != NCCL_PTR_HOST &&
+        !(type == NCCL_PTR_CUDA && (c->dev->ptr_support & NCCL_PTR_CUDA))) {
+        BR_WARN(NCCL_NET,
+                "NET/IB : %s:%d: regMr of memory type %d, which the device does not "
+                "offer (ptrSupport %#x)",
+                c->dev->name, c->dev->port, type, c->dev->ptr_support);
         return ncclInvalidUsage;
     }
     return netib_mr_get(c->dev, data, size ? size : 1, type == NCCL_PTR_CUDA,
@@ -123,8 +126,10 @@ ncclResult_t netib_data_reg_mr_dmabuf(void *comm, void *data, size_t size, int t
         return netib_data_reg_mr(comm, data, size, type, mhandle);
     }
     if (type != NCCL_PTR_CUDA || !c->dev->dmabuf) {
-        BR_WARN(NCCL_NET, "NET/IB : %s:%d: regMrDmaBuf of memory type %d: dma-buf is not "
-                "offered on this device", c->dev->name, c->dev->port, type);
+        BR_WARN(NCCL_NET,
+                "NET/IB : %s:%d: regMrDmaBuf of memory type %d: dma-buf is not "
+                "offered on this device",
+                c->dev->name, c->dev->port, type);
         return ncclInvalidUsage;
     }
     return netib_mr_dmabuf(c->dev, data, size, offset, fd, (netib_mr_t **)mhandle);
@@ -162,7 +167,8 @@ static void recv_event(netib_comm_t *c, int slot, uint32_t imm)
     }
     if (imm & NETIB_IMM_ERROR) {
         if (r->state == NETIB_REQ_POSTED) {
-            BR_WARN(NCCL_NET, "NET/IB : %s:%d: peer %s refused receive slot %d: a message did "
+            BR_WARN(NCCL_NET,
+                    "NET/IB : %s:%d: peer %s refused receive slot %d: a message did "
                     "not fit the %d-buffer receive posted for it (capacity %zu, sent %u bytes)",
                     c->dev->name, c->dev->port, c->peer, slot, r->n, r->size,
                     imm & ~NETIB_IMM_ERROR);
@@ -209,12 +215,12 @@ static void poll_cq(netib_comm_t *c)
             int kind = (int)(wc[i].wr_id & 0xff), idx = (int)(wc[i].wr_id >> 8);
             if (wc[i].status != IBV_WC_SUCCESS) {
                 if (c->err == ncclSuccess) {
-                    BR_WARN(NCCL_NET, "NET/IB : %s:%d: %s on QP %#x (%s comm with peer %s) "
-                            "failed: %s (status %d, vendor error %#x)", c->dev->name,
-                            c->dev->port, wr_kind_str(kind), wc[i].qp_num,
+                    BR_WARN(NCCL_NET,
+                            "NET/IB : %s:%d: %s on QP %#x (%s comm with peer %s) "
+                            "failed: %s (status %d, vendor error %#x)",
+                            c->dev->name, c->dev->port, wr_kind_str(kind), wc[i].qp_num,
                             c->is_send ? "send" : "receive", c->peer,
-                            ibv_wc_status_str(wc[i].status), (int)wc[i].status,
-                            wc[i].vendor_err);
+                            ibv_wc_status_str(wc[i].status), (int)wc[i].status, wc[i].vendor_err);
                 }
                 netib_comm_fail(c, ncclRemoteError);
                 continue;
@@ -251,8 +257,8 @@ static int post_send_wr(netib_comm_t *c, struct ibv_qp *qp, struct ibv_send_wr *
 
 /* One RDMA write of [buf, buf+len) to remote addr on qp; imm >= 0 makes it the signalled
  * write with immediate that ends the slot on that queue pair. */
-static int write_one(netib_comm_t *c, struct ibv_qp *qp, const void *buf, size_t len,
-                     uint32_t lkey, uint64_t raddr, uint32_t rkey, int64_t imm, int slot)
+static int write_one(netib_comm_t *c, struct ibv_qp *qp, const void *buf, size_t len, uint32_t lkey,
+                     uint64_t raddr, uint32_t rkey, int64_t imm, int slot)
 {
     struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = (uint32_t)len, .lkey = lkey};
     struct ibv_send_wr wr;
@@ -287,9 +293,11 @@ static void post_slot(netib_comm_t *c, int slot, netib_req_t **reqs, const netib
         r->slot = slot;
         r->state = NETIB_REQ_POSTED;
         if (r->size > e[i].size) {
-            BR_WARN(NCCL_NET, "NET/IB : %s:%d: send of %zu bytes (tag %d) to peer %s does not "
-                    "fit the %llu-byte receive posted for it; refusing it", c->dev->name,
-                    c->dev->port, r->size, r->tag, c->peer, (unsigned long long)e[i].size);
+            BR_WARN(NCCL_NET,
+                    "NET/IB : %s:%d: send of %zu bytes (tag %d) to peer %s does not "
+                    "fit the %llu-byte receive posted for it; refusing it",
+                    c->dev->name, c->dev->port, r->size, r->tag, c->peer,
+                    (unsigned long long)e[i].size);
             r->state = NETIB_REQ_ERROR;
             refused = 1;
         }
@@ -315,8 +323,8 @@ static void post_slot(netib_comm_t *c, int slot, netib_req_t **reqs, const netib
                 len = r->size - off < chunk ? r->size - off : chunk;
                 if (n == 1) { /* the last write on this QP carries the immediate */
                     has_last[k] = 1;
-                    if (write_one(c, c->qps[q0 + k], r->data + off, len, r->lkey,
-                                  e[i].addr + off, e[i].rkey, imm, slot) != 0) {
+                    if (write_one(c, c->qps[q0 + k], r->data + off, len, r->lkey, e[i].addr + off,
+                                  e[i].rkey, imm, slot) != 0) {
                         return;
                     }
                     continue;
@@ -330,15 +338,15 @@ static void post_slot(netib_comm_t *c, int slot, netib_req_t **reqs, const netib
         if (n > 1) { /* the sizes go ahead of the immediate on the first queue pair */
             if (write_one(c, c->qps[q0], c->gsizes[slot], (size_t)n * sizeof(int32_t),
                           c->gsizes_mr->lkey,
-                          c->remote_addr + (uint64_t)slot * sizeof(c->gsizes[0]),
-                          c->remote_rkey, -1, slot) != 0) {
+                          c->remote_addr + (uint64_t)slot * sizeof(c->gsizes[0]), c->remote_rkey,
+                          -1, slot) != 0) {
                 return;
             }
         }
     }
     for (int k = 0; k < nq; k++) { /* queue pairs without a data write of their own */
-        if (!has_last[k] && write_one(c, c->qps[q0 + k], NULL, 0, 0, e[0].addr, e[0].rkey, imm,
-                                      slot) != 0) {
+        if (!has_last[k] &&
+            write_one(c, c->qps[q0 + k], NULL, 0, 0, e[0].addr, e[0].rkey, imm, slot) != 0) {
             return;
         }
     }
@@ -495,8 +503,7 @@ ncclResult_t netib_data_irecv(void *recv_comm, int n, void **data, size_t *sizes
         rwr.wr_id = WR_ID(WR_RECV, slot);
         if ((err = ibv_post_recv(c->qps[q0 + k], &rwr, &bad)) != 0) {
             BR_WARN(NCCL_NET, "NET/IB : %s:%d: ibv_post_recv on QP %#x (peer %s) failed: %s",
-                    c->dev->name, c->dev->port, c->qps[q0 + k]->qp_num, c->peer,
-                    strerror(err));
+                    c->dev->name, c->dev->port, c->qps[q0 + k]->qp_num, c->peer, strerror(err));
             netib_comm_fail(c, ncclSystemError);
             req_put(r);
             return ncclSystemError;
@@ -551,8 +558,8 @@ ncclResult_t netib_data_iflush(void *recv_comm, int n, void **data, int *sizes, 
         return ncclSuccess; /* host memory: the data is visible already */
     }
     if ((r = req_get(c, NETIB_FLUSH)) == NULL) {
-        BR_WARN(NCCL_NET, "NET/IB : %s:%d: no request left for a flush (peer %s)",
-                c->dev->name, c->dev->port, c->peer);
+        BR_WARN(NCCL_NET, "NET/IB : %s:%d: no request left for a flush (peer %s)", c->dev->name,
+                c->dev->port, c->peer);
         return ncclInternalError;
     }
     /* A read of the last buffer through the loopback queue pair completes only after
@@ -570,8 +577,8 @@ ncclResult_t netib_data_iflush(void *recv_comm, int n, void **data, int *sizes, 
     wr.wr.rdma.remote_addr = (uint64_t)(uintptr_t)data[last];
     wr.wr.rdma.rkey = mh->mr->rkey;
     if ((e = ibv_post_send(c->flush_qp, &wr, &bad)) != 0) {
-        BR_WARN(NCCL_NET, "NET/IB : %s:%d: flush read on QP %#x failed to post: %s",
-                c->dev->name, c->dev->port, c->flush_qp->qp_num, strerror(e));
+        BR_WARN(NCCL_NET, "NET/IB : %s:%d: flush read on QP %#x failed to post: %s", c->dev->name,
+                c->dev->port, c->flush_qp->qp_num, strerror(e));
         req_put(r);
         netib_comm_fail(c, ncclSystemError);
         return ncclSystemError;

@@ -104,8 +104,10 @@ static ncclResult_t pick_gid(netib_dev_t *d, int gid_tbl_len)
         return ncclSystemError;
     }
     if (fam_s != NULL && strcmp(fam_s, "AF_INET") != 0 && strcmp(fam_s, "AF_INET6") != 0) {
-        BR_WARN(NCCL_INIT | NCCL_ENV, "NET/IB : NCCL_IB_ADDR_FAMILY '%s' is neither AF_INET nor "
-                "AF_INET6; using AF_INET", fam_s);
+        BR_WARN(NCCL_INIT | NCCL_ENV,
+                "NET/IB : NCCL_IB_ADDR_FAMILY '%s' is neither AF_INET nor "
+                "AF_INET6; using AF_INET",
+                fam_s);
     }
     for (int i = 0; i < gid_tbl_len; i++) {
         struct ibv_gid_entry ge;
@@ -125,8 +127,10 @@ static ncclResult_t pick_gid(netib_dev_t *d, int gid_tbl_len)
             BR_WARN(NCCL_INIT | NCCL_NET, "NET/IB : %s:%d has no GID at NCCL_IB_GID_INDEX %d",
                     d->name, d->port, forced);
         } else {
-            BR_WARN(NCCL_INIT | NCCL_NET, "NET/IB : %s:%d has no RoCE GID (is its netdev up "
-                    "with an address?)", d->name, d->port);
+            BR_WARN(NCCL_INIT | NCCL_NET,
+                    "NET/IB : %s:%d has no RoCE GID (is its netdev up "
+                    "with an address?)",
+                    d->name, d->port);
         }
         free(e);
         return ncclSystemError;
@@ -136,8 +140,10 @@ static ncclResult_t pick_gid(netib_dev_t *d, int gid_tbl_len)
     if (forced < 0 && (e[pick].type != ((int)netib_param_roce_version() == 1 ? NETIB_GID_ROCE_V1
                                                                              : NETIB_GID_ROCE_V2) ||
                        (family == AF_INET) != netib_gid_is_ipv4(e[pick].raw))) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "NET/IB : %s:%d has no RoCE v%d GID of family %s; using "
-                "GID index %d", d->name, d->port, (int)netib_param_roce_version(),
+        BR_INFO(NCCL_INIT | NCCL_NET,
+                "NET/IB : %s:%d has no RoCE v%d GID of family %s; using "
+                "GID index %d",
+                d->name, d->port, (int)netib_param_roce_version(),
                 family == AF_INET ? "AF_INET" : "AF_INET6", d->gid_index);
     }
     free(e);
@@ -223,9 +229,10 @@ static void probe_gpu(netib_dev_t *d, const char *label)
     if (d->dmabuf) {
         d->ptr_support |= NCCL_PTR_DMABUF;
     }
-    BR_INFO(NCCL_INIT | NCCL_NET, "NET/IB : %s: GPUDirect RDMA %s (GPU driver %s, peer memory "
-            "module %s, dma-buf registration %s)", label,
-            (d->ptr_support & NCCL_PTR_CUDA) ? "on" : "off: NCCL_PTR_CUDA not offered",
+    BR_INFO(NCCL_INIT | NCCL_NET,
+            "NET/IB : %s: GPUDirect RDMA %s (GPU driver %s, peer memory "
+            "module %s, dma-buf registration %s)",
+            label, (d->ptr_support & NCCL_PTR_CUDA) ? "on" : "off: NCCL_PTR_CUDA not offered",
             gpu ? "present" : "absent", peermem ? "loaded" : "absent",
             dmabuf_drv ? "supported by the device" : "not supported by the device");
 }
@@ -253,8 +260,10 @@ static ncclResult_t add_port(struct ibv_context *ctx, const char *name,
     d->speed_mbps = netib_port_speed_mbps(pa->active_speed, pa->active_width);
     netib_dev_label(d, label, sizeof(label));
     if (d->speed_mbps == 0) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "NET/IB : %s: unknown speed code %d width %d; reporting "
-                "10 Gb/s", label, pa->active_speed, pa->active_width);
+        BR_INFO(NCCL_INIT | NCCL_NET,
+                "NET/IB : %s: unknown speed code %d width %d; reporting "
+                "10 Gb/s",
+                label, pa->active_speed, pa->active_width);
         d->speed_mbps = 10000;
     }
     snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device", name);
@@ -290,10 +299,11 @@ static ncclResult_t add_port(struct ibv_context *ctx, const char *name,
             inet_ntop(AF_INET6, d->gid.raw, gid, sizeof(gid));
         }
         netib_addr_str((struct sockaddr *)&d->oob, oob, sizeof(oob));
-        BR_INFO(NCCL_INIT | NCCL_NET, "NET/IB : [%d] %s %s, %d Mbps, MTU %d, LID %#x, GID "
-                "index %d %s, handshake on %s, pci %s", netib_ndevs, label,
-                link_layer_str(d->link_layer), d->speed_mbps, 128 << d->mtu, d->lid,
-                d->gid_index, gid, oob, d->pci_path ? d->pci_path : "none");
+        BR_INFO(NCCL_INIT | NCCL_NET,
+                "NET/IB : [%d] %s %s, %d Mbps, MTU %d, LID %#x, GID "
+                "index %d %s, handshake on %s, pci %s",
+                netib_ndevs, label, link_layer_str(d->link_layer), d->speed_mbps, 128 << d->mtu,
+                d->lid, d->gid_index, gid, oob, d->pci_path ? d->pci_path : "none");
     }
     netib_ndevs++;
     return ncclSuccess;
@@ -334,8 +344,8 @@ static int scan_device(struct ibv_device *dev, const netib_hca_list_t *hca, char
         struct ibv_port_attr pa;
         size_t used = strlen(seen);
         if (ibv_query_port(ctx, (uint8_t)port, &pa) != 0) {
-            BR_WARN(NCCL_INIT | NCCL_NET, "NET/IB : ibv_query_port(%s, %d) failed: %s", name,
-                    port, strerror(errno));
+            BR_WARN(NCCL_INIT | NCCL_NET, "NET/IB : ibv_query_port(%s, %d) failed: %s", name, port,
+                    strerror(errno));
             continue;
         }
         snprintf(seen + used, seen_len - used, "%s%s:%d (%s)", used ? ", " : "", name, port,
@@ -346,8 +356,10 @@ static int scan_device(struct ibv_device *dev, const netib_hca_list_t *hca, char
         }
         if (pa.state != IBV_PORT_ACTIVE) {
             if (hca->n > 0 && !hca->exclude) {
-                BR_WARN(NCCL_INIT | NCCL_NET, "NET/IB : %s:%d named by NCCL_IB_HCA is %s, not "
-                        "ACTIVE; not using it", name, port, port_state_str(pa.state));
+                BR_WARN(NCCL_INIT | NCCL_NET,
+                        "NET/IB : %s:%d named by NCCL_IB_HCA is %s, not "
+                        "ACTIVE; not using it",
+                        name, port, port_state_str(pa.state));
             } else {
                 BR_INFO(NCCL_INIT | NCCL_NET, "NET/IB : %s:%d is %s, not ACTIVE; not using it",
                         name, port, port_state_str(pa.state));
@@ -356,12 +368,11 @@ static int scan_device(struct ibv_device *dev, const netib_hca_list_t *hca, char
         }
         if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND &&
             pa.link_layer != IBV_LINK_LAYER_ETHERNET) {
-            BR_INFO(NCCL_INIT | NCCL_NET, "NET/IB : %s:%d has link layer %d; not using it",
-                    name, port, pa.link_layer);
+            BR_INFO(NCCL_INIT | NCCL_NET, "NET/IB : %s:%d has link layer %d; not using it", name,
+                    port, pa.link_layer);
             continue;
         }
-        if (add_port(ctx, name, &da, port, &pa, be64toh(ibv_get_device_guid(dev))) ==
-            ncclSuccess) {
+        if (add_port(ctx, name, &da, port, &pa, be64toh(ibv_get_device_guid(dev))) == ncclSuccess) {
             added++;
         }
     }
@@ -385,8 +396,10 @@ static void dev_init_once(void)
         return;
     }
     if (netib_hca_parse(spec, &hca) != 0) {
-        BR_WARN(NCCL_INIT | NCCL_ENV, "NET/IB : NCCL_IB_HCA '%s' is malformed (expected "
-                "[^][=]name[:port],...)", spec);
+        BR_WARN(NCCL_INIT | NCCL_ENV,
+                "NET/IB : NCCL_IB_HCA '%s' is malformed (expected "
+                "[^][=]name[:port],...)",
+                spec);
         netib_init_res = ncclInvalidUsage;
         return;
     }
@@ -405,8 +418,10 @@ static void dev_init_once(void)
     ibv_free_device_list(list);
     if (netib_ndevs == 0) {
         if (spec != NULL) {
-            BR_WARN(NCCL_INIT | NCCL_NET, "NET/IB : no usable port left by NCCL_IB_HCA '%s' "
-                    "among %s", spec, seen);
+            BR_WARN(NCCL_INIT | NCCL_NET,
+                    "NET/IB : no usable port left by NCCL_IB_HCA '%s' "
+                    "among %s",
+                    spec, seen);
         } else {
             BR_WARN(NCCL_INIT | NCCL_NET, "NET/IB : no ACTIVE port among %s", seen);
         }
@@ -423,8 +438,10 @@ ncclResult_t netib_dev_init(void)
     pthread_mutex_lock(&netib_init_lock);
     if (netib_init_pid != getpid()) {
         if (netib_init_pid != 0) {
-            BR_INFO(NCCL_INIT | NCCL_NET, "NET/IB : process %d was forked from %d; finding the "
-                    "devices again", (int)getpid(), (int)netib_init_pid);
+            BR_INFO(NCCL_INIT | NCCL_NET,
+                    "NET/IB : process %d was forked from %d; finding the "
+                    "devices again",
+                    (int)getpid(), (int)netib_init_pid);
         }
         netib_ndevs = 0;
         memset(netib_devs, 0, sizeof(netib_devs));
@@ -491,8 +508,7 @@ ncclResult_t netib_dev_check(netib_dev_t *d, const char *what)
     pthread_mutex_unlock(&d->lock);
     netib_dev_label(d, label, sizeof(label));
     if (fatal) {
-        BR_WARN(NCCL_NET, "NET/IB : %s: cannot %s: the device reported a fatal error", label,
-                what);
+        BR_WARN(NCCL_NET, "NET/IB : %s: cannot %s: the device reported a fatal error", label, what);
         return ncclSystemError;
     }
     if (ibv_query_port(d->ctx, (uint8_t)d->port, &pa) != 0) {
@@ -519,9 +535,11 @@ static void handle_event(netib_dev_t *d, const struct ibv_async_event *ev, const
     case IBV_EVENT_QP_ACCESS_ERR:
     case IBV_EVENT_PATH_MIG_ERR: {
         netib_comm_t *c = ev->element.qp->qp_context;
-        BR_WARN(NCCL_NET, "NET/IB : %s: asynchronous event '%s' on QP %#x (%s comm with peer "
-                "%s)", label, what, ev->element.qp->qp_num,
-                c ? (c->is_send ? "send" : "receive") : "no", c ? c->peer : "?");
+        BR_WARN(NCCL_NET,
+                "NET/IB : %s: asynchronous event '%s' on QP %#x (%s comm with peer "
+                "%s)",
+                label, what, ev->element.qp->qp_num, c ? (c->is_send ? "send" : "receive") : "no",
+                c ? c->peer : "?");
         if (c != NULL) {
             netib_comm_fail(c, ncclRemoteError);
         }
@@ -547,9 +565,7 @@ static void handle_event(netib_dev_t *d, const struct ibv_async_event *ev, const
         BR_WARN(NCCL_NET, "NET/IB : %s: asynchronous event '%s'", label, what);
         d->fatal = 1;
         break;
-    default:
-        BR_INFO(NCCL_NET, "NET/IB : %s: asynchronous event '%s'", label, what);
-        break;
+    default: BR_INFO(NCCL_NET, "NET/IB : %s: asynchronous event '%s'", label, what); break;
     }
 }
 
@@ -575,8 +591,8 @@ void netib_dev_poll_events(netib_dev_t *d)
         }
         for (int i = 0; i < netib_ndevs; i++) {
             netib_dev_t *s = &netib_devs[i];
-            int port_ev = ev.event_type == IBV_EVENT_PORT_ERR ||
-                          ev.event_type == IBV_EVENT_PORT_ACTIVE;
+            int port_ev =
+                ev.event_type == IBV_EVENT_PORT_ERR || ev.event_type == IBV_EVENT_PORT_ACTIVE;
             if (s->ctx != d->ctx || (port_ev && (int)ev.element.port_num != s->port) ||
                 (!port_ev && s != d)) {
                 continue;

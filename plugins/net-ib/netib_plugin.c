@@ -240,8 +240,8 @@ static ncclResult_t netib_connect_v10(int dev, ncclNetCommConfig_v10_t *config, 
                                       void **send_comm, ncclNetDeviceHandle_v10_t **dev_comm)
 {
     (void)dev_comm;
-    return netib_conn_connect(dev, ctx_tc(config ? config->trafficClass
-                                                 : NCCL_NET_TRAFFIC_CLASS_UNDEF),
+    return netib_conn_connect(dev,
+                              ctx_tc(config ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF),
                               handle, send_comm);
 }
 

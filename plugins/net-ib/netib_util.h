@@ -9,8 +9,8 @@
 
 #include <stdint.h>
 
-#define NETIB_HCA_MAX 32    /* entries of an NCCL_IB_HCA list */
-#define NETIB_HCA_NAME 64   /* characters of one entry's name */
+#define NETIB_HCA_MAX 32  /* entries of an NCCL_IB_HCA list */
+#define NETIB_HCA_NAME 64 /* characters of one entry's name */
 
 /* A parsed NCCL_IB_HCA value. */
 typedef struct {
