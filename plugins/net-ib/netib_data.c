@@ -612,9 +612,11 @@ static void progress(netib_comm_t *c)
     if (c->err == ncclSuccess) {
         netib_comm_check_peer(c);
     }
-    if (c->err == ncclSuccess && c->dev->fatal) {
-        BR_WARN(NCCL_NET, "NET/IB : %s:%d: device failed with %d requests in flight (peer %s)",
-                c->dev->name, c->dev->port, c->outstanding, c->peer);
+    if (c->err == ncclSuccess && (c->dev->fatal || c->dev->port_down)) {
+        /* A request that waits for its peer's FIFO entry would otherwise wait forever. */
+        BR_WARN(NCCL_NET, "NET/IB : %s:%d: %s with %d requests in flight (peer %s)", c->dev->name,
+                c->dev->port, c->dev->fatal ? "the device failed" : "the port went down",
+                c->outstanding, c->peer);
         netib_comm_fail(c, ncclSystemError);
     }
 }

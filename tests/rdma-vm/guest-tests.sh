@@ -55,7 +55,7 @@ expect "filtered out (NCCL_IB_HCA=^rxe)" 30 "no usable port left by NCCL_IB_HCA 
 expect "malformed NCCL_IB_HCA" 30 "NCCL_IB_HCA 'rxe0:x' is malformed" \
     env NCCL_IB_HCA=rxe0:x "$chk" "$plugin" devices -1
 expect "queue pair in error (remote access)" 90 "remote access error" "$chk" "$plugin" access
-expect "port down mid-connection (async event, retries exhausted)" 120 "asynchronous event" \
+expect "port down mid-connection (async event, both ends fail)" 120 "asynchronous event" \
     env NCCL_IB_TIMEOUT=8 NCCL_IB_RETRY_CNT=2 "$chk" "$plugin" portdown "ip link set d0 down"
 expect "port down at init" 30 "rxe0:1 named by NCCL_IB_HCA is" \
     env NCCL_IB_HCA=rxe0 "$chk" "$plugin" devices 0
