@@ -3,8 +3,12 @@
 # Install what building and testing Braid needs on Debian 12 (run as root, or with sudo).
 # --no-torch leaves out PyTorch (the demo does not need it).
 set -euo pipefail
+# libibverbs-dev builds plugins/net-ib; the rest runs its tests in a QEMU guest on this
+# machine's root with soft-RoCE (tests/rdma-vm): the guest's kernel and modules, QEMU,
+# busybox for its initramfs, the rxe verbs provider and the rdma tool.
 pkgs=(build-essential cmake pkg-config check libsubunit-dev libfabric-dev libfabric-bin
-      libhwloc-dev iproute2 procps)
+      libhwloc-dev iproute2 procps libibverbs-dev ibverbs-providers ibverbs-utils
+      qemu-system-x86 linux-image-amd64 busybox)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
