@@ -37,8 +37,9 @@ typedef struct {
     size_t count;
     int root, inplace, shift;
     size_t slot_bytes;
-    int nops;    /* work items per block, run in a row */
-    int nlaunch; /* launches in a row on the same connections */
+    int nops;            /* work items per block, run in a row */
+    int nlaunch;         /* launches in a row on the same connections */
+    uint64_t start_step; /* connections' first step number */
 } ccase_t;
 
 /* One operation's buffers. */
@@ -68,12 +69,12 @@ static void describe(const ccase_t *k, char *msg, size_t len)
 {
     snprintf(msg, len,
              "%s/%s/%s n=%d nch=%d layout=%d %s %s%s count=%zu root=%d %s shift=%d slot=%zu "
-             "ops=%d launches=%d",
+             "ops=%d launches=%d start_step=%llu",
              br_func_name(k->func), br_algo_name(k->algo), br_proto_name(k->proto), k->n, k->nch,
              k->layout, brt_type_info(k->type)->name, brt_op_name(k->op),
              k->dev_scalar ? "(device scalar)" : "", k->count, k->root,
-             k->inplace ? "in-place" : "out-of-place", k->shift, k->slot_bytes, k->nops,
-             k->nlaunch);
+             k->inplace ? "in-place" : "out-of-place", k->shift, k->slot_bytes, k->nops, k->nlaunch,
+             (unsigned long long)k->start_step);
 }
 
 static void op_setup(const ccase_t *k, uint64_t seq, opbuf_t *B)
@@ -291,6 +292,7 @@ static int coll_case(const ccase_t *k, char *msg, size_t len)
 
     layout_hosts(k->layout, k->n, hosts);
     emu_fabric_init(&f, k->n, k->nch, hosts, k->slot_bytes);
+    f.start_step = k->start_step;
     for (int l = 0; l < k->nlaunch && !fail; l++) {
         opbuf_t B[2];
         br_dev_work_t works[2 * EMU_MAXR * EMU_MAXCH];
@@ -389,6 +391,9 @@ START_TEST(test_collectives)
             k.slot_bytes = 1024;
             k.nops = 1 + (z == NSIZES - 1 || v % 3 == 0);
             k.nlaunch = 1 + (z == NSIZES - 1);
+            /* Now and then across the end of an LL flag epoch (2^30 steps): flags wrap and
+             * slots are cleared on their first use in the new epoch. */
+            k.start_step = v % 4 == 1 ? (1ull << 30) - 5 : 0;
             cases++;
             if (coll_case(&k, msg, sizeof(msg)) != 0) {
                 fprintf(stderr, "FAIL %s\n", msg);
