@@ -12,6 +12,9 @@
 
 #include "dev_prims.h"
 #include "exec_reduce.h"
+/* After dev_prims.h: fifo.h redefining BR_STEPS with another value than the kernels' fails
+ * the build (-Werror). */
+#include "fifo.h"
 #include "plan.h"
 
 static void *xcalloc(size_t n, size_t size)
