@@ -31,6 +31,7 @@ typedef struct {
 /* Kept out of line: one copy of a large function (the arithmetic's type switch). */
 #define BR_DEV_NOINLINE static __device__ __noinline__
 #define BR_DEV_TID ((int)threadIdx.x)
+#define BR_DEV_PRAGMA_UNROLL _Pragma("unroll")
 #define BR_DEV_NTHR ((int)blockDim.x)
 #define BR_DEV_SYNC() __syncthreads()
 
@@ -172,6 +173,7 @@ BR_DEV_HD uint64_t br_dev_d2u(double d)
 #define BR_DEV_HD static inline
 #define BR_DEV_NOINLINE static
 #define BR_DEV_TID 0
+#define BR_DEV_PRAGMA_UNROLL _Pragma("GCC unroll 4")
 #define BR_DEV_NTHR 1
 #define BR_DEV_SYNC()                                                                              \
     do {                                                                                           \

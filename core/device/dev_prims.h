@@ -467,18 +467,24 @@ BR_DEV_HD int br_dev_sched(const br_dev_launch_t *L, const br_dev_block_t *B,
     return 0;
 }
 
-/* A COPY item: this block's bytes from src to dst. */
+/* A COPY item: this block's bytes from src to dst, through the Simple data path (a MOVE
+ * from the input to the output, no FIFO). */
 BR_DEV_HD void br_dev_copy(const br_dev_work_t *w)
 {
+    br_dev_step_t S;
     if (w->src == w->dst) {
         return;
     }
-    uint64_t n = (w->bytes + 15) / 16;
-    for (uint64_t p = (uint64_t)BR_DEV_TID; p < n; p += (uint64_t)BR_DEV_NTHR) {
-        uint64_t off = p * 16;
-        uint32_t nb = br_dev_piece_bytes(w->bytes, off, 16);
-        br_dev_st_any(w->dst + off, br_dev_ld_any(w->src + off, nb), nb);
-    }
+    S.mode = BR_DEV_MODE_MOVE;
+    S.src = BR_DEV_SRC_IN;
+    S.nr = S.ns = 0;
+    S.in = S.from = w->src;
+    S.out = w->dst;
+    S.bytes = w->bytes;
+    S.pre = 0;
+    S.R = NULL;
+    S.bad = NULL;
+    br_dev_data_simple(&S);
 }
 
 /* A LOCAL item, a one-rank collective: dst = post(pre(src)), as a reduction of one rank

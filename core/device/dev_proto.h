@@ -205,25 +205,62 @@ BR_DEV_HD uint32_t br_dev_piece_bytes(uint64_t bytes, uint64_t off, uint32_t mos
 
 /* ---- Simple ---- */
 
-BR_DEV_HD void br_dev_data_simple(const br_dev_step_t *S)
+/* Pieces one thread keeps in flight: enough independent 16-byte loads per thread to cover
+ * memory latency with one block per SM. */
+#define BR_DEV_UNROLL 4
+
+/* One piece at byte offset off: operands in, result out. */
+BR_DEV_HD void br_dev_simple_piece(const br_dev_step_t *S, uint64_t off)
 {
-    uint64_t n = (S->bytes + 15) / 16;
     br_dev_v2_t zero;
     zero.lo = zero.hi = 0;
-    for (uint64_t p = (uint64_t)BR_DEV_TID; p < n; p += (uint64_t)BR_DEV_NTHR) {
-        uint64_t off = p * 16;
-        uint32_t nb = br_dev_piece_bytes(S->bytes, off, 16);
-        /* Slots are 16-byte aligned and hold whole pieces. */
-        br_dev_v2_t r0 = S->nr > 0 ? br_dev_ld16(S->rb[0] + off) : zero;
-        br_dev_v2_t r1 = S->nr > 1 ? br_dev_ld16(S->rb[1] + off) : zero;
-        br_dev_v2_t r2 = S->nr > 2 ? br_dev_ld16(S->rb[2] + off) : zero;
-        br_dev_v2_t v = br_dev_fold(S, r0, r1, r2, br_dev_local(S, off, nb), 2);
-        if (S->out != NULL) {
-            br_dev_st_any(S->out + off, v, nb);
+    uint32_t nb = br_dev_piece_bytes(S->bytes, off, 16);
+    /* Slots are 16-byte aligned and hold whole pieces. */
+    br_dev_v2_t r0 = S->nr > 0 ? br_dev_ld16(S->rb[0] + off) : zero;
+    br_dev_v2_t r1 = S->nr > 1 ? br_dev_ld16(S->rb[1] + off) : zero;
+    br_dev_v2_t r2 = S->nr > 2 ? br_dev_ld16(S->rb[2] + off) : zero;
+    br_dev_v2_t v = br_dev_fold(S, r0, r1, r2, br_dev_local(S, off, nb), 2);
+    if (S->out != NULL) {
+        br_dev_st_any(S->out + off, v, nb);
+    }
+    for (int i = 0; i < S->ns; i++) {
+        br_dev_st16(S->sb[i] + off, v);
+    }
+}
+
+BR_DEV_HD void br_dev_data_simple(const br_dev_step_t *S)
+{
+    const uint64_t nthr = (uint64_t)BR_DEV_NTHR, tid = (uint64_t)BR_DEV_TID;
+    const uint64_t group = 16u * BR_DEV_UNROLL * nthr; /* bytes of one round of the block */
+    uint64_t done = 0;
+    br_dev_v2_t zero;
+    zero.lo = zero.hi = 0;
+    /* Whole rounds: every thread loads all its pieces' operands, then folds and stores, so
+     * that BR_DEV_UNROLL loads per operand are outstanding at once. Steps with one received
+     * operand at most (rings, chains, trees going down): more would cost registers. */
+    for (; S->nr <= 1 && done + group <= S->bytes; done += group) {
+        br_dev_v2_t r0[BR_DEV_UNROLL], x[BR_DEV_UNROLL];
+        BR_DEV_PRAGMA_UNROLL
+        for (int k = 0; k < BR_DEV_UNROLL; k++) {
+            uint64_t off = done + 16u * (tid + (uint64_t)k * nthr);
+            r0[k] = S->nr > 0 ? br_dev_ld16(S->rb[0] + off) : zero;
+            x[k] = br_dev_local(S, off, 16);
         }
-        for (int i = 0; i < S->ns; i++) {
-            br_dev_st16(S->sb[i] + off, v);
+        BR_DEV_PRAGMA_UNROLL
+        for (int k = 0; k < BR_DEV_UNROLL; k++) {
+            uint64_t off = done + 16u * (tid + (uint64_t)k * nthr);
+            br_dev_v2_t v = br_dev_fold(S, r0[k], zero, zero, x[k], 2);
+            if (S->out != NULL) {
+                br_dev_st_any(S->out + off, v, 16);
+            }
+            for (int i = 0; i < S->ns; i++) {
+                br_dev_st16(S->sb[i] + off, v);
+            }
         }
+    }
+    /* The rest, one piece at a time. */
+    for (uint64_t off = done + 16u * tid; off < S->bytes; off += 16u * nthr) {
+        br_dev_simple_piece(S, off);
     }
 }
 

@@ -8,9 +8,9 @@
  * (slots reused); in and out of place, aligned and not; two work items in a row on the
  * same connections and two launches in a row (step numbers carried over). Results must
  * equal, bit for bit, the host executor's arithmetic folded in the schedule's order (on
- * random bits), and, for every type and op, brt_data's exact references. Also: COPY items,
- * a mismatched call (BR_DEV_MISMATCH naming the peer), the abort flag and the timeout
- * ending a wait, and a work item the kernels do not know.
+ * random bits), and, for every type and op, brt_data's exact references. Also: COPY and
+ * LOCAL items, a mismatched call (BR_DEV_MISMATCH naming the peer), the abort flag and the
+ * timeout ending a wait, and a work item the kernels do not know.
  */
 #include <check.h>
 #include <stdio.h>
@@ -37,8 +37,9 @@ typedef struct {
     size_t count;
     int root, inplace, shift;
     size_t slot_bytes;
-    int nops;    /* work items per block, run in a row */
-    int nlaunch; /* launches in a row on the same connections */
+    int nops;            /* work items per block, run in a row */
+    int nlaunch;         /* launches in a row on the same connections */
+    uint64_t start_step; /* connections' first step number */
 } ccase_t;
 
 /* One operation's buffers. */
@@ -68,12 +69,12 @@ static void describe(const ccase_t *k, char *msg, size_t len)
 {
     snprintf(msg, len,
              "%s/%s/%s n=%d nch=%d layout=%d %s %s%s count=%zu root=%d %s shift=%d slot=%zu "
-             "ops=%d launches=%d",
+             "ops=%d launches=%d start_step=%llu",
              br_func_name(k->func), br_algo_name(k->algo), br_proto_name(k->proto), k->n, k->nch,
              k->layout, brt_type_info(k->type)->name, brt_op_name(k->op),
              k->dev_scalar ? "(device scalar)" : "", k->count, k->root,
-             k->inplace ? "in-place" : "out-of-place", k->shift, k->slot_bytes, k->nops,
-             k->nlaunch);
+             k->inplace ? "in-place" : "out-of-place", k->shift, k->slot_bytes, k->nops, k->nlaunch,
+             (unsigned long long)k->start_step);
 }
 
 static void op_setup(const ccase_t *k, uint64_t seq, opbuf_t *B)
@@ -291,6 +292,7 @@ static int coll_case(const ccase_t *k, char *msg, size_t len)
 
     layout_hosts(k->layout, k->n, hosts);
     emu_fabric_init(&f, k->n, k->nch, hosts, k->slot_bytes);
+    f.start_step = k->start_step;
     for (int l = 0; l < k->nlaunch && !fail; l++) {
         opbuf_t B[2];
         br_dev_work_t works[2 * EMU_MAXR * EMU_MAXCH];
@@ -389,6 +391,9 @@ START_TEST(test_collectives)
             k.slot_bytes = 1024;
             k.nops = 1 + (z == NSIZES - 1 || v % 3 == 0);
             k.nlaunch = 1 + (z == NSIZES - 1);
+            /* Now and then across the end of an LL flag epoch (2^30 steps): flags wrap and
+             * slots are cleared on their first use in the new epoch. */
+            k.start_step = v % 4 == 1 ? (1ull << 30) - 5 : 0;
             cases++;
             if (coll_case(&k, msg, sizeof(msg)) != 0) {
                 fprintf(stderr, "FAIL %s\n", msg);
@@ -488,6 +493,59 @@ START_TEST(test_copy)
     }
     free(src);
     free(dst);
+}
+END_TEST
+
+/* A LOCAL item (a one-rank collective) of every type and reduction, at odd offsets:
+ * post(pre(src)) as br_reduce computes it for one rank; an integer average divided by 3
+ * too (a divisor only a LOCAL item built by hand has). */
+START_TEST(test_local)
+{
+    ncclDataType_t type = brt_type_at(_i);
+    size_t ts = br_type_size(type), count = 1001;
+    unsigned char *src = (unsigned char *)malloc(count * ts + 16);
+    unsigned char *dst = (unsigned char *)malloc(count * ts + 16);
+    unsigned char *want = (unsigned char *)malloc(count * ts + 16);
+    static const ncclRedOp_t reds[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+    for (size_t i = 0; i < count * ts + 16; i++) {
+        src[i] = (unsigned char)(brt_mix64(i * 31 + (size_t)_i) >> 16);
+    }
+    for (int op = 0; op < 7; op++) {
+        br_redop_t red;
+        unsigned char scalar[8];
+        if (op < 5) {
+            br_redop_builtin(&red, reds[op], type, 1);
+        } else if (op == 5) {
+            brt_premul_scalar(type, scalar);
+            br_redop_premulsum(&red, type, scalar);
+        } else {
+            br_redop_builtin(&red, ncclAvg, type, 3);
+        }
+        br_dev_work_t w;
+        br_dev_block_t b = {0, 1, 0, 0};
+        emu_launch_t E;
+        memset(&w, 0, sizeof(w));
+        w.kind = BR_DEV_WORK_LOCAL;
+        w.type = (uint32_t)type;
+        w.red = (uint32_t)red.kind;
+        w.scalar_f = red.scalar_f;
+        w.scalar_i = red.scalar_i;
+        w.divisor = red.divisor;
+        w.reduce = 1;
+        w.count = count;
+        w.bytes = count * ts;
+        w.src = (const char *)src + ts;
+        w.dst = (char *)dst + 2 * ts;
+        memset(dst, GUARD_BYTE, count * ts + 16);
+        br_reduce(want, NULL, w.src, count, &red, BR_REDUCE_POST);
+        ck_assert_uint_eq(emu_launch(&E, &b, 1, &w, 0, 0), BR_DEV_OK);
+        int at = first_diff_typed(type, w.dst, want, count * ts);
+        ck_assert_msg(at < 0, "%s %s: byte %d differs", brt_type_info(type)->name,
+                      br_red_kind_name(red.kind), at);
+    }
+    free(src);
+    free(dst);
+    free(want);
 }
 END_TEST
 
@@ -654,6 +712,7 @@ static Suite *device_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("copy");
     tcase_add_test(tc, test_copy);
+    tcase_add_loop_test(tc, test_local, 0, BRT_NTYPES);
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");
     tcase_set_timeout(tc, 60);

@@ -12,6 +12,9 @@
 
 #include "dev_prims.h"
 #include "exec_reduce.h"
+/* After dev_prims.h: fifo.h redefining BR_STEPS with another value than the kernels' fails
+ * the build (-Werror). */
+#include "fifo.h"
 #include "plan.h"
 
 static void *xcalloc(size_t n, size_t size)
@@ -55,7 +58,7 @@ void emu_fabric_free(emu_fabric_t *f)
 }
 
 /* The connection sender -> receiver of channel c, made on first use: zeroed slots (no
- * line carries a flag yet), counters at 0. */
+ * line carries a flag yet), counters and step numbers at f->start_step. */
 static br_dev_conn_t *fabric_conn(emu_fabric_t *f, int c, int sender, int receiver)
 {
     br_dev_conn_t **k = &f->conn[c][sender][receiver];
@@ -70,6 +73,7 @@ static br_dev_conn_t *fabric_conn(emu_fabric_t *f, int c, int sender, int receiv
         x->tail = (uint64_t *)xcalloc(8, sizeof(uint64_t));
         x->head = (uint64_t *)xcalloc(8, sizeof(uint64_t));
         x->desc = (uint64_t *)xcalloc(2 * BR_STEPS, sizeof(uint64_t));
+        x->send_step = x->recv_step = *x->tail = *x->head = f->start_step;
         *k = x;
     }
     return *k;

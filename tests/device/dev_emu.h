@@ -25,6 +25,7 @@ typedef struct {
     int n, nch;
     br_graph_t *g;
     size_t slot_bytes;
+    uint64_t start_step; /* step numbers (and counters) new connections start at */
     br_dev_conn_t *conn[EMU_MAXCH][EMU_MAXR][EMU_MAXR]; /* [channel][sender][receiver] */
 } emu_fabric_t;
 
