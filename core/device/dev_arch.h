@@ -130,9 +130,9 @@ BR_DEV_HD uint64_t br_dev_now_ns(void)
 #define BR_DEV_YIELD() __nanosleep(64)
 
 /* First failure wins: only the block that turns status from 0 fills in the report. */
-BR_DEV_HD int br_dev_claim_status(volatile uint32_t *status, uint32_t code)
+BR_DEV_HD int br_dev_claim_status(uint32_t *claim, uint32_t code)
 {
-    return atomicCAS((unsigned int *)status, 0u, code) == 0u;
+    return atomicCAS((unsigned int *)claim, 0u, code) == 0u;
 }
 
 /* Bit casts. */
@@ -257,10 +257,10 @@ static inline uint64_t br_dev_now_ns(void)
 /* Blocks are threads, more of them than cores: a waiting one gives its core away. */
 #define BR_DEV_YIELD() sched_yield()
 
-static inline int br_dev_claim_status(volatile uint32_t *status, uint32_t code)
+static inline int br_dev_claim_status(uint32_t *claim, uint32_t code)
 {
     uint32_t expected = 0;
-    return __atomic_compare_exchange_n((uint32_t *)status, &expected, code, 0, __ATOMIC_SEQ_CST,
+    return __atomic_compare_exchange_n(claim, &expected, code, 0, __ATOMIC_SEQ_CST,
                                        __ATOMIC_SEQ_CST);
 }
 

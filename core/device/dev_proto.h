@@ -57,10 +57,12 @@ typedef struct {
 BR_DEV_HD void br_dev_fail(const br_dev_launch_t *L, uint32_t code, int32_t rank, int32_t peer,
                            uint64_t step)
 {
-    if (br_dev_claim_status(L->status, code)) {
+    if (br_dev_claim_status(L->claim, code)) {
         *L->fail_rank = rank;
         *L->fail_peer = peer;
         *L->fail_step = step;
+        br_dev_fence(); /* the report before the status that says it is there */
+        *L->status = code;
         br_dev_fence();
     }
 }

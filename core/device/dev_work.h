@@ -138,7 +138,11 @@ typedef struct {
     const br_dev_work_t *works;
     volatile uint32_t *abort_flag; /* host-mapped; nonzero: give up waiting */
     uint64_t wait_timeout_ns;      /* a wait longer than this fails (0: never) */
-    /* Host-mapped report of the first failure: status (BR_DEV_*), then who and where. */
+    /* Device memory, 0 until a block fails: the first failure claims it (a compare-and-swap
+     * on device memory, which every GPU supports; on host-mapped memory it may not be). */
+    uint32_t *claim;
+    /* Host-mapped report of the first failure: status (BR_DEV_*), then who and where,
+     * written by the block that claimed it. */
     volatile uint32_t *status;
     volatile int32_t *fail_rank;   /* rank whose block failed */
     volatile int32_t *fail_peer;   /* the peer it waited for or disagreed with (-1: none) */

@@ -365,6 +365,7 @@ static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
             L.fail_peer = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_peer));
             L.fail_step = (volatile uint64_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_step));
             L.wait_timeout_ns = wait_limit_ns();
+            L.claim = (uint32_t *)(uintptr_t)cl->claim_d;
             void *params[1] = {&L};
             BR_CHECK_GOTO(br_cuda_check(cu->LaunchKernel(dv->fn, (unsigned)b->nblocks, 1, 1,
                                                          BR_DEV_NTHREADS, 1, 1, 0, dv->stream,

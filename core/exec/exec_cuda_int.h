@@ -80,6 +80,7 @@ struct br_cuda_clique {
     size_t slot_bytes;
     br_cuda_flags_t *flags;  /* pinned, mapped */
     br_cu_ptr_t flags_d;
+    br_cu_ptr_t claim_d;     /* device word a failing block claims first */
     uint32_t *done;          /* [nranks] pinned, mapped: tickets finished per rank */
     br_cu_ptr_t done_d;
     br_cuda_desc_t desc[BR_CUDA_DESC_BUFS];

@@ -209,6 +209,9 @@ ncclResult_t br_cuda_setup(br_clique_t *cl, int rank)
             }
         }
     }
+    CU(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", rank);
+    CU(cu->MemAlloc(&cl->claim_d, 64), "cuMemAlloc (failure claim)", rank);
+    CU(cu->MemsetD8(cl->claim_d, 0, 64), "cuMemsetD8", rank);
     void *fh = NULL;
     CU(cu->MemHostAlloc(&fh, sizeof(br_cuda_flags_t),
                         BR_CU_MEMHOSTALLOC_PORTABLE | BR_CU_MEMHOSTALLOC_DEVICEMAP),
@@ -266,6 +269,9 @@ void br_cuda_teardown(br_clique_t *cl)
     }
     if (cl->ring_d != 0) {
         cu->MemFree(cl->ring_d);
+    }
+    if (cl->claim_d != 0) {
+        cu->MemFree(cl->claim_d);
     }
     for (int r = 0; r < cl->nranks; r++) {
         for (int i = 0; i < BR_CUDA_QUEUE; i++) {

@@ -157,6 +157,7 @@ uint32_t emu_launch(emu_launch_t *E, const br_dev_block_t *blocks, int nblocks,
     E->L.abort_flag = &E->abort_flag;
     E->L.wait_timeout_ns = timeout_ns;
     E->L.status = &E->status;
+    E->L.claim = &E->claim;
     E->L.fail_rank = &E->fail_rank;
     E->L.fail_peer = &E->fail_peer;
     E->L.fail_step = &E->fail_step;

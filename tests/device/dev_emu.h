@@ -42,7 +42,7 @@ int emu_work_fill(emu_fabric_t *f, const br_op_t *op, int r, int c, const void *
 /* Launch state: report words as the host-mapped ones of a real launch. */
 typedef struct {
     br_dev_launch_t L;
-    uint32_t abort_flag, status;
+    uint32_t abort_flag, status, claim;
     int32_t fail_rank, fail_peer;
     uint64_t fail_step;
 } emu_launch_t;
