@@ -239,8 +239,14 @@ ncclResult_t br_exec_cuda_attach(br_exec_comm_t *ec, uint64_t hash, int device);
 ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
                                   uint64_t *ticket_p);
 ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream);
-/* Both, for one rank's lone call. */
+/* Both, for one rank's lone call (or its capture). */
 ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops);
+/* Is the stream being captured into a CUDA graph? */
+int br_exec_cuda_capturing(void *stream);
+/* The device operations of a group whose streams are being captured: ecs[i] runs
+ * ops[i][0..nops[i]); every rank of the unit must be there (see exec_cuda.c). */
+ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *const *ops,
+                                  const int *nops, int n);
 /* What the kernels and the watchdog reported (sticky in ec->error), for
  * ncclCommGetAsyncError. */
 ncclResult_t br_exec_cuda_async_error(br_exec_comm_t *ec);

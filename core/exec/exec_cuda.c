@@ -308,7 +308,7 @@ static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
     size_t need = 0, at = 0;
 
     memset(per_dev, 0, sizeof(per_dev));
-    res = br_cuda_build(cl, in_unit, per_dev, msg, sizeof(msg));
+    res = br_cuda_build(cl, in_unit, cl->fifos.conn_d, per_dev, msg, sizeof(msg));
     if (res != ncclSuccess) {
         char full[768];
         snprintf(full, sizeof(full), "device calls: %s", msg[0] ? msg : "out of memory");
@@ -525,11 +525,10 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
     }
     if (cu->StreamIsCapturing(stream, &capturing) == BR_CU_SUCCESS &&
         capturing != BR_CU_CAPTURE_STATUS_NONE) {
-        BR_WARN(NCCL_COLL,
-                "rank %d (host %s): %s on a stream being captured into a CUDA graph: this "
-                "version of Braid cannot capture device calls",
-                ec->rank, br_host_name(), br_func_name(ops[0].func));
-        return ncclInvalidUsage;
+        /* Callers send capturing calls to br_exec_cuda_capture. */
+        BR_WARN(NCCL_COLL, "rank %d: %s on a capturing stream reached the eager path", ec->rank,
+                br_func_name(ops[0].func));
+        return ncclInternalError;
     }
     /* The executor switches contexts (a rank's device, the launch devices); the caller's
      * current context is put back before returning, as NCCL leaves the current device. */
@@ -624,8 +623,249 @@ ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream
 ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops)
 {
     uint64_t t = 0;
+    if (br_exec_cuda_capturing(ops[0].stream)) {
+        return br_exec_cuda_capture(&ec, &ops, &nops, 1);
+    }
     BR_CHECK(br_exec_cuda_deposit(ec, ops, nops, &t));
     return br_exec_cuda_wait(ec, t, ops[0].stream);
+}
+
+int br_exec_cuda_capturing(void *stream)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    int status = BR_CU_CAPTURE_STATUS_NONE;
+    return cu != NULL && cu->StreamIsCapturing((br_cu_stream_t)stream, &status) == BR_CU_SUCCESS &&
+           status != BR_CU_CAPTURE_STATUS_NONE;
+}
+
+/* Refuse a capture, with the reason; the clique stays usable. Caller holds cl->mu. */
+static ncclResult_t capture_refuse(br_exec_comm_t *ec, const char *why)
+{
+    BR_WARN(NCCL_COLL, "rank %d (host %s): device calls captured into a CUDA graph: %s", ec->rank,
+            br_host_name(), why);
+    return ncclInvalidUsage;
+}
+
+/*
+ * Calls captured into a CUDA graph. The graph's launches happen whenever its owner replays
+ * it, so the unit is launched into the capture itself, at once: every rank's calls must be
+ * here (one group, one thread), on one GPU, with nothing of theirs still waiting. The
+ * kernel goes on one member's stream after it joins the others' (their arrival events, in
+ * the capture), and the others join it back (an event recorded after it); the launch has
+ * FIFOs and descriptors of its own, kept until the clique ends. No done word is written:
+ * nothing outside the graph waits for it.
+ */
+ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *const *ops,
+                                  const int *nops, int n)
+{
+    br_clique_t *cl = ecs[0]->cuda;
+    const br_cuda_t *cu = br_cuda(NULL);
+    br_cuda_build_t per_dev[BR_CUDA_MAX_DEVS];
+    br_cuda_kept_t *kept = NULL;
+    br_cu_context_t saved = NULL;
+    char *in_unit = NULL, msg[640] = "";
+    int *stack = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    memset(per_dev, 0, sizeof(per_dev));
+    cu->CtxGetCurrent(&saved);
+    pthread_mutex_lock(&cl->mu);
+    if (!cl->setup_done) {
+        cl->setup_done = 1;
+        cl->setup_res = br_cuda_setup(cl, ecs[0]->rank);
+        if (cl->setup_res != ncclSuccess) {
+            snprintf(msg, sizeof(msg), "rank %d (host %s): the CUDA executor could not be set "
+                     "up (see the warning above)", ecs[0]->rank, br_host_name());
+            clique_fail(cl, cl->setup_res, msg);
+        } else if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) == 0) {
+            cl->watchdog_started = 1;
+        }
+    }
+    if (cl->failed) {
+        br_exec_fail(ecs[0], ncclInvalidUsage, "%s", cl->fail_msg);
+        res = ecs[0]->error;
+        goto out;
+    }
+    if (cl->ndevs > 1) {
+        res = capture_refuse(ecs[0], "the communicator spans several GPUs (capture is supported "
+                                     "for ranks on one GPU)");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        br_cuda_rank_t *q = &cl->rank[ecs[i]->rank];
+        if (ecs[i]->cuda != cl) {
+            res = capture_refuse(ecs[i], "one group holds device calls of several communicators");
+            goto out;
+        }
+        if (!br_exec_cuda_capturing(ops[i][0].stream)) {
+            res = capture_refuse(ecs[i], "some ranks' streams of the group are captured and "
+                                         "others are not");
+            goto out;
+        }
+        if (q->launched != q->next) {
+            res = capture_refuse(ecs[i], "an earlier device call of this rank has not started "
+                                         "yet (its peers have not called)");
+            goto out;
+        }
+    }
+    BR_CHECK_GOTO(br_calloc(&in_unit, (size_t)cl->nranks, "CUDA capture"), res, out);
+    BR_CHECK_GOTO(br_calloc(&stack, (size_t)cl->nranks, "CUDA capture"), res, out);
+    /* The calls as the ranks' next deposits, each reached on its stream (in the capture). */
+    for (int i = 0; i < n; i++) {
+        br_cuda_rank_t *q = &cl->rank[ecs[i]->rank];
+        br_cuda_dep_t *d = &q->q[q->next % BR_CUDA_QUEUE];
+        if (d->cap < nops[i]) {
+            br_op_t *p = realloc(d->ops, (size_t)nops[i] * sizeof(*p));
+            if (p == NULL) {
+                res = ncclSystemError;
+                goto undo;
+            }
+            d->ops = p;
+            d->cap = nops[i];
+        }
+        memcpy(d->ops, ops[i], (size_t)nops[i] * sizeof(br_op_t));
+        d->nops = nops[i];
+        d->has_coll = 0;
+        for (int k = 0; k < nops[i]; k++) {
+            d->has_coll |= br_func_is_collective(ops[i][k].func);
+        }
+        d->stream = (br_cu_stream_t)ops[i][0].stream;
+        d->since_ns = br_time_ns();
+        q->next++;
+        res = br_cuda_check(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", ecs[i]->rank);
+        if (res == ncclSuccess) {
+            res = br_cuda_check(cu->EventRecord(q->arrive[(q->next - 1) % BR_CUDA_QUEUE], d->stream),
+                                "cuEventRecord", ecs[i]->rank);
+        }
+        if (res != ncclSuccess) {
+            goto undo;
+        }
+    }
+    /* They must form one unit by themselves. */
+    int whole = unit_collective(cl, in_unit);
+    if (!whole && !br_cuda_head(cl, ecs[0]->rank)->has_coll) {
+        whole = unit_p2p(cl, ecs[0]->rank, in_unit, stack);
+        for (int r = 0; r < cl->nranks && whole; r++) {
+            int here = 0;
+            for (int i = 0; i < n; i++) {
+                here |= ecs[i]->rank == r;
+            }
+            whole = in_unit[r] == here;
+        }
+    }
+    if (!whole) {
+        res = capture_refuse(ecs[0], "capturing device calls needs every rank's calls in the "
+                                     "same group (one thread driving every rank, as with "
+                                     "ncclCommInitAll), and they must match");
+        goto undo;
+    }
+    BR_CHECK_GOTO(br_calloc(&kept, 1, "CUDA capture"), res, undo);
+    BR_CHECK_GOTO(br_cuda_fifos_alloc(cl, &kept->fifos, ecs[0]->rank), res, undo);
+    res = br_cuda_build(cl, in_unit, kept->fifos.conn_d, per_dev, msg, sizeof(msg));
+    if (res != ncclSuccess) {
+        res = capture_refuse(ecs[0], msg[0] ? msg : "out of memory");
+        goto undo;
+    }
+    br_cuda_build_t *b = &per_dev[0];
+    br_cuda_dev_t *dv = &cl->devs[0];
+    if (b->nwaiting > dv->capacity) {
+        res = capture_refuse(ecs[0], "the group needs more blocks resident at once than the GPU "
+                                     "holds: split the group");
+        goto undo;
+    }
+    size_t bb = (size_t)b->nblocks * sizeof(br_dev_block_t), at;
+    size_t wb = (size_t)b->nworks * sizeof(br_dev_work_t);
+    BR_CHECK_GOTO(br_cuda_check(cu->MemHostAlloc(&kept->desc, 256 + bb + wb,
+                                                 BR_CU_MEMHOSTALLOC_PORTABLE |
+                                                     BR_CU_MEMHOSTALLOC_DEVICEMAP),
+                                "cuMemHostAlloc (captured descriptors)", ecs[0]->rank),
+                  res, undo);
+    br_cu_ptr_t desc_d;
+    BR_CHECK_GOTO(br_cuda_check(cu->MemHostGetDevicePointer(&desc_d, kept->desc, 0),
+                                "cuMemHostGetDevicePointer", ecs[0]->rank),
+                  res, undo);
+    BR_CHECK_GOTO(br_cuda_check(cu->EventCreate(&kept->finished, BR_CU_EVENT_DISABLE_TIMING),
+                                "cuEventCreate", ecs[0]->rank),
+                  res, undo);
+    memcpy(kept->desc, b->blocks, bb);
+    at = (bb + 127) & ~(size_t)127;
+    memcpy((char *)kept->desc + at, b->works, wb);
+    br_dev_launch_t L;
+    memset(&L, 0, sizeof(L));
+    L.blocks = (const br_dev_block_t *)(uintptr_t)desc_d;
+    L.works = (const br_dev_work_t *)(uintptr_t)(desc_d + at);
+    br_cu_ptr_t f = cl->flags_d;
+    L.abort_flag = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, abort_flag));
+    L.status = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, status));
+    L.fail_rank = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_rank));
+    L.fail_peer = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_peer));
+    L.fail_step = (volatile uint64_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_step));
+    L.wait_timeout_ns = wait_limit_ns();
+    L.claim = (uint32_t *)(uintptr_t)cl->claim_d;
+    /* The last member's stream joins the others, runs the kernel, and they join it back. */
+    br_cu_stream_t s = (br_cu_stream_t)ops[n - 1][0].stream;
+    for (int i = 0; i < n - 1; i++) {
+        br_cuda_rank_t *q = &cl->rank[ecs[i]->rank];
+        if ((br_cu_stream_t)ops[i][0].stream != s) {
+            BR_CHECK_GOTO(br_cuda_check(cu->StreamWaitEvent(s, q->arrive[q->launched % BR_CUDA_QUEUE], 0),
+                                        "cuStreamWaitEvent", ecs[i]->rank),
+                          res, undo);
+        }
+    }
+    if (b->nblocks > 0) {
+        void *params[1] = {&L};
+        BR_CHECK_GOTO(br_cuda_check(cu->LaunchKernel(dv->fn, (unsigned)b->nblocks, 1, 1,
+                                                     BR_DEV_NTHREADS, 1, 1, 0, s, params, NULL),
+                                    "cuLaunchKernel", ecs[0]->rank),
+                      res, undo);
+    }
+    BR_CHECK_GOTO(br_cuda_check(cu->EventRecord(kept->finished, s), "cuEventRecord",
+                                ecs[0]->rank),
+                  res, undo);
+    for (int i = 0; i < n - 1; i++) {
+        if ((br_cu_stream_t)ops[i][0].stream != s) {
+            BR_CHECK_GOTO(br_cuda_check(cu->StreamWaitEvent((br_cu_stream_t)ops[i][0].stream,
+                                                            kept->finished, 0),
+                                        "cuStreamWaitEvent", ecs[i]->rank),
+                          res, undo);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        cl->rank[ecs[i]->rank].q[cl->rank[ecs[i]->rank].launched % BR_CUDA_QUEUE].nops = 0;
+        cl->rank[ecs[i]->rank].launched++;
+    }
+    kept->next = cl->kept;
+    cl->kept = kept;
+    kept = NULL;
+    BR_INFO(NCCL_COLL, "rank %d: %d rank%s' device calls captured into a CUDA graph (%d blocks)",
+            ecs[0]->rank, n, n == 1 ? "" : "s", b->nblocks);
+    goto out;
+undo:
+    /* Nothing was launched: the deposits leave the queues again. */
+    for (int i = 0; i < n; i++) {
+        br_cuda_rank_t *q = &cl->rank[ecs[i]->rank];
+        if (q->next > q->launched) {
+            q->q[(q->next - 1) % BR_CUDA_QUEUE].nops = 0;
+            q->next--;
+        }
+    }
+out:
+    if (kept != NULL) {
+        br_cuda_fifos_free(cl, &kept->fifos);
+        if (kept->desc != NULL) {
+            cu->MemFreeHost(kept->desc);
+        }
+        if (kept->finished != NULL) {
+            cu->EventDestroy(kept->finished);
+        }
+        free(kept);
+    }
+    br_cuda_build_free(per_dev);
+    pthread_mutex_unlock(&cl->mu);
+    cu->CtxSetCurrent(saved);
+    free(in_unit);
+    free(stack);
+    return res;
 }
 
 ncclResult_t br_exec_cuda_async_error(br_exec_comm_t *ec)
@@ -704,7 +944,6 @@ void br_exec_cuda_detach(br_exec_comm_t *ec)
         br_graph_free(cl->graph);
     }
     free(cl->conn_key);
-    free(cl->conn_mem);
     free(cl->ec);
     free(cl->rank_dev);
     free(cl->rank);

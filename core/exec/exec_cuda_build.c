@@ -65,13 +65,13 @@ static size_t step_payload(const br_clique_t *cl, int proto)
     return slot;
 }
 
-static void fill_conns(const br_clique_t *cl, br_dev_work_t *w, int c, int r)
+static void fill_conns(const br_clique_t *cl, br_cu_ptr_t conn_d, br_dev_work_t *w, int c, int r)
 {
     const int *ring = br_graph_ring(cl->graph, c), *pos = br_graph_ring_pos(cl->graph, c);
     const br_tree_node_t *t = br_graph_tree(cl->graph, c, r);
     int n = cl->nranks;
     int recv[BR_DEV_MAX_PEERS], send[BR_DEV_MAX_PEERS], nr = 0, ns = 0;
-    br_dev_conn_t *base = (br_dev_conn_t *)(uintptr_t)cl->conn_d;
+    br_dev_conn_t *base = (br_dev_conn_t *)(uintptr_t)conn_d;
 
     recv[nr++] = ring[(pos[r] + n - 1) % n];
     send[ns++] = ring[(pos[r] + 1) % n];
@@ -150,7 +150,8 @@ static const br_op_t *nth_coll(const br_cuda_dep_t *d, int i)
     return NULL;
 }
 
-static ncclResult_t build_colls(br_clique_t *cl, br_cuda_build_t *per_dev, char *msg, size_t len)
+static ncclResult_t build_colls(br_clique_t *cl, br_cu_ptr_t conn_d, br_cuda_build_t *per_dev,
+                                char *msg, size_t len)
 {
     int n = cl->nranks, ncoll = 0;
     char a[192], b[192];
@@ -237,7 +238,7 @@ static ncclResult_t build_colls(br_clique_t *cl, br_cuda_build_t *per_dev, char 
                                                                           sizeof(int32_t));
                 w.send = o.sendbuff;
                 w.recv = o.recvbuff;
-                fill_conns(cl, &w, c, r);
+                fill_conns(cl, conn_d, &w, c, r);
                 if (!opened) {
                     BR_CHECK(add_block(bd, r, c));
                     bd->nwaiting++;
@@ -351,15 +352,15 @@ static ncclResult_t build_p2p(br_clique_t *cl, const char *in_unit, br_cuda_buil
     return ncclSuccess;
 }
 
-ncclResult_t br_cuda_build(br_clique_t *cl, const char *in_unit, br_cuda_build_t *per_dev,
-                           char *msg, size_t len)
+ncclResult_t br_cuda_build(br_clique_t *cl, const char *in_unit, br_cu_ptr_t conn_d,
+                           br_cuda_build_t *per_dev, char *msg, size_t len)
 {
     int colls = 0;
     for (int r = 0; r < cl->nranks; r++) {
         colls |= in_unit[r] && br_cuda_head(cl, r)->has_coll;
     }
     if (colls) {
-        ncclResult_t res = build_colls(cl, per_dev, msg, len);
+        ncclResult_t res = build_colls(cl, conn_d, per_dev, msg, len);
         if (res != ncclSuccess) {
             return res;
         }

@@ -49,6 +49,22 @@ typedef struct {
     int used; /* done was recorded at least once */
 } br_cuda_desc_t;
 
+/* A set of FIFOs: one per connection (channel, from, to) of the clique. */
+typedef struct {
+    br_cu_ptr_t conn_d;   /* br_dev_conn_t[nconn] in device memory */
+    br_cu_ptr_t *mem;     /* per connection: its buffer and counters */
+} br_cuda_fifos_t;
+
+/* What a launch captured into a CUDA graph uses, kept until the clique ends: its own
+ * FIFOs (a graph replays whenever its owner launches it, so it may not share FIFOs with
+ * launches made by calls) and its descriptors. */
+typedef struct br_cuda_kept {
+    br_cuda_fifos_t fifos;
+    void *desc;           /* pinned, mapped */
+    br_cu_event_t finished;
+    struct br_cuda_kept *next;
+} br_cuda_kept_t;
+
 /* Host-mapped words the kernels share with the host. */
 typedef struct {
     uint32_t abort_flag; /* nonzero: kernels stop waiting */
@@ -74,8 +90,8 @@ struct br_cuda_clique {
     br_graph_t *graph;       /* nch channels over the clique's ranks */
     int nconn;
     int *conn_key;           /* [nconn * 3]: channel, from, to */
-    br_cu_ptr_t conn_d;      /* br_dev_conn_t[nconn] */
-    br_cu_ptr_t *conn_mem;   /* per connection: its buffer and counters */
+    br_cuda_fifos_t fifos;   /* the FIFOs of launches made by calls */
+    br_cuda_kept_t *kept;    /* what captured launches use, for the communicator's life */
     br_cu_ptr_t ring_d;      /* int32 ring orders, nch x nranks */
     size_t slot_bytes;
     br_cuda_flags_t *flags;  /* pinned, mapped */
@@ -116,6 +132,9 @@ typedef struct {
 
 /* exec_cuda_setup.c: contexts, kernels, FIFOs, flags, events (once per clique). */
 ncclResult_t br_cuda_setup(br_clique_t *cl, int rank);
+/* A set of FIFOs for every connection, zeroed; and its release. */
+ncclResult_t br_cuda_fifos_alloc(br_clique_t *cl, br_cuda_fifos_t *f, int rank);
+void br_cuda_fifos_free(br_clique_t *cl, br_cuda_fifos_t *f);
 void br_cuda_teardown(br_clique_t *cl);
 /* Index of the connection (channel c, from -> to) among cl->conn_key, or -1. */
 int br_cuda_conn_index(const br_clique_t *cl, int c, int from, int to);
@@ -125,8 +144,8 @@ ncclResult_t br_cuda_check(br_cu_result_t e, const char *what, int rank);
  * per device. Collectives of every rank's head (all ranks must be in the unit), then the
  * sends and receives among the unit's heads as copies. A mismatch across ranks returns
  * ncclInvalidUsage with msg. */
-ncclResult_t br_cuda_build(br_clique_t *cl, const char *in_unit, br_cuda_build_t *per_dev,
-                           char *msg, size_t len);
+ncclResult_t br_cuda_build(br_clique_t *cl, const char *in_unit, br_cu_ptr_t conn_d,
+                           br_cuda_build_t *per_dev, char *msg, size_t len);
 /* Blocks that hold the copies of a device's build: a quarter of what it holds resident. */
 #define BR_CUDA_COPY_BLOCKS(capacity) ((capacity) / 4 > 0 ? (capacity) / 4 : 1)
 void br_cuda_build_free(br_cuda_build_t *per_dev);

@@ -152,28 +152,9 @@ ncclResult_t br_cuda_setup(br_clique_t *cl, int rank)
         slot = 4096;
     }
     cl->slot_bytes = slot;
-    br_dev_conn_t *conns = NULL;
-    BR_CHECK(br_calloc(&conns, (size_t)(cl->nconn > 0 ? cl->nconn : 1), "CUDA FIFOs"));
-    BR_CHECK(br_calloc(&cl->conn_mem, (size_t)(cl->nconn > 0 ? cl->nconn : 1), "CUDA FIFOs"));
-    size_t ctl = 4 * 128 + BR_STEPS * 2 * sizeof(uint64_t); /* tail, head, desc */
-    for (int i = 0; i < cl->nconn; i++) {
-        int to = cl->conn_key[3 * i + 2];
-        br_cuda_dev_t *d = &cl->devs[cl->rank_dev[to]];
-        br_cu_ptr_t m;
-        CU(cu->CtxSetCurrent(d->ctx), "cuCtxSetCurrent", rank);
-        CU(cu->MemAlloc(&m, slot * BR_STEPS + ctl), "cuMemAlloc (FIFO)", rank);
-        CU(cu->MemsetD8(m, 0, slot * BR_STEPS + ctl), "cuMemsetD8 (FIFO)", rank);
-        cl->conn_mem[i] = m;
-        conns[i].buf = (char *)(uintptr_t)m;
-        conns[i].slot_bytes = slot;
-        conns[i].tail = (uint64_t *)(uintptr_t)(m + slot * BR_STEPS);
-        conns[i].head = (uint64_t *)(uintptr_t)(m + slot * BR_STEPS + 128);
-        conns[i].desc = (uint64_t *)(uintptr_t)(m + slot * BR_STEPS + 4 * 128);
-    }
+    BR_CHECK(br_cuda_fifos_alloc(cl, &cl->fifos, rank));
     CU(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", rank);
-    size_t conn_bytes = (size_t)(cl->nconn > 0 ? cl->nconn : 1) * sizeof(br_dev_conn_t);
     size_t ring_bytes = (size_t)cl->nch * (size_t)cl->nranks * sizeof(int32_t);
-    CU(cu->MemAlloc(&cl->conn_d, conn_bytes), "cuMemAlloc (connections)", rank);
     CU(cu->MemAlloc(&cl->ring_d, ring_bytes), "cuMemAlloc (rings)", rank);
     int32_t *rings = NULL;
     BR_CHECK(br_calloc(&rings, (size_t)cl->nch * (size_t)cl->nranks, "CUDA rings"));
@@ -182,10 +163,8 @@ ncclResult_t br_cuda_setup(br_clique_t *cl, int rank)
             rings[(size_t)c * (size_t)cl->nranks + (size_t)p] = br_graph_ring(cl->graph, c)[p];
         }
     }
-    CU(cu->MemcpyHtoDAsync(cl->conn_d, conns, conn_bytes, cl->devs[0].stream), "cuMemcpy", rank);
     CU(cu->MemcpyHtoDAsync(cl->ring_d, rings, ring_bytes, cl->devs[0].stream), "cuMemcpy", rank);
     CU(cu->StreamSynchronize(cl->devs[0].stream), "cuStreamSynchronize", rank);
-    free(conns);
     free(rings);
     /* Peer access between the clique's devices, where there are several. */
     for (int a = 0; a < cl->ndevs; a++) {
@@ -245,6 +224,68 @@ ncclResult_t br_cuda_setup(br_clique_t *cl, int rank)
     return ncclSuccess;
 }
 
+ncclResult_t br_cuda_fifos_alloc(br_clique_t *cl, br_cuda_fifos_t *f, int rank)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    size_t slot = cl->slot_bytes;
+    size_t ctl = 4 * 128 + BR_STEPS * 2 * sizeof(uint64_t); /* tail, head, desc */
+    size_t conn_bytes = (size_t)(cl->nconn > 0 ? cl->nconn : 1) * sizeof(br_dev_conn_t);
+    br_dev_conn_t *conns = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    memset(f, 0, sizeof(*f));
+    BR_CHECK(br_calloc(&conns, (size_t)(cl->nconn > 0 ? cl->nconn : 1), "CUDA FIFOs"));
+    BR_CHECK_GOTO(br_calloc(&f->mem, (size_t)(cl->nconn > 0 ? cl->nconn : 1), "CUDA FIFOs"), res,
+                  out);
+    /* Each FIFO in its receiver's GPU, zeroed: no LL or LL128 line looks current before
+     * its sender first writes the slot. */
+    for (int i = 0; i < cl->nconn; i++) {
+        int to = cl->conn_key[3 * i + 2];
+        br_cuda_dev_t *d = &cl->devs[cl->rank_dev[to]];
+        br_cu_ptr_t m;
+        BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(d->ctx), "cuCtxSetCurrent", rank), res, out);
+        BR_CHECK_GOTO(br_cuda_check(cu->MemAlloc(&m, slot * BR_STEPS + ctl), "cuMemAlloc (FIFO)",
+                                    rank),
+                      res, out);
+        f->mem[i] = m;
+        BR_CHECK_GOTO(br_cuda_check(cu->MemsetD8(m, 0, slot * BR_STEPS + ctl), "cuMemsetD8 (FIFO)",
+                                    rank),
+                      res, out);
+        conns[i].buf = (char *)(uintptr_t)m;
+        conns[i].slot_bytes = slot;
+        conns[i].tail = (uint64_t *)(uintptr_t)(m + slot * BR_STEPS);
+        conns[i].head = (uint64_t *)(uintptr_t)(m + slot * BR_STEPS + 128);
+        conns[i].desc = (uint64_t *)(uintptr_t)(m + slot * BR_STEPS + 4 * 128);
+    }
+    BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", rank), res,
+                  out);
+    BR_CHECK_GOTO(br_cuda_check(cu->MemAlloc(&f->conn_d, conn_bytes), "cuMemAlloc (connections)",
+                                rank),
+                  res, out);
+    BR_CHECK_GOTO(br_cuda_check(cu->Memcpy(f->conn_d, (br_cu_ptr_t)(uintptr_t)conns, conn_bytes),
+                                "cuMemcpy (connections)", rank),
+                  res, out);
+out:
+    free(conns);
+    return res;
+}
+
+void br_cuda_fifos_free(br_clique_t *cl, br_cuda_fifos_t *f)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    for (int i = 0; i < cl->nconn && f->mem != NULL; i++) {
+        if (f->mem[i] != 0) {
+            cu->MemFree(f->mem[i]);
+        }
+    }
+    if (f->conn_d != 0) {
+        cu->CtxSetCurrent(cl->devs[0].ctx);
+        cu->MemFree(f->conn_d);
+    }
+    free(f->mem);
+    memset(f, 0, sizeof(*f));
+}
+
 void br_cuda_teardown(br_clique_t *cl)
 {
     const br_cuda_t *cu = br_cuda(NULL);
@@ -258,15 +299,20 @@ void br_cuda_teardown(br_clique_t *cl)
             cu->StreamSynchronize(cl->devs[d].stream);
         }
     }
-    for (int i = 0; i < cl->nconn && cl->conn_mem != NULL; i++) {
-        if (cl->conn_mem[i] != 0) {
-            cu->MemFree(cl->conn_mem[i]);
+    br_cuda_fifos_free(cl, &cl->fifos);
+    while (cl->kept != NULL) {
+        br_cuda_kept_t *k = cl->kept;
+        cl->kept = k->next;
+        br_cuda_fifos_free(cl, &k->fifos);
+        if (k->desc != NULL) {
+            cu->MemFreeHost(k->desc);
         }
+        if (k->finished != NULL) {
+            cu->EventDestroy(k->finished);
+        }
+        free(k);
     }
     cu->CtxSetCurrent(cl->devs[0].ctx);
-    if (cl->conn_d != 0) {
-        cu->MemFree(cl->conn_d);
-    }
     if (cl->ring_d != 0) {
         cu->MemFree(cl->ring_d);
     }

@@ -293,50 +293,67 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
 
 /* Every communicator's device operations of the group, deposited with the CUDA executor in
  * call order (one deposit per communicator), then the streams' waits: two ranks of the
- * group on one stream must both have arrived before that stream waits. */
-#define NO_STREAM ((void *)-1) /* a comm without device operations in the group */
-
+ * group on one stream must both have arrived before that stream waits. Operations on
+ * streams being captured into a CUDA graph go to the executor's capture path together. */
 static ncclResult_t submit_device(gcall_t *cs, int n, ncclComm_t *comms, int ncomms)
 {
     br_op_t *ops = NULL;
-    uint64_t *gang = NULL;
-    void **stream = NULL;
+    const br_op_t **first = NULL;
+    br_exec_comm_t **ecs = NULL;
+    int *nops = NULL, ndev = 0, capturing = 0, k = 0;
+    uint64_t *ticket = NULL;
     ncclResult_t res = ncclSuccess;
-    int ndep = 0;
 
-    for (int c = 0; c < ncomms && res == ncclSuccess; c++) {
-        int k = 0;
+    for (int i = 0; i < n; i++) {
+        ndev += cs[i].kind == G_OP && cs[i].op.on_device;
+    }
+    if (ndev == 0) {
+        return ncclSuccess;
+    }
+    if (br_calloc(&ops, (size_t)ndev, "group") != ncclSuccess ||
+        br_calloc(&first, (size_t)ncomms, "group") != ncclSuccess ||
+        br_calloc(&ecs, (size_t)ncomms, "group") != ncclSuccess ||
+        br_calloc(&nops, (size_t)ncomms, "group") != ncclSuccess ||
+        br_calloc(&ticket, (size_t)ncomms, "group") != ncclSuccess) {
+        res = ncclSystemError;
+        goto out;
+    }
+    /* Each communicator's operations, contiguous and in call order. */
+    int m = 0;
+    for (int c = 0; c < ncomms; c++) {
+        int start = k;
         for (int i = 0; i < n; i++) {
             if (cs[i].kind == G_OP && cs[i].comm == comms[c] && cs[i].op.on_device) {
-                if (ops == NULL) {
-                    BR_CHECK_GOTO(br_calloc(&ops, (size_t)n, "group"), res, out);
-                    BR_CHECK_GOTO(br_calloc(&gang, (size_t)ncomms, "group"), res, out);
-                    BR_CHECK_GOTO(br_calloc(&stream, (size_t)ncomms, "group"), res, out);
-                    for (int j = 0; j < ncomms; j++) {
-                        stream[j] = NO_STREAM;
-                    }
-                }
                 ops[k++] = cs[i].op;
             }
         }
-        if (k > 0) {
-            res = br_exec_cuda_deposit(comms[c]->ec, ops, k, &gang[c]);
-            if (res == ncclSuccess) {
-                stream[c] = ops[0].stream;
-                ndep++;
-            }
+        if (k > start) {
+            first[m] = &ops[start];
+            nops[m] = k - start;
+            ecs[m] = comms[c]->ec;
+            capturing |= br_exec_cuda_capturing(ops[start].stream);
+            m++;
         }
     }
-    for (int c = 0; c < ncomms && ndep > 0; c++) {
-        if (stream[c] != NO_STREAM) {
-            ncclResult_t w = br_exec_cuda_wait(comms[c]->ec, gang[c], stream[c]);
-            res = res == ncclSuccess ? w : res;
-        }
+    if (capturing) {
+        res = br_exec_cuda_capture(ecs, first, nops, m);
+        goto out;
+    }
+    int deposited = 0;
+    for (int c = 0; c < m && res == ncclSuccess; c++) {
+        res = br_exec_cuda_deposit(ecs[c], first[c], nops[c], &ticket[c]);
+        deposited += res == ncclSuccess;
+    }
+    for (int c = 0; c < deposited; c++) {
+        ncclResult_t w = br_exec_cuda_wait(ecs[c], ticket[c], first[c][0].stream);
+        res = res == ncclSuccess ? w : res;
     }
 out:
     free(ops);
-    free(gang);
-    free(stream);
+    free(first);
+    free(ecs);
+    free(nops);
+    free(ticket);
     return res;
 }
 

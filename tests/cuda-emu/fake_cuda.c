@@ -10,8 +10,10 @@
  * attributes tell it apart), contexts are per-thread tags, each stream is a worker thread
  * that runs its operations in order (event records and waits, 32-bit value waits and
  * writes, copies, memsets, kernel launches), and a kernel launch runs every block of the
- * grid as its own CPU thread, all at once: the co-residency the executor relies on. A
- * stream being captured into a graph is tracked, so the executor's refusal is tested.
+ * grid as its own CPU thread, all at once: the co-residency the executor relies on. Stream
+ * capture records what capturing streams are given (streams join a capture by waiting on
+ * an event recorded in it) and a graph launch replays it in order on one stream, which
+ * keeps every dependency the capture had.
  * Devices: BRAID_FAKE_CUDA_DEVICES (1); each has 8 SMs of 2 resident blocks.
  */
 #include <pthread.h>
@@ -302,6 +304,7 @@ typedef struct {
     pthread_cond_t cv;
     uint64_t recorded;  /* records enqueued */
     uint64_t completed; /* records executed */
+    int captured;       /* last recorded inside a capture */
 } event_t;
 
 EXPORT CUresult cuEventCreate(void **e, unsigned flags)
@@ -368,6 +371,14 @@ typedef struct {
     int busy, stop, capturing;
     pthread_t worker;
 } stream_t;
+
+/* The capture in progress (one at a time): its operations in the order they were given. */
+static pthread_mutex_t cap_mu = PTHREAD_MUTEX_INITIALIZER;
+static op_t *cap_head, *cap_tail;
+
+typedef struct {
+    op_t *ops; /* a list, replayed in order */
+} graph_t;
 
 typedef struct {
     const br_dev_launch_t *L;
@@ -448,9 +459,17 @@ static void *stream_main(void *p)
     return NULL;
 }
 
+static stream_t *all_streams[256];
+static int nstreams_seen;
+
 static stream_t *stream_new(void)
 {
     stream_t *s = calloc(1, sizeof(*s));
+    pthread_mutex_lock(&cap_mu);
+    if (nstreams_seen < 256) {
+        all_streams[nstreams_seen++] = s;
+    }
+    pthread_mutex_unlock(&cap_mu);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_create(&s->worker, NULL, stream_main, s);
@@ -478,6 +497,18 @@ static stream_t *stream_of(void *h)
 static void push(void *h, op_t *o)
 {
     stream_t *s = stream_of(h);
+    if (s->capturing) {
+        pthread_mutex_lock(&cap_mu);
+        o->next = NULL;
+        if (cap_tail != NULL) {
+            cap_tail->next = o;
+        } else {
+            cap_head = o;
+        }
+        cap_tail = o;
+        pthread_mutex_unlock(&cap_mu);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     o->next = NULL;
     if (s->tail != NULL) {
@@ -524,6 +555,13 @@ EXPORT CUresult cuStreamDestroy_v2(void *h)
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->worker, NULL);
+    pthread_mutex_lock(&cap_mu);
+    for (int i = 0; i < nstreams_seen; i++) {
+        if (all_streams[i] == s) {
+            all_streams[i] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&cap_mu);
     free(s);
     return OK;
 }
@@ -543,6 +581,7 @@ EXPORT CUresult cuEventRecord(void *e, void *h)
     op_t *o = op_new(OP_RECORD);
     pthread_mutex_lock(&ev->mu);
     o->gen = ++ev->recorded;
+    ev->captured = stream_of(h)->capturing;
     pthread_mutex_unlock(&ev->mu);
     o->ev = ev;
     push(h, o);
@@ -556,6 +595,9 @@ EXPORT CUresult cuStreamWaitEvent(void *h, void *e, unsigned flags)
     (void)flags;
     pthread_mutex_lock(&ev->mu);
     o->gen = ev->recorded; /* the record most recently enqueued, as CUDA */
+    if (ev->captured) {
+        stream_of(h)->capturing = 1; /* the stream joins the capture */
+    }
     pthread_mutex_unlock(&ev->mu);
     o->ev = ev;
     push(h, o);
@@ -635,14 +677,73 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
 EXPORT CUresult cuStreamBeginCapture_v2(void *h, int mode)
 {
     (void)mode;
+    pthread_mutex_lock(&cap_mu);
+    cap_head = cap_tail = NULL;
+    pthread_mutex_unlock(&cap_mu);
     stream_of(h)->capturing = 1;
     return OK;
 }
 
 EXPORT CUresult cuStreamEndCapture(void *h, void **graph)
 {
+    graph_t *g = calloc(1, sizeof(*g));
     stream_of(h)->capturing = 0;
-    *graph = NULL;
+    for (int i = 0; i < nstreams_seen; i++) {
+        if (all_streams[i] != NULL) {
+            all_streams[i]->capturing = 0;
+        }
+    }
+    pthread_mutex_lock(&cap_mu);
+    g->ops = cap_head;
+    cap_head = cap_tail = NULL;
+    pthread_mutex_unlock(&cap_mu);
+    *graph = g;
+    return OK;
+}
+
+EXPORT CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags)
+{
+    (void)flags;
+    *exec = graph;
+    return OK;
+}
+
+/* Replay: the captured operations in capture order on one stream. Waits on events recorded
+ * in the capture are met by that order; records are made again for outside observers. */
+EXPORT CUresult cuGraphLaunch(void *exec, void *h)
+{
+    graph_t *g = exec;
+    for (op_t *c = g->ops; c != NULL; c = c->next) {
+        if (c->kind == OP_WAIT_EVENT) {
+            continue;
+        }
+        if (c->kind == OP_RECORD) {
+            cuEventRecord(c->ev, h);
+            continue;
+        }
+        op_t *o = op_new(c->kind);
+        *o = *c;
+        o->next = NULL;
+        push(h, o);
+    }
+    return OK;
+}
+
+EXPORT CUresult cuGraphDestroy(void *graph)
+{
+    (void)graph; /* the exec shares its operations; freed with the process */
+    return OK;
+}
+
+EXPORT CUresult cuGraphExecDestroy(void *exec)
+{
+    graph_t *g = exec;
+    while (g->ops != NULL) {
+        op_t *o = g->ops;
+        g->ops = o->next;
+        free(o);
+    }
+    free(g);
     return OK;
 }
 

@@ -375,28 +375,77 @@ static void section_abort(void)
     printf("abort: the waiting stream was released\n");
 }
 
+/* Two ranks' AllReduce captured into one graph (one thread, the ranks on two streams
+ * forked from and joined back to the capturing one), replayed three times on fresh inputs;
+ * and a lone rank's call captured without its peer, which is refused. */
 static void section_capture(void)
 {
-    ncclComm_t comm;
-    cudaStream_t s;
-    cudaGraph_t g;
-    float *dev;
-    init_all(&comm, 1, 0);
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CUDA_OK(cudaMalloc((void **)&dev, 4096));
-    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    ncclResult_t res = ncclAllReduce(dev, dev, 1024, ncclFloat, ncclSum, comm, s);
-    cudaStreamEndCapture(s, &g);
-    /* Not supported yet: refused clearly (never a broken graph). */
-    EXPECT(res == ncclInvalidUsage && strstr(ncclGetLastError(comm), "graph") != NULL,
-           "capture: returned %d, '%s'", res, ncclGetLastError(comm));
+    ncclComm_t comms[2];
+    cudaStream_t s[2];
+    cudaEvent_t fork, join;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    float *buf[2], host[4096];
+    init_all(comms, 2, 0);
+    for (int r = 0; r < 2; r++) {
+        CUDA_OK(cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking));
+        CUDA_OK(cudaMalloc((void **)&buf[r], sizeof(host)));
+    }
+    CUDA_OK(cudaEventCreate(&fork));
+    CUDA_OK(cudaEventCreate(&join));
+    CUDA_OK(cudaStreamBeginCapture(s[0], cudaStreamCaptureModeThreadLocal));
+    CUDA_OK(cudaEventRecord(fork, s[0]));
+    CUDA_OK(cudaStreamWaitEvent(s[1], fork, 0));
+    ncclGroupStart();
+    ncclResult_t r0 = ncclAllReduce(buf[0], buf[0], 4096, ncclFloat, ncclSum, comms[0], s[0]);
+    ncclResult_t r1 = ncclAllReduce(buf[1], buf[1], 4096, ncclFloat, ncclSum, comms[1], s[1]);
+    ncclResult_t end = ncclGroupEnd();
+    CUDA_OK(cudaEventRecord(join, s[1]));
+    CUDA_OK(cudaStreamWaitEvent(s[0], join, 0));
+    CUDA_OK(cudaStreamEndCapture(s[0], &g));
+    EXPECT(r0 == ncclSuccess && r1 == ncclSuccess && end == ncclSuccess,
+           "capture of a grouped AllReduce: %d/%d/%d: %s", r0, r1, end,
+           ncclGetLastError(comms[0]));
+    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < 3; rep++) {
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < 4096; i++) {
+                host[i] = (float)((r + 1) * (rep + 1) + i % 7);
+            }
+            CUDA_OK(cudaMemcpy(buf[r], host, sizeof(host), cudaMemcpyHostToDevice));
+        }
+        CUDA_OK(cudaGraphLaunch(ge, s[0]));
+        CUDA_OK(cudaStreamSynchronize(s[0]));
+        for (int r = 0; r < 2; r++) {
+            CUDA_OK(cudaMemcpy(host, buf[r], sizeof(host), cudaMemcpyDeviceToHost));
+            int bad = 0;
+            for (int i = 0; i < 4096; i++) {
+                bad += host[i] != (float)(3 * (rep + 1) + 2 * (i % 7));
+            }
+            EXPECT(bad == 0, "replay %d, rank %d: %d wrong elements (first %g)", rep, r, bad,
+                   host[0]);
+        }
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    /* One rank alone, as a thread per rank would: refused, naming why. */
+    CUDA_OK(cudaStreamBeginCapture(s[0], cudaStreamCaptureModeThreadLocal));
+    ncclResult_t res = ncclAllReduce(buf[0], buf[0], 4096, ncclFloat, ncclSum, comms[0], s[0]);
+    g = NULL;
+    cudaStreamEndCapture(s[0], &g);
+    EXPECT(res == ncclInvalidUsage && strstr(ncclGetLastError(comms[0]), "same group") != NULL,
+           "a lone rank's capture: returned %d, '%s'", res, ncclGetLastError(comms[0]));
     if (g != NULL) {
         cudaGraphDestroy(g);
     }
-    cudaFree(dev);
-    ncclCommDestroy(comm);
-    cudaStreamDestroy(s);
-    printf("capture: refused with a clear error (not supported yet)\n");
+    for (int r = 0; r < 2; r++) {
+        cudaFree(buf[r]);
+        ncclCommDestroy(comms[r]);
+        cudaStreamDestroy(s[r]);
+    }
+    cudaEventDestroy(fork);
+    cudaEventDestroy(join);
+    printf("capture: a grouped AllReduce replayed 3 times; a lone rank refused\n");
 }
 
 int main(int argc, char **argv)

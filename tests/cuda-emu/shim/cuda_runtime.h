@@ -13,6 +13,8 @@
 
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+typedef struct CUevent_st *cudaEvent_t;
 typedef enum { cudaSuccess = 0, cudaErrorNotReady = 600, cudaErrorEmu = 999 } cudaError_t;
 enum { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 enum { cudaStreamNonBlocking = 1 };
@@ -33,6 +35,14 @@ int cuStreamQuery(void *);
 int cuStreamBeginCapture_v2(void *, int);
 int cuStreamEndCapture(void *, void **);
 int cuGetErrorString(int, const char **);
+int cuEventCreate(void **, unsigned);
+int cuEventDestroy_v2(void *);
+int cuEventRecord(void *, void *);
+int cuStreamWaitEvent(void *, void *, unsigned);
+int cuGraphInstantiateWithFlags(void **, void *, unsigned long long);
+int cuGraphLaunch(void *, void *);
+int cuGraphDestroy(void *);
+int cuGraphExecDestroy(void *);
 
 static inline cudaError_t emu_err(int e)
 {
@@ -116,8 +126,43 @@ static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
 
 static inline cudaError_t cudaGraphDestroy(cudaGraph_t g)
 {
-    (void)g;
-    return cudaSuccess;
+    return emu_err(cuGraphDestroy(g));
+}
+
+static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g,
+                                               unsigned long long flags)
+{
+    return emu_err(cuGraphInstantiateWithFlags((void **)e, g, flags));
+}
+
+static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
+{
+    return emu_err(cuGraphLaunch(e, s));
+}
+
+static inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e)
+{
+    return emu_err(cuGraphExecDestroy(e));
+}
+
+static inline cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return emu_err(cuEventCreate((void **)e, 0));
+}
+
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    return emu_err(cuEventDestroy_v2(e));
+}
+
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    return emu_err(cuEventRecord(e, s));
+}
+
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    return emu_err(cuStreamWaitEvent(s, e, flags));
 }
 
 #endif /* BRAID_EMU_CUDA_RUNTIME_H_ */
