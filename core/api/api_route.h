@@ -16,10 +16,10 @@
 
 /* One buffer argument of a call, classified. */
 typedef struct {
-    const char *name;   /* "sendbuff", "recvbuff" */
-    const void *ptr;    /* NULL: not given / not used by this rank (ignored) */
+    const char *name; /* "sendbuff", "recvbuff" */
+    const void *ptr;  /* NULL: not given / not used by this rank (ignored) */
     br_mem_kind_t kind;
-    int device;         /* its device (DEVICE, MANAGED) */
+    int device; /* its device (DEVICE, MANAGED) */
 } br_route_buf_t;
 
 #define BR_ROUTE_HOST 0

@@ -509,7 +509,8 @@ BR_DEV_HD void br_dev_run_local(const br_dev_work_t *w)
     for (uint64_t p = (uint64_t)BR_DEV_TID; p < n; p += (uint64_t)BR_DEV_NTHR) {
         uint64_t off = p * 16;
         uint32_t nb = br_dev_piece_bytes(w->bytes, off, 16);
-        br_dev_v2_t v = br_dev_piece_op(&R, fn, br_dev_ld_any(w->src + off, nb), zero, nb > 8 ? 2 : 1);
+        br_dev_v2_t v =
+            br_dev_piece_op(&R, fn, br_dev_ld_any(w->src + off, nb), zero, nb > 8 ? 2 : 1);
         br_dev_st_any(w->dst + off, v, nb);
     }
 }

@@ -32,19 +32,19 @@
 #include "coll.h"
 #include "plan_sched.h"
 
-#define BR_DEV_NTHREADS 512         /* threads per block */
-#define BR_DEV_LL_LINE 16u          /* LL: bytes of one line */
-#define BR_DEV_LL_DATA 8u           /* LL: data bytes per line */
-#define BR_DEV_LL128_LINE 128u      /* LL128: bytes of one line */
-#define BR_DEV_LL128_DATA 120u      /* LL128: data bytes per line */
+#define BR_DEV_NTHREADS 512                      /* threads per block */
+#define BR_DEV_LL_LINE 16u                       /* LL: bytes of one line */
+#define BR_DEV_LL_DATA 8u                        /* LL: data bytes per line */
+#define BR_DEV_LL128_LINE 128u                   /* LL128: bytes of one line */
+#define BR_DEV_LL128_DATA 120u                   /* LL128: data bytes per line */
 #define BR_DEV_MAX_PEERS (2 + BR_MAX_TREE_ARITY) /* connections of one block, each way */
 
 /* Error codes a kernel reports (br_dev_launch_t.status). */
 #define BR_DEV_OK 0
-#define BR_DEV_ABORTED 1   /* the abort flag was raised while waiting */
-#define BR_DEV_TIMEOUT 2   /* a wait exceeded wait_timeout_ns (peer not progressing) */
-#define BR_DEV_MISMATCH 3  /* a slot's descriptor disagrees with the step (mismatched calls) */
-#define BR_DEV_BADWORK 4   /* a work item the kernel does not understand */
+#define BR_DEV_ABORTED 1  /* the abort flag was raised while waiting */
+#define BR_DEV_TIMEOUT 2  /* a wait exceeded wait_timeout_ns (peer not progressing) */
+#define BR_DEV_MISMATCH 3 /* a slot's descriptor disagrees with the step (mismatched calls) */
+#define BR_DEV_BADWORK 4  /* a work item the kernel does not understand */
 
 /* The flag of LL/LL128 lines of `step`: never 0 (a cleared line). */
 #ifdef __CUDACC__
@@ -61,14 +61,14 @@ BR_DEV_FN uint32_t br_dev_ll_flag(uint64_t step)
 /* One directed connection (sender rank -> receiver rank, one channel). Lives in device
  * memory; the sender's block owns send_step, the receiver's block owns recv_step. */
 typedef struct {
-    char *buf;              /* BR_STEPS slots of slot_bytes, in the receiver's GPU memory */
-    uint64_t slot_bytes;    /* bytes of one slot (a multiple of 128) */
-    uint64_t *tail;         /* steps filled (written by the sender) */
-    uint64_t *head;         /* steps freed (written by the receiver) */
-    uint64_t send_step;     /* the sender's next step */
-    uint64_t recv_step;     /* the receiver's next step */
-    uint64_t *desc;         /* BR_STEPS x 2 words: per slot {seq, bytes} as sent, checked by
-                             * the receiver (mismatched calls across ranks) */
+    char *buf;           /* BR_STEPS slots of slot_bytes, in the receiver's GPU memory */
+    uint64_t slot_bytes; /* bytes of one slot (a multiple of 128) */
+    uint64_t *tail;      /* steps filled (written by the sender) */
+    uint64_t *head;      /* steps freed (written by the receiver) */
+    uint64_t send_step;  /* the sender's next step */
+    uint64_t recv_step;  /* the receiver's next step */
+    uint64_t *desc;      /* BR_STEPS x 2 words: per slot {seq, bytes} as sent, checked by
+                          * the receiver (mismatched calls across ranks) */
 } br_dev_conn_t;
 
 /* Payload bytes one slot carries under each protocol. */
@@ -86,29 +86,30 @@ BR_DEV_FN uint64_t br_dev_slot_payload(const br_dev_conn_t *c, int proto)
 /* Kinds of work item. */
 #define BR_DEV_WORK_SCHED 1 /* one channel of a Ring/Tree collective: plan's schedule */
 #define BR_DEV_WORK_COPY 2  /* bytes from src to dst (matched send/recv, local copy) */
-#define BR_DEV_WORK_LOCAL 3 /* a one-rank collective: dst = post(pre(src)) over `count`
-                             * elements of `type` for a reduction (red, scalars), else a copy
-                             * of `bytes` */
+#define BR_DEV_WORK_LOCAL                                                                          \
+    3 /* a one-rank collective: dst = post(pre(src)) over `count`                                  \
+       * elements of `type` for a reduction (red, scalars), else a copy                            \
+       * of `bytes` */
 
 /* One work item of one block. */
 typedef struct {
     uint32_t kind;
-    uint32_t proto;        /* BR_PROTO_* (SCHED) */
-    uint32_t type;         /* ncclDataType_t */
-    uint32_t red;          /* br_red_kind_t */
-    double scalar_f;       /* PREMULSUM scalar (floating types) */
-    uint64_t scalar_i;     /* ... as integer bit pattern (integer types) */
+    uint32_t proto;         /* BR_PROTO_* (SCHED) */
+    uint32_t type;          /* ncclDataType_t */
+    uint32_t red;           /* br_red_kind_t */
+    double scalar_f;        /* PREMULSUM scalar (floating types) */
+    uint64_t scalar_i;      /* ... as integer bit pattern (integer types) */
     const void *scalar_dev; /* PREMULSUM scalar in device memory (ncclScalarDevice), or
                              * NULL: then scalar_f / scalar_i hold it */
-    uint64_t divisor;      /* SUMPOSTDIV */
-    uint64_t seq;          /* the collective's sequence number + 1 (slot descriptors) */
+    uint64_t divisor;       /* SUMPOSTDIV */
+    uint64_t seq;           /* the collective's sequence number + 1 (slot descriptors) */
 
     /* SCHED: who this rank is on the channel, and how the data is cut. */
     br_sched_t sched;
     uint64_t esize, units, lo, hi, slice; /* br_plan_layout_t */
-    const int32_t *ring_rank; /* rank at each ring position of the channel (nranks) */
-    const char *send;      /* the rank's input (may be NULL where it reads none) */
-    char *recv;            /* the rank's output (may be NULL where it writes none) */
+    const int32_t *ring_rank;             /* rank at each ring position of the channel (nranks) */
+    const char *send;                     /* the rank's input (may be NULL where it reads none) */
+    char *recv;                           /* the rank's output (may be NULL where it writes none) */
     /* Connections of the step's peers: peer rank -> connection. */
     int32_t nrecv_peers, nsend_peers;
     int32_t recv_peer[BR_DEV_MAX_PEERS];
@@ -120,8 +121,8 @@ typedef struct {
     const char *src;
     char *dst;
     uint64_t bytes;
-    uint64_t count;        /* LOCAL reduction: elements */
-    uint32_t reduce;       /* LOCAL: nonzero for a reduction */
+    uint64_t count;  /* LOCAL reduction: elements */
+    uint32_t reduce; /* LOCAL: nonzero for a reduction */
 } br_dev_work_t;
 
 /* What block b of a launch does. */
@@ -144,9 +145,9 @@ typedef struct {
     /* Host-mapped report of the first failure: status (BR_DEV_*), then who and where,
      * written by the block that claimed it. */
     volatile uint32_t *status;
-    volatile int32_t *fail_rank;   /* rank whose block failed */
-    volatile int32_t *fail_peer;   /* the peer it waited for or disagreed with (-1: none) */
-    volatile uint64_t *fail_step;  /* the step */
+    volatile int32_t *fail_rank;  /* rank whose block failed */
+    volatile int32_t *fail_peer;  /* the peer it waited for or disagreed with (-1: none) */
+    volatile uint64_t *fail_step; /* the step */
 } br_dev_launch_t;
 
 #endif /* BR_DEVICE_DEV_WORK_H_ */

@@ -285,9 +285,9 @@ static ncclResult_t desc_get(br_clique_t *cl, size_t bytes, int rank, br_cuda_de
             b->h = NULL;
             b->cap = 0;
         }
-        BR_CHECK(br_cuda_check(cu->MemHostAlloc(&p, cap, BR_CU_MEMHOSTALLOC_PORTABLE |
-                                                            BR_CU_MEMHOSTALLOC_DEVICEMAP),
-                               "cuMemHostAlloc (descriptors)", rank));
+        BR_CHECK(br_cuda_check(
+            cu->MemHostAlloc(&p, cap, BR_CU_MEMHOSTALLOC_PORTABLE | BR_CU_MEMHOSTALLOC_DEVICEMAP),
+            "cuMemHostAlloc (descriptors)", rank));
         b->h = p;
         b->cap = cap;
         BR_CHECK(br_cuda_check(cu->MemHostGetDevicePointer(&b->d, p, 0),
@@ -295,6 +295,20 @@ static ncclResult_t desc_get(br_clique_t *cl, size_t bytes, int rank, br_cuda_de
     }
     *out = b;
     return ncclSuccess;
+}
+
+/* The words of a launch the kernels share with the host: abort, timeout, the failure
+ * claim and its report. */
+static void launch_words(const br_clique_t *cl, br_dev_launch_t *L)
+{
+    br_cu_ptr_t f = cl->flags_d;
+    L->abort_flag = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, abort_flag));
+    L->status = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, status));
+    L->fail_rank = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_rank));
+    L->fail_peer = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_peer));
+    L->fail_step = (volatile uint64_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_step));
+    L->wait_timeout_ns = wait_limit_ns();
+    L->claim = (uint32_t *)(uintptr_t)cl->claim_d;
 }
 
 /* Launch the unit's kernels and write its ranks' done words. Caller holds cl->mu. */
@@ -333,17 +347,16 @@ static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
     for (int d = 0; d < cl->ndevs; d++) {
         br_cuda_dev_t *dv = &cl->devs[d];
         br_cuda_build_t *b = &per_dev[d];
-        BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(dv->ctx), "cuCtxSetCurrent", rank), res,
-                      out);
+        BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(dv->ctx), "cuCtxSetCurrent", rank), res, out);
         /* Inputs ready: every rank's call was reached on its stream. */
         for (int r = 0; r < cl->nranks; r++) {
             if (in_unit[r]) {
                 br_cuda_rank_t *q = &cl->rank[r];
-                BR_CHECK_GOTO(br_cuda_check(cu->StreamWaitEvent(
-                                                dv->stream,
-                                                q->arrive[q->launched % BR_CUDA_QUEUE], 0),
-                                            "cuStreamWaitEvent", rank),
-                              res, out);
+                BR_CHECK_GOTO(
+                    br_cuda_check(
+                        cu->StreamWaitEvent(dv->stream, q->arrive[q->launched % BR_CUDA_QUEUE], 0),
+                        "cuStreamWaitEvent", rank),
+                    res, out);
             }
         }
         if (b->nblocks > 0) {
@@ -358,25 +371,18 @@ static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
             memcpy(desc->h + at, b->works, wb);
             L.works = (const br_dev_work_t *)(uintptr_t)(desc->d + at);
             at += wb;
-            br_cu_ptr_t f = cl->flags_d;
-            L.abort_flag = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, abort_flag));
-            L.status = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, status));
-            L.fail_rank = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_rank));
-            L.fail_peer = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_peer));
-            L.fail_step = (volatile uint64_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_step));
-            L.wait_timeout_ns = wait_limit_ns();
-            L.claim = (uint32_t *)(uintptr_t)cl->claim_d;
+            launch_words(cl, &L);
             void *params[1] = {&L};
-            BR_CHECK_GOTO(br_cuda_check(cu->LaunchKernel(dv->fn, (unsigned)b->nblocks, 1, 1,
-                                                         BR_DEV_NTHREADS, 1, 1, 0, dv->stream,
-                                                         params, NULL),
-                                        "cuLaunchKernel", rank),
-                          res, out);
+            BR_CHECK_GOTO(
+                br_cuda_check(cu->LaunchKernel(dv->fn, (unsigned)b->nblocks, 1, 1, BR_DEV_NTHREADS,
+                                               1, 1, 0, dv->stream, params, NULL),
+                              "cuLaunchKernel", rank),
+                res, out);
         }
         if (d > 0) {
-            BR_CHECK_GOTO(br_cuda_check(cu->EventRecord(dv->finished, dv->stream),
-                                        "cuEventRecord", rank),
-                          res, out);
+            BR_CHECK_GOTO(
+                br_cuda_check(cu->EventRecord(dv->finished, dv->stream), "cuEventRecord", rank),
+                res, out);
         }
     }
     /* The done words, on the first device's stream after every device's kernel. */
@@ -403,8 +409,10 @@ out:
     br_cuda_build_free(per_dev);
     if (res != ncclSuccess && !cl->failed) {
         char m2[256];
-        snprintf(m2, sizeof(m2), "rank %d (host %s): a device launch failed (see the warning "
-                 "above)", rank, br_host_name());
+        snprintf(m2, sizeof(m2),
+                 "rank %d (host %s): a device launch failed (see the warning "
+                 "above)",
+                 rank, br_host_name());
         clique_fail(cl, res, m2);
     }
     return res;
@@ -540,8 +548,10 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
         cl->setup_res = br_cuda_setup(cl, ec->rank);
         if (cl->setup_res != ncclSuccess) {
             char msg[256];
-            snprintf(msg, sizeof(msg), "rank %d (host %s): the CUDA executor could not be set "
-                     "up (see the warning above)", ec->rank, br_host_name());
+            snprintf(msg, sizeof(msg),
+                     "rank %d (host %s): the CUDA executor could not be set "
+                     "up (see the warning above)",
+                     ec->rank, br_host_name());
             clique_fail(cl, cl->setup_res, msg);
         } else if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) == 0) {
             cl->watchdog_started = 1;
@@ -576,11 +586,11 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
     }
     d->stream = stream;
     d->since_ns = br_time_ns();
-    res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx),
-                        "cuCtxSetCurrent", ec->rank);
+    res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx), "cuCtxSetCurrent",
+                        ec->rank);
     if (res == ncclSuccess) {
-        res = br_cuda_check(cu->EventRecord(q->arrive[t % BR_CUDA_QUEUE], stream),
-                            "cuEventRecord", ec->rank);
+        res = br_cuda_check(cu->EventRecord(q->arrive[t % BR_CUDA_QUEUE], stream), "cuEventRecord",
+                            ec->rank);
     }
     if (res != ncclSuccess) {
         goto out;
@@ -606,14 +616,14 @@ ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream
 
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
-    res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx),
-                        "cuCtxSetCurrent", ec->rank);
+    res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx), "cuCtxSetCurrent",
+                        ec->rank);
     if (res == ncclSuccess) {
-        res = br_cuda_check(
-            cu->StreamWaitValue32((br_cu_stream_t)stream,
-                                  cl->done_d + (size_t)ec->rank * sizeof(uint32_t),
-                                  (uint32_t)(ticket + 1), BR_CU_STREAM_WAIT_VALUE_GEQ),
-            "cuStreamWaitValue32", ec->rank);
+        res = br_cuda_check(cu->StreamWaitValue32((br_cu_stream_t)stream,
+                                                  cl->done_d + (size_t)ec->rank * sizeof(uint32_t),
+                                                  (uint32_t)(ticket + 1),
+                                                  BR_CU_STREAM_WAIT_VALUE_GEQ),
+                            "cuStreamWaitValue32", ec->rank);
     }
     pthread_mutex_unlock(&cl->mu);
     cu->CtxSetCurrent(saved);
@@ -674,8 +684,10 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
         cl->setup_done = 1;
         cl->setup_res = br_cuda_setup(cl, ecs[0]->rank);
         if (cl->setup_res != ncclSuccess) {
-            snprintf(msg, sizeof(msg), "rank %d (host %s): the CUDA executor could not be set "
-                     "up (see the warning above)", ecs[0]->rank, br_host_name());
+            snprintf(msg, sizeof(msg),
+                     "rank %d (host %s): the CUDA executor could not be set "
+                     "up (see the warning above)",
+                     ecs[0]->rank, br_host_name());
             clique_fail(cl, cl->setup_res, msg);
         } else if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) == 0) {
             cl->watchdog_started = 1;
@@ -734,8 +746,9 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
         q->next++;
         res = br_cuda_check(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", ecs[i]->rank);
         if (res == ncclSuccess) {
-            res = br_cuda_check(cu->EventRecord(q->arrive[(q->next - 1) % BR_CUDA_QUEUE], d->stream),
-                                "cuEventRecord", ecs[i]->rank);
+            res =
+                br_cuda_check(cu->EventRecord(q->arrive[(q->next - 1) % BR_CUDA_QUEUE], d->stream),
+                              "cuEventRecord", ecs[i]->rank);
         }
         if (res != ncclSuccess) {
             goto undo;
@@ -775,11 +788,11 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
     }
     size_t bb = (size_t)b->nblocks * sizeof(br_dev_block_t), at;
     size_t wb = (size_t)b->nworks * sizeof(br_dev_work_t);
-    BR_CHECK_GOTO(br_cuda_check(cu->MemHostAlloc(&kept->desc, 256 + bb + wb,
-                                                 BR_CU_MEMHOSTALLOC_PORTABLE |
-                                                     BR_CU_MEMHOSTALLOC_DEVICEMAP),
-                                "cuMemHostAlloc (captured descriptors)", ecs[0]->rank),
-                  res, undo);
+    BR_CHECK_GOTO(
+        br_cuda_check(cu->MemHostAlloc(&kept->desc, 256 + bb + wb,
+                                       BR_CU_MEMHOSTALLOC_PORTABLE | BR_CU_MEMHOSTALLOC_DEVICEMAP),
+                      "cuMemHostAlloc (captured descriptors)", ecs[0]->rank),
+        res, undo);
     br_cu_ptr_t desc_d;
     BR_CHECK_GOTO(br_cuda_check(cu->MemHostGetDevicePointer(&desc_d, kept->desc, 0),
                                 "cuMemHostGetDevicePointer", ecs[0]->rank),
@@ -794,22 +807,16 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
     memset(&L, 0, sizeof(L));
     L.blocks = (const br_dev_block_t *)(uintptr_t)desc_d;
     L.works = (const br_dev_work_t *)(uintptr_t)(desc_d + at);
-    br_cu_ptr_t f = cl->flags_d;
-    L.abort_flag = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, abort_flag));
-    L.status = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, status));
-    L.fail_rank = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_rank));
-    L.fail_peer = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_peer));
-    L.fail_step = (volatile uint64_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_step));
-    L.wait_timeout_ns = wait_limit_ns();
-    L.claim = (uint32_t *)(uintptr_t)cl->claim_d;
+    launch_words(cl, &L);
     /* The last member's stream joins the others, runs the kernel, and they join it back. */
     br_cu_stream_t s = (br_cu_stream_t)ops[n - 1][0].stream;
     for (int i = 0; i < n - 1; i++) {
         br_cuda_rank_t *q = &cl->rank[ecs[i]->rank];
         if ((br_cu_stream_t)ops[i][0].stream != s) {
-            BR_CHECK_GOTO(br_cuda_check(cu->StreamWaitEvent(s, q->arrive[q->launched % BR_CUDA_QUEUE], 0),
-                                        "cuStreamWaitEvent", ecs[i]->rank),
-                          res, undo);
+            BR_CHECK_GOTO(
+                br_cuda_check(cu->StreamWaitEvent(s, q->arrive[q->launched % BR_CUDA_QUEUE], 0),
+                              "cuStreamWaitEvent", ecs[i]->rank),
+                res, undo);
         }
     }
     if (b->nblocks > 0) {
@@ -819,8 +826,7 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
                                     "cuLaunchKernel", ecs[0]->rank),
                       res, undo);
     }
-    BR_CHECK_GOTO(br_cuda_check(cu->EventRecord(kept->finished, s), "cuEventRecord",
-                                ecs[0]->rank),
+    BR_CHECK_GOTO(br_cuda_check(cu->EventRecord(kept->finished, s), "cuEventRecord", ecs[0]->rank),
                   res, undo);
     for (int i = 0; i < n - 1; i++) {
         if ((br_cu_stream_t)ops[i][0].stream != s) {
@@ -894,8 +900,8 @@ void br_exec_cuda_abort(br_exec_comm_t *ec)
         /* Kernels stop waiting, so the launch streams drain and release_streams returns. */
         __atomic_store_n(&cl->flags->abort_flag, 1u, __ATOMIC_RELEASE);
     }
-    snprintf(msg, sizeof(msg), "rank %d (host %s): communicator aborted (ncclCommAbort)",
-             ec->rank, br_host_name());
+    snprintf(msg, sizeof(msg), "rank %d (host %s): communicator aborted (ncclCommAbort)", ec->rank,
+             br_host_name());
     clique_fail(cl, ncclRemoteError, msg);
     pthread_mutex_unlock(&cl->mu);
     br_cuda(NULL)->CtxSetCurrent(saved);

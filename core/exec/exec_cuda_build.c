@@ -234,8 +234,8 @@ static ncclResult_t build_colls(br_clique_t *cl, br_cu_ptr_t conn_d, br_cuda_bui
                 w.lo = lay.lo;
                 w.hi = lay.hi;
                 w.slice = lay.slice;
-                w.ring_rank = (const int32_t *)(uintptr_t)(cl->ring_d + (size_t)c * (size_t)n *
-                                                                          sizeof(int32_t));
+                w.ring_rank = (const int32_t *)(uintptr_t)(cl->ring_d +
+                                                           (size_t)c * (size_t)n * sizeof(int32_t));
                 w.send = o.sendbuff;
                 w.recv = o.recvbuff;
                 fill_conns(cl, conn_d, &w, c, r);

@@ -9,7 +9,7 @@
 #include "exec.h"
 #include "util_cuda.h"
 
-#define BR_CUDA_QUEUE 8     /* device calls (deposits) a rank may have waiting for a launch */
+#define BR_CUDA_QUEUE 8 /* device calls (deposits) a rank may have waiting for a launch */
 #define BR_CUDA_MAX_DEVS 16
 #define BR_CUDA_DESC_BUFS 8 /* launches whose descriptors may be in flight at once */
 
@@ -17,17 +17,17 @@
 typedef struct {
     br_op_t *ops;
     int nops, cap;
-    int has_coll;        /* holds collectives: launched with every rank's next deposit */
+    int has_coll; /* holds collectives: launched with every rank's next deposit */
     br_cu_stream_t stream;
-    uint64_t since_ns;   /* when it was deposited */
+    uint64_t since_ns; /* when it was deposited */
 } br_cuda_dep_t;
 
 /* A rank's deposits, in call order: tickets launched <= t < next are waiting. */
 typedef struct {
-    br_cuda_dep_t q[BR_CUDA_QUEUE]; /* ticket t in q[t % BR_CUDA_QUEUE] */
+    br_cuda_dep_t q[BR_CUDA_QUEUE];      /* ticket t in q[t % BR_CUDA_QUEUE] */
     br_cu_event_t arrive[BR_CUDA_QUEUE]; /* recorded on the rank's stream at the deposit */
-    uint64_t next;       /* tickets handed out */
-    uint64_t launched;   /* tickets launched */
+    uint64_t next;                       /* tickets handed out */
+    uint64_t launched;                   /* tickets launched */
 } br_cuda_rank_t;
 
 typedef struct {
@@ -35,9 +35,9 @@ typedef struct {
     br_cu_context_t ctx;
     br_cu_module_t mod;
     br_cu_function_t fn;
-    br_cu_stream_t stream;   /* launch stream */
-    br_cu_event_t finished;  /* after its kernel (the first device's stream waits on it) */
-    int capacity;            /* blocks of the kernel resident at once */
+    br_cu_stream_t stream;  /* launch stream */
+    br_cu_event_t finished; /* after its kernel (the first device's stream waits on it) */
+    int capacity;           /* blocks of the kernel resident at once */
 } br_cuda_dev_t;
 
 /* Descriptors of one launch: pinned, mapped, read by its kernels until `done` fires. */
@@ -51,8 +51,8 @@ typedef struct {
 
 /* A set of FIFOs: one per connection (channel, from, to) of the clique. */
 typedef struct {
-    br_cu_ptr_t conn_d;   /* br_dev_conn_t[nconn] in device memory */
-    br_cu_ptr_t *mem;     /* per connection: its buffer and counters */
+    br_cu_ptr_t conn_d; /* br_dev_conn_t[nconn] in device memory */
+    br_cu_ptr_t *mem;   /* per connection: its buffer and counters */
 } br_cuda_fifos_t;
 
 /* What a launch captured into a CUDA graph uses, kept until the clique ends: its own
@@ -60,7 +60,7 @@ typedef struct {
  * launches made by calls) and its descriptors. */
 typedef struct br_cuda_kept {
     br_cuda_fifos_t fifos;
-    void *desc;           /* pinned, mapped */
+    void *desc; /* pinned, mapped */
     br_cu_event_t finished;
     struct br_cuda_kept *next;
 } br_cuda_kept_t;
@@ -78,26 +78,26 @@ struct br_cuda_clique {
     int nranks, refs;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    br_exec_comm_t **ec;     /* [nranks] */
-    int *rank_dev;           /* [nranks]: index into devs */
+    br_exec_comm_t **ec; /* [nranks] */
+    int *rank_dev;       /* [nranks]: index into devs */
     br_cuda_dev_t devs[BR_CUDA_MAX_DEVS];
     int ndevs;
-    br_cuda_rank_t *rank;    /* [nranks] */
+    br_cuda_rank_t *rank; /* [nranks] */
     /* Set up by the first deposit. */
     int setup_done;
     ncclResult_t setup_res;
-    int nch;                 /* channels a device collective may use */
-    br_graph_t *graph;       /* nch channels over the clique's ranks */
+    int nch;           /* channels a device collective may use */
+    br_graph_t *graph; /* nch channels over the clique's ranks */
     int nconn;
-    int *conn_key;           /* [nconn * 3]: channel, from, to */
-    br_cuda_fifos_t fifos;   /* the FIFOs of launches made by calls */
-    br_cuda_kept_t *kept;    /* what captured launches use, for the communicator's life */
-    br_cu_ptr_t ring_d;      /* int32 ring orders, nch x nranks */
+    int *conn_key;         /* [nconn * 3]: channel, from, to */
+    br_cuda_fifos_t fifos; /* the FIFOs of launches made by calls */
+    br_cuda_kept_t *kept;  /* what captured launches use, for the communicator's life */
+    br_cu_ptr_t ring_d;    /* int32 ring orders, nch x nranks */
     size_t slot_bytes;
-    br_cuda_flags_t *flags;  /* pinned, mapped */
+    br_cuda_flags_t *flags; /* pinned, mapped */
     br_cu_ptr_t flags_d;
-    br_cu_ptr_t claim_d;     /* device word a failing block claims first */
-    uint32_t *done;          /* [nranks] pinned, mapped: tickets finished per rank */
+    br_cu_ptr_t claim_d; /* device word a failing block claims first */
+    uint32_t *done;      /* [nranks] pinned, mapped: tickets finished per rank */
     br_cu_ptr_t done_d;
     br_cuda_desc_t desc[BR_CUDA_DESC_BUFS];
     int desc_next;

@@ -208,8 +208,8 @@ ncclResult_t br_cuda_setup(br_clique_t *cl, int rank)
     for (int r = 0; r < cl->nranks; r++) {
         CU(cu->CtxSetCurrent(cl->devs[cl->rank_dev[r]].ctx), "cuCtxSetCurrent", rank);
         for (int i = 0; i < BR_CUDA_QUEUE; i++) {
-            CU(cu->EventCreate(&cl->rank[r].arrive[i], BR_CU_EVENT_DISABLE_TIMING),
-               "cuEventCreate", rank);
+            CU(cu->EventCreate(&cl->rank[r].arrive[i], BR_CU_EVENT_DISABLE_TIMING), "cuEventCreate",
+               rank);
         }
     }
     CU(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", rank);
@@ -219,8 +219,7 @@ ncclResult_t br_cuda_setup(br_clique_t *cl, int rank)
     BR_INFO(NCCL_INIT,
             "CUDA executor: %d ranks on %d device%s, %d channels per collective, %d "
             "connections of %d x %zu bytes",
-            cl->nranks, cl->ndevs, cl->ndevs == 1 ? "" : "s", cl->nch, cl->nconn, BR_STEPS,
-            slot);
+            cl->nranks, cl->ndevs, cl->ndevs == 1 ? "" : "s", cl->nch, cl->nconn, BR_STEPS, slot);
     return ncclSuccess;
 }
 
@@ -244,13 +243,13 @@ ncclResult_t br_cuda_fifos_alloc(br_clique_t *cl, br_cuda_fifos_t *f, int rank)
         br_cuda_dev_t *d = &cl->devs[cl->rank_dev[to]];
         br_cu_ptr_t m;
         BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(d->ctx), "cuCtxSetCurrent", rank), res, out);
-        BR_CHECK_GOTO(br_cuda_check(cu->MemAlloc(&m, slot * BR_STEPS + ctl), "cuMemAlloc (FIFO)",
-                                    rank),
-                      res, out);
+        BR_CHECK_GOTO(
+            br_cuda_check(cu->MemAlloc(&m, slot * BR_STEPS + ctl), "cuMemAlloc (FIFO)", rank), res,
+            out);
         f->mem[i] = m;
-        BR_CHECK_GOTO(br_cuda_check(cu->MemsetD8(m, 0, slot * BR_STEPS + ctl), "cuMemsetD8 (FIFO)",
-                                    rank),
-                      res, out);
+        BR_CHECK_GOTO(
+            br_cuda_check(cu->MemsetD8(m, 0, slot * BR_STEPS + ctl), "cuMemsetD8 (FIFO)", rank),
+            res, out);
         conns[i].buf = (char *)(uintptr_t)m;
         conns[i].slot_bytes = slot;
         conns[i].tail = (uint64_t *)(uintptr_t)(m + slot * BR_STEPS);
@@ -259,9 +258,9 @@ ncclResult_t br_cuda_fifos_alloc(br_clique_t *cl, br_cuda_fifos_t *f, int rank)
     }
     BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", rank), res,
                   out);
-    BR_CHECK_GOTO(br_cuda_check(cu->MemAlloc(&f->conn_d, conn_bytes), "cuMemAlloc (connections)",
-                                rank),
-                  res, out);
+    BR_CHECK_GOTO(
+        br_cuda_check(cu->MemAlloc(&f->conn_d, conn_bytes), "cuMemAlloc (connections)", rank), res,
+        out);
     BR_CHECK_GOTO(br_cuda_check(cu->Memcpy(f->conn_d, (br_cu_ptr_t)(uintptr_t)conns, conn_bytes),
                                 "cuMemcpy (connections)", rank),
                   res, out);

@@ -86,7 +86,7 @@ static void *sym(void *h, const char *versioned, const char *plain)
         *(void **)&drv.member = sym(h, versioned, plain);                                          \
         if (drv.member == NULL) {                                                                  \
             snprintf(why_none, sizeof(why_none),                                                   \
-                     "libcuda.so.1 has no %s (driver too old for this build)", plain);            \
+                     "libcuda.so.1 has no %s (driver too old for this build)", plain);             \
             return;                                                                                \
         }                                                                                          \
     } while (0)
@@ -169,9 +169,8 @@ static void load(void)
     if (drv.DeviceGet(&d0, 0) == BR_CU_SUCCESS) {
         drv.DeviceGetName(name, (int)sizeof(name), d0);
     }
-    BR_INFO(NCCL_INIT, "CUDA: driver %d.%d, %d device%s (device 0: %s)",
-            drv.driver_version / 1000, drv.driver_version % 1000 / 10, drv.ndevices,
-            drv.ndevices == 1 ? "" : "s", name);
+    BR_INFO(NCCL_INIT, "CUDA: driver %d.%d, %d device%s (device 0: %s)", drv.driver_version / 1000,
+            drv.driver_version % 1000 / 10, drv.ndevices, drv.ndevices == 1 ? "" : "s", name);
     loaded = &drv;
 }
 

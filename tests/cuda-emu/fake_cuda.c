@@ -131,17 +131,10 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsi
     pthread_mutex_unlock(&mem_mu);
     for (unsigned i = 0; i < n; i++) {
         switch (attrs[i]) {
-        case 2: /* MEMORY_TYPE */
-            *(unsigned *)data[i] = ordinal >= 0 ? 2u : 0u;
-            break;
-        case 8: /* IS_MANAGED */
-            *(unsigned char *)data[i] = 0;
-            break;
-        case 9: /* DEVICE_ORDINAL */
-            *(int *)data[i] = ordinal >= 0 ? ordinal : -2;
-            break;
-        default:
-            break;
+        case 2: /* MEMORY_TYPE */ *(unsigned *)data[i] = ordinal >= 0 ? 2u : 0u; break;
+        case 8: /* IS_MANAGED */ *(unsigned char *)data[i] = 0; break;
+        case 9: /* DEVICE_ORDINAL */ *(int *)data[i] = ordinal >= 0 ? ordinal : -2; break;
+        default: break;
         }
     }
     return OK;
@@ -204,8 +197,8 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int d)
 {
     (void)d;
     switch (attr) {
-    case 16: *v = 8; break;  /* SM count */
-    case 75: *v = 9; break;  /* compute capability 9.0 */
+    case 16: *v = 8; break; /* SM count */
+    case 75: *v = 9; break; /* compute capability 9.0 */
     case 76: *v = 0; break;
     default: *v = 1; break;
     }
@@ -347,7 +340,15 @@ EXPORT CUresult cuEventSynchronize(void *e)
 
 /* ---- streams ---- */
 
-typedef enum { OP_RECORD, OP_WAIT_EVENT, OP_WAIT_VALUE, OP_WRITE_VALUE, OP_COPY, OP_SET, OP_KERNEL } op_kind_t;
+typedef enum {
+    OP_RECORD,
+    OP_WAIT_EVENT,
+    OP_WAIT_VALUE,
+    OP_WRITE_VALUE,
+    OP_COPY,
+    OP_SET,
+    OP_KERNEL
+} op_kind_t;
 
 typedef struct op {
     op_kind_t kind;

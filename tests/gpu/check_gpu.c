@@ -42,7 +42,7 @@ static int failures;
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
         if (e_ != cudaSuccess) {                                                                   \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
+            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
@@ -126,14 +126,15 @@ static int run_case_group(ncclComm_t *comms, cudaStream_t *streams, int n, const
         res = brt_case_issue(c, &b[r]);
     }
     ncclResult_t end = ncclGroupEnd();
-    EXPECT(res == ncclSuccess && end == ncclSuccess, "%s: calls returned %d/%d: %s", name, res,
-           end, ncclGetLastError(comms[0]));
+    EXPECT(res == ncclSuccess && end == ncclSuccess, "%s: calls returned %d/%d: %s", name, res, end,
+           ncclGetLastError(comms[0]));
     for (int r = 0; r < n; r++) {
         CUDA_OK(cudaStreamSynchronize(streams[r]));
     }
     for (int r = 0; r < n; r++) {
         mirror_down(&b[r], &m[r]);
-        if (res == ncclSuccess && end == ncclSuccess && brt_case_verify(c, &b[r], err, sizeof(err)) != 0) {
+        if (res == ncclSuccess && end == ncclSuccess &&
+            brt_case_verify(c, &b[r], err, sizeof(err)) != 0) {
             if (bad++ < 3) {
                 EXPECT(0, "%s rank %d: %s", name, r, err);
             }
@@ -152,7 +153,8 @@ static void init_all(ncclComm_t *comms, int n, int dev)
     CUDA_OK(cudaSetDevice(dev));
     ncclResult_t res = ncclCommInitAll(comms, n, devs);
     if (res != ncclSuccess) {
-        printf("FAIL: ncclCommInitAll(%d ranks on device %d): %s\n", n, dev, ncclGetLastError(NULL));
+        printf("FAIL: ncclCommInitAll(%d ranks on device %d): %s\n", n, dev,
+               ncclGetLastError(NULL));
         exit(1);
     }
 }
@@ -324,8 +326,8 @@ static void section_errors(void)
     /* Host sendbuff, device recvbuff. */
     ncclResult_t res = ncclAllReduce(hostbuf, dev[0], 64, ncclFloat, ncclSum, comms[0], s[0]);
     EXPECT(res == ncclInvalidArgument, "mixed buffers returned %d", res);
-    EXPECT(strstr(ncclGetLastError(comms[0]), "host memory") != NULL,
-           "mixed buffers: message '%s'", ncclGetLastError(comms[0]));
+    EXPECT(strstr(ncclGetLastError(comms[0]), "host memory") != NULL, "mixed buffers: message '%s'",
+           ncclGetLastError(comms[0]));
     /* Mismatched counts in one group: an error, and no stream hangs. */
     ncclGroupStart();
     ncclAllReduce(dev[0], dev[0], 64, ncclFloat, ncclSum, comms[0], s[0]);
@@ -404,8 +406,7 @@ static void section_capture(void)
     CUDA_OK(cudaStreamWaitEvent(s[0], join, 0));
     CUDA_OK(cudaStreamEndCapture(s[0], &g));
     EXPECT(r0 == ncclSuccess && r1 == ncclSuccess && end == ncclSuccess,
-           "capture of a grouped AllReduce: %d/%d/%d: %s", r0, r1, end,
-           ncclGetLastError(comms[0]));
+           "capture of a grouped AllReduce: %d/%d/%d: %s", r0, r1, end, ncclGetLastError(comms[0]));
     CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
     for (int rep = 0; rep < 3; rep++) {
         for (int r = 0; r < 2; r++) {

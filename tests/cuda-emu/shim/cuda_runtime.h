@@ -85,8 +85,8 @@ static inline cudaError_t cudaFree(void *p)
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind)
 {
     (void)kind;
-    return emu_err(cuMemcpy((unsigned long long)(uintptr_t)dst,
-                            (unsigned long long)(uintptr_t)src, n));
+    return emu_err(
+        cuMemcpy((unsigned long long)(uintptr_t)dst, (unsigned long long)(uintptr_t)src, n));
 }
 
 static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
