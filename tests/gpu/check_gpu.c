@@ -11,6 +11,7 @@
  *   errors   host and device buffers mixed; mismatched calls across ranks
  *   abort    ncclCommAbort from another thread releases a stream whose peer never called
  *   capture  a call captured into a CUDA graph
+ *   multi    4 ranks on two GPUs of one process (P2P between them), where there are two
  * Without a GPU (or without the CUDA runtime) it prints SKIP and why, and exits 77.
  */
 #include <cuda_runtime.h>
@@ -46,6 +47,9 @@ static int failures;
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* The device of each rank of the current communicators (buffers go there). */
+static int rank_dev[MAXR];
 
 /* Device mirrors of a case's host buffers (guards included). */
 typedef struct {
@@ -115,6 +119,7 @@ static int run_case_group(ncclComm_t *comms, cudaStream_t *streams, int n, const
         b[r].rank = r;
         b[r].nranks = n;
         b[r].stream = streams[r];
+        CUDA_OK(cudaSetDevice(rank_dev[r]));
         if (brt_case_setup(c, &b[r], err, sizeof(err)) != 0) {
             EXPECT(0, "%s: setup: %s", name, err);
             return 1;
@@ -149,6 +154,7 @@ static void init_all(ncclComm_t *comms, int n, int dev)
     int devs[MAXR];
     for (int r = 0; r < n; r++) {
         devs[r] = dev;
+        rank_dev[r] = dev;
     }
     CUDA_OK(cudaSetDevice(dev));
     ncclResult_t res = ncclCommInitAll(comms, n, devs);
@@ -191,6 +197,49 @@ static void section_coll_groups(void)
             cudaStreamDestroy(streams[r]);
         }
     }
+}
+
+/* Ranks alternating over two GPUs: FIFOs in each receiver's GPU, reached over P2P, one
+ * kernel per GPU per launch. */
+static void section_multi(void)
+{
+    int ndev = 0, fails = 0, n = 4;
+    ncclComm_t comms[MAXR];
+    cudaStream_t streams[MAXR];
+    brt_case_t *thin = NULL;
+    int devs[MAXR];
+    CUDA_OK(cudaGetDeviceCount(&ndev));
+    if (ndev < 2) {
+        printf("multi: SKIP: one GPU here; ranks on several GPUs need two\n");
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        devs[r] = rank_dev[r] = r % 2;
+    }
+    CUDA_OK(cudaSetDevice(0));
+    if (ncclCommInitAll(comms, n, devs) != ncclSuccess) {
+        printf("FAIL: ncclCommInitAll over 2 GPUs: %s\n", ncclGetLastError(NULL));
+        exit(1);
+    }
+    for (int r = 0; r < n; r++) {
+        int d = -2;
+        EXPECT(ncclCommCuDevice(comms[r], &d) == ncclSuccess && d == r % 2,
+               "rank %d: ncclCommCuDevice says %d, not %d", r, d, r % 2);
+        CUDA_OK(cudaSetDevice(r % 2));
+        CUDA_OK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+    }
+    size_t nthin = brt_cases_build(BRT_MATRIX_THIN, n, &thin);
+    for (size_t i = 0; i < nthin; i++) {
+        fails += run_case_group(comms, streams, n, &thin[i]);
+    }
+    printf("multi: %d ranks on 2 GPUs, one thread: %zu cases, %d failed\n", n, nthin, fails);
+    free(thin);
+    for (int r = 0; r < n; r++) {
+        ncclCommDestroy(comms[r]);
+        cudaStreamDestroy(streams[r]);
+        rank_dev[r] = 0;
+    }
+    CUDA_OK(cudaSetDevice(0));
 }
 
 /* One thread per rank. */
@@ -475,6 +524,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "all") || !strcmp(what, "capture")) {
         section_capture();
+    }
+    if (!strcmp(what, "all") || !strcmp(what, "multi")) {
+        section_multi();
     }
     printf("%s: %d failure%s\n", what, failures, failures == 1 ? "" : "s");
     return failures ? 1 : 0;

@@ -43,7 +43,7 @@ step() { # name timeout command...
 for proto in Simple LL LL128; do
     NCCL_PROTO=$proto NCCL_BUFFSIZE=262144 step "coll-$proto" 150 "$build/bin/check_gpu" coll
 done
-for s in overlap errors abort capture; do
+for s in overlap errors abort capture multi; do
     BRAID_CUDA_WAIT_TIMEOUT=20 step "$s" 90 "$build/bin/check_gpu" "$s"
 done
 
