@@ -25,6 +25,13 @@ mount -t tmpfs tmpfs /mnt
 mkdir -p /mnt/work /mnt/out
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 vmwork /mnt/work || finish 1
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 vmout /mnt/out || finish 1
+# The project and the command's directories at their host paths (run-vm.sh lists them):
+# the tmpfs mounts above may hide them.
+while read -r tag path; do
+    mkdir -p "$path" 2> /dev/null
+    mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose "$tag" "$path" ||
+        { echo "braid-vm: sharing $path failed"; finish 1; }
+done < /mnt/work/shares
 exec > /dev/console 2>&1
 ip link set lo up
 hostname braid-vm 2> /dev/null

@@ -128,6 +128,36 @@ chmod +x "$ird/init"
     echo
 } > "$work/cmd.sh"
 
+# The guest sees the host's root, but mounts its own tmpfs on /tmp, /run, /var/tmp and
+# /mnt: the project (this checkout), the command's directory and the directories its
+# arguments name are shared once more, read-only, at the same paths (a checkout or build
+# under /tmp, as a CI runner may make, is then still there).
+shares=()
+add_share() {
+    local d
+    d=$(cd "$1" 2>/dev/null && pwd) || return 0
+    for s in "${shares[@]}"; do
+        [ "$s" = "$d" ] && return 0
+    done
+    if [ ${#shares[@]} -lt 6 ]; then
+        shares+=("$d")
+    fi
+}
+add_share "$here/../.."
+add_share "$PWD"
+for a in "$@"; do
+    if [ "${a#/}" != "$a" ] && [ -d "$a" ]; then
+        add_share "$a"
+    fi
+done
+share_opts=()
+: > "$work/shares"
+for i in "${!shares[@]}"; do
+    share_opts+=(-fsdev "local,id=vmshare$i,path=${shares[$i]},security_model=none,readonly=on,multidevs=remap"
+                 -device "virtio-9p-pci,fsdev=vmshare$i,mount_tag=vmshare$i")
+    echo "vmshare$i ${shares[$i]}" >> "$work/shares"
+done
+
 accel=${BRAID_VM_ACCEL:-tcg}
 accel_opt="-accel tcg,thread=multi"
 [ "$accel" = kvm ] && accel_opt="-accel kvm -cpu host"
@@ -144,7 +174,7 @@ start=$(date +%s)
     -fsdev local,id=vmwork,path="$work",security_model=none \
     -device virtio-9p-pci,fsdev=vmwork,mount_tag=vmwork \
     -fsdev local,id=vmout,path="$out",security_model=none \
-    -device virtio-9p-pci,fsdev=vmout,mount_tag=vmout &
+    -device virtio-9p-pci,fsdev=vmout,mount_tag=vmout "${share_opts[@]}" &
 qpid=$!
 if [ "${BRAID_VM_VERBOSE:-0}" = 1 ]; then
     tail -F "$log" 2>/dev/null >&2 &
