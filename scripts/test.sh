@@ -5,7 +5,8 @@
 # (without the PyTorch tests, label "torch": PyTorch is not built with the sanitizers, and
 # the sanitizer build does not build braid_torch), and without the soft-RoCE guest (label
 # "rdma-vm": the guest would need the sanitizer runtimes; the sanitizer build does not
-# register it).
+# register it), and without the emulated-GPU runs of the LL and LL128 protocols (label
+# "cuda-emu-proto": the interpreter's protocols run under the sanitizers in check_device).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -29,5 +30,5 @@ if [ "${BRAID_SKIP_SANITIZERS:-0}" != 1 ]; then
     echo "== tests under ASan + UBSan"
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        ctest --output-on-failure -j"$jobs" --timeout 900 -LE "perf-smoke|torch|rdma-vm" --repeat until-pass:2)
+        ctest --output-on-failure -j"$jobs" --timeout 900 -LE "perf-smoke|torch|rdma-vm|cuda-emu-proto" --repeat until-pass:2)
 fi
