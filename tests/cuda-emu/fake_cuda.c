@@ -702,10 +702,29 @@ EXPORT CUresult cuStreamEndCapture(void *h, void **graph)
     return OK;
 }
 
+static void ops_free(op_t *o)
+{
+    while (o != NULL) {
+        op_t *next = o->next;
+        free(o);
+        o = next;
+    }
+}
+
+/* An executable graph: its own copy of the graph's operations. */
 EXPORT CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags)
 {
+    graph_t *g = graph, *e = calloc(1, sizeof(*e));
+    op_t **tail = &e->ops;
     (void)flags;
-    *exec = graph;
+    for (const op_t *c = g->ops; c != NULL; c = c->next) {
+        op_t *o = op_new(c->kind);
+        *o = *c;
+        o->next = NULL;
+        *tail = o;
+        tail = &o->next;
+    }
+    *exec = e;
     return OK;
 }
 
@@ -732,20 +751,15 @@ EXPORT CUresult cuGraphLaunch(void *exec, void *h)
 
 EXPORT CUresult cuGraphDestroy(void *graph)
 {
-    (void)graph; /* the exec shares its operations; freed with the process */
+    graph_t *g = graph;
+    ops_free(g->ops);
+    free(g);
     return OK;
 }
 
 EXPORT CUresult cuGraphExecDestroy(void *exec)
 {
-    graph_t *g = exec;
-    while (g->ops != NULL) {
-        op_t *o = g->ops;
-        g->ops = o->next;
-        free(o);
-    }
-    free(g);
-    return OK;
+    return cuGraphDestroy(exec);
 }
 
 EXPORT CUresult cuStreamIsCapturing(void *h, int *status)
