@@ -513,6 +513,59 @@ static void *watchdog_main(void *arg)
 
 /* ---- the calls ---- */
 
+/* The first device call of a clique sets the executor up and starts its watchdog. Caller
+ * holds cl->mu. */
+static void ensure_setup(br_clique_t *cl, int rank)
+{
+    char msg[256];
+    if (cl->setup_done) {
+        return;
+    }
+    cl->setup_done = 1;
+    cl->setup_res = br_cuda_setup(cl, rank);
+    if (cl->setup_res != ncclSuccess) {
+        snprintf(msg, sizeof(msg),
+                 "rank %d (host %s): the CUDA executor could not be set up (see the warning "
+                 "above)",
+                 rank, br_host_name());
+        clique_fail(cl, cl->setup_res, msg);
+    } else if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) == 0) {
+        cl->watchdog_started = 1;
+    }
+}
+
+/* Rank r's next deposit: its operations (one stream) into its queue, and the event that
+ * says its stream reached them. The ticket is taken only when all of that worked. Caller
+ * holds cl->mu and made sure the queue has room. */
+static ncclResult_t dep_add(br_clique_t *cl, int r, const br_op_t *ops, int nops)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    br_cuda_rank_t *q = &cl->rank[r];
+    br_cuda_dep_t *d = &q->q[q->next % BR_CUDA_QUEUE];
+
+    if (d->cap < nops) {
+        br_op_t *p = realloc(d->ops, (size_t)nops * sizeof(*p));
+        if (p == NULL) {
+            return ncclSystemError;
+        }
+        d->ops = p;
+        d->cap = nops;
+    }
+    memcpy(d->ops, ops, (size_t)nops * sizeof(*ops));
+    d->nops = nops;
+    d->has_coll = 0;
+    for (int i = 0; i < nops; i++) {
+        d->has_coll |= br_func_is_collective(ops[i].func);
+    }
+    d->stream = (br_cu_stream_t)ops[0].stream;
+    d->since_ns = br_time_ns();
+    BR_CHECK(br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[r]].ctx), "cuCtxSetCurrent", r));
+    BR_CHECK(br_cuda_check(cu->EventRecord(q->arrive[q->next % BR_CUDA_QUEUE], d->stream),
+                           "cuEventRecord", r));
+    q->next++;
+    return ncclSuccess;
+}
+
 ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
                                   uint64_t *ticket_p)
 {
@@ -543,20 +596,7 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
     br_cu_context_t saved = NULL;
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
-    if (!cl->setup_done) {
-        cl->setup_done = 1;
-        cl->setup_res = br_cuda_setup(cl, ec->rank);
-        if (cl->setup_res != ncclSuccess) {
-            char msg[256];
-            snprintf(msg, sizeof(msg),
-                     "rank %d (host %s): the CUDA executor could not be set "
-                     "up (see the warning above)",
-                     ec->rank, br_host_name());
-            clique_fail(cl, cl->setup_res, msg);
-        } else if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) == 0) {
-            cl->watchdog_started = 1;
-        }
-    }
+    ensure_setup(cl, ec->rank);
     br_cuda_rank_t *q = &cl->rank[ec->rank];
     /* Room in the rank's queue: a rank BR_CUDA_QUEUE calls ahead of a peer waits here. */
     while (!cl->failed && q->next - q->launched >= BR_CUDA_QUEUE) {
@@ -568,34 +608,7 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
         goto out;
     }
     uint64_t t = q->next;
-    br_cuda_dep_t *d = &q->q[t % BR_CUDA_QUEUE];
-    if (d->cap < nops) {
-        br_op_t *p = realloc(d->ops, (size_t)nops * sizeof(*p));
-        if (p == NULL) {
-            res = ncclSystemError;
-            goto out;
-        }
-        d->ops = p;
-        d->cap = nops;
-    }
-    memcpy(d->ops, ops, (size_t)nops * sizeof(*ops));
-    d->nops = nops;
-    d->has_coll = 0;
-    for (int i = 0; i < nops; i++) {
-        d->has_coll |= br_func_is_collective(ops[i].func);
-    }
-    d->stream = stream;
-    d->since_ns = br_time_ns();
-    res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx), "cuCtxSetCurrent",
-                        ec->rank);
-    if (res == ncclSuccess) {
-        res = br_cuda_check(cu->EventRecord(q->arrive[t % BR_CUDA_QUEUE], stream), "cuEventRecord",
-                            ec->rank);
-    }
-    if (res != ncclSuccess) {
-        goto out;
-    }
-    q->next = t + 1;
+    BR_CHECK_GOTO(dep_add(cl, ec->rank, ops, nops), res, out);
     *ticket_p = t;
     res = launch_ready(cl, ec->rank);
     if (res == ncclSuccess && ec->error != ncclSuccess) {
@@ -680,19 +693,7 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
     memset(per_dev, 0, sizeof(per_dev));
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
-    if (!cl->setup_done) {
-        cl->setup_done = 1;
-        cl->setup_res = br_cuda_setup(cl, ecs[0]->rank);
-        if (cl->setup_res != ncclSuccess) {
-            snprintf(msg, sizeof(msg),
-                     "rank %d (host %s): the CUDA executor could not be set "
-                     "up (see the warning above)",
-                     ecs[0]->rank, br_host_name());
-            clique_fail(cl, cl->setup_res, msg);
-        } else if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) == 0) {
-            cl->watchdog_started = 1;
-        }
-    }
+    ensure_setup(cl, ecs[0]->rank);
     if (cl->failed) {
         br_exec_fail(ecs[0], ncclInvalidUsage, "%s", cl->fail_msg);
         res = ecs[0]->error;
@@ -724,35 +725,7 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
     BR_CHECK_GOTO(br_calloc(&stack, (size_t)cl->nranks, "CUDA capture"), res, out);
     /* The calls as the ranks' next deposits, each reached on its stream (in the capture). */
     for (int i = 0; i < n; i++) {
-        br_cuda_rank_t *q = &cl->rank[ecs[i]->rank];
-        br_cuda_dep_t *d = &q->q[q->next % BR_CUDA_QUEUE];
-        if (d->cap < nops[i]) {
-            br_op_t *p = realloc(d->ops, (size_t)nops[i] * sizeof(*p));
-            if (p == NULL) {
-                res = ncclSystemError;
-                goto undo;
-            }
-            d->ops = p;
-            d->cap = nops[i];
-        }
-        memcpy(d->ops, ops[i], (size_t)nops[i] * sizeof(br_op_t));
-        d->nops = nops[i];
-        d->has_coll = 0;
-        for (int k = 0; k < nops[i]; k++) {
-            d->has_coll |= br_func_is_collective(ops[i][k].func);
-        }
-        d->stream = (br_cu_stream_t)ops[i][0].stream;
-        d->since_ns = br_time_ns();
-        q->next++;
-        res = br_cuda_check(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", ecs[i]->rank);
-        if (res == ncclSuccess) {
-            res =
-                br_cuda_check(cu->EventRecord(q->arrive[(q->next - 1) % BR_CUDA_QUEUE], d->stream),
-                              "cuEventRecord", ecs[i]->rank);
-        }
-        if (res != ncclSuccess) {
-            goto undo;
-        }
+        BR_CHECK_GOTO(dep_add(cl, ecs[i]->rank, ops[i], nops[i]), res, undo);
     }
     /* They must form one unit by themselves. */
     int whole = unit_collective(cl, in_unit);
