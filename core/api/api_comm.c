@@ -258,7 +258,9 @@ BR_API(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
 {
     br_api_enter(comm);
     BR_CHECK(br_api_check_comm(comm, "ncclCommFinalize"));
-    /* Host operations complete before their call returns; nothing is outstanding. */
+    /* Host operations complete before their call returns; device calls staged through the
+     * host (ranks in several processes) complete here on the host side. */
+    br_exec_cuda_stage_quiesce(comm->ec);
     comm->finalized = 1;
     return ncclSuccess;
 }

@@ -61,6 +61,9 @@ void br_comm_set_init_device(int device);
 int br_comm_capture_device(void);
 /* Bind the communicator to its device and join the CUDA executor, or note why not. */
 ncclResult_t br_comm_cuda_setup(ncclComm_t comm);
+/* The function stagers run host calls with (the group layer's br_group_run_host), set by
+ * the group layer before it creates a communicator. */
+void br_comm_set_stage_runner(br_cuda_stage_run_fn fn);
 
 /* Load the env plugin (NCCL_ENV_PLUGIN; once per process), through which the parameter
  * table then reads NCCL_* values. Called by ncclGetUniqueId and communicator init, the

@@ -4,6 +4,7 @@
  * when it was created, as NCCL's cudaGetDevice; ncclCommInitAll's device list), or why it
  * has none, and its place in the CUDA executor's clique.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "comm.h"
@@ -11,6 +12,13 @@
 #include "util_cuda.h"
 
 static _Thread_local int init_device = BR_COMM_DEVICE_CURRENT;
+/* How a stager runs host calls: the group layer's, handed down (comm may not call up). */
+static _Atomic(br_cuda_stage_run_fn) stage_runner;
+
+void br_comm_set_stage_runner(br_cuda_stage_run_fn fn)
+{
+    atomic_store(&stage_runner, fn);
+}
 
 void br_comm_set_init_device(int device)
 {
@@ -26,6 +34,7 @@ ncclResult_t br_comm_cuda_setup(ncclComm_t comm)
 {
     const br_transport_comm_t *tc = comm->tc;
     const char *why = NULL;
+    int staged = 0;
     int dev = init_device == BR_COMM_DEVICE_CURRENT ? br_cuda_current_device() : init_device;
 
     comm->ec->cuda_dev = -1;
@@ -41,11 +50,8 @@ ncclResult_t br_comm_cuda_setup(ncclComm_t comm)
         snprintf(comm->cuda_why, sizeof(comm->cuda_why), "device %d does not exist (%d devices)",
                  dev, br_cuda(NULL)->ndevices);
     } else {
-        for (int r = 0; r < comm->nranks && why == NULL; r++) {
-            if (tc->peers[r].pid_hash != tc->peers[comm->rank].pid_hash) {
-                why = "some ranks are other processes: device buffers across processes are "
-                      "not supported by this version of Braid";
-            }
+        for (int r = 0; r < comm->nranks && !staged; r++) {
+            staged = tc->peers[r].pid_hash != tc->peers[comm->rank].pid_hash;
         }
     }
     if (why != NULL) {
@@ -53,6 +59,22 @@ ncclResult_t br_comm_cuda_setup(ncclComm_t comm)
     }
     if (comm->cuda_why[0] != '\0') {
         BR_INFO(NCCL_INIT, "rank %d: host buffers only: %s", comm->rank, comm->cuda_why);
+        return ncclSuccess;
+    }
+    if (staged) {
+        /* Kernels of separate processes are never in one launch, so none may wait for
+         * another's: device calls are staged through host memory (exec_cuda_stage.c). */
+        br_cuda_stage_run_fn run = atomic_load(&stage_runner);
+        if (run == NULL) {
+            BR_WARN(NCCL_INIT, "rank %d: internal error: no runner for staged device calls",
+                    comm->rank);
+            return ncclInternalError;
+        }
+        BR_CHECK(br_exec_cuda_attach_staged(comm->ec, dev, run, comm));
+        BR_INFO(NCCL_INIT,
+                "rank %d: CUDA device %d (device buffers are staged through pinned host memory "
+                "and run by the host executor: ranks are in several processes)",
+                comm->rank, dev);
         return ncclSuccess;
     }
     BR_CHECK(br_exec_cuda_attach(comm->ec, comm->comm_hash, dev));

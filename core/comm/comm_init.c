@@ -534,6 +534,10 @@ void br_comm_free(ncclComm_t comm, int flush)
     if (comm == NULL) {
         return;
     }
+    /* The stager of device calls finishes what was deposited while the transports exist. */
+    if (comm->ec != NULL) {
+        br_exec_cuda_stage_detach(comm->ec);
+    }
     registry_remove(comm);
     comm->magic = 0;
     br_plan_free(comm->plan);

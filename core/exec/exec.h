@@ -121,6 +121,7 @@ typedef struct br_exec_comm {
     char revoked_why[160];           /* ... this (written before revoked is set) */
     br_oplog_t *oplog;               /* recent operations, or NULL (not recorded) */
     struct br_cuda_clique *cuda;     /* CUDA executor of device calls, or NULL (none) */
+    struct br_cuda_stage *stage;     /* ... or, ranks in several processes: the stager */
     int cuda_dev;                    /* the CUDA device the comm is bound to, -1 none */
 } br_exec_comm_t;
 
@@ -256,6 +257,28 @@ void br_exec_cuda_abort(br_exec_comm_t *ec);
 void br_exec_cuda_detach(br_exec_comm_t *ec);
 /* Most channels a device collective may use (plan's bound; the clique may hold fewer). */
 int br_exec_cuda_nchannels(const br_exec_comm_t *ec);
+
+/*
+ * Device calls of a communicator whose ranks are in several processes (exec_cuda_stage.c):
+ * the stream copies the inputs to pinned host memory, a thread of the rank (the stager)
+ * runs the calls there with the host executor, and the stream copies the outputs back;
+ * nothing waits on the SMs. br_exec_cuda_deposit / _wait / _submit / _async_error /
+ * _abort / _detach go there for such a communicator; captures are refused.
+ */
+typedef struct br_cuda_stage br_cuda_stage_t;
+/* Runs host operations (buffers in host memory, already sequenced) on the communicator,
+ * as one group: the group layer's br_group_run_host. */
+typedef ncclResult_t (*br_cuda_stage_run_fn)(void *arg, br_op_t *ops, int nops);
+ncclResult_t br_exec_cuda_attach_staged(br_exec_comm_t *ec, int device, br_cuda_stage_run_fn run,
+                                        void *run_arg);
+ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
+                                        uint64_t *ticket_p);
+ncclResult_t br_exec_cuda_stage_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream);
+void br_exec_cuda_stage_abort(br_exec_comm_t *ec);
+void br_exec_cuda_stage_detach(br_exec_comm_t *ec);
+/* Wait until every device call deposited on ec has run (no-op without a stager): host
+ * calls run after the device calls made before them, on every rank alike. */
+void br_exec_cuda_stage_quiesce(br_exec_comm_t *ec);
 
 /* Free what the executor allocated for a communicator (not the structure itself). */
 void br_exec_comm_release(br_exec_comm_t *ec);

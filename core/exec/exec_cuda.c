@@ -575,6 +575,10 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
     int capturing = BR_CU_CAPTURE_STATUS_NONE;
     ncclResult_t res = ncclSuccess;
 
+    if (ec->stage != NULL) {
+        return br_exec_cuda_stage_deposit(ec, ops, nops, ticket_p);
+    }
+
     for (int i = 1; i < nops; i++) {
         if (ops[i].stream != ops[0].stream) {
             BR_WARN(NCCL_COLL,
@@ -627,6 +631,9 @@ ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream
     br_cu_context_t saved = NULL;
     ncclResult_t res;
 
+    if (ec->stage != NULL) {
+        return br_exec_cuda_stage_wait(ec, ticket, stream);
+    }
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
     res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx), "cuCtxSetCurrent",
@@ -690,6 +697,16 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
     int *stack = NULL;
     ncclResult_t res = ncclSuccess;
 
+    for (int i = 0; i < n; i++) {
+        if (ecs[i]->stage != NULL) {
+            BR_WARN(NCCL_COLL,
+                    "rank %d (host %s): device calls captured into a CUDA graph: the "
+                    "communicator's ranks are in several processes, and this version of Braid "
+                    "captures only calls of ranks that are threads of one process",
+                    ecs[i]->rank, br_host_name());
+            return ncclInvalidUsage;
+        }
+    }
     memset(per_dev, 0, sizeof(per_dev));
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
@@ -864,6 +881,10 @@ void br_exec_cuda_abort(br_exec_comm_t *ec)
     br_clique_t *cl = ec->cuda;
     char msg[256];
     br_cu_context_t saved = NULL;
+    if (ec->stage != NULL) {
+        br_exec_cuda_stage_abort(ec);
+        return;
+    }
     if (cl == NULL) {
         return;
     }
@@ -883,6 +904,7 @@ void br_exec_cuda_abort(br_exec_comm_t *ec)
 void br_exec_cuda_detach(br_exec_comm_t *ec)
 {
     br_clique_t *cl = ec->cuda;
+    br_exec_cuda_stage_detach(ec);
     if (cl == NULL) {
         return;
     }

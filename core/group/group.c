@@ -129,6 +129,7 @@ static void *create_one(void *arg)
 {
     gcall_t *c = arg;
     const ncclConfig_t *cfg = c->has_config ? &c->config : NULL;
+    br_comm_set_stage_runner(br_group_run_host);
     br_comm_set_init_device(c->device);
     if (c->kind == G_INIT) {
         c->res = br_comm_init(c->out, c->nranks, &c->id, c->rank, cfg);
@@ -381,6 +382,13 @@ static ncclResult_t run_ops(gcall_t *cs, int n)
     /* Device calls first: they are only queued on their streams, and one of the group's
      * host calls may wait for a peer that waits for them. */
     BR_CHECK_GOTO(submit_device(cs, n, comms, ncomms), res, out);
+    /* The group's host calls run after its device calls on communicators that stage them
+     * (only a caller's group holds both: a stager's holds host calls only). */
+    for (int i = 0; i < n; i++) {
+        if (cs[i].kind == G_OP && cs[i].op.on_device && cs[i].comm->ec->stage != NULL) {
+            br_exec_cuda_stage_quiesce(cs[i].comm->ec);
+        }
+    }
     BR_CHECK_GOTO(connect_peers(cs, n, comms, ncomms), res, out);
     for (int c = 0; c < ncomms; c++) {
         BR_CHECK_GOTO(pair_self(&batch, cs, n, comms[c]), res, out);
@@ -398,6 +406,36 @@ static ncclResult_t run_ops(gcall_t *cs, int n)
 out:
     br_exec_host.free(&batch);
     free(comms);
+    return res;
+}
+
+ncclResult_t br_group_run_host(void *comm_v, br_op_t *ops, int nops)
+{
+    ncclComm_t comm = comm_v;
+    gcall_t *cs = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    BR_CHECK(br_calloc(&cs, (size_t)nops, "group"));
+    for (int i = 0; i < nops && res == ncclSuccess; i++) {
+        br_op_t *op = &ops[i];
+        if (br_func_is_collective(op->func)) {
+            res = br_plan_choose(comm->plan, op);
+        }
+        op->log_ticket = 0;
+        if ((op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) || op->peer != comm->rank) {
+            br_exec_oplog_add(comm->ec, op);
+        }
+        cs[i].kind = G_OP;
+        cs[i].comm = comm;
+        cs[i].op = *op;
+    }
+    if (res == ncclSuccess) {
+        res = run_ops(cs, nops);
+    }
+    for (int i = 0; i < nops; i++) {
+        br_exec_oplog_settle(comm->ec, &cs[i].op);
+    }
+    free(cs);
     return res;
 }
 
@@ -557,10 +595,17 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
     gcall_t c;
     br_exec_comm_t *ec = comm->ec;
 
+    if (!op->on_device && ec->stage != NULL) {
+        /* Host calls run after the device calls made before them (their stager drives the
+         * same connections). */
+        br_exec_cuda_stage_quiesce(ec);
+    }
     if (op->func == BR_FUNC_SEND) {
         op->seq = ec->send_seq[op->peer]++;
     } else if (op->func == BR_FUNC_RECV) {
         op->seq = ec->recv_seq[op->peer]++;
+    } else if (op->on_device && ec->stage != NULL) {
+        op->seq = ec->coll_seq++; /* planned for the host when its stager runs it */
     } else if (op->on_device) {
         BR_CHECK(br_plan_choose_device(comm->plan, op, br_exec_cuda_nchannels(ec)));
         op->seq = ec->coll_seq++;

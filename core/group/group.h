@@ -27,6 +27,11 @@ void br_group_note_error(ncclResult_t res);
  * caller holds comm (br_comm_hold); a queued call holds it until its group has run. */
 ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op);
 
+/* Run host operations (sequenced already, buffers in host memory) on a communicator as one
+ * group, from any thread: the stager of device calls across processes
+ * (br_cuda_stage_run_fn; comm_v is the ncclComm_t). */
+ncclResult_t br_group_run_host(void *comm_v, br_op_t *ops, int nops);
+
 /* Communicator creation, deferred to ncclGroupEnd inside a group (a split's caller holds
  * the parent, as for an operation). */
 ncclResult_t br_group_add_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,

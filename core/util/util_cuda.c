@@ -132,6 +132,7 @@ static void load(void)
     LOAD(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer");
     LOAD(MemsetD8, "cuMemsetD8_v2", "cuMemsetD8");
     LOAD(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync");
+    LOAD(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync");
     LOAD(Memcpy, NULL, "cuMemcpy");
     LOAD(ModuleLoadData, NULL, "cuModuleLoadData");
     LOAD(ModuleGetFunction, NULL, "cuModuleGetFunction");

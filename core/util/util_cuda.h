@@ -64,6 +64,7 @@ typedef struct {
     br_cu_result_t (*MemHostGetDevicePointer)(br_cu_ptr_t *d, void *h, unsigned flags);
     br_cu_result_t (*MemsetD8)(br_cu_ptr_t p, unsigned char v, size_t n);
     br_cu_result_t (*MemcpyHtoDAsync)(br_cu_ptr_t dst, const void *src, size_t n, br_cu_stream_t s);
+    br_cu_result_t (*MemcpyDtoHAsync)(void *dst, br_cu_ptr_t src, size_t n, br_cu_stream_t s);
     br_cu_result_t (*Memcpy)(br_cu_ptr_t dst, br_cu_ptr_t src, size_t n);
     br_cu_result_t (*ModuleLoadData)(br_cu_module_t *m, const void *image);
     br_cu_result_t (*ModuleGetFunction)(br_cu_function_t *f, br_cu_module_t m, const char *name);

@@ -640,6 +640,12 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, si
     return OK;
 }
 
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t n, void *h)
+{
+    return cuMemcpyHtoDAsync_v2((unsigned long long)(uintptr_t)dst, (const void *)(uintptr_t)src,
+                                n, h);
+}
+
 EXPORT CUresult cuMemcpyAsync(unsigned long long dst, unsigned long long src, size_t n, void *h)
 {
     return cuMemcpyHtoDAsync_v2(dst, (const void *)(uintptr_t)src, n, h);

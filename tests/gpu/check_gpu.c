@@ -12,6 +12,9 @@
  *   abort    ncclCommAbort from another thread releases a stream whose peer never called
  *   capture  a call captured into a CUDA graph
  *   multi    4 ranks on two GPUs of one process (P2P between them), where there are two
+ *   procs    ranks as processes on one GPU (2 and 4), every case of the thin matrix and a
+ *            group of two calls; and a peer process that dies: the waiting stream is
+ *            released and the error names it
  * Without a GPU (or without the CUDA runtime) it prints SKIP and why, and exits 77.
  */
 #include <cuda_runtime.h>
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "brt_coll.h"
@@ -251,46 +255,55 @@ typedef struct {
     int fails;
 } rank_arg_t;
 
+/* Every case on one rank (this thread drives only it), on `s`; returns the failures. */
+static int run_cases_one_rank(ncclComm_t comm, cudaStream_t s, int rank, int n,
+                              const brt_case_t *cases, size_t ncases, const char *who)
+{
+    char err[1024], name[192];
+    int fails = 0;
+    for (size_t i = 0; i < ncases; i++) {
+        brt_buf_t b;
+        mirror_t m;
+        memset(&b, 0, sizeof(b));
+        b.comm = comm;
+        b.rank = rank;
+        b.nranks = n;
+        b.stream = s;
+        brt_case_name(&cases[i], n, name, sizeof(name));
+        if (brt_case_setup(&cases[i], &b, err, sizeof(err)) != 0) {
+            fails++;
+            continue;
+        }
+        mirror_up(&b, &m);
+        ncclResult_t res = brt_case_issue(&cases[i], &b);
+        CUDA_OK(cudaStreamSynchronize(s));
+        mirror_down(&b, &m);
+        if (res != ncclSuccess) {
+            printf("FAIL: %s rank %d: %s returned %d: %s\n", who, rank, name, res,
+                   ncclGetLastError(comm));
+            fails++;
+        } else if (brt_case_verify(&cases[i], &b, err, sizeof(err)) != 0) {
+            if (fails++ < 3) {
+                printf("FAIL: %s rank %d: %s: %s\n", who, rank, name, err);
+            }
+        }
+        brt_case_teardown(&b);
+    }
+    return fails;
+}
+
 static void *rank_main(void *p)
 {
     rank_arg_t *a = p;
     ncclComm_t comm;
     cudaStream_t s;
-    char err[1024], name[192];
     CUDA_OK(cudaSetDevice(0));
     if (ncclCommInitRank(&comm, a->n, a->id, a->rank) != ncclSuccess) {
         a->fails = 1;
         return NULL;
     }
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    for (size_t i = 0; i < a->ncases; i++) {
-        brt_buf_t b;
-        mirror_t m;
-        memset(&b, 0, sizeof(b));
-        b.comm = comm;
-        b.rank = a->rank;
-        b.nranks = a->n;
-        b.stream = s;
-        brt_case_name(&a->cases[i], a->n, name, sizeof(name));
-        if (brt_case_setup(&a->cases[i], &b, err, sizeof(err)) != 0) {
-            a->fails++;
-            continue;
-        }
-        mirror_up(&b, &m);
-        ncclResult_t res = brt_case_issue(&a->cases[i], &b);
-        CUDA_OK(cudaStreamSynchronize(s));
-        mirror_down(&b, &m);
-        if (res != ncclSuccess) {
-            printf("FAIL: thread rank %d: %s returned %d: %s\n", a->rank, name, res,
-                   ncclGetLastError(comm));
-            a->fails++;
-        } else if (brt_case_verify(&a->cases[i], &b, err, sizeof(err)) != 0) {
-            if (a->fails++ < 3) {
-                printf("FAIL: thread rank %d: %s: %s\n", a->rank, name, err);
-            }
-        }
-        brt_case_teardown(&b);
-    }
+    a->fails += run_cases_one_rank(comm, s, a->rank, a->n, a->cases, a->ncases, "thread");
     ncclCommDestroy(comm);
     cudaStreamDestroy(s);
     return NULL;
@@ -320,6 +333,157 @@ static void section_coll_threads(void)
                fails);
         free(thin);
     }
+}
+
+/* ---- ranks as processes ---- */
+
+static void id_to_hex(const ncclUniqueId *id, char *hex)
+{
+    for (size_t i = 0; i < sizeof(id->internal); i++) {
+        sprintf(hex + 2 * i, "%02x", (unsigned char)id->internal[i]);
+    }
+}
+
+static int id_from_hex(const char *hex, ncclUniqueId *id)
+{
+    if (strlen(hex) != 2 * sizeof(id->internal)) {
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(id->internal); i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+            return -1;
+        }
+        id->internal[i] = (char)v;
+    }
+    return 0;
+}
+
+/* One rank of `procs`, in a process of its own: what = "coll" (the thin matrix and counts
+ * larger than the FIFO, then a grouped pair of calls) or "dead" (rank 1 leaves without
+ * calling; rank 0's stream must be released and the error name the peer). Exit status:
+ * failures (0 passes). */
+static int proc_rank_main(const char *what, int rank, int n, const char *hex)
+{
+    ncclUniqueId id;
+    ncclComm_t comm;
+    cudaStream_t s;
+    char who[64];
+    int fails = 0;
+    if (id_from_hex(hex, &id) != 0) {
+        printf("FAIL: process rank %d: bad unique id argument\n", rank);
+        return 1;
+    }
+    CUDA_OK(cudaSetDevice(0));
+    if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) {
+        printf("FAIL: process rank %d: ncclCommInitRank: %s\n", rank, ncclGetLastError(NULL));
+        return 1;
+    }
+    int d = -2;
+    EXPECT(ncclCommCuDevice(comm, &d) == ncclSuccess && d == 0,
+           "process rank %d: ncclCommCuDevice says %d, not 0", rank, d);
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    snprintf(who, sizeof(who), "process (pid %d)", (int)getpid());
+    if (!strcmp(what, "coll")) {
+        brt_case_t *thin = NULL, *big = NULL;
+        size_t nthin = brt_cases_build(BRT_MATRIX_THIN, n, &thin);
+        size_t nbig = brt_cases_build(BRT_MATRIX_BIG, n, &big);
+        fails += run_cases_one_rank(comm, s, rank, n, thin, nthin, who);
+        fails += run_cases_one_rank(comm, s, rank, n, big, nbig, who);
+        /* Two calls of one group, then the stream's result read back. */
+        float *dbuf, host[1024];
+        CUDA_OK(cudaMalloc((void **)&dbuf, 2 * sizeof(host)));
+        for (int i = 0; i < 1024; i++) {
+            host[i] = (float)(rank + i);
+        }
+        CUDA_OK(cudaMemcpy(dbuf, host, sizeof(host), cudaMemcpyHostToDevice));
+        ncclGroupStart();
+        ncclAllReduce(dbuf, dbuf, 1024, ncclFloat, ncclSum, comm, s);
+        ncclAllGather(dbuf, dbuf + 1024, 1024 / n, ncclFloat, comm, s);
+        EXPECT(ncclGroupEnd() == ncclSuccess, "process rank %d: group: %s", rank,
+               ncclGetLastError(comm));
+        CUDA_OK(cudaStreamSynchronize(s));
+        CUDA_OK(cudaMemcpy(host, dbuf, sizeof(host), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 1024; i++) {
+            float want = (float)(n * i + n * (n - 1) / 2);
+            if (host[i] != want) {
+                EXPECT(0, "process rank %d: grouped AllReduce [%d] = %g, not %g", rank, i,
+                       host[i], want);
+                break;
+            }
+        }
+        cudaFree(dbuf);
+        printf("procs: rank %d of %d: %zu cases, %d failed\n", rank, n, nthin + nbig + 1,
+               fails + failures);
+        free(thin);
+        free(big);
+        ncclCommDestroy(comm);
+    } else if (rank == 1) {
+        _exit(0); /* dies without calling, and without destroying its communicator */
+    } else {
+        float *dbuf;
+        CUDA_OK(cudaMalloc((void **)&dbuf, 4096));
+        ncclResult_t res = ncclAllReduce(dbuf, dbuf, 1024, ncclFloat, ncclSum, comm, s);
+        alarm(120); /* a stream that is never released ends the test here */
+        CUDA_OK(cudaStreamSynchronize(s));
+        alarm(0);
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(comm, &async);
+        const char *msg = ncclGetLastError(comm);
+        EXPECT(res != ncclSuccess || async != ncclSuccess,
+               "process rank 0: the AllReduce whose peer died reported nothing");
+        EXPECT(strstr(msg, "rank 1") != NULL, "process rank 0: the error does not name rank 1: '%s'",
+               msg);
+        printf("procs: rank 0: the peer's death was reported: %s\n", msg);
+        cudaFree(dbuf);
+        ncclCommAbort(comm);
+    }
+    cudaStreamDestroy(s);
+    return fails + failures;
+}
+
+/* n ranks, each a process of its own on GPU 0 (as torchrun starts them): this program
+ * started again for each rank. */
+static void run_procs(const char *what, int n)
+{
+    ncclUniqueId id;
+    char hex[2 * sizeof(id.internal) + 1], rs[16], ns[16];
+    pid_t pid[MAXR];
+    int fails = 0;
+    if (ncclGetUniqueId(&id) != ncclSuccess) {
+        EXPECT(0, "ncclGetUniqueId: %s", ncclGetLastError(NULL));
+        return;
+    }
+    id_to_hex(&id, hex);
+    fflush(stdout);
+    for (int r = 0; r < n; r++) {
+        snprintf(rs, sizeof(rs), "%d", r);
+        snprintf(ns, sizeof(ns), "%d", n);
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            execl("/proc/self/exe", "check_gpu", "proc-rank", what, rs, ns, hex, (char *)NULL);
+            _exit(127);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        int st = 0;
+        waitpid(pid[r], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            printf("FAIL: procs %s: rank %d's process ended with %s %d\n", what, r,
+                   WIFEXITED(st) ? "status" : "signal",
+                   WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+            fails++;
+        }
+    }
+    failures += fails;
+    printf("procs %s: %d processes on one GPU: %s\n", what, n, fails ? "FAILED" : "passed");
+}
+
+static void section_procs(void)
+{
+    run_procs("coll", 2);
+    run_procs("coll", 4);
+    run_procs("dead", 2);
 }
 
 /* Rank 0 calls, rank 1 has not yet: rank 0's call returned and its stream waits, while
@@ -509,6 +673,9 @@ int main(int argc, char **argv)
         return SKIP;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!strcmp(what, "proc-rank") && argc == 6) {
+        return proc_rank_main(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]) ? 1 : 0;
+    }
     if (!strcmp(what, "all") || !strcmp(what, "coll")) {
         section_coll_groups();
         section_coll_threads();
@@ -527,6 +694,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "all") || !strcmp(what, "multi")) {
         section_multi();
+    }
+    if (!strcmp(what, "all") || !strcmp(what, "procs")) {
+        section_procs();
     }
     printf("%s: %d failure%s\n", what, failures, failures == 1 ? "" : "s");
     return failures ? 1 : 0;
