@@ -526,6 +526,40 @@ out:
     return ret;
 }
 
+/* The CUDA devices here, or 0 with why. Ranks forked below must be the first to use CUDA
+ * in their process (a CUDA context does not survive fork), so without MPI and with several
+ * processes the parent asks a child of its own. */
+static int device_count(const struct perf_proc *p, char *why, size_t len)
+{
+    int fds[2];
+    if (p->nprocs < 2 || p->mpi || pipe(fds) != 0) {
+        return perf_mem_device_available(why, len);
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char buf[256];
+        int n = perf_mem_device_available(buf, sizeof(buf));
+        close(fds[0]);
+        if (n == 0 && write(fds[1], buf, strlen(buf)) < 0) {
+            _exit(0);
+        }
+        _exit(n > 100 ? 100 : n);
+    }
+    close(fds[1]);
+    int st = 0, n = 0;
+    ssize_t got = pid > 0 ? read(fds[0], why, len - 1) : -1;
+    why[got > 0 ? got : 0] = '\0';
+    close(fds[0]);
+    if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st)) {
+        n = WEXITSTATUS(st);
+    }
+    if (n == 0 && why[0] == '\0') {
+        snprintf(why, len, "the probe process failed");
+    }
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     struct perf_opts opts;
@@ -558,7 +592,7 @@ int main(int argc, char **argv)
         perf_sync_mpi_finalize(0);
         return 2;
     }
-    if (opts.device && (p.ndev = perf_mem_device_available(why, sizeof(why))) == 0) {
+    if (opts.device && (p.ndev = device_count(&p, why, sizeof(why))) == 0) {
         if (wrank == 0) {
             printf("# braid-perf: skipped: device buffers requested but %s\n", why);
         }

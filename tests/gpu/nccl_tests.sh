@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# NVIDIA's nccl-tests, built beside the project against Braid's include/nccl.h and linked
+# with Braid's libnccl.so.2 (nothing of theirs enters the repo), run with one rank on one
+# GPU: all_reduce, all_gather, reduce_scatter, broadcast and sendrecv, each validated
+# (-c 1). The same binaries then run on NVIDIA's NCCL (the one PyTorch's wheels bring)
+# in the same run, for the side-by-side times.
+# Usage: tests/gpu/nccl_tests.sh [build dir]
+#   the source: $NCCL_TESTS_SRC, else .gpu-carry/nccl-tests in the checkout (a clone of
+#   NVIDIA/nccl-tests; .gpu-carry is ignored by git, so the device tool's `carry` takes it)
+# Results in $OUT (or ./gpu-out)/nccl-tests. Exit 77 (SKIP) without a GPU or the source.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+src=${NCCL_TESTS_SRC:-$root/.gpu-carry/nccl-tests}
+out=${OUT:-$PWD/gpu-out}/nccl-tests
+mkdir -p "$out"
+if ! nvidia-smi -L > /dev/null 2>&1; then
+    echo "SKIP: no GPU here"
+    exit 77
+fi
+if [ ! -f "$src/src/Makefile" ]; then
+    echo "SKIP: no nccl-tests source at $src (clone NVIDIA/nccl-tests there, or set NCCL_TESTS_SRC)"
+    exit 77
+fi
+cuda=${CUDA_HOME:-/usr/local/cuda}
+home="$out/braid-home"
+mkdir -p "$home"
+ln -sfn "$root/include" "$home/include"
+ln -sfn "$build/lib" "$home/lib"
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
+echo "== building nccl-tests against Braid (sm_$cc)"
+if ! make -C "$src/src" -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME="$home" \
+    NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" BUILDDIR="$out/bin" build \
+    > "$out/build.log" 2>&1; then
+    tail -20 "$out/build.log"
+    echo "FAIL: nccl-tests did not build against Braid's nccl.h (log $out/build.log)"
+    exit 1
+fi
+nvlib=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
+status=0
+for t in all_reduce all_gather reduce_scatter broadcast sendrecv; do
+    for lib in braid nvidia; do
+        if [ "$lib" = braid ]; then
+            path="$build/lib"
+        elif [ -n "$nvlib" ] && [ -e "$nvlib/libnccl.so.2" ]; then
+            path="$nvlib"
+        else
+            echo "$t: no NVIDIA libnccl.so.2 found (python3 -c 'import nvidia.nccl'): NCCL's column not taken"
+            continue
+        fi
+        log="$out/$t-$lib.log"
+        LD_LIBRARY_PATH="$path" timeout 120 "$out/bin/${t}_perf" -g 1 -b 8 -e 256M -f 4 -c 1 \
+            -n 20 -w 5 > "$log" 2>&1
+        rc=$?
+        wrong=$(grep -E "Out of bounds values" "$log" | head -1)
+        echo "$t on $lib: exit $rc; ${wrong:-no validation line}"
+        if [ $rc -ne 0 ] || ! grep -q "Out of bounds values : 0 OK" "$log"; then
+            echo "FAIL: $t on $lib (log $log)"
+            [ "$lib" = braid ] && status=1
+        fi
+    done
+done
+# Side by side: the out-of-place time (us) of each size, Braid then NVIDIA.
+for t in all_reduce all_gather reduce_scatter broadcast sendrecv; do
+    [ -f "$out/$t-nvidia.log" ] || continue
+    echo "== $t: bytes, Braid us, NCCL us (out of place)"
+    join <(awk '/^ +[0-9]+ +[0-9]+ /{print $1, $6}' "$out/$t-braid.log") \
+         <(awk '/^ +[0-9]+ +[0-9]+ /{print $1, $6}' "$out/$t-nvidia.log")
+done | tee "$out/side-by-side.txt"
+exit $status
