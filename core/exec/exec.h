@@ -271,6 +271,7 @@ typedef struct br_cuda_stage br_cuda_stage_t;
 typedef ncclResult_t (*br_cuda_stage_run_fn)(void *arg, br_op_t *ops, int nops);
 ncclResult_t br_exec_cuda_attach_staged(br_exec_comm_t *ec, int device, br_cuda_stage_run_fn run,
                                         void *run_arg);
+/* ops share one stream (br_exec_cuda_deposit checks it before coming here). */
 ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
                                         uint64_t *ticket_p);
 ncclResult_t br_exec_cuda_stage_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream);

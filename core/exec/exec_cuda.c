@@ -575,10 +575,6 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
     int capturing = BR_CU_CAPTURE_STATUS_NONE;
     ncclResult_t res = ncclSuccess;
 
-    if (ec->stage != NULL) {
-        return br_exec_cuda_stage_deposit(ec, ops, nops, ticket_p);
-    }
-
     for (int i = 1; i < nops; i++) {
         if (ops[i].stream != ops[0].stream) {
             BR_WARN(NCCL_COLL,
@@ -587,6 +583,9 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
                     ec->rank, br_host_name(), ops[0].stream, ops[i].stream);
             return ncclInvalidUsage;
         }
+    }
+    if (ec->stage != NULL) {
+        return br_exec_cuda_stage_deposit(ec, ops, nops, ticket_p);
     }
     if (cu->StreamIsCapturing(stream, &capturing) == BR_CU_SUCCESS &&
         capturing != BR_CU_CAPTURE_STATUS_NONE) {

@@ -357,14 +357,7 @@ ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, 
     size_t bytes = 0;
     stage_layout_t one;
 
-    for (int i = 0; i < nops; i++) {
-        if (ops[i].stream != ops[0].stream) {
-            BR_WARN(NCCL_COLL,
-                    "rank %d (host %s): the device calls of one group use different streams "
-                    "(%p and %p): Braid orders one rank's group on one stream",
-                    ec->rank, br_host_name(), ops[0].stream, ops[i].stream);
-            return ncclInvalidUsage;
-        }
+    for (int i = 0; i < nops; i++) { /* one stream: br_exec_cuda_deposit checked */
         layout_op(&ops[i], ec->rank, ec->nranks, &bytes, &one);
     }
     cu->CtxGetCurrent(&saved);
