@@ -75,6 +75,16 @@ ncclResult_t br_comm_cuda_setup(ncclComm_t comm)
                 "rank %d: CUDA device %d (device buffers are staged through pinned host memory "
                 "and run by the host executor: ranks are in several processes)",
                 comm->rank, dev);
+        const br_net_t *net = tc->net;
+        for (int i = 0; net != NULL && i < net->nused; i++) {
+            BR_INFO(NCCL_INIT | NCCL_NET,
+                    "rank %d: GPU Direct RDMA Disabled for HCA %d '%s' (%s)", comm->rank,
+                    net->used[i], net->used_name[i],
+                    (net->props.ptrSupport & NCCL_PTR_CUDA) != 0
+                        ? "the plugin can register device memory, but this version of Braid "
+                          "stages device buffers through host memory"
+                        : "the plugin registers host memory only");
+        }
         return ncclSuccess;
     }
     BR_CHECK(br_exec_cuda_attach(comm->ec, comm->comm_hash, dev));
