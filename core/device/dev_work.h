@@ -150,4 +150,25 @@ typedef struct {
     volatile uint64_t *fail_step; /* the step */
 } br_dev_launch_t;
 
+/*
+ * The second kernel (BR_DEV_REDUCE_KERNEL_NAME), for ranks in several processes
+ * (exec_cuda_stage.c): dst[0] (and dst[1] when not NULL) = the reduction of nsrc buffers
+ * of `bytes` each, as a collective of nsrc ranks ends it (PreMulSum scales each source,
+ * integer Avg divides the sum). It waits for nothing: the streams order it after the
+ * sources are complete. Passed by value; grid-stride over every block of the launch.
+ */
+#define BR_DEV_REDUCE_MAX_SRC 16
+typedef struct {
+    const char *src[BR_DEV_REDUCE_MAX_SRC];
+    char *dst[2];
+    uint64_t bytes;
+    uint32_t nsrc;
+    uint32_t type; /* ncclDataType_t */
+    uint32_t red;  /* br_red_kind_t */
+    double scalar_f;
+    uint64_t scalar_i;
+    const void *scalar_dev; /* PreMulSum scalar in device memory, or NULL */
+    uint64_t divisor;
+} br_dev_reduce_t;
+
 #endif /* BR_DEVICE_DEV_WORK_H_ */

@@ -19,6 +19,8 @@ extern "C" {
 
 /* The kernel's name, for cuModuleGetFunction. */
 #define BR_DEV_KERNEL_NAME "br_dev_kernel"
+/* The reduce kernel's (ranks in several processes): one br_dev_reduce_t by value. */
+#define BR_DEV_REDUCE_KERNEL_NAME "br_dev_reduce_kernel"
 
 /* The fatbin image (br_dev_fatbin_size bytes; 0 when this build has no kernels). */
 extern const unsigned char br_dev_fatbin[];

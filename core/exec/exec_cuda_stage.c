@@ -38,47 +38,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "exec_cuda_int.h"
+#include "exec_cuda_stage_int.h"
 #include "util.h"
-
-#define STAGE_ALIGN 256 /* each buffer of a slot starts on this */
-
-/* Where one call's data sits in its slot's staging memory. */
-typedef struct {
-    size_t in_off, in_bytes;   /* the inputs copied from the device (0 bytes: none) */
-    size_t out_off, out_bytes; /* what the host executor writes, all of it */
-    size_t back_bytes;         /* of which copied back to the device (0: none) */
-    size_t scalar_off;         /* a device PreMulSum scalar, copied too (or SIZE_MAX) */
-} stage_layout_t;
-
-typedef struct {
-    br_op_t *ops; /* as called: device buffers */
-    stage_layout_t *lay;
-    int nops, cap;
-    char *mem; /* pinned staging */
-    size_t mem_bytes;
-    br_cu_event_t freed; /* recorded after the outputs are copied out */
-    int used;            /* freed was recorded */
-    uint64_t ticket;
-} stage_slot_t;
-
-struct br_cuda_stage {
-    br_exec_comm_t *ec;
-    int device;
-    br_cu_context_t ctx;
-    br_cuda_stage_run_fn run; /* runs host operations on the communicator */
-    void *run_arg;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
-    int started, stop;
-    stage_slot_t slot[BR_CUDA_QUEUE];
-    uint32_t *words; /* pinned, mapped: ready[QUEUE], then done[QUEUE] */
-    br_cu_ptr_t words_d;
-    uint64_t next;  /* tickets handed out */
-    uint64_t taken; /* tickets the stager finished (ran, or released after a failure) */
-    int failed;
-};
 
 static inline size_t align_up(size_t n)
 {
@@ -147,13 +108,14 @@ static void stage_release(br_cuda_stage_t *st)
     }
 }
 
-static void stage_fail(br_cuda_stage_t *st, ncclResult_t res, const char *why)
+void br_stage_fail(br_cuda_stage_t *st, ncclResult_t res, const char *why)
 {
     if (!st->failed) {
         st->failed = 1;
         if (st->ec->error == ncclSuccess) {
             br_exec_fail(st->ec, res, "%s", why);
         }
+        br_ipc_release(st);
     }
     stage_release(st);
     pthread_cond_broadcast(&st->cv);
@@ -209,24 +171,48 @@ static ncclResult_t stage_run(br_cuda_stage_t *st, stage_slot_t *s)
     return res;
 }
 
+/* Wait on st->cv, waking every 10 ms while direct deposits are in flight (to watch them). */
+static void stager_sleep(br_cuda_stage_t *st, int watching)
+{
+    if (!watching) {
+        pthread_cond_wait(&st->cv, &st->mu);
+        return;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 10000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&st->cv, &st->mu, &ts);
+}
+
 static void *stager_main(void *arg)
 {
     br_cuda_stage_t *st = arg;
     char why[1200];
 
+    br_cuda(NULL)->CtxSetCurrent(st->ctx);
     pthread_mutex_lock(&st->mu);
     for (;;) {
-        while (!st->stop && st->taken == st->next) {
-            pthread_cond_wait(&st->cv, &st->mu);
-        }
+        int watching = br_ipc_watch(st);
         if (st->taken == st->next) {
-            break; /* stopping, and nothing left */
+            if (st->stop && !watching) {
+                break; /* stopping, and nothing left */
+            }
+            stager_sleep(st, watching);
+            continue;
         }
         uint64_t t = st->taken;
         stage_slot_t *s = &st->slot[t % BR_CUDA_QUEUE];
+        int setup = st->ipc.state == 0;
         pthread_mutex_unlock(&st->mu);
         ncclResult_t res = ncclSuccess;
         if (wait_ready(st, t) == 0) {
+            if (setup) {
+                br_ipc_setup(st, s->ops[0].seq); /* with the first deposit, on every rank */
+            }
             res = stage_run(st, s);
         }
         pthread_mutex_lock(&st->mu);
@@ -234,7 +220,7 @@ static void *stager_main(void *arg)
             snprintf(why, sizeof(why), "rank %d (host %s): staged device call %s failed: %s",
                      st->ec->rank, br_host_name(), br_func_name(s->ops[0].func),
                      st->ec->error_msg[0] != '\0' ? st->ec->error_msg : "see the warnings above");
-            stage_fail(st, res, why);
+            br_stage_fail(st, res, why);
         }
         __atomic_store_n(done_word(st, t), slot_value(t), __ATOMIC_RELEASE);
         st->taken = t + 1;
@@ -285,6 +271,7 @@ ncclResult_t br_exec_cuda_attach_staged(br_exec_comm_t *ec, int device, br_cuda_
                                     "cuEventCreate", ec->rank),
                       res, fail);
     }
+    br_ipc_decide(st); /* before the stager reads it */
     if (pthread_create(&st->thread, NULL, stager_main, st) != 0) {
         BR_WARN(NCCL_INIT, "rank %d: cannot start the thread that stages device calls", ec->rank);
         res = ncclSystemError;
@@ -346,6 +333,88 @@ static ncclResult_t slot_ready(br_cuda_stage_t *st, stage_slot_t *s, int nops, s
     return ncclSuccess;
 }
 
+/* The staged part of a deposit: inputs to a slot, then the ready word. Caller holds st->mu,
+ * in the stager's context. */
+static ncclResult_t stage_put(br_cuda_stage_t *st, const br_op_t *ops, int nops,
+                              br_cu_stream_t stream, uint64_t *ticket_p)
+{
+    br_exec_comm_t *ec = st->ec;
+    const br_cuda_t *cu = br_cuda(NULL);
+    size_t bytes = 0;
+    stage_layout_t one;
+
+    for (int i = 0; i < nops; i++) {
+        layout_op(&ops[i], ec->rank, ec->nranks, &bytes, &one);
+    }
+    /* The slot's last deposit must be finished: a rank QUEUE calls ahead waits here. */
+    while (!st->failed && st->next - st->taken >= BR_CUDA_QUEUE) {
+        pthread_cond_wait(&st->cv, &st->mu);
+    }
+    if (st->failed) {
+        BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", ec->rank, ec->error_msg);
+        return ec->error != ncclSuccess ? ec->error : ncclInvalidUsage;
+    }
+    uint64_t t = st->next;
+    stage_slot_t *s = &st->slot[t % BR_CUDA_QUEUE];
+    BR_CHECK(slot_ready(st, s, nops, bytes));
+    bytes = 0;
+    for (int i = 0; i < nops; i++) {
+        stage_layout_t *l = &s->lay[i];
+        layout_op(&ops[i], ec->rank, ec->nranks, &bytes, l);
+        s->ops[i] = ops[i];
+        if (l->in_bytes > 0) {
+            BR_CHECK(br_cuda_check(cu->MemcpyDtoHAsync(s->mem + l->in_off,
+                                                       (br_cu_ptr_t)(uintptr_t)ops[i].sendbuff,
+                                                       l->in_bytes, stream),
+                                   "cuMemcpyDtoHAsync", ec->rank));
+        }
+        if (l->scalar_off != SIZE_MAX) {
+            BR_CHECK(br_cuda_check(cu->MemcpyDtoHAsync(s->mem + l->scalar_off,
+                                                       (br_cu_ptr_t)(uintptr_t)ops[i].redop.scalar_dev,
+                                                       br_type_size(ops[i].type), stream),
+                                   "cuMemcpyDtoHAsync", ec->rank));
+        }
+    }
+    BR_CHECK(br_cuda_check(cu->StreamWriteValue32(stream,
+                                                  st->words_d +
+                                                      (t % BR_CUDA_QUEUE) * sizeof(uint32_t),
+                                                  slot_value(t), 0),
+                           "cuStreamWriteValue32", ec->rank));
+    s->nops = nops;
+    s->ticket = t;
+    s->used = 0; /* until br_exec_cuda_stage_wait records freed */
+    st->next = t + 1;
+    *ticket_p = t;
+    pthread_cond_broadcast(&st->cv);
+    return ncclSuccess;
+}
+
+/* The direct part of a deposit: its collectives, on the stream now. Caller holds st->mu,
+ * in the stager's context. A failure halfway leaves barriers the peers wait for: it fails
+ * the communicator, which releases them. */
+static ncclResult_t direct_put(br_cuda_stage_t *st, const br_op_t *ops, int nops,
+                               br_cu_stream_t stream)
+{
+    const br_op_t *first = NULL;
+    ncclResult_t res = ncclSuccess;
+    char why[256];
+    for (int i = 0; i < nops && res == ncclSuccess; i++) {
+        if (br_ipc_handles(&ops[i])) {
+            first = first != NULL ? first : &ops[i];
+            res = br_ipc_enqueue(st, &ops[i]);
+        }
+    }
+    if (res == ncclSuccess && first != NULL) {
+        res = br_ipc_flight_add(st, stream, first);
+    }
+    if (res != ncclSuccess) {
+        snprintf(why, sizeof(why), "rank %d (host %s): a device %s could not be enqueued",
+                 st->ec->rank, br_host_name(), br_func_name(first->func));
+        br_stage_fail(st, res, why);
+    }
+    return res;
+}
+
 ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
                                         uint64_t *ticket_p)
 {
@@ -353,17 +422,15 @@ ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, 
     const br_cuda_t *cu = br_cuda(NULL);
     br_cu_stream_t stream = (br_cu_stream_t)ops[0].stream;
     br_cu_context_t saved = NULL;
+    br_op_t *rest = NULL;
     ncclResult_t res = ncclSuccess;
-    size_t bytes = 0;
-    stage_layout_t one;
+    int nrest = 0;
 
-    for (int i = 0; i < nops; i++) { /* one stream: br_exec_cuda_deposit checked */
-        layout_op(&ops[i], ec->rank, ec->nranks, &bytes, &one);
-    }
+    *ticket_p = BR_STAGE_NO_TICKET;
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&st->mu);
-    /* The slot's last deposit must be finished: a rank QUEUE calls ahead waits here. */
-    while (!st->failed && st->next - st->taken >= BR_CUDA_QUEUE) {
+    /* Whether the direct path is on is settled with the first deposit, on every rank. */
+    while (!st->failed && st->ipc.state == 0 && st->next > 0) {
         pthread_cond_wait(&st->cv, &st->mu);
     }
     if (st->failed) {
@@ -371,46 +438,27 @@ ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, 
         BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", ec->rank, ec->error_msg);
         goto out;
     }
-    uint64_t t = st->next;
-    stage_slot_t *s = &st->slot[t % BR_CUDA_QUEUE];
     BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(st->ctx), "cuCtxSetCurrent", ec->rank), res, out);
-    BR_CHECK_GOTO(slot_ready(st, s, nops, bytes), res, out);
-    bytes = 0;
-    for (int i = 0; i < nops; i++) {
-        stage_layout_t *l = &s->lay[i];
-        layout_op(&ops[i], ec->rank, ec->nranks, &bytes, l);
-        s->ops[i] = ops[i];
-        if (l->in_bytes > 0) {
-            BR_CHECK_GOTO(br_cuda_check(cu->MemcpyDtoHAsync(s->mem + l->in_off,
-                                                            (br_cu_ptr_t)(uintptr_t)ops[i].sendbuff,
-                                                            l->in_bytes, stream),
-                                        "cuMemcpyDtoHAsync", ec->rank),
-                          res, out);
+    if (st->ipc.state == 1) {
+        /* Collectives first, then the staged sends and receives: a group's calls have no
+         * order, and every rank must take them in the same one. */
+        BR_CHECK_GOTO(direct_put(st, ops, nops, stream), res, out);
+        BR_CHECK_GOTO(br_calloc(&rest, (size_t)nops, "staged device calls"), res, out);
+        for (int i = 0; i < nops; i++) {
+            if (!br_ipc_handles(&ops[i])) {
+                rest[nrest++] = ops[i];
+            }
         }
-        if (l->scalar_off != SIZE_MAX) {
-            BR_CHECK_GOTO(
-                br_cuda_check(cu->MemcpyDtoHAsync(s->mem + l->scalar_off,
-                                                  (br_cu_ptr_t)(uintptr_t)ops[i].redop.scalar_dev,
-                                                  br_type_size(ops[i].type), stream),
-                              "cuMemcpyDtoHAsync", ec->rank),
-                res, out);
+        if (nrest > 0) {
+            res = stage_put(st, rest, nrest, stream, ticket_p);
         }
+    } else {
+        res = stage_put(st, ops, nops, stream, ticket_p);
     }
-    BR_CHECK_GOTO(br_cuda_check(cu->StreamWriteValue32(stream,
-                                                       st->words_d + (t % BR_CUDA_QUEUE) *
-                                                                         sizeof(uint32_t),
-                                                       slot_value(t), 0),
-                                "cuStreamWriteValue32", ec->rank),
-                  res, out);
-    s->nops = nops;
-    s->ticket = t;
-    s->used = 0; /* until br_exec_cuda_stage_wait records freed */
-    st->next = t + 1;
-    *ticket_p = t;
-    pthread_cond_broadcast(&st->cv);
 out:
     pthread_mutex_unlock(&st->mu);
     cu->CtxSetCurrent(saved);
+    free(rest);
     return res;
 }
 
@@ -423,6 +471,9 @@ ncclResult_t br_exec_cuda_stage_wait(br_exec_comm_t *ec, uint64_t t, void *strea
     br_cu_context_t saved = NULL;
     ncclResult_t res = ncclSuccess;
 
+    if (t == BR_STAGE_NO_TICKET) {
+        return ncclSuccess; /* all of it went the direct path: nothing to wait for */
+    }
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&st->mu);
     BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(st->ctx), "cuCtxSetCurrent", ec->rank), res, out);
@@ -472,7 +523,7 @@ void br_exec_cuda_stage_abort(br_exec_comm_t *ec)
     snprintf(msg, sizeof(msg), "rank %d (host %s): communicator aborted (ncclCommAbort)", ec->rank,
              br_host_name());
     pthread_mutex_lock(&st->mu);
-    stage_fail(st, ncclRemoteError, msg);
+    br_stage_fail(st, ncclRemoteError, msg);
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -511,6 +562,7 @@ void br_exec_cuda_stage_detach(br_exec_comm_t *ec)
         free(s->ops);
         free(s->lay);
     }
+    br_ipc_free(st);
     if (st->words != NULL) {
         cu->MemFreeHost(st->words);
     }

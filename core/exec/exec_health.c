@@ -15,7 +15,7 @@
 #include "util.h"
 
 /* Is a process of this host gone (exited, or a zombie nobody reaped yet)? */
-static int pid_is_dead(int pid)
+int br_exec_pid_is_dead(int pid)
 {
     char path[64], buf[256];
     FILE *f;
@@ -280,7 +280,7 @@ int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocke
         }
         /* Over the network, what a peer sent before exiting may still be on its way up
          * through the plugin: keep progressing a little before calling it lost. */
-        if (pid_is_dead(pi->pid) &&
+        if (br_exec_pid_is_dead(pi->pid) &&
             !(br_transport_select(tc, p) == BR_TRANSPORT_NET && symptom_wait(ec))) {
             describe_wait(q, what, sizeof(what));
             br_exec_fail(ec, ncclRemoteError,

@@ -123,4 +123,7 @@ void br_oplog_note(br_exec_comm_t *ec, uint64_t ticket, br_oplog_event_t ev, int
 /* Free ec's operation log. */
 void br_exec_oplog_close(br_exec_comm_t *ec);
 
+/* Is a process of this host gone (exited, or a zombie nobody reaped yet)? exec_health.c */
+int br_exec_pid_is_dead(int pid);
+
 #endif /* BR_EXEC_INT_H_ */

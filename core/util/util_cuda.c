@@ -91,6 +91,10 @@ static void *sym(void *h, const char *versioned, const char *plain)
         }                                                                                          \
     } while (0)
 
+/* The same for an entry point Braid can do without (left NULL). */
+#define LOAD_OPT(member, versioned, plain)                                                         \
+    (*(void **)&drv.member = sym(h, versioned, plain))
+
 static void load(void)
 {
     int mode = (int)br_param_int(BR_PARAM_ID_CUDA);
@@ -147,6 +151,13 @@ static void load(void)
     LOAD(StreamWaitValue32, "cuStreamWaitValue32_v2", "cuStreamWaitValue32");
     LOAD(StreamWriteValue32, "cuStreamWriteValue32_v2", "cuStreamWriteValue32");
     LOAD(StreamIsCapturing, NULL, "cuStreamIsCapturing");
+    LOAD_OPT(IpcGetMemHandle, NULL, "cuIpcGetMemHandle");
+    LOAD_OPT(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle");
+    LOAD_OPT(IpcCloseMemHandle, NULL, "cuIpcCloseMemHandle");
+    LOAD(MemcpyAsync, NULL, "cuMemcpyAsync");
+    LOAD_OPT(StreamWaitValue64, "cuStreamWaitValue64_v2", "cuStreamWaitValue64");
+    LOAD_OPT(StreamWriteValue64, "cuStreamWriteValue64_v2", "cuStreamWriteValue64");
+    LOAD(EventQuery, NULL, "cuEventQuery");
     LOAD(EventCreate, NULL, "cuEventCreate");
     LOAD(EventDestroy, "cuEventDestroy_v2", "cuEventDestroy");
     LOAD(EventRecord, NULL, "cuEventRecord");

@@ -39,6 +39,12 @@ typedef unsigned long long br_cu_ptr_t; /* CUdeviceptr */
 #define BR_CU_DEV_ATTR_MAX_THREADS_PER_SM 39
 #define BR_CU_DEV_ATTR_UNIFIED_ADDRESSING 41
 #define BR_CU_CAPTURE_STATUS_NONE 0
+#define BR_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+
+/* CUipcMemHandle: 64 opaque bytes, passed by value. */
+typedef struct {
+    char reserved[64];
+} br_cu_ipc_handle_t;
 
 /* The driver entry points Braid calls (NULL members were not found; see br_cuda()). */
 typedef struct {
@@ -83,6 +89,17 @@ typedef struct {
     br_cu_result_t (*StreamWriteValue32)(br_cu_stream_t s, br_cu_ptr_t addr, uint32_t value,
                                          unsigned flags);
     br_cu_result_t (*StreamIsCapturing)(br_cu_stream_t s, int *status);
+    /* Optional (NULL where the driver lacks them): device memory shared between processes,
+     * and 64-bit stream memory operations (exec_cuda_stage.c's direct path). */
+    br_cu_result_t (*IpcGetMemHandle)(br_cu_ipc_handle_t *h, br_cu_ptr_t p);
+    br_cu_result_t (*IpcOpenMemHandle)(br_cu_ptr_t *p, br_cu_ipc_handle_t h, unsigned flags);
+    br_cu_result_t (*IpcCloseMemHandle)(br_cu_ptr_t p);
+    br_cu_result_t (*MemcpyAsync)(br_cu_ptr_t dst, br_cu_ptr_t src, size_t n, br_cu_stream_t s);
+    br_cu_result_t (*StreamWaitValue64)(br_cu_stream_t s, br_cu_ptr_t addr, uint64_t value,
+                                        unsigned flags);
+    br_cu_result_t (*StreamWriteValue64)(br_cu_stream_t s, br_cu_ptr_t addr, uint64_t value,
+                                         unsigned flags);
+    br_cu_result_t (*EventQuery)(br_cu_event_t e);
     br_cu_result_t (*EventCreate)(br_cu_event_t *e, unsigned flags);
     br_cu_result_t (*EventDestroy)(br_cu_event_t e);
     br_cu_result_t (*EventRecord)(br_cu_event_t e, br_cu_stream_t s);

@@ -7,17 +7,21 @@
  * there is no GPU. It is a test double, never installed or shipped.
  *
  * What it emulates: "device memory" is host memory it allocated and remembers (so pointer
- * attributes tell it apart), contexts are per-thread tags, each stream is a worker thread
+ * attributes tell it apart), a shared mapping of a memfd, so that IPC handles let other
+ * processes map it as CUDA IPC does, contexts are per-thread tags, each stream is a worker thread
  * that runs its operations in order (event records and waits, 32-bit value waits and
- * writes, copies, memsets, kernel launches), and a kernel launch runs every block of the
+ * writes, 64-bit ones too, copies, memsets, kernel launches), and a kernel launch runs every block of the
  * grid as its own CPU thread, all at once: the co-residency the executor relies on. Stream
  * capture records what capturing streams are given (streams join a capture by waiting on
  * an event recorded in it) and a graph launch replays it in order on one stream, which
  * keeps every dependency the capture had.
  * Devices: BRAID_FAKE_CUDA_DEVICES (1); each has 8 SMs of 2 resident blocks.
  */
+/* memfd_create: _GNU_SOURCE comes from the build */
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +50,8 @@ typedef struct {
     uintptr_t base;
     size_t size;
     int ordinal;
+    int fd;      /* the memfd behind it (other processes map it through IPC handles) */
+    int opened;  /* mapped from another process's handle (cuIpcOpenMemHandle) */
 } alloc_t;
 
 static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -71,37 +77,131 @@ static const alloc_t *find_alloc(uintptr_t p)
     return NULL;
 }
 
-EXPORT CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes)
+static void alloc_add(uintptr_t base, size_t size, int ordinal, int fd, int opened)
 {
-    void *m = NULL;
-    if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0) {
-        return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
-    }
-    memset(m, 0xee, bytes); /* like device memory: not zero */
     pthread_mutex_lock(&mem_mu);
     if (nallocs == cap_allocs) {
         cap_allocs = cap_allocs ? 2 * cap_allocs : 256;
         allocs = realloc(allocs, (size_t)cap_allocs * sizeof(*allocs));
     }
-    allocs[nallocs++] = (alloc_t){(uintptr_t)m, bytes ? bytes : 1, cur_ctx > 0 ? cur_ctx - 1 : 0};
+    allocs[nallocs++] = (alloc_t){base, size, ordinal, fd, opened};
     pthread_mutex_unlock(&mem_mu);
+}
+
+/* Remove the allocation at base (opened or not, as asked); 0 when there was one. */
+static int alloc_remove(uintptr_t base, int opened, alloc_t *out)
+{
+    int found = -1;
+    pthread_mutex_lock(&mem_mu);
+    for (int i = 0; i < nallocs; i++) {
+        if (allocs[i].base == base && allocs[i].opened == opened) {
+            *out = allocs[i];
+            allocs[i] = allocs[--nallocs];
+            found = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mem_mu);
+    return found;
+}
+
+/* Device memory is a shared mapping of a memfd, so that another process can map it from
+ * an IPC handle, as a GPU's memory is reached by other processes' contexts. */
+EXPORT CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes)
+{
+    size_t size = bytes ? bytes : 1;
+    int fd = memfd_create("fake-cuda", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    }
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        close(fd);
+        return 2;
+    }
+    memset(m, 0xee, bytes); /* like device memory: not zero */
+    alloc_add((uintptr_t)m, size, cur_ctx > 0 ? cur_ctx - 1 : 0, fd, 0);
     *p = (unsigned long long)(uintptr_t)m;
     return OK;
 }
 
 EXPORT CUresult cuMemFree_v2(unsigned long long p)
 {
+    alloc_t a;
+    if (alloc_remove((uintptr_t)p, 0, &a) != 0) {
+        return ERR_INVALID_VALUE;
+    }
+    munmap((void *)a.base, a.size);
+    close(a.fd);
+    return OK;
+}
+
+/* An IPC handle: who has the memory, and which descriptor of theirs maps it. */
+typedef struct {
+    int32_t pid, fd;
+    uint64_t size;
+    int32_t ordinal;
+    char pad[64 - 20];
+} ipc_handle_t;
+
+typedef struct {
+    char reserved[64];
+} CUipcMemHandle;
+
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, unsigned long long p)
+{
+    ipc_handle_t ih;
+    memset(&ih, 0, sizeof(ih));
     pthread_mutex_lock(&mem_mu);
-    for (int i = 0; i < nallocs; i++) {
-        if (allocs[i].base == (uintptr_t)p) {
-            allocs[i] = allocs[--nallocs];
-            pthread_mutex_unlock(&mem_mu);
-            free((void *)(uintptr_t)p);
-            return OK;
-        }
+    const alloc_t *a = find_alloc((uintptr_t)p);
+    int ok = a != NULL && a->base == (uintptr_t)p && !a->opened;
+    if (ok) {
+        ih.pid = (int32_t)getpid();
+        ih.fd = a->fd;
+        ih.size = a->size;
+        ih.ordinal = a->ordinal;
     }
     pthread_mutex_unlock(&mem_mu);
-    return ERR_INVALID_VALUE;
+    if (!ok) {
+        return ERR_INVALID_VALUE;
+    }
+    memcpy(h, &ih, sizeof(ih));
+    return OK;
+}
+
+EXPORT CUresult cuIpcOpenMemHandle_v2(unsigned long long *p, CUipcMemHandle h, unsigned flags)
+{
+    ipc_handle_t ih;
+    char path[64];
+    (void)flags;
+    memcpy(&ih, &h, sizeof(ih));
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)ih.pid, (int)ih.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        return ERR_INVALID_VALUE;
+    }
+    void *m = mmap(NULL, (size_t)ih.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        close(fd);
+        return ERR_INVALID_VALUE;
+    }
+    alloc_add((uintptr_t)m, (size_t)ih.size, ih.ordinal, fd, 1);
+    *p = (unsigned long long)(uintptr_t)m;
+    return OK;
+}
+
+EXPORT CUresult cuIpcCloseMemHandle(unsigned long long p)
+{
+    alloc_t a;
+    if (alloc_remove((uintptr_t)p, 1, &a) != 0) {
+        return ERR_INVALID_VALUE;
+    }
+    munmap((void *)a.base, a.size);
+    close(a.fd);
+    return OK;
 }
 
 EXPORT CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags)
@@ -261,7 +361,8 @@ EXPORT CUresult cuCtxEnablePeerAccess(void *peer, unsigned flags)
 
 /* ---- modules ---- */
 
-static int the_kernel; /* the one function a module has: br_dev_kernel */
+static int the_kernel;    /* br_dev_kernel */
+static int reduce_kernel; /* br_dev_reduce_kernel */
 
 EXPORT CUresult cuModuleLoadData(void **m, const void *image)
 {
@@ -273,10 +374,13 @@ EXPORT CUresult cuModuleLoadData(void **m, const void *image)
 EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name)
 {
     (void)m;
-    if (strcmp(name, "br_dev_kernel") != 0) {
+    if (strcmp(name, "br_dev_kernel") == 0) {
+        *f = &the_kernel;
+    } else if (strcmp(name, "br_dev_reduce_kernel") == 0) {
+        *f = &reduce_kernel;
+    } else {
         return ERR_NOT_FOUND;
     }
-    *f = &the_kernel;
     return OK;
 }
 
@@ -338,6 +442,15 @@ EXPORT CUresult cuEventSynchronize(void *e)
     return OK;
 }
 
+EXPORT CUresult cuEventQuery(void *e)
+{
+    event_t *ev = e;
+    pthread_mutex_lock(&ev->mu);
+    int done = ev->completed >= ev->recorded;
+    pthread_mutex_unlock(&ev->mu);
+    return done ? OK : ERR_NOT_READY;
+}
+
 /* ---- streams ---- */
 
 typedef enum {
@@ -345,6 +458,9 @@ typedef enum {
     OP_WAIT_EVENT,
     OP_WAIT_VALUE,
     OP_WRITE_VALUE,
+    OP_WAIT_VALUE64,
+    OP_WRITE_VALUE64,
+    OP_REDUCE,
     OP_COPY,
     OP_SET,
     OP_KERNEL
@@ -356,6 +472,9 @@ typedef struct op {
     uint64_t gen;
     volatile uint32_t *addr;
     uint32_t value;
+    volatile uint64_t *addr64;
+    uint64_t value64;
+    br_dev_reduce_t reduce;
     void *dst;
     const void *src;
     size_t n;
@@ -411,6 +530,13 @@ static void run_op(op_t *o)
         }
         break;
     case OP_WRITE_VALUE: __atomic_store_n(o->addr, o->value, __ATOMIC_RELEASE); break;
+    case OP_WAIT_VALUE64:
+        while (__atomic_load_n(o->addr64, __ATOMIC_ACQUIRE) < o->value64) { /* GEQ */
+            usleep(20);
+        }
+        break;
+    case OP_WRITE_VALUE64: __atomic_store_n(o->addr64, o->value64, __ATOMIC_RELEASE); break;
+    case OP_REDUCE: br_dev_reduce_n(&o->reduce, 0, 1); break; /* one block does it all */
     case OP_COPY: memmove(o->dst, o->src, o->n); break;
     case OP_SET: memset(o->dst, o->byte, o->n); break;
     case OP_KERNEL: {
@@ -630,6 +756,31 @@ EXPORT CUresult cuStreamWriteValue32_v2(void *h, unsigned long long addr, uint32
     return OK;
 }
 
+EXPORT CUresult cuStreamWaitValue64_v2(void *h, unsigned long long addr, uint64_t value,
+                                       unsigned flags)
+{
+    op_t *o = op_new(OP_WAIT_VALUE64);
+    if (flags != 0) { /* only GEQ is emulated */
+        free(o);
+        return ERR_INVALID_VALUE;
+    }
+    o->addr64 = (volatile uint64_t *)(uintptr_t)addr;
+    o->value64 = value;
+    push(h, o);
+    return OK;
+}
+
+EXPORT CUresult cuStreamWriteValue64_v2(void *h, unsigned long long addr, uint64_t value,
+                                        unsigned flags)
+{
+    op_t *o = op_new(OP_WRITE_VALUE64);
+    (void)flags;
+    o->addr64 = (volatile uint64_t *)(uintptr_t)addr;
+    o->value64 = value;
+    push(h, o);
+    return OK;
+}
+
 EXPORT CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void *h)
 {
     op_t *o = op_new(OP_COPY);
@@ -665,7 +816,6 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
                                unsigned by, unsigned bz, unsigned smem, void *h, void **params,
                                void **extra)
 {
-    (void)f;
     (void)bx;
     (void)by;
     (void)bz;
@@ -673,6 +823,12 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
     (void)extra;
     if (gy != 1 || gz != 1 || gx == 0 || gx > 8u * 2u * 64u) {
         return ERR_INVALID_VALUE;
+    }
+    if (f == &reduce_kernel) {
+        op_t *r = op_new(OP_REDUCE);
+        memcpy(&r->reduce, params[0], sizeof(r->reduce));
+        push(h, r);
+        return OK;
     }
     op_t *o = op_new(OP_KERNEL);
     memcpy(&o->launch, params[0], sizeof(o->launch));

@@ -360,9 +360,9 @@ static int id_from_hex(const char *hex, ncclUniqueId *id)
 }
 
 /* One rank of `procs`, in a process of its own: what = "coll" (the thin matrix and counts
- * larger than the FIFO, then a grouped pair of calls) or "dead" (rank 1 leaves without
- * calling; rank 0's stream must be released and the error name the peer). Exit status:
- * failures (0 passes). */
+ * larger than the FIFO, then a grouped pair of calls), "dead" or "dead-later" (rank 1
+ * leaves before its first call, or after two; rank 0's stream must be released and the
+ * error name the peer). Exit status: failures (0 passes). */
 static int proc_rank_main(const char *what, int rank, int n, const char *hex)
 {
     ncclUniqueId id;
@@ -418,11 +418,20 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
         free(thin);
         free(big);
         ncclCommDestroy(comm);
-    } else if (rank == 1) {
-        _exit(0); /* dies without calling, and without destroying its communicator */
     } else {
+        /* "dead": rank 1 dies without calling; "dead-later": after two AllReduces with
+         * rank 0 (the second one past the set-up of calls across processes). */
         float *dbuf;
         CUDA_OK(cudaMalloc((void **)&dbuf, 4096));
+        int warm = !strcmp(what, "dead-later") ? 2 : 0;
+        for (int i = 0; i < warm; i++) {
+            EXPECT(ncclAllReduce(dbuf, dbuf, 1024, ncclFloat, ncclSum, comm, s) == ncclSuccess,
+                   "process rank %d: warm-up AllReduce: %s", rank, ncclGetLastError(comm));
+            CUDA_OK(cudaStreamSynchronize(s));
+        }
+        if (rank == 1) {
+            _exit(0); /* dies without destroying its communicator */
+        }
         ncclResult_t res = ncclAllReduce(dbuf, dbuf, 1024, ncclFloat, ncclSum, comm, s);
         alarm(120); /* a stream that is never released ends the test here */
         CUDA_OK(cudaStreamSynchronize(s));
@@ -434,7 +443,7 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
                "process rank 0: the AllReduce whose peer died reported nothing");
         EXPECT(strstr(msg, "rank 1") != NULL, "process rank 0: the error does not name rank 1: '%s'",
                msg);
-        printf("procs: rank 0: the peer's death was reported: %s\n", msg);
+        printf("procs %s: rank 0: the peer's death was reported: %s\n", what, msg);
         cudaFree(dbuf);
         ncclCommAbort(comm);
     }
@@ -484,6 +493,7 @@ static void section_procs(void)
     run_procs("coll", 2);
     run_procs("coll", 4);
     run_procs("dead", 2);
+    run_procs("dead-later", 2);
 }
 
 /* Rank 0 calls, rank 1 has not yet: rank 0's call returned and its stream waits, while

@@ -1,0 +1,546 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The direct path of device calls across processes of one host: GPU to GPU, through a
+ * staging buffer per rank in device memory that the other ranks map with CUDA IPC, with
+ * every step ordered by stream memory operations. No kernel waits for another process's:
+ * kernels and copies only ever read what is complete, because the stream got them there
+ * after a barrier; a barrier is each rank's stream writing its count into every peer's
+ * inbox (cuStreamWriteValue64 on the peer's mapped memory) and then waiting, in the
+ * stream, until its own inbox holds every peer's (cuStreamWaitValue64). Processes on one
+ * GPU are time-sliced, never co-resident; the waits hold no SM, so they cannot deadlock.
+ *
+ * A collective moves in chunks of at most BRAID_CUDA_IPC_BYTES. AllReduce, per chunk:
+ *   copy the chunk of the input into my staging              ; barrier
+ *   reduce my 1/n part over every rank's staging (a kernel), into my staging and output
+ *                                                             ; barrier
+ *   copy every other rank's part from its staging into my output ; barrier
+ * so each part is reduced once, by one rank, and every rank ends with the same bits.
+ * Broadcast, Reduce, AllGather and ReduceScatter are the same steps, fewer of them. Sends
+ * and receives are staged through host memory (exec_cuda_stage.c).
+ *
+ * Who may: ranks on one host, one per process (a process with several ranks uses the
+ * clique's launches for them only when they are all its ranks), the driver's IPC and
+ * 64-bit stream memory operations, BRAID_CUDA_IPC. The ranks agree at the first device
+ * call (two host AllGathers): each says whether it can, with its buffer's IPC handle,
+ * then whether it could map everyone's. Either every rank takes the direct path from the
+ * second deposit on, or none does, with INFO saying why.
+ *
+ * Failures: the stager watches each deposit's end (an event). A peer process that died,
+ * or a wait longer than BRAID_CUDA_WAIT_TIMEOUT, fails the communicator naming the rank,
+ * and this rank's inbox is filled so that its stream passes every barrier and drains.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "exec_cuda_stage_int.h"
+#include "exec_int.h"
+#include "util.h"
+
+#define IPC_RELEASED (1ull << 62) /* an inbox value past every barrier */
+
+typedef struct {
+    br_cu_ipc_handle_t handle;
+    int32_t ok;  /* could allocate, export and load the kernel */
+    int32_t pid;
+    char why[120]; /* why not, when not ok */
+} ipc_hello_t;
+
+static inline br_cu_ptr_t data_of(const ipc_state_t *s, int q)
+{
+    return s->peer[q] + BR_IPC_INBOX;
+}
+
+void br_ipc_decide(br_cuda_stage_t *st)
+{
+    const br_exec_comm_t *ec = st->ec;
+    const br_peer_info_t *pi = ec->tc->peers;
+    ipc_state_t *s = &st->ipc;
+    const char *why = NULL;
+
+    for (int q = 0; q < ec->nranks && why == NULL; q++) {
+        if (pi[q].machine_hash != pi[ec->rank].machine_hash) {
+            why = "ranks are on several hosts";
+        }
+        for (int p = 0; p < q && why == NULL; p++) {
+            if (pi[p].pid_hash == pi[q].pid_hash) {
+                why = "a process holds several ranks";
+            }
+        }
+    }
+    if (why == NULL && ec->nranks > BR_DEV_REDUCE_MAX_SRC) {
+        why = "more ranks than the direct path's reduce kernel reads (16)";
+    }
+    if (why != NULL) {
+        s->state = -1;
+        snprintf(s->why_off, sizeof(s->why_off), "%s", why);
+        return;
+    }
+    s->state = 0;
+}
+
+/* This rank's part of the set-up: kernel, staging, its IPC handle. */
+static void hello_make(br_cuda_stage_t *st, ipc_hello_t *h)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    ipc_state_t *s = &st->ipc;
+    br_cu_device_t dev;
+    br_cu_result_t e = BR_CU_SUCCESS;
+    const char *what = NULL;
+
+    memset(h, 0, sizeof(*h));
+    h->pid = (int32_t)getpid();
+    if (BR_PARAM_INT(CUDA_IPC) == 0) {
+        snprintf(h->why, sizeof(h->why), "BRAID_CUDA_IPC=0");
+        return;
+    }
+    if (cu->IpcGetMemHandle == NULL || cu->IpcOpenMemHandle == NULL ||
+        cu->IpcCloseMemHandle == NULL || cu->StreamWaitValue64 == NULL ||
+        cu->StreamWriteValue64 == NULL) {
+        snprintf(h->why, sizeof(h->why), "the CUDA driver lacks IPC or 64-bit stream memory "
+                                         "operations");
+        return;
+    }
+    size_t want = (size_t)BR_PARAM_INT(CUDA_IPC_BYTES);
+    s->data_bytes = want < 4096 ? 4096 : want / 256 * 256;
+    if ((e = cu->ModuleLoadData(&s->mod, br_dev_fatbin)) != BR_CU_SUCCESS) {
+        what = "cuModuleLoadData";
+    } else if ((e = cu->ModuleGetFunction(&s->reduce_fn, s->mod, BR_DEV_REDUCE_KERNEL_NAME)) !=
+               BR_CU_SUCCESS) {
+        what = "cuModuleGetFunction";
+    } else if ((e = cu->DeviceGet(&dev, st->device)) != BR_CU_SUCCESS ||
+               (e = cu->DeviceGetAttribute(&s->sms, BR_CU_DEV_ATTR_SM_COUNT, dev)) !=
+                   BR_CU_SUCCESS) {
+        what = "cuDeviceGetAttribute";
+    } else if ((e = cu->StreamCreate(&s->aux, BR_CU_STREAM_NON_BLOCKING)) != BR_CU_SUCCESS) {
+        what = "cuStreamCreate";
+    } else if ((e = cu->MemAlloc(&s->mine, BR_IPC_INBOX + s->data_bytes)) != BR_CU_SUCCESS) {
+        what = "cuMemAlloc of the staging buffer";
+    } else if ((e = cu->MemsetD8(s->mine, 0, BR_IPC_INBOX)) != BR_CU_SUCCESS) {
+        what = "cuMemsetD8";
+    } else if ((e = cu->IpcGetMemHandle(&h->handle, s->mine)) != BR_CU_SUCCESS) {
+        what = "cuIpcGetMemHandle";
+    }
+    if (what != NULL) {
+        snprintf(h->why, sizeof(h->why), "%s failed: %s", what, br_cuda_error_string(e));
+        return;
+    }
+    h->ok = 1;
+}
+
+/* One host AllGather of `bytes` per rank, run by the stager as the deposit's seq. */
+static ncclResult_t exchange(br_cuda_stage_t *st, const void *mine, void *all, size_t bytes,
+                             uint64_t seq)
+{
+    br_op_t op;
+    memset(&op, 0, sizeof(op));
+    op.func = BR_FUNC_ALLGATHER;
+    op.sendbuff = mine;
+    op.recvbuff = all;
+    op.count = bytes;
+    op.type = ncclUint8;
+    op.redop.type = ncclUint8;
+    op.peer = -1;
+    op.seq = seq;
+    ncclResult_t res = st->run(st->run_arg, &op, 1);
+    if (res != ncclSuccess) {
+        BR_WARN(NCCL_INIT | NCCL_COLL,
+                "rank %d (host %s): setting up device calls across processes failed (an "
+                "exchange among the ranks at their first device call, #%llu)",
+                st->ec->rank, br_host_name(), (unsigned long long)seq);
+    }
+    return res;
+}
+
+void br_ipc_setup(br_cuda_stage_t *st, uint64_t seq)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    br_exec_comm_t *ec = st->ec;
+    ipc_state_t *s = &st->ipc;
+    int n = ec->nranks, r = ec->rank, opened = 0, state = -1;
+    ipc_hello_t mine, *all = NULL;
+    int32_t ok, *oks = NULL;
+    char why[200] = "";
+
+    hello_make(st, &mine);
+    if (br_calloc(&all, (size_t)n, "CUDA IPC set-up") != ncclSuccess ||
+        br_calloc(&oks, (size_t)n, "CUDA IPC set-up") != ncclSuccess ||
+        br_calloc(&s->peer, (size_t)n, "CUDA IPC set-up") != ncclSuccess ||
+        br_calloc(&s->pid, (size_t)n, "CUDA IPC set-up") != ncclSuccess) {
+        snprintf(why, sizeof(why), "out of memory");
+        goto out; /* the exchange below is not reached: the communicator fails anyway */
+    }
+    if (exchange(st, &mine, all, sizeof(mine), seq) != ncclSuccess) {
+        snprintf(why, sizeof(why), "the set-up exchange failed");
+        goto out;
+    }
+    ok = 1;
+    for (int q = 0; q < n; q++) {
+        s->pid[q] = all[q].pid;
+        if (!all[q].ok && ok) {
+            snprintf(why, sizeof(why), "rank %d: %s", q, all[q].why);
+            ok = 0;
+        }
+    }
+    for (int q = 0; q < n && ok; q++) {
+        if (q == r) {
+            s->peer[q] = s->mine;
+            continue;
+        }
+        br_cu_result_t e =
+            cu->IpcOpenMemHandle(&s->peer[q], all[q].handle, BR_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        if (e != BR_CU_SUCCESS) {
+            snprintf(mine.why, sizeof(mine.why), "rank %d cannot map rank %d's buffer: %s", r, q,
+                     br_cuda_error_string(e));
+            ok = 0;
+            break;
+        }
+        opened++;
+    }
+    if (exchange(st, &ok, oks, sizeof(ok), seq) != ncclSuccess) {
+        snprintf(why, sizeof(why), "the set-up exchange failed");
+        goto out;
+    }
+    state = 1;
+    for (int q = 0; q < n && state == 1; q++) {
+        if (!oks[q]) {
+            state = -1;
+            if (why[0] == '\0') {
+                snprintf(why, sizeof(why), "%s",
+                         q == r ? mine.why : "a rank could not map its peers' buffers");
+            }
+        }
+    }
+out:
+    if (state != 1 && s->peer != NULL) {
+        for (int q = 0; q < n && opened > 0; q++) {
+            if (q != r && s->peer[q] != 0) {
+                cu->IpcCloseMemHandle(s->peer[q]);
+                opened--;
+            }
+        }
+        memset(s->peer, 0, (size_t)n * sizeof(*s->peer));
+    }
+    if (state != 1 && s->mine != 0) {
+        cu->MemFree(s->mine); /* staged from now on: the buffer is not needed */
+        s->mine = 0;
+    }
+    if (state == 1) {
+        BR_INFO(NCCL_INIT | NCCL_COLL,
+                "rank %d: device collectives GPU to GPU between the %d processes through CUDA "
+                "IPC staging buffers of %zu MiB (stream memory operations order them)",
+                r, n, s->data_bytes >> 20);
+    } else {
+        BR_INFO(NCCL_INIT | NCCL_COLL,
+                "rank %d: device collectives staged through pinned host memory: no direct "
+                "path (%s)",
+                r, why);
+    }
+    pthread_mutex_lock(&st->mu);
+    snprintf(s->why_off, sizeof(s->why_off), "%s", why);
+    s->state = state;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    free(all);
+    free(oks);
+}
+
+int br_ipc_handles(const br_op_t *op)
+{
+    return br_func_is_collective(op->func);
+}
+
+/* ---- the steps ---- */
+
+static ncclResult_t ck(br_cu_result_t e, const char *what, int rank)
+{
+    return br_cuda_check(e, what, rank);
+}
+
+static ncclResult_t barrier(br_cuda_stage_t *st, br_cu_stream_t stream)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    ipc_state_t *s = &st->ipc;
+    int n = st->ec->nranks, r = st->ec->rank;
+    uint64_t g = ++s->gen;
+    for (int q = 0; q < n; q++) {
+        if (q != r) {
+            BR_CHECK(ck(cu->StreamWriteValue64(stream, s->peer[q] + (size_t)r * 8, g, 0),
+                        "cuStreamWriteValue64", r));
+        }
+    }
+    for (int q = 0; q < n; q++) {
+        if (q != r) {
+            BR_CHECK(ck(cu->StreamWaitValue64(stream, s->mine + (size_t)q * 8, g,
+                                              BR_CU_STREAM_WAIT_VALUE_GEQ),
+                        "cuStreamWaitValue64", r));
+        }
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t copy(br_cuda_stage_t *st, br_cu_ptr_t dst, br_cu_ptr_t src, size_t bytes,
+                         br_cu_stream_t stream)
+{
+    if (bytes == 0 || dst == src) {
+        return ncclSuccess;
+    }
+    return ck(br_cuda(NULL)->MemcpyAsync(dst, src, bytes, stream), "cuMemcpyAsync",
+              st->ec->rank);
+}
+
+/* dst0 (and dst1) = the op's reduction over src + q * stride of every rank q's staging. */
+static ncclResult_t reduce(br_cuda_stage_t *st, const br_op_t *op, size_t src_off,
+                           br_cu_ptr_t dst0, br_cu_ptr_t dst1, size_t bytes, br_cu_stream_t stream)
+{
+    const ipc_state_t *s = &st->ipc;
+    br_dev_reduce_t R;
+    if (bytes == 0) {
+        return ncclSuccess;
+    }
+    memset(&R, 0, sizeof(R));
+    R.nsrc = (uint32_t)st->ec->nranks;
+    for (int q = 0; q < st->ec->nranks; q++) {
+        R.src[q] = (const char *)(uintptr_t)(data_of(s, q) + src_off);
+    }
+    R.dst[0] = (char *)(uintptr_t)dst0;
+    R.dst[1] = (char *)(uintptr_t)dst1;
+    R.bytes = bytes;
+    R.type = (uint32_t)op->type;
+    R.red = (uint32_t)op->redop.kind;
+    R.scalar_f = op->redop.scalar_f;
+    R.scalar_i = op->redop.scalar_i;
+    R.scalar_dev = op->redop.scalar_dev;
+    R.divisor = op->redop.divisor;
+    uint64_t pieces = (bytes + 15) / 16;
+    uint64_t blocks = (pieces + BR_DEV_NTHREADS - 1) / BR_DEV_NTHREADS;
+    uint64_t most = (uint64_t)(s->sms > 0 ? s->sms : 1) * 4;
+    blocks = blocks < 1 ? 1 : blocks > most ? most : blocks;
+    void *params[] = {&R};
+    return ck(br_cuda(NULL)->LaunchKernel(s->reduce_fn, (unsigned)blocks, 1, 1, BR_DEV_NTHREADS,
+                                          1, 1, 0, stream, params, NULL),
+              "cuLaunchKernel", st->ec->rank);
+}
+
+/* The largest chunk of a call: at most `room` bytes, whole elements. */
+static size_t chunk_of(size_t room, size_t es)
+{
+    size_t c = room / es * es;
+    return c > 0 ? c : es;
+}
+
+ncclResult_t br_ipc_enqueue(br_cuda_stage_t *st, const br_op_t *op)
+{
+    const ipc_state_t *s = &st->ipc;
+    br_cu_stream_t S = (br_cu_stream_t)op->stream;
+    int n = st->ec->nranks, r = st->ec->rank;
+    size_t es = br_type_size(op->type), bytes = op->count * es;
+    br_cu_ptr_t in = (br_cu_ptr_t)(uintptr_t)op->sendbuff;
+    br_cu_ptr_t out = (br_cu_ptr_t)(uintptr_t)op->recvbuff;
+    br_cu_ptr_t me = data_of(s, r);
+
+    switch (op->func) {
+    case BR_FUNC_ALLREDUCE:
+        for (size_t off = 0, C; off < bytes; off += C) {
+            C = chunk_of(s->data_bytes, es);
+            C = C < bytes - off ? C : bytes - off;
+            size_t elems = C / es;
+            BR_CHECK(copy(st, me, in + off, C, S));
+            BR_CHECK(barrier(st, S));
+            size_t lo = elems * (size_t)r / (size_t)n * es, hi = elems * (size_t)(r + 1) / (size_t)n * es;
+            BR_CHECK(reduce(st, op, lo, me + lo, out + off + lo, hi - lo, S));
+            BR_CHECK(barrier(st, S));
+            for (int q = 0; q < n; q++) {
+                size_t ql = elems * (size_t)q / (size_t)n * es;
+                size_t qh = elems * (size_t)(q + 1) / (size_t)n * es;
+                if (q != r) {
+                    BR_CHECK(copy(st, out + off + ql, data_of(s, q) + ql, qh - ql, S));
+                }
+            }
+            BR_CHECK(barrier(st, S));
+        }
+        return ncclSuccess;
+    case BR_FUNC_BROADCAST:
+        for (size_t off = 0, C; off < bytes; off += C) {
+            C = chunk_of(s->data_bytes, es);
+            C = C < bytes - off ? C : bytes - off;
+            if (r == op->root) {
+                BR_CHECK(copy(st, me, in + off, C, S));
+            }
+            BR_CHECK(barrier(st, S));
+            BR_CHECK(copy(st, out + off, r == op->root ? in + off : data_of(s, op->root), C, S));
+            BR_CHECK(barrier(st, S));
+        }
+        return ncclSuccess;
+    case BR_FUNC_REDUCE:
+        for (size_t off = 0, C; off < bytes; off += C) {
+            C = chunk_of(s->data_bytes, es);
+            C = C < bytes - off ? C : bytes - off;
+            BR_CHECK(copy(st, me, in + off, C, S));
+            BR_CHECK(barrier(st, S));
+            if (r == op->root) {
+                BR_CHECK(reduce(st, op, 0, out + off, 0, C, S));
+            }
+            BR_CHECK(barrier(st, S));
+        }
+        return ncclSuccess;
+    case BR_FUNC_ALLGATHER:
+        for (size_t off = 0, C; off < bytes; off += C) {
+            C = chunk_of(s->data_bytes, es);
+            C = C < bytes - off ? C : bytes - off;
+            BR_CHECK(copy(st, me, in + off, C, S));
+            BR_CHECK(barrier(st, S));
+            for (int q = 0; q < n; q++) {
+                br_cu_ptr_t dst = out + (size_t)q * bytes + off;
+                BR_CHECK(copy(st, dst, q == r ? in + off : data_of(s, q), C, S));
+            }
+            BR_CHECK(barrier(st, S));
+        }
+        return ncclSuccess;
+    case BR_FUNC_REDUCESCATTER:
+        for (size_t off = 0, C; off < bytes; off += C) {
+            C = chunk_of(s->data_bytes / (size_t)n, es);
+            C = C < bytes - off ? C : bytes - off;
+            for (int q = 0; q < n; q++) {
+                BR_CHECK(copy(st, me + (size_t)q * C, in + (size_t)q * bytes + off, C, S));
+            }
+            BR_CHECK(barrier(st, S));
+            /* Rank q's segment r is at q's staging + r * C. */
+            BR_CHECK(reduce(st, op, (size_t)r * C, out + off, 0, C, S));
+            BR_CHECK(barrier(st, S));
+        }
+        return ncclSuccess;
+    default:
+        BR_WARN(NCCL_COLL, "rank %d: %s reached the direct path", r, br_func_name(op->func));
+        return ncclInternalError;
+    }
+}
+
+/* ---- the watch ---- */
+
+ncclResult_t br_ipc_flight_add(br_cuda_stage_t *st, br_cu_stream_t stream, const br_op_t *first)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    ipc_state_t *s = &st->ipc;
+    while (!st->failed && s->fl_next - s->fl_done >= BR_IPC_INFLIGHT) {
+        pthread_cond_wait(&st->cv, &st->mu); /* the stager retires the oldest */
+    }
+    ipc_flight_t *f = &s->flight[s->fl_next % BR_IPC_INFLIGHT];
+    if (f->end == NULL) {
+        BR_CHECK(ck(cu->EventCreate(&f->end, BR_CU_EVENT_DISABLE_TIMING), "cuEventCreate",
+                    st->ec->rank));
+    }
+    BR_CHECK(ck(cu->EventRecord(f->end, stream), "cuEventRecord", st->ec->rank));
+    f->gen = s->gen;
+    f->since_ns = br_time_ns();
+    br_cuda_op_describe(f->what, sizeof(f->what), first);
+    s->fl_next++;
+    pthread_cond_broadcast(&st->cv);
+    return ncclSuccess;
+}
+
+/* The ranks whose count in this rank's inbox is behind `gen`, as "1, 3" (for messages). */
+static void laggards(br_cuda_stage_t *st, uint64_t gen, char *buf, size_t len)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    ipc_state_t *s = &st->ipc;
+    int n = st->ec->nranks, used = 0;
+    uint64_t inbox[BR_DEV_REDUCE_MAX_SRC];
+    buf[0] = '\0';
+    if (cu->MemcpyDtoHAsync(inbox, s->mine, (size_t)n * 8, s->aux) != BR_CU_SUCCESS ||
+        cu->StreamSynchronize(s->aux) != BR_CU_SUCCESS) {
+        snprintf(buf, len, "(unknown: the inbox could not be read)");
+        return;
+    }
+    for (int q = 0; q < n; q++) {
+        if (q != st->ec->rank && inbox[q] < gen && used < (int)len) {
+            used += snprintf(buf + used, len - (size_t)used, "%s%d", used ? ", " : "", q);
+        }
+    }
+}
+
+int br_ipc_watch(br_cuda_stage_t *st)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    ipc_state_t *s = &st->ipc;
+    br_exec_comm_t *ec = st->ec;
+    char msg[512], who[128];
+
+    while (s->fl_done < s->fl_next &&
+           cu->EventQuery(s->flight[s->fl_done % BR_IPC_INFLIGHT].end) == BR_CU_SUCCESS) {
+        s->fl_done++;
+        pthread_cond_broadcast(&st->cv);
+    }
+    if (s->fl_done == s->fl_next || st->failed) {
+        return s->fl_done < s->fl_next;
+    }
+    const ipc_flight_t *f = &s->flight[s->fl_done % BR_IPC_INFLIGHT];
+    uint64_t waited = br_time_ns() - f->since_ns;
+    if (waited < 100000000ull) {
+        return 1;
+    }
+    for (int q = 0; q < ec->nranks; q++) {
+        if (q != ec->rank && br_exec_pid_is_dead(s->pid[q])) {
+            snprintf(msg, sizeof(msg),
+                     "rank %d (pid %d on host %s) died while rank %d's device %s waited for it",
+                     q, s->pid[q], ec->tc->peers[q].host, ec->rank, f->what);
+            br_stage_fail(st, ncclRemoteError, msg);
+            return 1;
+        }
+    }
+    uint64_t limit = (uint64_t)BR_PARAM_INT(CUDA_WAIT_TIMEOUT) * 1000000000ull;
+    if (limit > 0 && waited > limit) {
+        laggards(st, f->gen, who, sizeof(who));
+        snprintf(msg, sizeof(msg),
+                 "rank %d (host %s): device %s waited %llu s for rank(s) %s, whose streams "
+                 "have not reached it",
+                 ec->rank, br_host_name(), f->what, (unsigned long long)(waited / 1000000000ull),
+                 who);
+        br_stage_fail(st, ncclInvalidUsage, msg);
+    }
+    return 1;
+}
+
+void br_ipc_release(br_cuda_stage_t *st)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    ipc_state_t *s = &st->ipc;
+    if (s->state != 1 || s->aux == NULL) {
+        return;
+    }
+    for (int q = 0; q < st->ec->nranks; q++) {
+        if (q != st->ec->rank) {
+            cu->StreamWriteValue64(s->aux, s->mine + (size_t)q * 8, IPC_RELEASED, 0);
+        }
+    }
+}
+
+void br_ipc_free(br_cuda_stage_t *st)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    ipc_state_t *s = &st->ipc;
+    for (int i = 0; i < BR_IPC_INFLIGHT; i++) {
+        if (s->flight[i].end != NULL) {
+            cu->EventSynchronize(s->flight[i].end);
+            cu->EventDestroy(s->flight[i].end);
+        }
+    }
+    if (s->peer != NULL) {
+        for (int q = 0; q < st->ec->nranks; q++) {
+            if (q != st->ec->rank && s->peer[q] != 0) {
+                cu->IpcCloseMemHandle(s->peer[q]);
+            }
+        }
+    }
+    if (s->aux != NULL) {
+        cu->StreamSynchronize(s->aux);
+        cu->StreamDestroy(s->aux);
+    }
+    if (s->mine != 0) {
+        cu->MemFree(s->mine);
+    }
+    free(s->peer);
+    free(s->pid);
+}
