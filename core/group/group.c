@@ -292,12 +292,19 @@ static ncclResult_t pair_self(br_exec_batch_t *b, gcall_t *cs, int n, ncclComm_t
     return ncclSuccess;
 }
 
+static int by_hash(const void *a, const void *b)
+{
+    uint64_t x = (*(const ncclComm_t *)a)->comm_hash, y = (*(const ncclComm_t *)b)->comm_hash;
+    return x < y ? -1 : x > y;
+}
+
 /* Every communicator's device operations of the group, deposited with the CUDA executor in
  * call order (one deposit per communicator), then the streams' waits: two ranks of the
  * group on one stream must both have arrived before that stream waits. Operations on
  * streams being captured into a CUDA graph go to the executor's capture path together. */
-static ncclResult_t submit_device(gcall_t *cs, int n, ncclComm_t *comms, int ncomms)
+static ncclResult_t submit_device(gcall_t *cs, int n, ncclComm_t *const in_order, int ncomms)
 {
+    ncclComm_t *comms = NULL;
     br_op_t *ops = NULL;
     const br_op_t **first = NULL;
     br_exec_comm_t **ecs = NULL;
@@ -311,7 +318,8 @@ static ncclResult_t submit_device(gcall_t *cs, int n, ncclComm_t *comms, int nco
     if (ndev == 0) {
         return ncclSuccess;
     }
-    if (br_calloc(&ops, (size_t)ndev, "group") != ncclSuccess ||
+    if (br_calloc(&comms, (size_t)ncomms, "group") != ncclSuccess ||
+        br_calloc(&ops, (size_t)ndev, "group") != ncclSuccess ||
         br_calloc(&first, (size_t)ncomms, "group") != ncclSuccess ||
         br_calloc(&ecs, (size_t)ncomms, "group") != ncclSuccess ||
         br_calloc(&nops, (size_t)ncomms, "group") != ncclSuccess ||
@@ -319,8 +327,12 @@ static ncclResult_t submit_device(gcall_t *cs, int n, ncclComm_t *comms, int nco
         res = ncclSystemError;
         goto out;
     }
-    /* Each communicator's operations, contiguous and in call order. */
+    /* Each communicator's operations, contiguous and in call order; communicators in the
+     * order of their hashes, the same on every rank whatever order each called them in
+     * (calls between processes enqueue their barriers at once, in that order). */
     int m = 0;
+    memcpy(comms, in_order, (size_t)ncomms * sizeof(*comms));
+    qsort(comms, (size_t)ncomms, sizeof(*comms), by_hash);
     for (int c = 0; c < ncomms; c++) {
         int start = k;
         for (int i = 0; i < n; i++) {
@@ -350,6 +362,7 @@ static ncclResult_t submit_device(gcall_t *cs, int n, ncclComm_t *comms, int nco
         res = res == ncclSuccess ? w : res;
     }
 out:
+    free(comms);
     free(ops);
     free(first);
     free(ecs);
