@@ -425,7 +425,15 @@ ncclResult_t br_ipc_flight_add(br_cuda_stage_t *st, br_cu_stream_t stream, const
     const br_cuda_t *cu = br_cuda(NULL);
     ipc_state_t *s = &st->ipc;
     while (!st->failed && s->fl_next - s->fl_done >= BR_IPC_INFLIGHT) {
-        pthread_cond_wait(&st->cv, &st->mu); /* the stager retires the oldest */
+        /* Full: wait for the oldest here (the stager looks only every 10 ms). */
+        br_cu_event_t oldest = s->flight[s->fl_done % BR_IPC_INFLIGHT].end;
+        pthread_mutex_unlock(&st->mu);
+        cu->EventSynchronize(oldest);
+        pthread_mutex_lock(&st->mu);
+        while (s->fl_done < s->fl_next &&
+               cu->EventQuery(s->flight[s->fl_done % BR_IPC_INFLIGHT].end) == BR_CU_SUCCESS) {
+            s->fl_done++;
+        }
     }
     ipc_flight_t *f = &s->flight[s->fl_next % BR_IPC_INFLIGHT];
     if (f->end == NULL) {

@@ -360,7 +360,7 @@ static int id_from_hex(const char *hex, ncclUniqueId *id)
 }
 
 /* One rank of `procs`, in a process of its own: what = "coll" (the thin matrix and counts
- * larger than the FIFO, then a grouped pair of calls), "dead" or "dead-later" (rank 1
+ * larger than the FIFO, a grouped pair of calls, 200 calls in flight at once), "dead" or "dead-later" (rank 1
  * leaves before its first call, or after two; rank 0's stream must be released and the
  * error name the peer). Exit status: failures (0 passes). */
 static int proc_rank_main(const char *what, int rank, int n, const char *hex)
@@ -412,8 +412,29 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
                 break;
             }
         }
+        /* Many calls in flight before the stream is waited for (more than any queue). */
+        int32_t *ibuf, ih[200];
+        CUDA_OK(cudaMalloc((void **)&ibuf, sizeof(ih)));
+        for (int i = 0; i < 200; i++) {
+            ih[i] = rank * i;
+        }
+        CUDA_OK(cudaMemcpy(ibuf, ih, sizeof(ih), cudaMemcpyHostToDevice));
+        for (int i = 0; i < 200; i++) {
+            EXPECT(ncclAllReduce(ibuf + i, ibuf + i, 1, ncclInt32, ncclSum, comm, s) == ncclSuccess,
+                   "process rank %d: AllReduce %d of 200: %s", rank, i, ncclGetLastError(comm));
+        }
+        CUDA_OK(cudaStreamSynchronize(s));
+        CUDA_OK(cudaMemcpy(ih, ibuf, sizeof(ih), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 200; i++) {
+            if (ih[i] != i * n * (n - 1) / 2) {
+                EXPECT(0, "process rank %d: AllReduce %d of 200 in flight = %d, not %d", rank, i,
+                       ih[i], i * n * (n - 1) / 2);
+                break;
+            }
+        }
+        cudaFree(ibuf);
         cudaFree(dbuf);
-        printf("procs: rank %d of %d: %zu cases, %d failed\n", rank, n, nthin + nbig + 1,
+        printf("procs: rank %d of %d: %zu cases, %d failed\n", rank, n, nthin + nbig + 201,
                fails + failures);
         free(thin);
         free(big);
