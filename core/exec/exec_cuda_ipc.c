@@ -324,11 +324,12 @@ static ncclResult_t reduce(br_cuda_stage_t *st, const br_op_t *op, size_t src_of
               "cuLaunchKernel", st->ec->rank);
 }
 
-/* The largest chunk of a call: at most `room` bytes, whole elements. */
-static size_t chunk_of(size_t room, size_t es)
+/* The chunk of a call of `bytes` that starts at off: at most `room` bytes, whole elements. */
+static size_t chunk_at(size_t room, size_t es, size_t bytes, size_t off)
 {
     size_t c = room / es * es;
-    return c > 0 ? c : es;
+    c = c > 0 ? c : es;
+    return c < bytes - off ? c : bytes - off;
 }
 
 ncclResult_t br_ipc_enqueue(br_cuda_stage_t *st, const br_op_t *op)
@@ -344,8 +345,7 @@ ncclResult_t br_ipc_enqueue(br_cuda_stage_t *st, const br_op_t *op)
     switch (op->func) {
     case BR_FUNC_ALLREDUCE:
         for (size_t off = 0, C; off < bytes; off += C) {
-            C = chunk_of(s->data_bytes, es);
-            C = C < bytes - off ? C : bytes - off;
+            C = chunk_at(s->data_bytes, es, bytes, off);
             size_t elems = C / es;
             BR_CHECK(copy(st, me, in + off, C, S));
             BR_CHECK(barrier(st, S));
@@ -364,8 +364,7 @@ ncclResult_t br_ipc_enqueue(br_cuda_stage_t *st, const br_op_t *op)
         return ncclSuccess;
     case BR_FUNC_BROADCAST:
         for (size_t off = 0, C; off < bytes; off += C) {
-            C = chunk_of(s->data_bytes, es);
-            C = C < bytes - off ? C : bytes - off;
+            C = chunk_at(s->data_bytes, es, bytes, off);
             if (r == op->root) {
                 BR_CHECK(copy(st, me, in + off, C, S));
             }
@@ -376,8 +375,7 @@ ncclResult_t br_ipc_enqueue(br_cuda_stage_t *st, const br_op_t *op)
         return ncclSuccess;
     case BR_FUNC_REDUCE:
         for (size_t off = 0, C; off < bytes; off += C) {
-            C = chunk_of(s->data_bytes, es);
-            C = C < bytes - off ? C : bytes - off;
+            C = chunk_at(s->data_bytes, es, bytes, off);
             BR_CHECK(copy(st, me, in + off, C, S));
             BR_CHECK(barrier(st, S));
             if (r == op->root) {
@@ -388,8 +386,7 @@ ncclResult_t br_ipc_enqueue(br_cuda_stage_t *st, const br_op_t *op)
         return ncclSuccess;
     case BR_FUNC_ALLGATHER:
         for (size_t off = 0, C; off < bytes; off += C) {
-            C = chunk_of(s->data_bytes, es);
-            C = C < bytes - off ? C : bytes - off;
+            C = chunk_at(s->data_bytes, es, bytes, off);
             BR_CHECK(copy(st, me, in + off, C, S));
             BR_CHECK(barrier(st, S));
             for (int q = 0; q < n; q++) {
@@ -401,8 +398,7 @@ ncclResult_t br_ipc_enqueue(br_cuda_stage_t *st, const br_op_t *op)
         return ncclSuccess;
     case BR_FUNC_REDUCESCATTER:
         for (size_t off = 0, C; off < bytes; off += C) {
-            C = chunk_of(s->data_bytes / (size_t)n, es);
-            C = C < bytes - off ? C : bytes - off;
+            C = chunk_at(s->data_bytes / (size_t)n, es, bytes, off);
             for (int q = 0; q < n; q++) {
                 BR_CHECK(copy(st, me + (size_t)q * C, in + (size_t)q * bytes + off, C, S));
             }

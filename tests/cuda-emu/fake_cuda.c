@@ -458,8 +458,6 @@ typedef enum {
     OP_WAIT_EVENT,
     OP_WAIT_VALUE,
     OP_WRITE_VALUE,
-    OP_WAIT_VALUE64,
-    OP_WRITE_VALUE64,
     OP_REDUCE,
     OP_COPY,
     OP_SET,
@@ -470,10 +468,9 @@ typedef struct op {
     op_kind_t kind;
     event_t *ev;
     uint64_t gen;
-    volatile uint32_t *addr;
-    uint32_t value;
-    volatile uint64_t *addr64;
-    uint64_t value64;
+    volatile void *addr;
+    uint64_t value;
+    int wide; /* 64-bit value operation */
     br_dev_reduce_t reduce;
     void *dst;
     const void *src;
@@ -512,6 +509,12 @@ static void *block_main(void *p)
     return NULL;
 }
 
+static uint64_t value_load(const op_t *o)
+{
+    return o->wide ? __atomic_load_n((volatile uint64_t *)o->addr, __ATOMIC_ACQUIRE)
+                   : __atomic_load_n((volatile uint32_t *)o->addr, __ATOMIC_ACQUIRE);
+}
+
 static void run_op(op_t *o)
 {
     switch (o->kind) {
@@ -525,17 +528,17 @@ static void run_op(op_t *o)
         break;
     case OP_WAIT_EVENT: event_wait_gen(o->ev, o->gen); break;
     case OP_WAIT_VALUE:
-        while (__atomic_load_n(o->addr, __ATOMIC_ACQUIRE) < o->value) { /* GEQ */
+        while (value_load(o) < o->value) { /* GEQ */
             usleep(20);
         }
         break;
-    case OP_WRITE_VALUE: __atomic_store_n(o->addr, o->value, __ATOMIC_RELEASE); break;
-    case OP_WAIT_VALUE64:
-        while (__atomic_load_n(o->addr64, __ATOMIC_ACQUIRE) < o->value64) { /* GEQ */
-            usleep(20);
+    case OP_WRITE_VALUE:
+        if (o->wide) {
+            __atomic_store_n((volatile uint64_t *)o->addr, o->value, __ATOMIC_RELEASE);
+        } else {
+            __atomic_store_n((volatile uint32_t *)o->addr, (uint32_t)o->value, __ATOMIC_RELEASE);
         }
         break;
-    case OP_WRITE_VALUE64: __atomic_store_n(o->addr64, o->value64, __ATOMIC_RELEASE); break;
     case OP_REDUCE: br_dev_reduce_n(&o->reduce, 0, 1); break; /* one block does it all */
     case OP_COPY: memmove(o->dst, o->src, o->n); break;
     case OP_SET: memset(o->dst, o->byte, o->n); break;
@@ -731,54 +734,42 @@ EXPORT CUresult cuStreamWaitEvent(void *h, void *e, unsigned flags)
     return OK;
 }
 
+static CUresult value_op(void *h, op_kind_t kind, unsigned long long addr, uint64_t value,
+                         int wide, unsigned flags)
+{
+    if (kind == OP_WAIT_VALUE && flags != 0) { /* only GEQ is emulated */
+        return ERR_INVALID_VALUE;
+    }
+    op_t *o = op_new(kind);
+    o->addr = (volatile void *)(uintptr_t)addr;
+    o->value = value;
+    o->wide = wide;
+    push(h, o);
+    return OK;
+}
+
 EXPORT CUresult cuStreamWaitValue32_v2(void *h, unsigned long long addr, uint32_t value,
                                        unsigned flags)
 {
-    op_t *o = op_new(OP_WAIT_VALUE);
-    if (flags != 0) { /* only GEQ is emulated */
-        free(o);
-        return ERR_INVALID_VALUE;
-    }
-    o->addr = (volatile uint32_t *)(uintptr_t)addr;
-    o->value = value;
-    push(h, o);
-    return OK;
+    return value_op(h, OP_WAIT_VALUE, addr, value, 0, flags);
 }
 
 EXPORT CUresult cuStreamWriteValue32_v2(void *h, unsigned long long addr, uint32_t value,
                                         unsigned flags)
 {
-    op_t *o = op_new(OP_WRITE_VALUE);
-    (void)flags;
-    o->addr = (volatile uint32_t *)(uintptr_t)addr;
-    o->value = value;
-    push(h, o);
-    return OK;
+    return value_op(h, OP_WRITE_VALUE, addr, value, 0, flags);
 }
 
 EXPORT CUresult cuStreamWaitValue64_v2(void *h, unsigned long long addr, uint64_t value,
                                        unsigned flags)
 {
-    op_t *o = op_new(OP_WAIT_VALUE64);
-    if (flags != 0) { /* only GEQ is emulated */
-        free(o);
-        return ERR_INVALID_VALUE;
-    }
-    o->addr64 = (volatile uint64_t *)(uintptr_t)addr;
-    o->value64 = value;
-    push(h, o);
-    return OK;
+    return value_op(h, OP_WAIT_VALUE, addr, value, 1, flags);
 }
 
 EXPORT CUresult cuStreamWriteValue64_v2(void *h, unsigned long long addr, uint64_t value,
                                         unsigned flags)
 {
-    op_t *o = op_new(OP_WRITE_VALUE64);
-    (void)flags;
-    o->addr64 = (volatile uint64_t *)(uintptr_t)addr;
-    o->value64 = value;
-    push(h, o);
-    return OK;
+    return value_op(h, OP_WRITE_VALUE, addr, value, 1, flags);
 }
 
 EXPORT CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void *h)
