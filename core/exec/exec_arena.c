@@ -204,11 +204,174 @@ static int publish(br_exec_queue_t *q, br_work_t *w)
     return 1;
 }
 
+/* ---- Chunked OneShot: Broadcast and AllGather larger than one arena buffer ----
+ * Chunk j of every input is arena operation arena_k + j, so the protocol above applies
+ * to each chunk unchanged: a writer reuses a buffer only once every rank's `done` passed
+ * the chunk that last used it, up to BR_ARENA_NBUF chunks ahead of the slowest reader.
+ * Each byte is copied once into the arena and once out by each reader (a ring copies it
+ * twice per hop), and a reader waits only for the chunk's owner, not for a chain of
+ * ranks that may not be running (ranks outnumber cores). A Broadcast's non-roots publish
+ * their call descriptor (no data) as chunk 0, which the root checks. */
+
+uint64_t br_work_arena_chunks(const br_exec_comm_t *ec, const br_op_t *op)
+{
+    size_t bytes = br_op_bytes(op), each = ec->arena->max_bytes;
+
+    if (op->algo != BR_ALGO_ONESHOT || bytes <= each ||
+        (op->func != BR_FUNC_BROADCAST && op->func != BR_FUNC_ALLGATHER)) {
+        return 1;
+    }
+    return (bytes + each - 1) / each;
+}
+
+/* Bytes of chunk j of one rank's input. */
+static size_t chunk_len(const br_exec_comm_t *ec, const br_work_t *w, uint64_t j)
+{
+    size_t each = ec->arena->max_bytes, bytes = br_op_bytes(&w->op);
+    size_t at = (size_t)j * each;
+    return bytes - at < each ? bytes - at : each;
+}
+
+/* Does this rank publish chunks of data (a Broadcast's non-roots publish only chunk 0's
+ * descriptor)? */
+static int chunk_writer(const br_exec_comm_t *ec, const br_op_t *op)
+{
+    return op->func == BR_FUNC_ALLGATHER || ec->rank == op->root;
+}
+
+/* Publish as many chunks as the buffers allow (every rank's `done` passed the chunk that
+ * last used each); returns how many. */
+static int chunk_publish(br_exec_queue_t *q, br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_op_t *op = &w->op;
+    uint64_t last = chunk_writer(ec, op) ? w->arena_nchunk : 1;
+    int moved = 0, wait = -1;
+
+    while (w->arena_pub < last) {
+        uint64_t j = w->arena_pub, k = w->arena_k + j;
+        if (!br_arena_writable(ec->arena, ec->rank, k, 0, &wait)) {
+            q->wait_peer = wait;
+            q->wait_what = "the node arena to be read by";
+            break;
+        }
+        size_t len = chunk_writer(ec, op) ? chunk_len(ec, w, j) : 0;
+        br_slot_desc_t d = br_desc_make(op, len);
+        br_arena_publish(ec->arena, ec->rank, k, 0,
+                         (const char *)op->sendbuff + (size_t)j * ec->arena->max_bytes, len, &d);
+        w->arena_pub++;
+        moved++;
+    }
+    return moved;
+}
+
+/* Is chunk j of rank r's input there, and for this call? 1 yes, 0 not yet (waiting
+ * noted), -1 a mismatch (recorded). */
+static int chunk_ready(br_exec_queue_t *q, br_work_t *w, int r, uint64_t j, size_t want)
+{
+    br_exec_comm_t *ec = q->ec;
+    uint64_t k = w->arena_k + j;
+
+    if (!br_arena_published(ec->arena, r, k, 0)) {
+        q->wait_peer = r;
+        q->wait_what = "data from";
+        return 0;
+    }
+    const br_slot_desc_t *d = &br_arena_hdr(ec->arena, r, k, 0)->desc;
+    if (br_desc_matches(d, &w->op) && d->bytes == want) {
+        return 1;
+    }
+    br_desc_mismatch(ec, &w->op, r, "published its input for", d);
+    return -1;
+}
+
+/* Read chunk arena_rd from every rank that has it, once all have published it. */
+static int chunk_read(br_exec_queue_t *q, br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_op_t *op = &w->op;
+    uint64_t j = w->arena_rd;
+    size_t len = chunk_len(ec, w, j), at = (size_t)j * ec->arena->max_bytes;
+    size_t bytes = br_op_bytes(op);
+    int n = ec->nranks;
+
+    for (; w->arena_next < n; w->arena_next++) {
+        int r = w->arena_next, ok;
+        if (r == ec->rank) {
+            continue;
+        }
+        if (op->func == BR_FUNC_BROADCAST && ec->rank == op->root) {
+            ok = chunk_ready(q, w, r, 0, 0); /* the root checks everyone's descriptor */
+        } else if (op->func == BR_FUNC_BROADCAST && r != op->root) {
+            continue;
+        } else {
+            ok = chunk_ready(q, w, r, j, len);
+        }
+        if (ok <= 0) {
+            return ok;
+        }
+    }
+    const br_arena_t *a = ec->arena;
+    uint64_t k = w->arena_k + j;
+    if (op->func == BR_FUNC_BROADCAST) {
+        if (ec->rank != op->root) {
+            memcpy((char *)op->recvbuff + at, br_arena_data(a, op->root, k, 0), len);
+        } else if (op->recvbuff != op->sendbuff) {
+            memcpy((char *)op->recvbuff + at, (const char *)op->sendbuff + at, len);
+        }
+    } else {
+        for (int i = 0; i < n; i++) {
+            int r = (ec->rank + i) % n; /* not every rank on rank 0's lines at once */
+            const char *src = r == ec->rank ? (const char *)op->sendbuff + at
+                                            : br_arena_data(a, r, k, 0);
+            char *dst = (char *)op->recvbuff + (size_t)r * bytes + at;
+            if (dst != src) {
+                memcpy(dst, src, len);
+            }
+        }
+    }
+    br_arena_done(ec->arena, ec->rank, k);
+    w->arena_rd++;
+    w->arena_next = 0;
+    return 1;
+}
+
+/* Broadcast's root "reads" its own chunks (the out-of-place copy) after checking every
+ * rank's descriptor once; its `done` advances with them. */
+static int arena_chunked(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    br_exec_comm_t *ec = q->ec;
+    int moved = chunk_publish(q, w);
+
+    while (w->arena_rd < w->arena_nchunk) {
+        /* A writer reads a chunk only after publishing it, so its peers never wait for it
+         * on a chunk it has not offered yet. */
+        if (chunk_writer(ec, &w->op) && w->arena_rd >= w->arena_pub) {
+            return moved;
+        }
+        int r = chunk_read(q, w);
+        if (r <= 0) {
+            return r < 0 ? -1 : moved;
+        }
+        moved++;
+        if (ec->rank == w->op.root && w->op.func == BR_FUNC_BROADCAST) {
+            w->arena_next = ec->nranks; /* descriptors were checked with chunk 0 */
+        }
+        moved += chunk_publish(q, w);
+    }
+    *done_p = 1;
+    return moved > 0 ? moved : 1;
+}
+
 int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     br_exec_comm_t *ec = q->ec;
     const br_op_t *op = &w->op;
     int n = ec->nranks, moved = 0;
+
+    if (w->arena_nchunk > 1) {
+        return arena_chunked(q, w, done_p);
+    }
 
     if (w->arena_phase == 2) {
         if (!wait_readers(q, w)) {
