@@ -107,29 +107,71 @@ static int needs(const br_exec_comm_t *ec, const br_op_t *op, int r)
     }
 }
 
-/* DirectRead: copy rank r's input to dst. */
-static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, size_t bytes)
+/* DirectRead: a copy to or from rank r's memory failed; record it. */
+static void peer_copy_failed(br_exec_comm_t *ec, const br_work_t *w, int r, const char *how,
+                             const void *theirs, const void *ours, size_t done, size_t bytes,
+                             int err)
 {
     const br_peer_info_t *pi = &ec->tc->peers[r];
-    const void *src = NULL;
-    size_t done = 0;
-    int err = br_arena_read_peer(ec->arena, pi, &ec->tc->peers[ec->rank], w->arena_k, dst, bytes,
-                                 &src, &done);
-    if (err == 0) {
-        return 0;
-    }
     ncclResult_t res = err == EFAULT ? ncclInvalidArgument : err == ESRCH ? ncclRemoteError
                                                                            : ncclSystemError;
     br_exec_fail(ec, res,
-                 "rank %d: %s #%llu (count %zu, %s): reading rank %d's buffer %p (pid %d on %s) "
-                 "into %p failed at byte %zu of %zu: %s%s",
+                 "rank %d: %s #%llu (count %zu, %s): %s rank %d's buffer %p (pid %d on %s) "
+                 "%s %p failed at byte %zu of %zu: %s%s",
                  ec->rank, br_func_name(w->op.func), (unsigned long long)w->op.seq, w->op.count,
-                 br_type_name(w->op.type), r, src, pi->pid, pi->host, (void *)dst, done, bytes,
-                 strerror(err),
+                 br_type_name(w->op.type), how, r, theirs, pi->pid, pi->host,
+                 how[0] == 'r' ? "into" : "from", ours, done, bytes, strerror(err),
                  err == EFAULT  ? " (one of the two buffers is not valid for the call's count)"
                  : err == ESRCH ? " (the rank's process is gone)"
                                 : "");
-    return -1;
+}
+
+/* DirectRead: copy bytes [off, off + bytes) of rank r's input to dst + off. */
+static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, size_t off,
+                     size_t bytes)
+{
+    const void *src = NULL;
+    size_t done = 0;
+    int err = br_arena_read_peer(ec->arena, &ec->tc->peers[r], &ec->tc->peers[ec->rank],
+                                 w->arena_k, dst, off, bytes, &src, &done);
+    if (err != 0) {
+        peer_copy_failed(ec, w, r, "reading", (const char *)src + off, dst + off, done, bytes,
+                         err);
+        return -1;
+    }
+    return 0;
+}
+
+/* DirectRead Broadcast: bytes [0, split) of every reader's output are written by the root
+ * while the reader reads the rest, so two cores copy at once where a reader alone would
+ * copy everything (the root otherwise only waits for its readers). The root's share
+ * balances the work: each of n ranks copies about bytes/n per reader, cut on a page
+ * boundary so that no page is pinned by both. Small calls are not split: the extra
+ * wait for the root costs more than half a copy saves. */
+#define BR_SPLIT_MIN ((size_t)64 << 10)
+static size_t bcast_split(const br_exec_comm_t *ec, size_t bytes)
+{
+    if (bytes < BR_SPLIT_MIN) {
+        return 0;
+    }
+    return (bytes / (size_t)ec->nranks) & ~(size_t)4095;
+}
+
+/* DirectRead Broadcast root: write its share of every reader's output. */
+static int write_readers(br_exec_comm_t *ec, const br_work_t *w, size_t split)
+{
+    for (int i = 1; i < ec->nranks && split > 0; i++) {
+        int r = (ec->rank + i) % ec->nranks;
+        void *dst = NULL;
+        size_t done = 0;
+        int err = br_arena_write_peer(ec->arena, &ec->tc->peers[r], &ec->tc->peers[ec->rank],
+                                      w->arena_k, w->op.sendbuff, split, &dst, &done);
+        if (err != 0) {
+            peer_copy_failed(ec, w, r, "writing", dst, w->op.sendbuff, done, split, err);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* DirectRead: the local part and the reads, once every input it needs is published. */
@@ -140,13 +182,14 @@ static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
     int n = ec->nranks, me = ec->rank;
 
     if (op->func == BR_FUNC_BROADCAST) {
+        size_t split = bcast_split(ec, bytes);
         if (me != op->root) {
-            return read_peer(ec, w, op->root, op->recvbuff, bytes);
+            return read_peer(ec, w, op->root, op->recvbuff, split, bytes - split);
         }
         if (op->recvbuff != op->sendbuff) {
             memcpy(op->recvbuff, op->sendbuff, bytes);
         }
-        return 0;
+        return write_readers(ec, w, split);
     }
     char *mine = (char *)op->recvbuff + (size_t)me * bytes;
     if (mine != op->sendbuff) {
@@ -155,22 +198,28 @@ static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
     /* Start after ourselves, so the ranks do not all read rank 0 first. */
     for (int i = 1; i < n; i++) {
         int r = (me + i) % n;
-        if (read_peer(ec, w, r, (char *)op->recvbuff + (size_t)r * bytes, bytes) != 0) {
+        if (read_peer(ec, w, r, (char *)op->recvbuff + (size_t)r * bytes, 0, bytes) != 0) {
             return -1;
         }
     }
     return 0;
 }
 
-/* DirectRead, phase 2: wait until every reader is done with our input. */
+/* DirectRead, phase 2: wait until every reader is done with our input (and a Broadcast
+ * reader whose output the root writes in part, until the root is done writing). */
 static int wait_readers(br_exec_queue_t *q, br_work_t *w)
 {
     br_exec_comm_t *ec = q->ec;
+    const br_op_t *op = &w->op;
+    int reader = op->func == BR_FUNC_BROADCAST && ec->rank != op->root;
     for (; w->arena_next < ec->nranks; w->arena_next++) {
         int r = w->arena_next;
-        if (r != ec->rank && !br_arena_read_by(ec->arena, r, w->arena_k)) {
+        if (r == ec->rank || (reader && r != op->root)) {
+            continue;
+        }
+        if (!br_arena_read_by(ec->arena, r, w->arena_k)) {
             q->wait_peer = r;
-            q->wait_what = "its input to be read by";
+            q->wait_what = reader ? "its output to be written by" : "its input to be read by";
             return 0;
         }
     }
@@ -191,7 +240,9 @@ static int publish(br_exec_queue_t *q, br_work_t *w)
     }
     br_slot_desc_t d;
     if (op->algo == BR_ALGO_DIRECT_READ) {
-        uint64_t addr = (uint64_t)(uintptr_t)op->sendbuff;
+        /* A Broadcast reader publishes where its output is: the root writes part of it. */
+        int reader = op->func == BR_FUNC_BROADCAST && ec->rank != op->root;
+        uint64_t addr = (uint64_t)(uintptr_t)(reader ? op->recvbuff : op->sendbuff);
         d = br_desc_make(op, sizeof(addr));
         br_arena_publish(ec->arena, ec->rank, w->arena_k, 1, &addr, sizeof(addr), &d);
     } else {
@@ -406,7 +457,9 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
         return -1;
     }
     br_arena_done(ec->arena, ec->rank, w->arena_k);
-    if (op->algo == BR_ALGO_DIRECT_READ && (op->func == BR_FUNC_ALLGATHER || ec->rank == op->root)) {
+    if (op->algo == BR_ALGO_DIRECT_READ &&
+        (op->func == BR_FUNC_ALLGATHER || ec->rank == op->root ||
+         bcast_split(ec, br_op_bytes(op)) > 0)) {
         w->arena_phase = 2;
         w->arena_next = 0;
         if (!wait_readers(q, w)) {

@@ -286,9 +286,12 @@ static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t
         return h->arena_base + (n - 1) * h->arena_peer +
                (double)arena_bytes(p, func, bytes) * (n + 1) / (h->arena_gbps * 1e3);
     default: { /* DirectRead */
+        /* A Broadcast's root writes 1/n of every reader's output while the reader reads
+         * the rest (exec_arena.c), so each of the n ranks copies (n-1)/n of the bytes. */
         double reads = func == BR_FUNC_ALLGATHER ? (double)(n - 1) : 1.0;
+        double copied = func == BR_FUNC_ALLGATHER ? reads : (double)(n - 1) / n;
         return h->direct_base + reads * h->direct_peer +
-               (double)bytes * reads / (h->direct_gbps * 1e3);
+               (double)bytes * copied / (h->direct_gbps * 1e3);
     }
     }
 }

@@ -216,13 +216,23 @@ static inline int br_arena_read_by(const br_arena_t *a, int r, uint64_t k)
 }
 
 /*
- * DirectRead: copy `bytes` of rank r's input of operation k (whose address it published)
- * into dst. Between processes with process_vm_readv, within one with memcpy. Returns 0,
- * or an errno value with *done_p the bytes copied before it failed.
+ * DirectRead: copy `bytes` at offset `off` of rank r's input of operation k (whose address
+ * it published) to dst + off. Between processes with process_vm_readv, within one with
+ * memcpy. Returns 0, or an errno value with *done_p the bytes copied before it failed.
  */
 int br_arena_read_peer(const br_arena_t *a, const br_peer_info_t *owner,
-                       const br_peer_info_t *me, uint64_t k, char *dst, size_t bytes,
+                       const br_peer_info_t *me, uint64_t k, char *dst, size_t off, size_t bytes,
                        const void **src_p, size_t *done_p);
+
+/*
+ * DirectRead Broadcast: the root copies `bytes` from src to the start of the output whose
+ * address rank `owner` published for operation k (process_vm_writev between processes,
+ * which the kernel allows exactly where it allows process_vm_readv: both check ptrace
+ * attach rights). Returns 0, or an errno value with *done_p the bytes copied before it.
+ */
+int br_arena_write_peer(const br_arena_t *a, const br_peer_info_t *owner,
+                        const br_peer_info_t *me, uint64_t k, const char *src, size_t bytes,
+                        void **dst_p, size_t *done_p);
 
 /* The transport state of a communicator. */
 typedef struct br_transport_comm {

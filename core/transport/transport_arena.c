@@ -266,26 +266,15 @@ void br_arena_publish(br_arena_t *a, int rank, uint64_t k, int small, const void
 
 #define BR_CMA_CHUNK ((size_t)1 << 20) /* per process_vm_readv call (measured best here) */
 
-int br_arena_read_peer(const br_arena_t *a, const br_peer_info_t *owner,
-                       const br_peer_info_t *me, uint64_t k, char *dst, size_t bytes,
-                       const void **src_p, size_t *done_p)
+/* Copy `bytes` between dst (ours) and the peer's remote range, one way or the other. */
+static int cma_copy(pid_t pid, char *local, char *remote, size_t bytes, int write, size_t *done_p)
 {
-    uint64_t addr;
-
-    memcpy(&addr, br_arena_data(a, owner->rank, k, 1), sizeof(addr));
-    const char *src = (const char *)(uintptr_t)addr;
-    *src_p = src;
-    *done_p = 0;
-    if (owner->pid_hash == me->pid_hash) {
-        memcpy(dst, src, bytes);
-        *done_p = bytes;
-        return 0;
-    }
     for (size_t done = 0; done < bytes;) {
         size_t n = bytes - done < BR_CMA_CHUNK ? bytes - done : BR_CMA_CHUNK;
-        struct iovec local = {dst + done, n};
-        struct iovec remote = {(void *)(src + done), n};
-        ssize_t got = process_vm_readv(owner->pid, &local, 1, &remote, 1, 0);
+        struct iovec l = {local + done, n};
+        struct iovec r = {remote + done, n};
+        ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                            : process_vm_readv(pid, &l, 1, &r, 1, 0);
         if (got > 0) {
             done += (size_t)got;
             *done_p = done;
@@ -297,4 +286,40 @@ int br_arena_read_peer(const br_arena_t *a, const br_peer_info_t *owner,
         return got < 0 ? errno : EIO;
     }
     return 0;
+}
+
+int br_arena_read_peer(const br_arena_t *a, const br_peer_info_t *owner,
+                       const br_peer_info_t *me, uint64_t k, char *dst, size_t off, size_t bytes,
+                       const void **src_p, size_t *done_p)
+{
+    uint64_t addr;
+
+    memcpy(&addr, br_arena_data(a, owner->rank, k, 1), sizeof(addr));
+    char *src = (char *)(uintptr_t)addr;
+    *src_p = src;
+    *done_p = 0;
+    if (owner->pid_hash == me->pid_hash) {
+        memcpy(dst + off, src + off, bytes);
+        *done_p = bytes;
+        return 0;
+    }
+    return cma_copy(owner->pid, dst + off, src + off, bytes, 0, done_p);
+}
+
+int br_arena_write_peer(const br_arena_t *a, const br_peer_info_t *owner,
+                        const br_peer_info_t *me, uint64_t k, const char *src, size_t bytes,
+                        void **dst_p, size_t *done_p)
+{
+    uint64_t addr;
+
+    memcpy(&addr, br_arena_data(a, owner->rank, k, 1), sizeof(addr));
+    char *dst = (char *)(uintptr_t)addr;
+    *dst_p = dst;
+    *done_p = 0;
+    if (owner->pid_hash == me->pid_hash) {
+        memcpy(dst, src, bytes);
+        *done_p = bytes;
+        return 0;
+    }
+    return cma_copy(owner->pid, (char *)src, dst, bytes, 1, done_p);
 }
