@@ -7,7 +7,9 @@
  * results. DirectRead (large AllGather/Broadcast): a rank publishes only its input's
  * address, every rank that needs it copies it straight from the owner's memory, and the
  * owner returns only once all its readers are done (the caller may reuse the buffer
- * after that): one copy per byte instead of two through a FIFO.
+ * after that): one copy per byte instead of two through a FIFO; a Broadcast's root
+ * writes part of every reader's output meanwhile. OneShot Broadcast and AllGather larger
+ * than an arena buffer move in chunks of one buffer each (below).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -268,7 +270,7 @@ uint64_t br_work_arena_chunks(const br_exec_comm_t *ec, const br_op_t *op)
 {
     size_t bytes = br_op_bytes(op), each = ec->arena->max_bytes;
 
-    if (op->algo != BR_ALGO_ONESHOT || bytes <= each ||
+    if (op->algo != BR_ALGO_ONESHOT || each == 0 || bytes <= each ||
         (op->func != BR_FUNC_BROADCAST && op->func != BR_FUNC_ALLGATHER)) {
         return 1;
     }
