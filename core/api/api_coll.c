@@ -487,14 +487,9 @@ BR_API(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size))
     if (done) {
         return ncclSuccess;
     }
-    size_t rounded = (size + 4095) & ~(size_t)4095;
-    void *p = aligned_alloc(4096, rounded ? rounded : 4096);
-    if (p == NULL) {
-        BR_WARN(NCCL_ALLOC, "ncclMemAlloc: cannot allocate %zu bytes", size);
-        return ncclSystemError;
-    }
-    *ptr = p;
-    return ncclSuccess;
+    /* Shareable (a memfd), so that ranks of other processes on this host map it once and
+     * copy from it directly instead of through process_vm_readv on every call. */
+    return br_hostmem_alloc(size, ptr);
 }
 
 BR_API(ncclResult_t, ncclMemFree, (void *ptr))
@@ -510,13 +505,20 @@ BR_API(ncclResult_t, ncclMemFree, (void *ptr))
         }
         return ncclSuccess;
     }
-    free(ptr);
+    if (ptr != NULL && !br_hostmem_free(ptr)) {
+        BR_WARN(NCCL_ALLOC, "ncclMemFree: %p was not returned by ncclMemAlloc", ptr);
+        return ncclInvalidArgument;
+    }
     return ncclSuccess;
 }
 
-/* Registration is a hint for zero-copy paths; the host executor copies through its
- * FIFOs, and the CUDA executor needs none (its kernels address every local rank's buffers), so a handle
- * (of host or device memory alike) only records the range for ncclCommDeregister. */
+/* Registration is a hint for zero-copy paths. The CUDA executor needs none (its kernels
+ * address every local rank's buffers). On the host, what makes a buffer readable in place
+ * by other processes is where it lives, not the call: memory from ncclMemAlloc is a memfd
+ * that peers map on first use and keep mapped (transport_arena.c), whether registered or
+ * not, and other memory is read with process_vm_readv. So a handle only records the range
+ * for ncclCommDeregister, and registering host memory says at INFO which of the two it
+ * gets. */
 typedef struct {
     uint64_t magic;
     void *buff;
@@ -534,6 +536,17 @@ BR_API(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_
         BR_WARN(NCCL_REG, "ncclCommRegister: rank %d: %s is NULL", comm->rank,
                 handle == NULL ? "handle" : "buff");
         return ncclInvalidArgument;
+    }
+    br_hostmem_ref_t ref;
+    int dev;
+    if (size > 0 && br_cuda_ptr_kind(buff, &dev) != BR_MEM_DEVICE) {
+        BR_INFO(NCCL_REG, "ncclCommRegister: rank %d: %zu bytes at %p: %s", comm->rank, size,
+                buff,
+                br_hostmem_find(buff, size, &ref)
+                    ? "ncclMemAlloc memory, which ranks of other processes map once and copy "
+                      "with memcpy"
+                    : "not from ncclMemAlloc, so ranks of other processes read it with "
+                      "process_vm_readv (the kernel pins its pages on every call)");
     }
     BR_CHECK(br_calloc(&h, 1, "registration"));
     h->magic = REG_MAGIC;

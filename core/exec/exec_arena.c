@@ -33,7 +33,8 @@ static int check_input(br_exec_comm_t *ec, const br_work_t *w, int peer)
 {
     const br_op_t *op = &w->op;
     const br_slot_desc_t *d = &br_arena_hdr(ec->arena, peer, w->arena_k, w->arena_small)->desc;
-    size_t want = op->algo == BR_ALGO_DIRECT_READ ? sizeof(uint64_t) : publish_bytes(ec, op, peer);
+    size_t want = op->algo == BR_ALGO_DIRECT_READ ? sizeof(br_arena_addr_t)
+                                                  : publish_bytes(ec, op, peer);
 
     if (br_desc_matches(d, op) && d->bytes == want) {
         return 0;
@@ -244,9 +245,18 @@ static int publish(br_exec_queue_t *q, br_work_t *w)
     if (op->algo == BR_ALGO_DIRECT_READ) {
         /* A Broadcast reader publishes where its output is: the root writes part of it. */
         int reader = op->func == BR_FUNC_BROADCAST && ec->rank != op->root;
-        uint64_t addr = (uint64_t)(uintptr_t)(reader ? op->recvbuff : op->sendbuff);
-        d = br_desc_make(op, sizeof(addr));
-        br_arena_publish(ec->arena, ec->rank, w->arena_k, 1, &addr, sizeof(addr), &d);
+        const void *buf = reader ? op->recvbuff : op->sendbuff;
+        br_arena_addr_t pub = {.addr = (uint64_t)(uintptr_t)buf, .mem_fd = -1};
+        br_hostmem_ref_t ref;
+        if (br_hostmem_find(buf, br_op_bytes(op), &ref)) {
+            /* ncclMemAlloc memory: peers map it once and copy with memcpy. */
+            pub.mem_id = ref.id;
+            pub.mem_fd = ref.fd;
+            pub.mem_off = ref.off;
+            pub.mem_size = ref.size;
+        }
+        d = br_desc_make(op, sizeof(pub));
+        br_arena_publish(ec->arena, ec->rank, w->arena_k, 1, &pub, sizeof(pub), &d);
     } else {
         size_t bytes = publish_bytes(ec, op, ec->rank);
         d = br_desc_make(op, bytes);
