@@ -571,26 +571,90 @@ BR_API(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle))
     return ncclSuccess;
 }
 
+/* A window on host memory (NCCL 2.28's ncclCommWindowRegister): collective, so every rank
+ * learns that all of them called it and, for NCCL_WIN_COLL_SYMMETRIC, that the sizes agree.
+ * What makes host memory readable in place is where it lives (see ncclCommRegister), so
+ * the window records the range and says at INFO which path its buffers get. */
+typedef struct {
+    uint64_t magic;
+    void *buff;
+    size_t size;
+    int flags;
+} win_handle_t;
+
+#define WIN_MAGIC 0x62726169645f776eULL
+
+typedef struct {
+    uint64_t size;
+    int32_t flags;
+    int32_t mapped;
+} win_blob_t;
+
+static ncclResult_t window_agree(ncclComm_t comm, size_t size, int flags, int mapped)
+{
+    win_blob_t *all = NULL;
+    ncclResult_t res;
+    int nmapped = 0;
+
+    BR_CHECK(br_calloc(&all, (size_t)comm->nranks, "window registration"));
+    all[comm->rank] = (win_blob_t){size, flags, mapped};
+    res = br_bootstrap_allgather(comm->tc->boot, all, sizeof(*all));
+    for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
+        nmapped += all[r].mapped;
+        if ((flags & NCCL_WIN_COLL_SYMMETRIC) &&
+            (all[r].size != size || all[r].flags != flags)) {
+            BR_WARN(NCCL_REG, "ncclCommWindowRegister: rank %d: symmetric window of %zu bytes "
+                    "(flags %d), but rank %d registered %llu bytes (flags %d)", comm->rank, size,
+                    flags, r, (unsigned long long)all[r].size, (int)all[r].flags);
+            res = ncclInvalidUsage;
+        }
+    }
+    if (res == ncclSuccess) {
+        BR_INFO(NCCL_REG, "ncclCommWindowRegister: rank %d: %zu bytes; %d of %d ranks' windows "
+                "are ncclMemAlloc memory that peers map, the others are read with "
+                "process_vm_readv", comm->rank, size, nmapped, comm->nranks);
+    }
+    free(all);
+    return res;
+}
+
 BR_API(ncclResult_t, ncclCommWindowRegister,
        (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags))
 {
-    (void)buff;
-    (void)size;
-    (void)win;
-    (void)winFlags;
+    win_handle_t *h = NULL;
+    br_hostmem_ref_t ref;
+    int dev;
+
     br_api_enter(comm);
     BR_CHECK(br_api_check_comm(comm, "ncclCommWindowRegister"));
-    BR_WARN(NCCL_REG, "ncclCommWindowRegister: rank %d: symmetric windows need the CUDA "
-            "executor, which this Braid does not have", comm->rank);
-    return ncclInvalidUsage;
+    if (win == NULL || buff == NULL || size == 0) {
+        BR_WARN(NCCL_REG, "ncclCommWindowRegister: rank %d: %s", comm->rank,
+                win == NULL ? "win is NULL" : "the buffer is NULL or empty");
+        return ncclInvalidArgument;
+    }
+    if (br_cuda_ptr_kind(buff, &dev) == BR_MEM_DEVICE) {
+        BR_WARN(NCCL_REG, "ncclCommWindowRegister: rank %d: windows on device memory are not "
+                "implemented (host memory is)", comm->rank);
+        return ncclInvalidUsage;
+    }
+    BR_CHECK(window_agree(comm, size, winFlags, br_hostmem_find(buff, size, &ref)));
+    BR_CHECK(br_calloc(&h, 1, "window"));
+    *h = (win_handle_t){WIN_MAGIC, buff, size, winFlags};
+    *win = (ncclWindow_t)(void *)h;
+    return ncclSuccess;
 }
 
 BR_API(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
 {
-    (void)win;
+    win_handle_t *h = (win_handle_t *)(void *)win;
     br_api_enter(comm);
     BR_CHECK(br_api_check_comm(comm, "ncclCommWindowDeregister"));
-    BR_WARN(NCCL_REG, "ncclCommWindowDeregister: rank %d: no windows exist in this Braid",
-            comm->rank);
-    return ncclInvalidUsage;
+    if (h == NULL || h->magic != WIN_MAGIC) {
+        BR_WARN(NCCL_REG, "ncclCommWindowDeregister: rank %d: %p is not a window", comm->rank,
+                (void *)win);
+        return ncclInvalidArgument;
+    }
+    h->magic = 0;
+    free(h);
+    return ncclSuccess;
 }

@@ -170,6 +170,53 @@ static int body(brt_rank_ctx_t *ctx)
     return bad;
 }
 
+/* ncclCommWindowRegister on host memory: a symmetric window per rank over the buffers the
+ * calls then use, and a symmetric registration whose sizes differ, refused on every rank. */
+static int body_window(brt_rank_ctx_t *ctx)
+{
+    const size_t max = (size_t)1 << 20;
+    ncclComm_t comm;
+    buf_t send = {0}, recv = {0};
+    ncclWindow_t ws = NULL, wr = NULL, wbad = NULL;
+    int bad = 0;
+
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    if (buf_get(comm, &send, max, BUF_MEMALLOC) != ncclSuccess ||
+        buf_get(comm, &recv, max * (size_t)ctx->nranks, BUF_MEMALLOC) != ncclSuccess ||
+        ncclCommWindowRegister(comm, send.p, max, &ws, NCCL_WIN_COLL_SYMMETRIC) != ncclSuccess ||
+        ncclCommWindowRegister(comm, recv.p, max * (size_t)ctx->nranks, &wr,
+                               NCCL_WIN_COLL_SYMMETRIC) != ncclSuccess) {
+        brt_fail(ctx, "setting up windows: %s", ncclGetLastError(comm));
+        return 1;
+    }
+    bad = one_round(ctx, comm, &send, &recv, 1) || one_round(ctx, comm, &send, &recv, 2);
+    ncclResult_t res = ncclCommWindowRegister(comm, send.p, max - 4096 * (size_t)ctx->rank, &wbad,
+                                              NCCL_WIN_COLL_SYMMETRIC);
+    if (!bad && res != ncclInvalidUsage) {
+        brt_fail(ctx, "symmetric windows of different sizes: got %d, want ncclInvalidUsage", res);
+        bad = 1;
+    }
+    if (ncclCommWindowDeregister(comm, ws) != ncclSuccess ||
+        ncclCommWindowDeregister(comm, wr) != ncclSuccess) {
+        brt_fail(ctx, "ncclCommWindowDeregister: %s", ncclGetLastError(comm));
+        bad = 1;
+    }
+    buf_put(comm, &send);
+    buf_put(comm, &recv);
+    ncclCommDestroy(comm);
+    return bad;
+}
+
+START_TEST(test_window_procs)
+{
+    char out[8192];
+    int bad = brt_procs_run(3, body_window, NULL, 240 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "3 ranks: %s", brt_clip(out, 3000));
+}
+END_TEST
+
 START_TEST(test_reg_procs)
 {
     char out[8192];
@@ -205,6 +252,7 @@ static Suite *mp_reg_suite(void)
     tcase_add_loop_test(tc, test_reg_procs, 0, 3); /* 2, 3 and 4 processes */
     tcase_add_test(tc, test_reg_threads);
     tcase_add_test(tc, test_memfree_foreign);
+    tcase_add_test(tc, test_window_procs);
     suite_add_tcase(s, tc);
     return s;
 }
