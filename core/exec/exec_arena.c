@@ -149,8 +149,11 @@ static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, s
  * while the reader reads the rest, so two cores copy at once where a reader alone would
  * copy everything (the root otherwise only waits for its readers). The root's share
  * balances the work: each of n ranks copies about bytes/n per reader, cut on a page
- * boundary so that no page is pinned by both. Small calls are not split: the extra
- * wait for the root costs more than half a copy saves. */
+ * boundary so that no page is pinned by both. Below 64 KiB it is not split: half of the
+ * copy (32 KiB at the 6-10 GB/s process_vm_readv measured here, 3-5 us) would no longer
+ * clearly exceed what splitting adds, one system call (about 1 us here) and the reader's
+ * wait for the root's `done` (docs/performance.md). DirectRead's default window starts
+ * at 256 KiB, so this matters only where BRAID_CMA_BYTES is lowered. */
 #define BR_SPLIT_MIN ((size_t)64 << 10)
 static size_t bcast_split(const br_exec_comm_t *ec, size_t bytes)
 {
