@@ -257,8 +257,8 @@ static double oneshot_chunked_us(const br_plan_t *p, int func, size_t bytes)
 {
     const br_plan_host_t *h = &p->h;
     int n = p->pc.nranks;
-    double ratio = func == BR_FUNC_BROADCAST ? (double)n / (2.0 * (n - 1))
-                                             : (double)(n + 1) / (2.0 * n - 1);
+    double ratio =
+        func == BR_FUNC_BROADCAST ? (double)n / (2.0 * (n - 1)) : (double)(n + 1) / (2.0 * n - 1);
     double traffic = func == BR_FUNC_BROADCAST ? 1.0 : (double)(n - 1);
     return h->arena_base + (n - 1) * h->arena_peer +
            (double)bytes * traffic * ratio / link_bw(p, BR_PROTO_SIMPLE, 1);

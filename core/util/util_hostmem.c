@@ -38,8 +38,8 @@ ncclResult_t br_hostmem_alloc(size_t size, void **ptr_p)
     BR_CHECK(br_calloc(&h, 1, "host memory record"));
     h->fd = memfd_create("braid-mem", MFD_CLOEXEC);
     if (h->fd < 0 || ftruncate(h->fd, (off_t)rounded) != 0) {
-        BR_WARN(NCCL_ALLOC, "ncclMemAlloc: cannot make %zu bytes of shareable memory: %s",
-                rounded, strerror(errno));
+        BR_WARN(NCCL_ALLOC, "ncclMemAlloc: cannot make %zu bytes of shareable memory: %s", rounded,
+                strerror(errno));
         goto err;
     }
     h->base = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, h->fd, 0);
@@ -53,8 +53,10 @@ ncclResult_t br_hostmem_alloc(size_t size, void **ptr_p)
     h->next = hostmem_list;
     hostmem_list = h;
     pthread_mutex_unlock(&hostmem_lock);
-    BR_INFO(NCCL_ALLOC, "ncclMemAlloc: %zu bytes of host memory at %p (memfd %d, peers of this "
-            "host map it)", rounded, (void *)h->base, h->fd);
+    BR_INFO(NCCL_ALLOC,
+            "ncclMemAlloc: %zu bytes of host memory at %p (memfd %d, peers of this "
+            "host map it)",
+            rounded, (void *)h->base, h->fd);
     *ptr_p = h->base;
     return ncclSuccess;
 err:

@@ -72,8 +72,8 @@ static int check_bytes(brt_rank_ctx_t *ctx, const char *what, const unsigned cha
 {
     for (size_t i = 0; i < count; i++) {
         if (got[i] != val(owner, i, round)) {
-            brt_fail(ctx, "%s round %d: byte %zu of rank %d's block is %u, want %u", what, round,
-                     i, owner, got[i], val(owner, i, round));
+            brt_fail(ctx, "%s round %d: byte %zu of rank %d's block is %u, want %u", what, round, i,
+                     owner, got[i], val(owner, i, round));
             return 1;
         }
     }
@@ -149,7 +149,8 @@ static int body(brt_rank_ctx_t *ctx)
                 bad = 1;
                 break;
             }
-            int ks = (ctx->rank + round / 2) % BUF_KINDS, kr = (ctx->rank + round / 2 + 1) % BUF_KINDS;
+            int ks = (ctx->rank + round / 2) % BUF_KINDS,
+                kr = (ctx->rank + round / 2 + 1) % BUF_KINDS;
             if (buf_get(comm, &send, max, ks) != ncclSuccess ||
                 buf_get(comm, &recv, max * (size_t)ctx->nranks, kr) != ncclSuccess) {
                 brt_fail(ctx, "allocating buffers: %s", ncclGetLastError(comm));
