@@ -323,8 +323,10 @@ static int chunk_publish(br_exec_queue_t *q, br_work_t *w)
         }
         size_t len = chunk_writer(ec, op) ? chunk_len(ec, w, j) : 0;
         br_slot_desc_t d = br_desc_make(op, len);
-        br_arena_publish(ec->arena, ec->rank, k, 0,
-                         (const char *)op->sendbuff + (size_t)j * ec->arena->max_bytes, len, &d);
+        /* A Broadcast's non-roots publish no data (their sendbuff may be anything). */
+        const char *src =
+            len > 0 ? (const char *)op->sendbuff + (size_t)j * ec->arena->max_bytes : NULL;
+        br_arena_publish(ec->arena, ec->rank, k, 0, src, len, &d);
         w->arena_pub++;
         moved++;
     }
