@@ -487,14 +487,9 @@ BR_API(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size))
     if (done) {
         return ncclSuccess;
     }
-    size_t rounded = (size + 4095) & ~(size_t)4095;
-    void *p = aligned_alloc(4096, rounded ? rounded : 4096);
-    if (p == NULL) {
-        BR_WARN(NCCL_ALLOC, "ncclMemAlloc: cannot allocate %zu bytes", size);
-        return ncclSystemError;
-    }
-    *ptr = p;
-    return ncclSuccess;
+    /* Shareable (a memfd), so that ranks of other processes on this host map it once and
+     * copy from it directly instead of through process_vm_readv on every call. */
+    return br_hostmem_alloc(size, ptr);
 }
 
 BR_API(ncclResult_t, ncclMemFree, (void *ptr))
@@ -510,13 +505,20 @@ BR_API(ncclResult_t, ncclMemFree, (void *ptr))
         }
         return ncclSuccess;
     }
-    free(ptr);
+    if (ptr != NULL && !br_hostmem_free(ptr)) {
+        BR_WARN(NCCL_ALLOC, "ncclMemFree: %p was not returned by ncclMemAlloc", ptr);
+        return ncclInvalidArgument;
+    }
     return ncclSuccess;
 }
 
-/* Registration is a hint for zero-copy paths; the host executor copies through its
- * FIFOs, and the CUDA executor needs none (its kernels address every local rank's buffers), so a handle
- * (of host or device memory alike) only records the range for ncclCommDeregister. */
+/* Registration is a hint for zero-copy paths. The CUDA executor needs none (its kernels
+ * address every local rank's buffers). On the host, what makes a buffer readable in place
+ * by other processes is where it lives, not the call: memory from ncclMemAlloc is a memfd
+ * that peers map on first use and keep mapped (transport_arena.c), whether registered or
+ * not, and other memory is read with process_vm_readv. So a handle only records the range
+ * for ncclCommDeregister, and registering host memory says at INFO which of the two it
+ * gets. */
 typedef struct {
     uint64_t magic;
     void *buff;
@@ -534,6 +536,17 @@ BR_API(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_
         BR_WARN(NCCL_REG, "ncclCommRegister: rank %d: %s is NULL", comm->rank,
                 handle == NULL ? "handle" : "buff");
         return ncclInvalidArgument;
+    }
+    br_hostmem_ref_t ref;
+    int dev;
+    if (size > 0 && br_cuda_ptr_kind(buff, &dev) != BR_MEM_DEVICE) {
+        BR_INFO(NCCL_REG, "ncclCommRegister: rank %d: %zu bytes at %p: %s", comm->rank, size,
+                buff,
+                br_hostmem_find(buff, size, &ref)
+                    ? "ncclMemAlloc memory, which ranks of other processes map once and copy "
+                      "with memcpy"
+                    : "not from ncclMemAlloc, so ranks of other processes read it with "
+                      "process_vm_readv (the kernel pins its pages on every call)");
     }
     BR_CHECK(br_calloc(&h, 1, "registration"));
     h->magic = REG_MAGIC;
@@ -558,26 +571,90 @@ BR_API(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle))
     return ncclSuccess;
 }
 
+/* A window on host memory (NCCL 2.28's ncclCommWindowRegister): collective, so every rank
+ * learns that all of them called it and, for NCCL_WIN_COLL_SYMMETRIC, that the sizes agree.
+ * What makes host memory readable in place is where it lives (see ncclCommRegister), so
+ * the window records the range and says at INFO which path its buffers get. */
+typedef struct {
+    uint64_t magic;
+    void *buff;
+    size_t size;
+    int flags;
+} win_handle_t;
+
+#define WIN_MAGIC 0x62726169645f776eULL
+
+typedef struct {
+    uint64_t size;
+    int32_t flags;
+    int32_t mapped;
+} win_blob_t;
+
+static ncclResult_t window_agree(ncclComm_t comm, size_t size, int flags, int mapped)
+{
+    win_blob_t *all = NULL;
+    ncclResult_t res;
+    int nmapped = 0;
+
+    BR_CHECK(br_calloc(&all, (size_t)comm->nranks, "window registration"));
+    all[comm->rank] = (win_blob_t){size, flags, mapped};
+    res = br_bootstrap_allgather(comm->tc->boot, all, sizeof(*all));
+    for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
+        nmapped += all[r].mapped;
+        if ((flags & NCCL_WIN_COLL_SYMMETRIC) &&
+            (all[r].size != size || all[r].flags != flags)) {
+            BR_WARN(NCCL_REG, "ncclCommWindowRegister: rank %d: symmetric window of %zu bytes "
+                    "(flags %d), but rank %d registered %llu bytes (flags %d)", comm->rank, size,
+                    flags, r, (unsigned long long)all[r].size, (int)all[r].flags);
+            res = ncclInvalidUsage;
+        }
+    }
+    if (res == ncclSuccess) {
+        BR_INFO(NCCL_REG, "ncclCommWindowRegister: rank %d: %zu bytes; %d of %d ranks' windows "
+                "are ncclMemAlloc memory that peers map, the others are read with "
+                "process_vm_readv", comm->rank, size, nmapped, comm->nranks);
+    }
+    free(all);
+    return res;
+}
+
 BR_API(ncclResult_t, ncclCommWindowRegister,
        (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags))
 {
-    (void)buff;
-    (void)size;
-    (void)win;
-    (void)winFlags;
+    win_handle_t *h = NULL;
+    br_hostmem_ref_t ref;
+    int dev;
+
     br_api_enter(comm);
     BR_CHECK(br_api_check_comm(comm, "ncclCommWindowRegister"));
-    BR_WARN(NCCL_REG, "ncclCommWindowRegister: rank %d: symmetric windows need the CUDA "
-            "executor, which this Braid does not have", comm->rank);
-    return ncclInvalidUsage;
+    if (win == NULL || buff == NULL || size == 0) {
+        BR_WARN(NCCL_REG, "ncclCommWindowRegister: rank %d: %s", comm->rank,
+                win == NULL ? "win is NULL" : "the buffer is NULL or empty");
+        return ncclInvalidArgument;
+    }
+    if (br_cuda_ptr_kind(buff, &dev) == BR_MEM_DEVICE) {
+        BR_WARN(NCCL_REG, "ncclCommWindowRegister: rank %d: windows on device memory are not "
+                "implemented (host memory is)", comm->rank);
+        return ncclInvalidUsage;
+    }
+    BR_CHECK(window_agree(comm, size, winFlags, br_hostmem_find(buff, size, &ref)));
+    BR_CHECK(br_calloc(&h, 1, "window"));
+    *h = (win_handle_t){WIN_MAGIC, buff, size, winFlags};
+    *win = (ncclWindow_t)(void *)h;
+    return ncclSuccess;
 }
 
 BR_API(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
 {
-    (void)win;
+    win_handle_t *h = (win_handle_t *)(void *)win;
     br_api_enter(comm);
     BR_CHECK(br_api_check_comm(comm, "ncclCommWindowDeregister"));
-    BR_WARN(NCCL_REG, "ncclCommWindowDeregister: rank %d: no windows exist in this Braid",
-            comm->rank);
-    return ncclInvalidUsage;
+    if (h == NULL || h->magic != WIN_MAGIC) {
+        BR_WARN(NCCL_REG, "ncclCommWindowDeregister: rank %d: %p is not a window", comm->rank,
+                (void *)win);
+        return ncclInvalidArgument;
+    }
+    h->magic = 0;
+    free(h);
+    return ncclSuccess;
 }

@@ -7,7 +7,9 @@
  * results. DirectRead (large AllGather/Broadcast): a rank publishes only its input's
  * address, every rank that needs it copies it straight from the owner's memory, and the
  * owner returns only once all its readers are done (the caller may reuse the buffer
- * after that): one copy per byte instead of two through a FIFO.
+ * after that): one copy per byte instead of two through a FIFO; a Broadcast's root
+ * writes part of every reader's output meanwhile. OneShot Broadcast and AllGather larger
+ * than an arena buffer move in chunks of one buffer each (below).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -31,7 +33,8 @@ static int check_input(br_exec_comm_t *ec, const br_work_t *w, int peer)
 {
     const br_op_t *op = &w->op;
     const br_slot_desc_t *d = &br_arena_hdr(ec->arena, peer, w->arena_k, w->arena_small)->desc;
-    size_t want = op->algo == BR_ALGO_DIRECT_READ ? sizeof(uint64_t) : publish_bytes(ec, op, peer);
+    size_t want = op->algo == BR_ALGO_DIRECT_READ ? sizeof(br_arena_addr_t)
+                                                  : publish_bytes(ec, op, peer);
 
     if (br_desc_matches(d, op) && d->bytes == want) {
         return 0;
@@ -107,29 +110,74 @@ static int needs(const br_exec_comm_t *ec, const br_op_t *op, int r)
     }
 }
 
-/* DirectRead: copy rank r's input to dst. */
-static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, size_t bytes)
+/* DirectRead: a copy to or from rank r's memory failed; record it. */
+static void peer_copy_failed(br_exec_comm_t *ec, const br_work_t *w, int r, const char *how,
+                             const void *theirs, const void *ours, size_t done, size_t bytes,
+                             int err)
 {
     const br_peer_info_t *pi = &ec->tc->peers[r];
-    const void *src = NULL;
-    size_t done = 0;
-    int err = br_arena_read_peer(ec->arena, pi, &ec->tc->peers[ec->rank], w->arena_k, dst, bytes,
-                                 &src, &done);
-    if (err == 0) {
-        return 0;
-    }
     ncclResult_t res = err == EFAULT ? ncclInvalidArgument : err == ESRCH ? ncclRemoteError
                                                                            : ncclSystemError;
     br_exec_fail(ec, res,
-                 "rank %d: %s #%llu (count %zu, %s): reading rank %d's buffer %p (pid %d on %s) "
-                 "into %p failed at byte %zu of %zu: %s%s",
+                 "rank %d: %s #%llu (count %zu, %s): %s rank %d's buffer %p (pid %d on %s) "
+                 "%s %p failed at byte %zu of %zu: %s%s",
                  ec->rank, br_func_name(w->op.func), (unsigned long long)w->op.seq, w->op.count,
-                 br_type_name(w->op.type), r, src, pi->pid, pi->host, (void *)dst, done, bytes,
-                 strerror(err),
+                 br_type_name(w->op.type), how, r, theirs, pi->pid, pi->host,
+                 how[0] == 'r' ? "into" : "from", ours, done, bytes, strerror(err),
                  err == EFAULT  ? " (one of the two buffers is not valid for the call's count)"
                  : err == ESRCH ? " (the rank's process is gone)"
                                 : "");
-    return -1;
+}
+
+/* DirectRead: copy bytes [off, off + bytes) of rank r's input to dst + off. */
+static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, size_t off,
+                     size_t bytes)
+{
+    const void *src = NULL;
+    size_t done = 0;
+    int err = br_arena_read_peer(ec->arena, &ec->tc->peers[r], &ec->tc->peers[ec->rank],
+                                 w->arena_k, dst, off, bytes, &src, &done);
+    if (err != 0) {
+        peer_copy_failed(ec, w, r, "reading", (const char *)src + off, dst + off, done, bytes,
+                         err);
+        return -1;
+    }
+    return 0;
+}
+
+/* DirectRead Broadcast: bytes [0, split) of every reader's output are written by the root
+ * while the reader reads the rest, so two cores copy at once where a reader alone would
+ * copy everything (the root otherwise only waits for its readers). The root's share
+ * balances the work: each of n ranks copies about bytes/n per reader, cut on a page
+ * boundary so that no page is pinned by both. Below 64 KiB it is not split: half of the
+ * copy (32 KiB at the 6-10 GB/s process_vm_readv measured here, 3-5 us) would no longer
+ * clearly exceed what splitting adds, one system call (about 1 us here) and the reader's
+ * wait for the root's `done` (docs/performance.md). DirectRead's default window starts
+ * at 256 KiB, so this matters only where BRAID_CMA_BYTES is lowered. */
+#define BR_SPLIT_MIN ((size_t)64 << 10)
+static size_t bcast_split(const br_exec_comm_t *ec, size_t bytes)
+{
+    if (bytes < BR_SPLIT_MIN) {
+        return 0;
+    }
+    return (bytes / (size_t)ec->nranks) & ~(size_t)4095;
+}
+
+/* DirectRead Broadcast root: write its share of every reader's output. */
+static int write_readers(br_exec_comm_t *ec, const br_work_t *w, size_t split)
+{
+    for (int i = 1; i < ec->nranks && split > 0; i++) {
+        int r = (ec->rank + i) % ec->nranks;
+        void *dst = NULL;
+        size_t done = 0;
+        int err = br_arena_write_peer(ec->arena, &ec->tc->peers[r], &ec->tc->peers[ec->rank],
+                                      w->arena_k, w->op.sendbuff, split, &dst, &done);
+        if (err != 0) {
+            peer_copy_failed(ec, w, r, "writing", dst, w->op.sendbuff, done, split, err);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* DirectRead: the local part and the reads, once every input it needs is published. */
@@ -140,13 +188,14 @@ static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
     int n = ec->nranks, me = ec->rank;
 
     if (op->func == BR_FUNC_BROADCAST) {
+        size_t split = bcast_split(ec, bytes);
         if (me != op->root) {
-            return read_peer(ec, w, op->root, op->recvbuff, bytes);
+            return read_peer(ec, w, op->root, op->recvbuff, split, bytes - split);
         }
         if (op->recvbuff != op->sendbuff) {
             memcpy(op->recvbuff, op->sendbuff, bytes);
         }
-        return 0;
+        return write_readers(ec, w, split);
     }
     char *mine = (char *)op->recvbuff + (size_t)me * bytes;
     if (mine != op->sendbuff) {
@@ -155,22 +204,28 @@ static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
     /* Start after ourselves, so the ranks do not all read rank 0 first. */
     for (int i = 1; i < n; i++) {
         int r = (me + i) % n;
-        if (read_peer(ec, w, r, (char *)op->recvbuff + (size_t)r * bytes, bytes) != 0) {
+        if (read_peer(ec, w, r, (char *)op->recvbuff + (size_t)r * bytes, 0, bytes) != 0) {
             return -1;
         }
     }
     return 0;
 }
 
-/* DirectRead, phase 2: wait until every reader is done with our input. */
+/* DirectRead, phase 2: wait until every reader is done with our input (and a Broadcast
+ * reader whose output the root writes in part, until the root is done writing). */
 static int wait_readers(br_exec_queue_t *q, br_work_t *w)
 {
     br_exec_comm_t *ec = q->ec;
+    const br_op_t *op = &w->op;
+    int reader = op->func == BR_FUNC_BROADCAST && ec->rank != op->root;
     for (; w->arena_next < ec->nranks; w->arena_next++) {
         int r = w->arena_next;
-        if (r != ec->rank && !br_arena_read_by(ec->arena, r, w->arena_k)) {
+        if (r == ec->rank || (reader && r != op->root)) {
+            continue;
+        }
+        if (!br_arena_read_by(ec->arena, r, w->arena_k)) {
             q->wait_peer = r;
-            q->wait_what = "its input to be read by";
+            q->wait_what = reader ? "its output to be written by" : "its input to be read by";
             return 0;
         }
     }
@@ -191,9 +246,20 @@ static int publish(br_exec_queue_t *q, br_work_t *w)
     }
     br_slot_desc_t d;
     if (op->algo == BR_ALGO_DIRECT_READ) {
-        uint64_t addr = (uint64_t)(uintptr_t)op->sendbuff;
-        d = br_desc_make(op, sizeof(addr));
-        br_arena_publish(ec->arena, ec->rank, w->arena_k, 1, &addr, sizeof(addr), &d);
+        /* A Broadcast reader publishes where its output is: the root writes part of it. */
+        int reader = op->func == BR_FUNC_BROADCAST && ec->rank != op->root;
+        const void *buf = reader ? op->recvbuff : op->sendbuff;
+        br_arena_addr_t pub = {.addr = (uint64_t)(uintptr_t)buf, .mem_fd = -1};
+        br_hostmem_ref_t ref;
+        if (br_hostmem_find(buf, br_op_bytes(op), &ref)) {
+            /* ncclMemAlloc memory: peers map it once and copy with memcpy. */
+            pub.mem_id = ref.id;
+            pub.mem_fd = ref.fd;
+            pub.mem_off = ref.off;
+            pub.mem_size = ref.size;
+        }
+        d = br_desc_make(op, sizeof(pub));
+        br_arena_publish(ec->arena, ec->rank, w->arena_k, 1, &pub, sizeof(pub), &d);
     } else {
         size_t bytes = publish_bytes(ec, op, ec->rank);
         d = br_desc_make(op, bytes);
@@ -204,11 +270,176 @@ static int publish(br_exec_queue_t *q, br_work_t *w)
     return 1;
 }
 
+/* ---- Chunked OneShot: Broadcast and AllGather larger than one arena buffer ----
+ * Chunk j of every input is arena operation arena_k + j, so the protocol above applies
+ * to each chunk unchanged: a writer reuses a buffer only once every rank's `done` passed
+ * the chunk that last used it, up to BR_ARENA_NBUF chunks ahead of the slowest reader.
+ * Each byte is copied once into the arena and once out by each reader (a ring copies it
+ * twice per hop), and a reader waits only for the chunk's owner, not for a chain of
+ * ranks that may not be running (ranks outnumber cores). A Broadcast's non-roots publish
+ * their call descriptor (no data) as chunk 0, which the root checks. */
+
+uint64_t br_work_arena_chunks(const br_exec_comm_t *ec, const br_op_t *op)
+{
+    size_t bytes = br_op_bytes(op), each = ec->arena->max_bytes;
+
+    if (op->algo != BR_ALGO_ONESHOT || each == 0 || bytes <= each ||
+        (op->func != BR_FUNC_BROADCAST && op->func != BR_FUNC_ALLGATHER)) {
+        return 1;
+    }
+    return (bytes + each - 1) / each;
+}
+
+/* Bytes of chunk j of one rank's input. */
+static size_t chunk_len(const br_exec_comm_t *ec, const br_work_t *w, uint64_t j)
+{
+    size_t each = ec->arena->max_bytes, bytes = br_op_bytes(&w->op);
+    size_t at = (size_t)j * each;
+    return bytes - at < each ? bytes - at : each;
+}
+
+/* Does this rank publish chunks of data (a Broadcast's non-roots publish only chunk 0's
+ * descriptor)? */
+static int chunk_writer(const br_exec_comm_t *ec, const br_op_t *op)
+{
+    return op->func == BR_FUNC_ALLGATHER || ec->rank == op->root;
+}
+
+/* Publish as many chunks as the buffers allow (every rank's `done` passed the chunk that
+ * last used each); returns how many. */
+static int chunk_publish(br_exec_queue_t *q, br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_op_t *op = &w->op;
+    uint64_t last = chunk_writer(ec, op) ? w->arena_nchunk : 1;
+    int moved = 0, wait = -1;
+
+    while (w->arena_pub < last) {
+        uint64_t j = w->arena_pub, k = w->arena_k + j;
+        if (!br_arena_writable(ec->arena, ec->rank, k, 0, &wait)) {
+            q->wait_peer = wait;
+            q->wait_what = "the node arena to be read by";
+            break;
+        }
+        size_t len = chunk_writer(ec, op) ? chunk_len(ec, w, j) : 0;
+        br_slot_desc_t d = br_desc_make(op, len);
+        /* A Broadcast's non-roots publish no data (their sendbuff may be anything). */
+        const char *src =
+            len > 0 ? (const char *)op->sendbuff + (size_t)j * ec->arena->max_bytes : NULL;
+        br_arena_publish(ec->arena, ec->rank, k, 0, src, len, &d);
+        w->arena_pub++;
+        moved++;
+    }
+    return moved;
+}
+
+/* Is chunk j of rank r's input there, and for this call? 1 yes, 0 not yet (waiting
+ * noted), -1 a mismatch (recorded). */
+static int chunk_ready(br_exec_queue_t *q, br_work_t *w, int r, uint64_t j, size_t want)
+{
+    br_exec_comm_t *ec = q->ec;
+    uint64_t k = w->arena_k + j;
+
+    if (!br_arena_published(ec->arena, r, k, 0)) {
+        q->wait_peer = r;
+        q->wait_what = "data from";
+        return 0;
+    }
+    const br_slot_desc_t *d = &br_arena_hdr(ec->arena, r, k, 0)->desc;
+    if (br_desc_matches(d, &w->op) && d->bytes == want) {
+        return 1;
+    }
+    br_desc_mismatch(ec, &w->op, r, "published its input for", d);
+    return -1;
+}
+
+/* Read chunk arena_rd from every rank that has it, once all have published it. */
+static int chunk_read(br_exec_queue_t *q, br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_op_t *op = &w->op;
+    uint64_t j = w->arena_rd;
+    size_t len = chunk_len(ec, w, j), at = (size_t)j * ec->arena->max_bytes;
+    size_t bytes = br_op_bytes(op);
+    int n = ec->nranks;
+
+    for (; w->arena_next < n; w->arena_next++) {
+        int r = w->arena_next, ok;
+        if (r == ec->rank) {
+            continue;
+        }
+        if (op->func == BR_FUNC_BROADCAST && ec->rank == op->root) {
+            ok = chunk_ready(q, w, r, 0, 0); /* the root checks everyone's descriptor */
+        } else if (op->func == BR_FUNC_BROADCAST && r != op->root) {
+            continue;
+        } else {
+            ok = chunk_ready(q, w, r, j, len);
+        }
+        if (ok <= 0) {
+            return ok;
+        }
+    }
+    const br_arena_t *a = ec->arena;
+    uint64_t k = w->arena_k + j;
+    if (op->func == BR_FUNC_BROADCAST) {
+        if (ec->rank != op->root) {
+            memcpy((char *)op->recvbuff + at, br_arena_data(a, op->root, k, 0), len);
+        } else if (op->recvbuff != op->sendbuff) {
+            memcpy((char *)op->recvbuff + at, (const char *)op->sendbuff + at, len);
+        }
+    } else {
+        for (int i = 0; i < n; i++) {
+            int r = (ec->rank + i) % n; /* not every rank on rank 0's lines at once */
+            const char *src = r == ec->rank ? (const char *)op->sendbuff + at
+                                            : br_arena_data(a, r, k, 0);
+            char *dst = (char *)op->recvbuff + (size_t)r * bytes + at;
+            if (dst != src) {
+                memcpy(dst, src, len);
+            }
+        }
+    }
+    br_arena_done(ec->arena, ec->rank, k);
+    w->arena_rd++;
+    w->arena_next = 0;
+    return 1;
+}
+
+/* Broadcast's root "reads" its own chunks (the out-of-place copy) after checking every
+ * rank's descriptor once; its `done` advances with them. */
+static int arena_chunked(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    br_exec_comm_t *ec = q->ec;
+    int moved = chunk_publish(q, w);
+
+    while (w->arena_rd < w->arena_nchunk) {
+        /* A writer reads a chunk only after publishing it, so its peers never wait for it
+         * on a chunk it has not offered yet. */
+        if (chunk_writer(ec, &w->op) && w->arena_rd >= w->arena_pub) {
+            return moved;
+        }
+        int r = chunk_read(q, w);
+        if (r <= 0) {
+            return r < 0 ? -1 : moved;
+        }
+        moved++;
+        if (ec->rank == w->op.root && w->op.func == BR_FUNC_BROADCAST) {
+            w->arena_next = ec->nranks; /* descriptors were checked with chunk 0 */
+        }
+        moved += chunk_publish(q, w);
+    }
+    *done_p = 1;
+    return moved > 0 ? moved : 1;
+}
+
 int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     br_exec_comm_t *ec = q->ec;
     const br_op_t *op = &w->op;
     int n = ec->nranks, moved = 0;
+
+    if (w->arena_nchunk > 1) {
+        return arena_chunked(q, w, done_p);
+    }
 
     if (w->arena_phase == 2) {
         if (!wait_readers(q, w)) {
@@ -243,7 +474,9 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
         return -1;
     }
     br_arena_done(ec->arena, ec->rank, w->arena_k);
-    if (op->algo == BR_ALGO_DIRECT_READ && (op->func == BR_FUNC_ALLGATHER || ec->rank == op->root)) {
+    if (op->algo == BR_ALGO_DIRECT_READ &&
+        (op->func == BR_FUNC_ALLGATHER || ec->rank == op->root ||
+         bcast_split(ec, br_op_bytes(op)) > 0)) {
         w->arena_phase = 2;
         w->arena_next = 0;
         if (!wait_readers(q, w)) {

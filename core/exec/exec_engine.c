@@ -148,7 +148,9 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
     if (op->algo == BR_ALGO_ONESHOT || op->algo == BR_ALGO_DIRECT_READ) {
         size_t bytes = br_op_bytes(op) * (op->func == BR_FUNC_REDUCESCATTER ? (size_t)ec->nranks : 1);
         w->kind = BR_WORK_ARENA;
-        w->arena_k = ec->arena_seq++;
+        w->arena_k = ec->arena_seq;
+        w->arena_nchunk = br_work_arena_chunks(ec, op);
+        ec->arena_seq += w->arena_nchunk;
         /* Decided on the call's arguments alone, so writer and readers pick the same slot. */
         w->arena_small = op->algo == BR_ALGO_DIRECT_READ || br_arena_is_small(bytes);
         BR_CHECK(queue_get(b, ec, Q_ARENA, 0, &q));

@@ -40,6 +40,11 @@ struct br_work {
                         * readers of our input (DirectRead) */
     int arena_next;    /* first rank whose input (or done) has not been seen yet */
     int arena_small;   /* the input goes in a small slot */
+    /* A OneShot Broadcast or AllGather larger than an arena buffer moves in chunks of a
+     * buffer each, chunk j as arena operation arena_k + j (exec_arena.c). */
+    uint64_t arena_nchunk; /* chunks (1: not cut) */
+    uint64_t arena_pub;    /* chunks of this rank's input published */
+    uint64_t arena_rd;     /* chunks read (or, for a Broadcast root, checked) */
     int event;         /* index in the batch's events, or -1 */
     void *kch;         /* its KernelCh event while it runs, or NULL */
     int kch_started;   /* br_exec_prof_work_start ran for it */
@@ -64,6 +69,10 @@ void br_work_sched_expect(const br_exec_comm_t *ec, const br_work_t *w);
 /* Steps of the kinds (exec_sched.c, exec_arena.c, exec_work.c). */
 int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p);
 int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p);
+
+/* Arena operation numbers op takes: one, or one per chunk for a OneShot Broadcast or
+ * AllGather larger than an arena buffer. Every rank computes the same. */
+uint64_t br_work_arena_chunks(const br_exec_comm_t *ec, const br_op_t *op);
 int br_work_collnet(br_exec_queue_t *q, br_work_t *w, int *done_p);
 
 /* While w waits at the head of q: has a peer run the same collective with different

@@ -52,9 +52,13 @@ static int arena_available(const br_plan_t *p, int func, int algo, size_t bytes,
                "in place, where every rank may read the others' memory";
         return direct_fits(p, func, bytes);
     }
-    *why = "takes inputs up to BRAID_ONESHOT_BYTES per rank (16 KiB with 2 ranks)";
+    *why = "takes inputs up to BRAID_ONESHOT_BYTES per rank (16 KiB with 2 ranks), and "
+           "Broadcast and AllGather inputs beyond that in chunks of BRAID_ONESHOT_BYTES";
     size_t b = arena_bytes(p, func, bytes);
-    return b <= pc->arena_bytes && (pc->nranks > 2 || b <= BR_ARENA_TWO_RANK_MAX);
+    if (b > pc->arena_bytes) {
+        return func == BR_FUNC_BROADCAST || func == BR_FUNC_ALLGATHER;
+    }
+    return pc->nranks > 2 || b <= BR_ARENA_TWO_RANK_MAX;
 }
 
 int br_plan_available(const br_plan_t *p, int func, int algo, int proto, size_t bytes,
@@ -238,6 +242,28 @@ static double collnet_us(const br_plan_t *p, int func, int algo, int proto, size
            (algo == BR_ALGO_COLLNET_CHAIN ? 0.5 : 0.0) + moved * (1.0 / net + 2.0 / copy);
 }
 
+/*
+ * OneShot for a Broadcast or AllGather larger than an arena buffer (it moves in chunks of
+ * one buffer, exec_arena.c): copy-bound like the ring, so it is charged the ring's transfer
+ * time scaled by the copies each design makes of every byte. A ring Broadcast copies each
+ * byte twice per hop, 2(n-1) times; the arena once in and once out per reader, n times. A
+ * ring AllGather copies each rank's block 2n-1 times per rank (own block to its output and
+ * to the FIFO, then in and on at each hop), the arena n+1 times (publish, own block, n-1
+ * reads). Two ranks tie (the ring's latency loses the tie); at 4 ranks on 2 cores the arena
+ * measured 0.3-0.8x the ring's time from 256 KiB to 16 MiB for both collectives
+ * (docs/performance.md, issue 19), which the copy ratios (0.67, 0.71) underestimate.
+ */
+static double oneshot_chunked_us(const br_plan_t *p, int func, size_t bytes)
+{
+    const br_plan_host_t *h = &p->h;
+    int n = p->pc.nranks;
+    double ratio =
+        func == BR_FUNC_BROADCAST ? (double)n / (2.0 * (n - 1)) : (double)(n + 1) / (2.0 * n - 1);
+    double traffic = func == BR_FUNC_BROADCAST ? 1.0 : (double)(n - 1);
+    return h->arena_base + (n - 1) * h->arena_peer +
+           (double)bytes * traffic * ratio / link_bw(p, BR_PROTO_SIMPLE, 1);
+}
+
 static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t bytes, int nch)
 {
     const br_plan_host_t *h = &p->h;
@@ -254,12 +280,18 @@ static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t
         return ring_us(p, BR_FUNC_ALLGATHER, proto, bytes, 1) +
                (double)bytes * n * p->pc.share / (h->fold_gbps * 1e3);
     case BR_ALGO_ONESHOT:
+        if (arena_bytes(p, func, bytes) > p->pc.arena_bytes) {
+            return oneshot_chunked_us(p, func, bytes);
+        }
         return h->arena_base + (n - 1) * h->arena_peer +
                (double)arena_bytes(p, func, bytes) * (n + 1) / (h->arena_gbps * 1e3);
     default: { /* DirectRead */
+        /* A Broadcast's root writes 1/n of every reader's output while the reader reads
+         * the rest (exec_arena.c), so each of the n ranks copies (n-1)/n of the bytes. */
         double reads = func == BR_FUNC_ALLGATHER ? (double)(n - 1) : 1.0;
+        double copied = func == BR_FUNC_ALLGATHER ? reads : (double)(n - 1) / n;
         return h->direct_base + reads * h->direct_peer +
-               (double)bytes * reads / (h->direct_gbps * 1e3);
+               (double)bytes * copied / (h->direct_gbps * 1e3);
     }
     }
 }

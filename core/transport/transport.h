@@ -143,6 +143,29 @@ typedef struct {
     _Alignas(64) _Atomic uint64_t done; /* operations this rank finished reading */
 } br_arena_ctrl_t;
 
+/* What a DirectRead rank publishes: its buffer's address and, when the buffer lies in
+ * memory from ncclMemAlloc (a memfd), where peers of other processes can map it. */
+typedef struct {
+    uint64_t addr;
+    uint64_t mem_id;   /* the allocation's number in its process; 0: not mappable */
+    uint64_t mem_off;  /* the buffer's offset in it */
+    uint64_t mem_size; /* its size */
+    int32_t mem_fd;    /* its descriptor in the owner's process */
+    int32_t pad;
+} br_arena_addr_t;
+
+/* A peer's ncclMemAlloc memory mapped here, kept between calls (least recently used
+ * goes first). */
+typedef struct {
+    int rank;     /* -1: free */
+    uint64_t id;  /* the allocation's number in the peer's process */
+    char *base;
+    size_t size;
+    uint64_t used; /* when last used (a counter) */
+} br_arena_map_t;
+
+#define BR_ARENA_NMAP 16
+
 typedef struct br_arena {
     int nranks;
     size_t max_bytes;  /* bytes a rank may publish per operation */
@@ -155,7 +178,13 @@ typedef struct br_arena {
                         * memory (single copy), or 0 when ranks cannot read each other's */
     size_t cma_max;    /* and the largest (0: no limit) */
     uint64_t probe;    /* a word the other ranks read at setup to prove they can */
+    br_arena_map_t maps[BR_ARENA_NMAP]; /* peers' ncclMemAlloc memory mapped here */
+    uint64_t map_clock;
+    int map_warned; /* a mapping failed once (logged; process_vm_readv used instead) */
 } br_arena_t;
+
+/* Unmap every peer mapping (the communicator is closing). */
+void br_arena_unmap_all(br_arena_t *a);
 
 /* Does an input of `bytes` go in a small slot (DirectRead addresses always do)? */
 static inline int br_arena_is_small(size_t bytes)
@@ -216,13 +245,25 @@ static inline int br_arena_read_by(const br_arena_t *a, int r, uint64_t k)
 }
 
 /*
- * DirectRead: copy `bytes` of rank r's input of operation k (whose address it published)
- * into dst. Between processes with process_vm_readv, within one with memcpy. Returns 0,
- * or an errno value with *done_p the bytes copied before it failed.
+ * DirectRead: copy `bytes` at offset `off` of rank r's input of operation k (whose address
+ * it published) to dst + off. Between processes with process_vm_readv, within one with
+ * memcpy, and from a buffer in the owner's ncclMemAlloc memory with memcpy from a mapping
+ * kept between calls (made on first use). Returns 0, or an errno value with *done_p the
+ * bytes copied before it failed.
  */
-int br_arena_read_peer(const br_arena_t *a, const br_peer_info_t *owner,
-                       const br_peer_info_t *me, uint64_t k, char *dst, size_t bytes,
+int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner,
+                       const br_peer_info_t *me, uint64_t k, char *dst, size_t off, size_t bytes,
                        const void **src_p, size_t *done_p);
+
+/*
+ * DirectRead Broadcast: the root copies `bytes` from src to the start of the output whose
+ * address rank `owner` published for operation k (process_vm_writev between processes,
+ * which the kernel allows exactly where it allows process_vm_readv: both check ptrace
+ * attach rights). Returns 0, or an errno value with *done_p the bytes copied before it.
+ */
+int br_arena_write_peer(br_arena_t *a, const br_peer_info_t *owner,
+                        const br_peer_info_t *me, uint64_t k, const char *src, size_t bytes,
+                        void **dst_p, size_t *done_p);
 
 /* The transport state of a communicator. */
 typedef struct br_transport_comm {

@@ -142,6 +142,7 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
         return ncclSuccess;
     }
     _Static_assert(sizeof(br_arena_hdr_t) <= BR_ARENA_HDR_BYTES, "arena header too large");
+    _Static_assert(sizeof(br_arena_addr_t) <= BR_ARENA_SMALL_MAX, "published address too large");
     max_bytes = (max_bytes + 63) & ~(size_t)63;
     /* A cache line for `done`, then the buffers, each a header and the data; every
      * rank's region on its own pages. */
@@ -195,6 +196,9 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
     }
     arena->cma_bytes = all_cma ? cma_bytes : 0;
     arena->cma_max = cma_max;
+    for (int i = 0; i < BR_ARENA_NMAP; i++) {
+        arena->maps[i].rank = -1;
+    }
     arena->nranks = tc->nranks;
     arena->max_bytes = max_bytes;
     arena->buf_stride = buf_stride;
@@ -266,26 +270,15 @@ void br_arena_publish(br_arena_t *a, int rank, uint64_t k, int small, const void
 
 #define BR_CMA_CHUNK ((size_t)1 << 20) /* per process_vm_readv call (measured best here) */
 
-int br_arena_read_peer(const br_arena_t *a, const br_peer_info_t *owner,
-                       const br_peer_info_t *me, uint64_t k, char *dst, size_t bytes,
-                       const void **src_p, size_t *done_p)
+/* Copy `bytes` between dst (ours) and the peer's remote range, one way or the other. */
+static int cma_copy(pid_t pid, char *local, char *remote, size_t bytes, int write, size_t *done_p)
 {
-    uint64_t addr;
-
-    memcpy(&addr, br_arena_data(a, owner->rank, k, 1), sizeof(addr));
-    const char *src = (const char *)(uintptr_t)addr;
-    *src_p = src;
-    *done_p = 0;
-    if (owner->pid_hash == me->pid_hash) {
-        memcpy(dst, src, bytes);
-        *done_p = bytes;
-        return 0;
-    }
     for (size_t done = 0; done < bytes;) {
         size_t n = bytes - done < BR_CMA_CHUNK ? bytes - done : BR_CMA_CHUNK;
-        struct iovec local = {dst + done, n};
-        struct iovec remote = {(void *)(src + done), n};
-        ssize_t got = process_vm_readv(owner->pid, &local, 1, &remote, 1, 0);
+        struct iovec l = {local + done, n};
+        struct iovec r = {remote + done, n};
+        ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+                            : process_vm_readv(pid, &l, 1, &r, 1, 0);
         if (got > 0) {
             done += (size_t)got;
             *done_p = done;
@@ -297,4 +290,133 @@ int br_arena_read_peer(const br_arena_t *a, const br_peer_info_t *owner,
         return got < 0 ? errno : EIO;
     }
     return 0;
+}
+
+/* ---- Peers' ncclMemAlloc memory, mapped once and kept ---- */
+
+void br_arena_unmap_all(br_arena_t *a)
+{
+    for (int i = 0; i < BR_ARENA_NMAP; i++) {
+        if (a->maps[i].base != NULL) {
+            munmap(a->maps[i].base, a->maps[i].size);
+        }
+        a->maps[i].base = NULL;
+        a->maps[i].rank = -1;
+    }
+}
+
+/* The owner's allocation `pub` names, mapped here (found in the cache, else mapped through
+ * /proc/<pid>/fd/<fd> in the least recently used entry), or NULL (logged once) when it
+ * cannot be: the caller then copies with process_vm_readv/writev. The descriptor is only
+ * opened while the owner is inside the call that published it, so it still names that
+ * allocation; its size is checked all the same. */
+static char *arena_map(br_arena_t *a, const br_peer_info_t *owner, const br_arena_addr_t *pub)
+{
+    br_arena_map_t *m = NULL, *lru = &a->maps[0];
+    char path[64];
+    struct stat st;
+
+    for (int i = 0; i < BR_ARENA_NMAP; i++) {
+        br_arena_map_t *e = &a->maps[i];
+        if (e->base != NULL && e->rank == owner->rank && e->id == pub->mem_id) {
+            e->used = ++a->map_clock;
+            return e->base;
+        }
+        lru = e->base == NULL || e->used < lru->used ? e : lru;
+    }
+    m = lru;
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)owner->pid, (int)pub->mem_fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size != pub->mem_size) {
+        if (!a->map_warned) {
+            BR_INFO(NCCL_SHM, "rank %d's ncclMemAlloc memory (pid %d) cannot be mapped here "
+                    "(%s: %s); reading it with process_vm_readv instead",
+                    owner->rank, (int)owner->pid, path, fd < 0 ? strerror(errno) : "size differs");
+            a->map_warned = 1;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+        return NULL;
+    }
+    void *base = mmap(NULL, (size_t)pub->mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        if (!a->map_warned) {
+            BR_INFO(NCCL_SHM, "cannot map rank %d's ncclMemAlloc memory: %s; reading it with "
+                    "process_vm_readv instead", owner->rank, strerror(errno));
+            a->map_warned = 1;
+        }
+        return NULL;
+    }
+    if (m->base != NULL) {
+        munmap(m->base, m->size);
+    }
+    m->rank = owner->rank;
+    m->id = pub->mem_id;
+    m->base = base;
+    m->size = (size_t)pub->mem_size;
+    m->used = ++a->map_clock;
+    BR_TRACE(NCCL_SHM, "mapped rank %d's allocation %llu (%zu bytes)", owner->rank,
+             (unsigned long long)pub->mem_id, m->size);
+    return m->base;
+}
+
+/* Where the owner's published buffer is mapped here, or NULL. */
+static char *arena_mapped(br_arena_t *a, const br_peer_info_t *owner, const br_arena_addr_t *pub,
+                          size_t end)
+{
+    if (pub->mem_id == 0 || pub->mem_off > pub->mem_size || end > pub->mem_size - pub->mem_off) {
+        return NULL;
+    }
+    char *base = arena_map(a, owner, pub);
+    return base != NULL ? base + pub->mem_off : NULL;
+}
+
+int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner,
+                       const br_peer_info_t *me, uint64_t k, char *dst, size_t off, size_t bytes,
+                       const void **src_p, size_t *done_p)
+{
+    br_arena_addr_t pub;
+
+    memcpy(&pub, br_arena_data(a, owner->rank, k, 1), sizeof(pub));
+    char *src = (char *)(uintptr_t)pub.addr;
+    *src_p = src;
+    *done_p = 0;
+    if (owner->pid_hash == me->pid_hash) {
+        memcpy(dst + off, src + off, bytes);
+        *done_p = bytes;
+        return 0;
+    }
+    char *mapped = arena_mapped(a, owner, &pub, off + bytes);
+    if (mapped != NULL) {
+        memcpy(dst + off, mapped + off, bytes);
+        *done_p = bytes;
+        return 0;
+    }
+    return cma_copy(owner->pid, dst + off, src + off, bytes, 0, done_p);
+}
+
+int br_arena_write_peer(br_arena_t *a, const br_peer_info_t *owner,
+                        const br_peer_info_t *me, uint64_t k, const char *src, size_t bytes,
+                        void **dst_p, size_t *done_p)
+{
+    br_arena_addr_t pub;
+
+    memcpy(&pub, br_arena_data(a, owner->rank, k, 1), sizeof(pub));
+    char *dst = (char *)(uintptr_t)pub.addr;
+    *dst_p = dst;
+    *done_p = 0;
+    if (owner->pid_hash == me->pid_hash) {
+        memcpy(dst, src, bytes);
+        *done_p = bytes;
+        return 0;
+    }
+    char *mapped = arena_mapped(a, owner, &pub, bytes);
+    if (mapped != NULL) {
+        memcpy(mapped, src, bytes);
+        *done_p = bytes;
+        return 0;
+    }
+    return cma_copy(owner->pid, (char *)src, dst, bytes, 1, done_p);
 }

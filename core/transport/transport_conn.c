@@ -248,6 +248,7 @@ void br_transport_close_all(br_transport_comm_t *tc, int flush)
     free(tc->net_fid);
     tc->net_fid = NULL;
     if (tc->arena != NULL) {
+        br_arena_unmap_all(tc->arena);
         munmap(tc->arena->base, tc->arena->size);
         free(tc->arena);
         tc->arena = NULL;

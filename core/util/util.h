@@ -36,6 +36,23 @@ uint64_t br_hash_bytes(const void *data, size_t size, uint64_t seed);
 ncclResult_t br_calloc_impl(void **ptr_p, size_t n, size_t size, const char *what);
 #define br_calloc(ptr_p, n, what) br_calloc_impl((void **)(ptr_p), (n), sizeof(**(ptr_p)), (what))
 
+/* Host memory other processes of the host can map (util_hostmem.c): ncclMemAlloc's host
+ * buffers. Where one lies: its allocation's number (unique in the process, never 0),
+ * descriptor, the offset in it, and its size. */
+typedef struct {
+    uint64_t id;
+    int32_t fd;
+    uint64_t off;
+    uint64_t size;
+} br_hostmem_ref_t;
+
+/* Allocate size bytes (rounded up to pages) of shareable host memory; logs a failure. */
+ncclResult_t br_hostmem_alloc(size_t size, void **ptr_p);
+/* Free what br_hostmem_alloc returned; 0 if ptr is not such an allocation. */
+int br_hostmem_free(void *ptr);
+/* Does [ptr, ptr + bytes) lie in one allocation? 1 and *ref_p filled, else 0. */
+int br_hostmem_find(const void *ptr, size_t bytes, br_hostmem_ref_t *ref_p);
+
 /* Fill buf with size bytes from the kernel's random source. */
 ncclResult_t br_random_bytes(void *buf, size_t size);
 

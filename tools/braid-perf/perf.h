@@ -58,6 +58,7 @@ struct perf_opts {
     int nthreads;  /* -t: ranks as threads in each process */
     int hosts;     /* -H: forked processes spread over this many simulated hosts (0: off) */
     int device;    /* --mem device: buffers in CUDA device memory */
+    int memalloc;  /* --mem ncclmem: host buffers from ncclMemAlloc (peers may map them) */
     int places;    /* --place: bit 0 out-of-place, bit 1 in-place (default both) */
     int timeout_s; /* -T: whole-run limit, 0 = none */
     const char *json_path;

@@ -70,7 +70,8 @@ static void usage(FILE *f, const char *prog)
             "  -T, --timeout S        stop everything after S seconds (default: no limit); with\n"
             "                         BRAID_DUMP set, the ranks still running dump their state first\n"
             "  -J, --json FILE        also write the results as JSON\n"
-            "      --mem host|device  buffers in host memory (default) or CUDA device memory\n"
+            "      --mem host|device|ncclmem  buffers in host memory (default), CUDA device\n"
+            "                         memory, or host memory from ncclMemAlloc\n"
             "      --place both|out|in  run out-of-place and/or in-place calls (default both)\n"
             "  -h, --help\n"
             "Under mpirun, braid-perf-mpi makes every MPI process a rank (times -t threads).\n",
@@ -197,10 +198,12 @@ static int parse_opt(struct perf_opts *o, int c, const char *arg)
                                                : 0;
         return o->places ? 0 : -1;
     case 'M':
-        if (strcmp(arg, "host") != 0 && strcmp(arg, "device") != 0) {
+        if (strcmp(arg, "host") != 0 && strcmp(arg, "device") != 0 &&
+            strcmp(arg, "ncclmem") != 0) {
             return -1;
         }
         o->device = strcmp(arg, "device") == 0;
+        o->memalloc = strcmp(arg, "ncclmem") == 0;
         return 0;
     default: return -1;
     }

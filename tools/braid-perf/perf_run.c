@@ -339,8 +339,23 @@ static int alloc_bufs(const struct perf_rank *r, struct perf_bufs *b)
     memset(b, 0, sizeof(*b));
     /* Every collective's send and receive buffers fit in max_bytes (its size column). */
     b->bytes = o->max_bytes > 0 ? o->max_bytes : 1;
-    b->send = perf_mem_alloc(o->device, b->bytes);
-    b->recv = perf_mem_alloc(o->device, b->bytes);
+    if (o->memalloc) { /* host memory from the library (a memfd peers may map) */
+        void *send = NULL, *recv = NULL;
+        if (ncclMemAlloc(&send, b->bytes) != ncclSuccess) {
+            return -1;
+        }
+        if (ncclMemAlloc(&recv, b->bytes) != ncclSuccess) {
+            ncclMemFree(send);
+            return -1;
+        }
+        b->send = send;
+        b->recv = recv;
+        memset(b->send, 0, b->bytes); /* touch every page before the timed calls */
+        memset(b->recv, 0, b->bytes);
+    } else {
+        b->send = perf_mem_alloc(o->device, b->bytes);
+        b->recv = perf_mem_alloc(o->device, b->bytes);
+    }
     b->host_send = o->device ? perf_mem_alloc(0, b->bytes) : b->send;
     b->host_recv = o->device ? perf_mem_alloc(0, b->bytes) : b->recv;
     b->stream = perf_mem_stream_create(o->device);
@@ -354,8 +369,13 @@ static void free_bufs(const struct perf_rank *r, struct perf_bufs *b)
         perf_mem_free(0, b->host_send);
         perf_mem_free(0, b->host_recv);
     }
-    perf_mem_free(dev, b->send);
-    perf_mem_free(dev, b->recv);
+    if (r->opts->memalloc) {
+        ncclMemFree(b->send);
+        ncclMemFree(b->recv);
+    } else {
+        perf_mem_free(dev, b->send);
+        perf_mem_free(dev, b->recv);
+    }
     perf_mem_stream_destroy(dev, b->stream);
 }
 

@@ -370,6 +370,60 @@ static br_op_t collnet_op(br_func_t func, ncclDataType_t type, ncclRedOp_t red, 
     return op;
 }
 
+/* ---- Large Broadcast and AllGather on one host (issue 19) ---- */
+
+/* n ranks of one host with a node arena of 64 KiB buffers, `share` ranks per core. */
+static br_plan_t *arena_plan(int n, double share, br_graph_t **g_p)
+{
+    uint64_t hosts[8] = {0};
+    br_plan_comm_t pc;
+    br_plan_t *p = NULL;
+
+    ck_assert_int_eq(br_graph_build(n, hosts, 2, g_p), ncclSuccess);
+    memset(&pc, 0, sizeof(pc));
+    pc.nranks = n;
+    pc.nnodes = 1;
+    pc.local_ranks = n;
+    pc.nchannels = 2;
+    pc.intra_hw = BR_HW_PCI;
+    pc.net_gbps = 1.25;
+    pc.step_bytes = 512 * 1024;
+    pc.ll_bytes = 16 * 1024;
+    pc.pipeline = 4;
+    pc.oneshot_bytes = 65536;
+    pc.arena_bytes = 65536;
+    pc.share = share;
+    ck_assert_int_eq(br_plan_create(&pc, *g_p, &p), ncclSuccess);
+    return p;
+}
+
+/* Above an arena buffer, Broadcast and AllGather go through the arena in chunks where the
+ * copy counts favour it (4 ranks), and the other collectives never do. */
+START_TEST(test_arena_chunked)
+{
+    static const size_t sizes[] = {65537, 1 << 20, 16 << 20, (size_t)256 << 20};
+    br_graph_t *g = NULL;
+    br_plan_t *p = arena_plan(4, 2.0, &g);
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        br_op_t op = collnet_op(BR_FUNC_BROADCAST, ncclUint8, ncclSum, sizes[i]);
+        ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+        ck_assert_msg(op.algo == BR_ALGO_ONESHOT, "Broadcast of %zu: algo %d", sizes[i], op.algo);
+        op = collnet_op(BR_FUNC_ALLGATHER, ncclUint8, ncclSum, sizes[i]);
+        ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+        ck_assert_msg(op.algo == BR_ALGO_ONESHOT, "AllGather of %zu: algo %d", sizes[i], op.algo);
+        op = collnet_op(BR_FUNC_ALLREDUCE, ncclFloat32, ncclSum, sizes[i]); /* 4x the bytes */
+        ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+        ck_assert_int_ne(op.algo, BR_ALGO_ONESHOT);
+        op = collnet_op(BR_FUNC_REDUCE, ncclFloat32, ncclSum, sizes[i]);
+        ck_assert_int_eq(br_plan_choose(p, &op), ncclSuccess);
+        ck_assert_int_ne(op.algo, BR_ALGO_ONESHOT);
+    }
+    br_plan_free(p);
+    br_graph_free(g);
+}
+END_TEST
+
 /* With a collnet the model takes CollNetDirect for a small AllReduce across hosts, one
  * channel, and never for what the collnet cannot do. */
 START_TEST(test_collnet_model)
@@ -543,6 +597,7 @@ static Suite *plan_suite(void)
     tcase_add_test(tc, test_channel_range);
     suite_add_tcase(s, tc);
     tc = tcase_create("collnet");
+    tcase_add_test(tc, test_arena_chunked);
     tcase_add_test(tc, test_collnet_model);
     tcase_add_test(tc, test_collnet_forced);
     tcase_add_test(tc, test_collnet_allgather_reducescatter);
