@@ -16,6 +16,8 @@
 #include "topo.h"
 #include "util.h"
 
+#define BR_INIT_NPHASES 8
+
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static ncclComm_t *registry;
 static int registry_n, registry_cap;
@@ -404,6 +406,25 @@ static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
     return ncclSuccess;
 }
 
+/* Where init's time went, phase by phase (the ends in t[], from t0): what a slow init at
+ * scale is profiled with. */
+static void log_phases(int rank, uint64_t t0, const uint64_t *t)
+{
+    static const char *const names[BR_INIT_NPHASES] = {
+        "bootstrap", "peer info", "net", "topology", "channels", "arena", "tune", "barrier"};
+    char buf[256];
+    size_t len = 0;
+    uint64_t prev = t0;
+    buf[0] = '\0';
+    for (int i = 0; i < BR_INIT_NPHASES && len < sizeof(buf); i++) {
+        int n = snprintf(buf + len, sizeof(buf) - len, "%s%s %.1f", i ? ", " : "", names[i],
+                         (double)(t[i] - prev) * 1e-6);
+        len += n > 0 ? (size_t)n : 0;
+        prev = t[i];
+    }
+    BR_INFO(NCCL_INIT, "rank %d init phases (ms): %s", rank, buf);
+}
+
 ncclResult_t br_comm_env_init(void)
 {
     return br_plugin_env_open(BR_PARAM_STR(ENV_PLUGIN));
@@ -416,6 +437,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     ncclComm_t comm = NULL;
     br_transport_comm_t *tc;
     uint64_t t0 = br_time_ns();
+    uint64_t t[BR_INIT_NPHASES]; /* end of each phase, for the INFO breakdown */
     int needed = 0, nch = BR_MAX_CHANNELS;
 
     br_log_set_rank(rank);
@@ -428,8 +450,10 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     BR_INFO(NCCL_INIT, "ncclCommInitRank comm %p rank %d nranks %d commId 0x%llx - Init START",
             (void *)comm, rank, nranks, (unsigned long long)comm->comm_hash);
     BR_CHECK_GOTO(br_bootstrap_init(id, rank, nranks, &tc->boot), res, fail);
+    t[0] = br_time_ns();
     peer_info_fill(&tc->peers[rank], rank, comm);
     BR_CHECK_GOTO(br_bootstrap_allgather(tc->boot, tc->peers, sizeof(br_peer_info_t)), res, fail);
+    t[1] = br_time_ns();
     /* Every rank must cut operations alike: take the minimum of everyone's settings. */
     for (int i = 0; i < nranks; i++) {
         const br_peer_info_t *p = &tc->peers[i];
@@ -486,8 +510,11 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
         goto fail;
     }
     BR_CHECK_GOTO(net_setup(comm, needed), res, fail);
+    t[2] = br_time_ns();
     BR_CHECK_GOTO(topo_setup(comm), res, fail);
+    t[3] = br_time_ns();
     BR_CHECK_GOTO(br_comm_channels_setup(comm), res, fail);
+    t[4] = br_time_ns();
     size_t cma = (size_t)BR_PARAM_INT(CMA_BYTES);
     /* With more ranks than cores, reading in place measured slower than the rings (4 ranks
      * on 2 cores: 10-25 % less from 256 KiB to 1 MiB, docs/performance.md): a reader's
@@ -503,14 +530,18 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
         br_transport_arena_setup(tc, comm->oneshot_bytes, cma, (size_t)BR_PARAM_INT(CMA_MAX_BYTES)),
         res, fail);
     comm->ec->arena = tc->arena;
+    t[5] = br_time_ns();
     BR_CHECK_GOTO(br_comm_tune_setup(comm), res, fail);
     BR_CHECK_GOTO(br_comm_check_consistency(comm), res, fail);
     BR_CHECK_GOTO(br_comm_cuda_setup(comm), res, fail);
+    t[6] = br_time_ns();
     BR_CHECK_GOTO(br_bootstrap_barrier(tc->boot), res, fail);
+    t[7] = br_time_ns();
     comm->magic = BR_COMM_MAGIC;
     atomic_store_explicit(&comm->refs, 1, memory_order_release); /* the registry's */
     BR_CHECK_GOTO(registry_add(comm), res, fail);
     BR_CHECK_GOTO(br_comm_dump_attach(comm), res, fail); /* comm_dump.c */
+    log_phases(rank, t0, t);
     BR_INFO(NCCL_INIT,
             "ncclCommInitRank comm %p rank %d nranks %d commId 0x%llx - Init COMPLETE "
             "(%.3f s)",
