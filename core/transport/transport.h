@@ -110,6 +110,7 @@ typedef struct {
     int p2p_disable;
     int collnet_enable;    /* NCCL_COLLNET_ENABLE */
     int collnet_threshold; /* NCCL_COLLNET_NODE_THRESHOLD */
+    int topo_share;        /* takes its topology from its host's first such rank */
     char host[64];
 } br_peer_info_t;
 
