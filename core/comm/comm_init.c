@@ -251,6 +251,21 @@ static int net_channel_cap(const br_transport_comm_t *tc, int nch)
     return nch;
 }
 
+/* Bytes of the node arena's large buffers, all ranks together, unless the user set
+ * BRAID_ONESHOT_BYTES: every process maps (and touches) every rank's buffers, so the
+ * arena must not grow with the rank count. 32 MiB leaves the 64 KiB default in place up
+ * to 64 ranks; at 256 it was 136 MiB, mapped by each of the 256 processes. */
+#define BR_ARENA_BUDGET (32u << 20)
+
+/* This rank's one-shot limit: BRAID_ONESHOT_BYTES, capped by the arena budget when it is
+ * the default. Every rank computes the same cap (the min over ranks is taken anyway). */
+static int64_t oneshot_bytes(int nranks)
+{
+    int64_t v = BR_PARAM_INT(ONESHOT_BYTES);
+    int64_t cap = (int64_t)(BR_ARENA_BUDGET / ((size_t)nranks * BR_ARENA_NBUF)) & ~(int64_t)63;
+    return param_is_default("BRAID_ONESHOT_BYTES") && cap < v ? cap : v;
+}
+
 static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
 {
     memset(pi, 0, sizeof(*pi));
@@ -262,7 +277,7 @@ static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
     pi->comm_ptr = (uint64_t)(uintptr_t)comm;
     pi->buffsize = BR_PARAM_INT(BUFFSIZE);
     pi->ll_buffsize = BR_PARAM_INT(LL_BUFFSIZE);
-    pi->oneshot_bytes = BR_PARAM_INT(ONESHOT_BYTES);
+    pi->oneshot_bytes = oneshot_bytes(comm->nranks);
     pi->pipeline = (int)BR_PARAM_INT(RING_PIPELINE);
     pi->p2p_chunk = BR_PARAM_INT(P2P_NET_CHUNKSIZE);
     pi->nchannels = (int)clamp64(BR_PARAM_INT(NCHANNELS), BR_PARAM_INT(MIN_NCHANNELS),
