@@ -581,6 +581,35 @@ static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
     return ncclSuccess;
 }
 
+/* Ranks per core above which shm FIFOs are not written through at setup. */
+#define BR_PREFAULT_RANKS_PER_CPU 4
+
+/* What follows from how many ranks share this machine's cores: waiters yield instead of
+ * spinning once there are more ranks than cores, and FIFOs are prefaulted only while
+ * there are at most BR_PREFAULT_RANKS_PER_CPU ranks per core (BRAID_FIFO_PREFAULT). Prefaulting
+ * spares the first operations their page faults, but each rank writes every page of its FIFOs (17
+ * MiB with 2 channels and the default 4 MiB buffers), and with 64 ranks on 2 cores that
+ * was 0.8 s of init, with 256 several seconds, for pages an init-and-exit job never uses. */
+static void host_policy(ncclComm_t comm)
+{
+    const br_transport_comm_t *tc = comm->tc;
+    int local = 0, sharing = 0, rank = comm->rank;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int i = 0; i < comm->nranks; i++) {
+        local += tc->peers[i].host_hash == tc->peers[rank].host_hash;
+        sharing += tc->peers[i].machine_hash == tc->peers[rank].machine_hash;
+    }
+    /* Ranks that pretend to be on other hosts (NCCL_HOSTID) still share the cores. */
+    comm->ec->oversubscribed = cpus > 0 && sharing > cpus;
+    int64_t prefault = BR_PARAM_INT(FIFO_PREFAULT);
+    comm->tc->fifo_prefault =
+        prefault >= 0 ? prefault != 0 : cpus <= 0 || sharing <= BR_PREFAULT_RANKS_PER_CPU * cpus;
+    BR_INFO(NCCL_INIT, "comm %p rank %d nRanks %d localRanks %d cpus %ld%s%s", (void *)comm, rank,
+            comm->nranks, local, cpus,
+            comm->ec->oversubscribed ? " (oversubscribed: waiters yield instead of spinning)" : "",
+            comm->tc->fifo_prefault ? "" : " (FIFO pages are faulted in on first use)");
+}
+
 /* Where init's time went, phase by phase (the ends in t[], from t0): what a slow init at
  * scale is profiled with. */
 static void log_phases(int rank, uint64_t t0, const uint64_t *t)
@@ -661,20 +690,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
         }
     }
     comm->ec->nchannels = nch;
-    {
-        int local = 0, sharing = 0;
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        for (int i = 0; i < nranks; i++) {
-            local += tc->peers[i].host_hash == tc->peers[rank].host_hash;
-            sharing += tc->peers[i].machine_hash == tc->peers[rank].machine_hash;
-        }
-        /* Ranks that pretend to be on other hosts (NCCL_HOSTID) still share the cores. */
-        comm->ec->oversubscribed = cpus > 0 && sharing > cpus;
-        BR_INFO(NCCL_INIT, "comm %p rank %d nRanks %d localRanks %d cpus %ld%s", (void *)comm, rank,
-                nranks, local, cpus,
-                comm->ec->oversubscribed ? " (oversubscribed: waiters yield instead of spinning)"
-                                         : "");
-    }
+    host_policy(comm);
     if (tc->buffsize < BR_STEPS * 64 || tc->p2p_chunk < 64 || tc->ll_buffsize < 0) {
         BR_WARN(NCCL_INIT,
                 "NCCL_BUFFSIZE %lld, NCCL_LL_BUFFSIZE %lld or NCCL_P2P_NET_CHUNKSIZE %lld is too "

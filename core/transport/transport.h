@@ -236,6 +236,7 @@ typedef struct br_transport_comm {
     int64_t p2p_chunk;     /* agreed by all ranks: p2p step bytes */
     br_net_t *net;         /* loaded net plugin, or NULL */
     int traffic_class;     /* ncclConfig_t.trafficClass, or -1 (for a failover's plugin) */
+    int fifo_prefault;     /* shm FIFOs get every page written at setup, else on first use */
     int net_required;      /* NCCL_NET named the network: failover never leaves it */
     int *net_fid;          /* 2 x nranks: net connections made so far with each peer, receive
                             * ones then send ones; numbers a connection alike at both ends */
