@@ -238,6 +238,12 @@ typedef struct br_transport_comm {
     int traffic_class;     /* ncclConfig_t.trafficClass, or -1 (for a failover's plugin) */
     int fifo_prefault;     /* shm FIFOs get every page written at setup, else on first use */
     int net_required;      /* NCCL_NET named the network: failover never leaves it */
+    /* The plugin devices this rank's net connections use, by affinity (the NIC the topology
+     * placed it near, then those as near, in turn over lanes), valid for net_pref_of only;
+     * none: connections are spread over every device in use. Set by comm_channels.c. */
+    int net_pref[BR_NET_MAX_DEVS];
+    int net_npref;
+    const br_net_t *net_pref_of;
     int *net_fid;          /* 2 x nranks: net connections made so far with each peer, receive
                             * ones then send ones; numbers a connection alike at both ends */
     struct br_proxy *proxy;
