@@ -224,7 +224,7 @@ ncclResult_t br_comm_channels_setup(ncclComm_t comm)
 
     /* Every rank builds the graph from everyone's place, so all build the same one. */
     BR_CHECK(br_calloc(&places, (size_t)comm->nranks, "graph setup"));
-    place_self(comm, -1, &places[comm->rank]);
+    place_self(comm, br_comm_topo_gpu(comm), &places[comm->rank]);
     res = br_bootstrap_allgather(tc->boot, places, sizeof(*places));
     if (res == ncclSuccess) {
         res = br_graph_build_places(comm->nranks, places, &opts, &comm->graph);

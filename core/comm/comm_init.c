@@ -648,6 +648,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     BR_CHECK(br_comm_env_init());
     BR_CHECK_GOTO(comm_alloc(&comm, nranks, rank), res, fail);
     config_apply(comm, config);
+    comm->init_dev = br_comm_init_device(); /* before placement: the rank's GPU */
     tc = comm->tc;
     comm->comm_hash = br_hash_bytes(id, sizeof(*id), 0x62726169);
     tc->comm_hash = comm->comm_hash;
