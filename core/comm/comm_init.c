@@ -585,11 +585,12 @@ static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
 #define BR_PREFAULT_RANKS_PER_CPU 4
 
 /* What follows from how many ranks share this machine's cores: waiters yield instead of
- * spinning once there are more ranks than cores, and FIFOs are prefaulted only while
- * there are at most BR_PREFAULT_RANKS_PER_CPU ranks per core (BRAID_FIFO_PREFAULT). Prefaulting
- * spares the first operations their page faults, but each rank writes every page of its FIFOs (17
- * MiB with 2 channels and the default 4 MiB buffers), and with 64 ranks on 2 cores that
- * was 0.8 s of init, with 256 several seconds, for pages an init-and-exit job never uses. */
+ * spinning once there are more ranks than cores, and shared memory is prefaulted only
+ * while there are at most BR_PREFAULT_RANKS_PER_CPU ranks per core (BRAID_FIFO_PREFAULT).
+ * Prefaulting spares the first operations their page faults, but each rank writes every
+ * page of its FIFOs (17 MiB with 2 channels and the default 4 MiB buffers) and maps every
+ * page of the node arena: with 64 ranks on 2 cores that was 0.8 s of init, with 256
+ * several seconds, for pages an init-and-exit job never uses. */
 static void host_policy(ncclComm_t comm)
 {
     const br_transport_comm_t *tc = comm->tc;
@@ -602,12 +603,12 @@ static void host_policy(ncclComm_t comm)
     /* Ranks that pretend to be on other hosts (NCCL_HOSTID) still share the cores. */
     comm->ec->oversubscribed = cpus > 0 && sharing > cpus;
     int64_t prefault = BR_PARAM_INT(FIFO_PREFAULT);
-    comm->tc->fifo_prefault =
+    comm->tc->shm_prefault =
         prefault >= 0 ? prefault != 0 : cpus <= 0 || sharing <= BR_PREFAULT_RANKS_PER_CPU * cpus;
     BR_INFO(NCCL_INIT, "comm %p rank %d nRanks %d localRanks %d cpus %ld%s%s", (void *)comm, rank,
             comm->nranks, local, cpus,
             comm->ec->oversubscribed ? " (oversubscribed: waiters yield instead of spinning)" : "",
-            comm->tc->fifo_prefault ? "" : " (FIFO pages are faulted in on first use)");
+            comm->tc->shm_prefault ? "" : " (shared memory pages are faulted in on first use)");
 }
 
 /* Where init's time went, phase by phase (the ends in t[], from t0): what a slow init at

@@ -236,7 +236,8 @@ typedef struct br_transport_comm {
     int64_t p2p_chunk;     /* agreed by all ranks: p2p step bytes */
     br_net_t *net;         /* loaded net plugin, or NULL */
     int traffic_class;     /* ncclConfig_t.trafficClass, or -1 (for a failover's plugin) */
-    int fifo_prefault;     /* shm FIFOs get every page written at setup, else on first use */
+    int shm_prefault;      /* shm FIFOs and the node arena are written or mapped through at
+                            * setup, else each page is faulted in on first use */
     int net_required;      /* NCCL_NET named the network: failover never leaves it */
     /* The plugin devices this rank's net connections use, by affinity (the NIC the topology
      * placed it near, then those as near, in turn over lanes), valid for net_pref_of only;

@@ -27,7 +27,7 @@ static _Atomic unsigned shm_counter;
  * hypervisor may keep backed by one shared zero page), LL lines with flag 0 (no step).
  * Without prefault only the counters are written: the slots of a fresh segment read as
  * zeros, which for LL lines is flag 0 as well, and each page is faulted in on first use
- * (tc->fifo_prefault says why). */
+ * (tc->shm_prefault says why). */
 static void fifo_init(br_conn_t *conn, void *base, size_t size, int prefault)
 {
     size_t ctrl = br_transport_ctrl_bytes();
@@ -114,14 +114,14 @@ static ncclResult_t shm_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_
         return ncclSystemError;
     }
     base = mmap(NULL, size, PROT_READ | PROT_WRITE,
-                MAP_SHARED | (tc->fifo_prefault ? MAP_POPULATE : 0), fd, 0);
+                MAP_SHARED | (tc->shm_prefault ? MAP_POPULATE : 0), fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
         BR_WARN(NCCL_SHM, "rank %d: mmap of %s failed: %s", tc->rank, conn->shm_name,
                 strerror(errno));
         return ncclSystemError;
     }
-    fifo_init(conn, base, size, tc->fifo_prefault);
+    fifo_init(conn, base, size, tc->shm_prefault);
     snprintf(blob->shm_name, sizeof(blob->shm_name), "%s", conn->shm_name);
     return ncclSuccess;
 }
@@ -139,7 +139,7 @@ static ncclResult_t shm_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
         return ncclSystemError;
     }
     base = mmap(NULL, size, PROT_READ | PROT_WRITE,
-                MAP_SHARED | (tc->fifo_prefault ? MAP_POPULATE : 0), fd, 0);
+                MAP_SHARED | (tc->shm_prefault ? MAP_POPULATE : 0), fd, 0);
     close(fd);
     /* Both ends have it mapped (or we failed): the name is no longer needed. */
     shm_unlink(blob->shm_name);
@@ -150,7 +150,7 @@ static ncclResult_t shm_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
     }
     /* Write-touch every slot page (rewriting the byte it holds: nothing is in flight
      * yet), so the first real sends do not take write faults. */
-    for (size_t off = br_transport_ctrl_bytes(); tc->fifo_prefault && off < size; off += 4096) {
+    for (size_t off = br_transport_ctrl_bytes(); tc->shm_prefault && off < size; off += 4096) {
         ((volatile char *)base)[off] = ((volatile char *)base)[off];
     }
     br_transport_layout(conn, base);
