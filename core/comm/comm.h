@@ -66,6 +66,11 @@ int br_comm_init_device(void);
 /* The GPU (index in comm->topo) of comm->init_dev: by PCI bus id when the driver gives
  * it, else the topology GPU whose `dev` is that index; -1 when none. Logs the match. */
 int br_comm_topo_gpu(ncclComm_t comm);
+/* The process's topology for comm (comm->topo: detected by the host's first rank and
+ * received by the others, or loaded from NCCL_TOPO_FILE) and its "Topology:" summary.
+ * Collective over the host's ranks; fails only on a bad NCCL_TOPO_FILE or when the rank
+ * it receives from fails or dies (a WARN names it). comm_topo.c. */
+ncclResult_t br_comm_topo_setup(ncclComm_t comm);
 /* Bind the communicator to comm->init_dev and join the CUDA executor, or note why not. */
 ncclResult_t br_comm_cuda_setup(ncclComm_t comm);
 
