@@ -2,7 +2,7 @@
 /*
  * bootstrap: how ranks find each other before any transport exists. A unique id holds
  * the root's address and a random secret; every rank checks in with the root, learns its
- * ring successor, and the ranks form a TCP ring for allgathers. Out-of-band send/recv
+ * ring neighbours and its log2(nranks) allgather partners, and connects to them. Out-of-band send/recv
  * between any two ranks carries connection setup. Every connection presents the secret;
  * one that does not is dropped and logged. Every wait is bounded (BRAID_BOOTSTRAP_TIMEOUT)
  * and fails naming the rank(s) it waited for.
@@ -45,7 +45,7 @@ ncclResult_t br_bootstrap_check_unique_id(const ncclUniqueId *id);
 ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
                                br_bootstrap_t **boot_p);
 
-/* Ring allgather: data holds nranks slots of size bytes; this rank's slot is filled on
+/* Allgather in ceil(log2(nranks)) rounds: data holds nranks slots of size bytes; this rank's slot is filled on
  * entry, every slot on return. */
 ncclResult_t br_bootstrap_allgather(br_bootstrap_t *boot, void *data, size_t size);
 

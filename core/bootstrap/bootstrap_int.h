@@ -19,7 +19,7 @@
 /* First field of every unique id made here: "BraidId1" read as little-endian bytes. */
 #define BR_BOOT_ID_MAGIC 0x3164496469617242ull
 /* Wire protocol version, checked at every hello. */
-#define BR_BOOT_PROTO 1u
+#define BR_BOOT_PROTO 2u
 /* The id was made from NCCL_COMM_ID: rank 0 starts the root inside init. */
 #define BR_BOOT_FLAG_COMM_ID 0x1u
 #define BR_BOOT_FLAGS_KNOWN BR_BOOT_FLAG_COMM_ID
@@ -29,6 +29,8 @@
 #define BR_BOOT_REASON_LEN 256
 /* Largest out-of-band message accepted; anything bigger is a corrupt stream. */
 #define BR_BOOT_MAX_MSG (1ull << 30)
+/* Allgather partners a rank is told of: rank - 2^k for 2^k < nranks (nranks < 2^31). */
+#define BR_BOOT_HOPS 31
 /* Extra time a rank gives the root beyond the root's own deadline, for its answer. */
 #define BR_BOOT_ANSWER_GRACE_NS (2ull * 1000000000ull)
 /* The secret of an NCCL_COMM_ID handle: from the address and the job's identity ("NAME=value"
@@ -65,6 +67,10 @@ typedef struct {
     br_socket_addr_t next; /* ring successor's listener */
     br_socket_addr_t prev; /* ring predecessor's listener */
     char msg[BR_BOOT_MSG_LEN];
+    /* hop[k]: the listener of rank (rank - 2^k) mod nranks, whom the allgather's round k
+     * sends to (bootstrap_init.c); only the first ceil(log2(nranks)) are set. */
+    br_socket_addr_t hop[BR_BOOT_HOPS];
+    uint32_t pad2;
 } br_boot_answer_t;
 
 /* Kinds of connection to a rank's listener. */
@@ -122,7 +128,7 @@ typedef struct {
 _Static_assert(sizeof(br_boot_handle_t) <= NCCL_UNIQUE_ID_BYTES, "unique id too small");
 _Static_assert(sizeof(br_boot_handle_t) == 48, "handle layout");
 _Static_assert(sizeof(br_boot_checkin_t) == 120, "checkin layout");
-_Static_assert(sizeof(br_boot_answer_t) == 584, "answer layout");
+_Static_assert(sizeof(br_boot_answer_t) == 584 + BR_BOOT_HOPS * 28 + 4, "answer layout");
 _Static_assert(sizeof(br_boot_hello_t) == 24, "hello layout");
 _Static_assert(sizeof(br_boot_frame_t) == 16, "frame layout");
 _Static_assert(sizeof(br_boot_peer_t) == 96, "peer layout");

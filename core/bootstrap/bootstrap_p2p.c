@@ -674,7 +674,7 @@ ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
     if (m == NULL) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
                 "bootstrap: rank %d gave up waiting for a %s message (tag %d) from %s: %s",
-                boot->rank, kind == BR_BOOT_MSG_RING ? "ring" : "point-to-point", tag, who, why);
+                boot->rank, kind == BR_BOOT_MSG_RING ? "collective" : "point-to-point", tag, who, why);
         return res;
     }
     if (m->size != size) {

@@ -352,7 +352,7 @@ static void root_fail(root_t *rt, ncclResult_t res, const char *fmt, ...)
     rt->done = rt->nanswered >= rt->nranks;
 }
 
-/* Every rank is here: give each its ring neighbours. */
+/* Every rank is here: give each its ring neighbours and allgather partners. */
 static void root_succeed(root_t *rt)
 {
     int n = rt->nranks;
@@ -364,6 +364,9 @@ static void root_succeed(root_t *rt)
         ans.res = ncclSuccess;
         ans.next = rt->info[(r + 1) % n].addr;
         ans.prev = rt->info[(r + n - 1) % n].addr;
+        for (int k = 0; k < BR_BOOT_HOPS && (1 << k) < n; k++) {
+            ans.hop[k] = rt->info[(r + n - (1 << k)) % n].addr;
+        }
         answer(rt, &rt->fds[r], &ans);
     }
     BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap root at %s: all %d ranks checked in",

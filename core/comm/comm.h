@@ -50,6 +50,7 @@ struct ncclComm {
     int flush;           /* what the last holder frees it with */
     _Atomic int shrinks; /* ncclCommShrink calls on it (numbers their messages) */
     char cuda_why[160];  /* why it has no CUDA device ("": it has one, ec->cuda_dev) */
+    int init_dev;        /* the device it is bound to, resolved as init starts; -1 none */
 };
 
 /* The CUDA device of the next communicator this thread creates: BR_COMM_DEVICE_CURRENT
@@ -59,7 +60,18 @@ struct ncclComm {
 void br_comm_set_init_device(int device);
 /* The calling thread's current device (-1: the process does not use CUDA). */
 int br_comm_capture_device(void);
-/* Bind the communicator to its device and join the CUDA executor, or note why not. */
+/* The device the communicator being created by this thread is bound to (its init
+ * device, else the current one), -1 without CUDA: known before the topology placement. */
+int br_comm_init_device(void);
+/* The GPU (index in comm->topo) of comm->init_dev: by PCI bus id when the driver gives
+ * it, else the topology GPU whose `dev` is that index; -1 when none. Logs the match. */
+int br_comm_topo_gpu(ncclComm_t comm);
+/* The process's topology for comm (comm->topo: detected by the host's first rank and
+ * received by the others, or loaded from NCCL_TOPO_FILE) and its "Topology:" summary.
+ * Collective over the host's ranks; fails only on a bad NCCL_TOPO_FILE or when the rank
+ * it receives from fails or dies (a WARN names it). comm_topo.c. */
+ncclResult_t br_comm_topo_setup(ncclComm_t comm);
+/* Bind the communicator to comm->init_dev and join the CUDA executor, or note why not. */
 ncclResult_t br_comm_cuda_setup(ncclComm_t comm);
 /* The function stagers run host calls with (the group layer's br_group_run_host), set by
  * the group layer before it creates a communicator. */

@@ -120,9 +120,50 @@ static size_t ll_wire_bytes(const br_transport_comm_t *tc, size_t step)
     return ll < step ? ll : step;
 }
 
-/* This rank's place in its node's topology (no GPU is bound to a rank yet: it is placed
- * by its CPU set), with an INFO naming its NIC and why. */
-static void place_self(ncclComm_t comm, br_topo_place_t *pl)
+/* The plugin device (among those in use) named `name`, -1 if none. */
+static int net_dev_by_name(const br_net_t *net, const char *name)
+{
+    for (int i = 0; name != NULL && i < net->nused; i++) {
+        if (strcmp(net->used_name[i], name) == 0) {
+            return net->used[i];
+        }
+    }
+    return -1;
+}
+
+/* Hand the NICs the placement chose to the net transport: the rank's own first, then the
+ * others as near, in turn, each by its name among the plugin's devices. Returns the
+ * plugin device of the rank's own NIC, -1 when the plugin has no device of that name (a
+ * topology file of another machine): then connections are spread over every device. */
+static int net_prefer(ncclComm_t comm, const br_topo_place_t *pl)
+{
+    br_transport_comm_t *tc = comm->tc;
+    int nn = br_topo_count(comm->topo, BR_TOPO_NET), own = -1;
+
+    tc->net_npref = 0;
+    tc->net_pref_of = tc->net;
+    if (tc->net == NULL || pl->net < 0) {
+        return -1;
+    }
+    for (int k = 0; k < nn && tc->net_npref < BR_NET_MAX_DEVS; k++) {
+        int i = (pl->net + k) % nn;
+        if (i >= 64 || !(pl->net_near >> i & 1)) {
+            continue;
+        }
+        int dev =
+            net_dev_by_name(tc->net, br_topo_net_name(br_topo_node(comm->topo, BR_TOPO_NET, i)));
+        own = k == 0 ? dev : own;
+        if (dev >= 0 && own >= 0) {
+            tc->net_pref[tc->net_npref++] = dev;
+        }
+    }
+    return own;
+}
+
+/* This rank's place in its node's topology: on the GPU it is bound to when the topology
+ * has it (gpu, a topology GPU index, else -1), else by its CPU set, with an INFO naming
+ * its NIC, the net device its connections use and why. */
+static void place_self(ncclComm_t comm, int gpu, br_topo_place_t *pl)
 {
     br_transport_comm_t *tc = comm->tc;
     char why[256];
@@ -141,14 +182,31 @@ static void place_self(ncclComm_t comm, br_topo_place_t *pl)
                                 .net_path = BR_TOPO_PATH_DIS,
                                 .intra_type = -1};
         *pl = none;
+        tc->net_npref = 0;
         return;
     }
-    br_topo_place(comm->topo, -1, -1, spread, pl, why, sizeof(why));
-    if (pl->net >= 0) {
-        BR_INFO(NCCL_INIT | NCCL_NET | NCCL_GRAPH, "rank %d uses NIC %d %s", comm->rank, pl->net,
-                why);
-    } else {
+    if (gpu >= 0) {
+        spread = br_topo_gpu_spread(comm->topo, gpu);
+    }
+    br_topo_place(comm->topo, gpu, -1, spread, pl, why, sizeof(why));
+    if (pl->net < 0) {
         BR_INFO(NCCL_INIT | NCCL_NET | NCCL_GRAPH, "rank %d uses no NIC: %s", comm->rank, why);
+        return;
+    }
+    int dev = net_prefer(comm, pl);
+    if (tc->net == NULL) {
+        BR_INFO(NCCL_INIT | NCCL_NET | NCCL_GRAPH, "rank %d uses NIC %d %s (no net plugin)",
+                comm->rank, pl->net, why);
+    } else if (dev < 0) {
+        BR_INFO(NCCL_INIT | NCCL_NET | NCCL_GRAPH,
+                "rank %d is nearest to NIC %d %s; network %s has no device of that name, so "
+                "its connections are spread over the %d device%s in use",
+                comm->rank, pl->net, why, tc->net->name, tc->net->nused,
+                tc->net->nused == 1 ? "" : "s");
+    } else {
+        BR_INFO(NCCL_INIT | NCCL_NET | NCCL_GRAPH, "rank %d uses NIC %d %s; network %s device %d%s",
+                comm->rank, pl->net, why, tc->net->name, dev,
+                tc->net_npref > 1 ? " first, channels taking turns over the NICs as near" : "");
     }
 }
 
@@ -166,7 +224,7 @@ ncclResult_t br_comm_channels_setup(ncclComm_t comm)
 
     /* Every rank builds the graph from everyone's place, so all build the same one. */
     BR_CHECK(br_calloc(&places, (size_t)comm->nranks, "graph setup"));
-    place_self(comm, &places[comm->rank]);
+    place_self(comm, br_comm_topo_gpu(comm), &places[comm->rank]);
     res = br_bootstrap_allgather(tc->boot, places, sizeof(*places));
     if (res == ncclSuccess) {
         res = br_graph_build_places(comm->nranks, places, &opts, &comm->graph);

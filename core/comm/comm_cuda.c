@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A communicator and CUDA: the device it is bound to (the calling thread's current device
- * when it was created, as NCCL's cudaGetDevice; ncclCommInitAll's device list), or why it
- * has none, and its place in the CUDA executor's clique.
+ * when it was created, as NCCL's cudaGetDevice; ncclCommInitAll's device list), resolved
+ * as init starts so that the topology places the rank on that GPU, or why it has none,
+ * and its place in the CUDA executor's clique.
  */
 #include <stdatomic.h>
 #include <stdio.h>
 
 #include "comm.h"
+#include "topo.h"
 #include "util.h"
 #include "util_cuda.h"
 
@@ -30,12 +32,59 @@ int br_comm_capture_device(void)
     return br_cuda_current_device();
 }
 
+int br_comm_init_device(void)
+{
+    return init_device == BR_COMM_DEVICE_CURRENT ? br_cuda_current_device() : init_device;
+}
+
+/* The topology GPU with this PCI bus id (as the driver writes it), -1 if none. */
+static int gpu_by_busid(const br_topo_t *topo, int dev)
+{
+    const br_cuda_t *cu = br_cuda_in_process() ? br_cuda(NULL) : NULL;
+    char busid[32];
+    br_cu_device_t d;
+
+    if (cu == NULL || cu->DeviceGetPCIBusId == NULL || dev >= cu->ndevices ||
+        cu->DeviceGet(&d, dev) != BR_CU_SUCCESS ||
+        cu->DeviceGetPCIBusId(busid, (int)sizeof(busid), d) != BR_CU_SUCCESS) {
+        return -1;
+    }
+    busid[sizeof(busid) - 1] = '\0';
+    return br_topo_find_gpu(topo, busid);
+}
+
+int br_comm_topo_gpu(ncclComm_t comm)
+{
+    int dev = comm->init_dev, g = -1;
+    const char *how = "PCI bus id";
+
+    if (dev < 0 || comm->topo == NULL || br_topo_count(comm->topo, BR_TOPO_GPU) == 0) {
+        return -1;
+    }
+    g = gpu_by_busid(comm->topo, dev);
+    for (int i = 0; g < 0 && i < br_topo_count(comm->topo, BR_TOPO_GPU); i++) {
+        if (br_topo_gpu_dev(br_topo_node(comm->topo, BR_TOPO_GPU, i)) == dev) {
+            g = i;
+            how = "dev index";
+        }
+    }
+    if (g < 0) {
+        BR_INFO(NCCL_INIT | NCCL_GRAPH,
+                "rank %d: CUDA device %d is no GPU of the topology: placed by its CPU set",
+                comm->rank, dev);
+        return -1;
+    }
+    BR_INFO(NCCL_INIT | NCCL_GRAPH, "rank %d: CUDA device %d is the topology's GPU %d (%s, by %s)",
+            comm->rank, dev, g, br_topo_node_busid(br_topo_node(comm->topo, BR_TOPO_GPU, g)), how);
+    return g;
+}
+
 ncclResult_t br_comm_cuda_setup(ncclComm_t comm)
 {
     const br_transport_comm_t *tc = comm->tc;
     const char *why = NULL;
     int staged = 0;
-    int dev = init_device == BR_COMM_DEVICE_CURRENT ? br_cuda_current_device() : init_device;
+    int dev = comm->init_dev;
 
     comm->ec->cuda_dev = -1;
     if (BR_PARAM_INT(CUDA) == 0) {

@@ -2,7 +2,7 @@
 /*
  * Communicator init and teardown. Init: bootstrap, allgather of peer info, agreement on
  * channels and buffer sizes (minimum over ranks, so every rank cuts operations alike),
- * the net plugin, the machine's topology (core/topo, built once per process), the
+ * the net plugin, the machine's topology (comm_topo.c: one detection per host), the
  * channels (comm_channels.c: graph, ring and tree connections), the node arena, and the
  * plan with its plugins (comm_tune.c). A process-wide registry of live communicators lets
  * the API reject stale handles.
@@ -15,6 +15,8 @@
 #include "comm.h"
 #include "topo.h"
 #include "util.h"
+
+#define BR_INIT_NPHASES 8
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static ncclComm_t *registry;
@@ -247,6 +249,21 @@ static int net_channel_cap(const br_transport_comm_t *tc, int nch)
     return nch;
 }
 
+/* Bytes of the node arena's large buffers, all ranks together, unless the user set
+ * BRAID_ONESHOT_BYTES: every process maps (and touches) every rank's buffers, so the
+ * arena must not grow with the rank count. 32 MiB leaves the 64 KiB default in place up
+ * to 64 ranks; at 256 it was 136 MiB, mapped by each of the 256 processes. */
+#define BR_ARENA_BUDGET (32u << 20)
+
+/* This rank's one-shot limit: BRAID_ONESHOT_BYTES, capped by the arena budget when it is
+ * the default. Every rank computes the same cap (the min over ranks is taken anyway). */
+static int64_t oneshot_bytes(int nranks)
+{
+    int64_t v = BR_PARAM_INT(ONESHOT_BYTES);
+    int64_t cap = (int64_t)(BR_ARENA_BUDGET / ((size_t)nranks * BR_ARENA_NBUF)) & ~(int64_t)63;
+    return param_is_default("BRAID_ONESHOT_BYTES") && cap < v ? cap : v;
+}
+
 static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
 {
     memset(pi, 0, sizeof(*pi));
@@ -258,7 +275,7 @@ static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
     pi->comm_ptr = (uint64_t)(uintptr_t)comm;
     pi->buffsize = BR_PARAM_INT(BUFFSIZE);
     pi->ll_buffsize = BR_PARAM_INT(LL_BUFFSIZE);
-    pi->oneshot_bytes = BR_PARAM_INT(ONESHOT_BYTES);
+    pi->oneshot_bytes = oneshot_bytes(comm->nranks);
     pi->pipeline = (int)BR_PARAM_INT(RING_PIPELINE);
     pi->p2p_chunk = BR_PARAM_INT(P2P_NET_CHUNKSIZE);
     pi->nchannels = (int)clamp64(BR_PARAM_INT(NCHANNELS), BR_PARAM_INT(MIN_NCHANNELS),
@@ -272,6 +289,7 @@ static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
     pi->p2p_disable = (int)BR_PARAM_INT(P2P_DISABLE);
     pi->collnet_enable = (int)BR_PARAM_INT(COLLNET_ENABLE);
     pi->collnet_threshold = (int)BR_PARAM_INT(COLLNET_NODE_THRESHOLD);
+    pi->topo_share = BR_PARAM_INT(TOPO_SHARE) != 0 && BR_PARAM_STR(TOPO_FILE) == NULL;
     snprintf(pi->host, sizeof(pi->host), "%s", br_host_name());
 }
 
@@ -322,46 +340,6 @@ static ncclResult_t net_setup(ncclComm_t comm, int needed)
     return ncclSuccess;
 }
 
-/* The process's topology (built by the first init that gets here, with the net plugin's
- * devices as its NICs) and this rank's "Topology:" summary; the graph places the rank in it
- * (comm_channels.c). Only a bad NCCL_TOPO_FILE may fail init. */
-static ncclResult_t topo_setup(ncclComm_t comm)
-{
-    br_net_t *net = comm->tc->net;
-    br_topo_nic_info_t *nics = NULL;
-    const br_topo_t *topo = NULL;
-    const char *source = NULL;
-    int n = 0;
-
-    if (net != NULL && net->ndev > 0 && (nics = calloc((size_t)net->ndev, sizeof(*nics))) == NULL) {
-        BR_INFO(NCCL_INIT | NCCL_GRAPH, "rank %d: out of memory listing NICs for the topology",
-                comm->rank);
-    }
-    for (int d = 0; nics != NULL && d < net->ndev; d++) {
-        ncclNetProperties_v12_t p;
-        memset(&p, 0, sizeof(p));
-        if (net->ops->get_properties(net, d, &p) != ncclSuccess) {
-            continue; /* logged by the plugin; the topology goes without this device */
-        }
-        nics[n++] = (br_topo_nic_info_t){.name = p.name,
-                                         .pci_path = p.pciPath,
-                                         .dev = d,
-                                         .speed = p.speed,
-                                         .port = p.port,
-                                         .guid = p.guid,
-                                         .latency = (int)p.latency,
-                                         .max_comms = p.maxComms,
-                                         .gdr = (p.ptrSupport & NCCL_PTR_CUDA) != 0};
-    }
-    ncclResult_t res = br_topo_system_get(nics, n, comm->rank, &topo, &source);
-    free(nics);
-    if (res == ncclSuccess) {
-        br_topo_log_summary(topo, source, comm->rank);
-        comm->topo = topo;
-    }
-    return res;
-}
-
 static void config_apply(ncclComm_t comm, const ncclConfig_t *config)
 {
     comm->blocking = 1;
@@ -404,6 +382,55 @@ static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
     return ncclSuccess;
 }
 
+/* Ranks per core above which shm FIFOs are not written through at setup. */
+#define BR_PREFAULT_RANKS_PER_CPU 4
+
+/* What follows from how many ranks share this machine's cores: waiters yield instead of
+ * spinning once there are more ranks than cores, and shared memory is prefaulted only
+ * while there are at most BR_PREFAULT_RANKS_PER_CPU ranks per core (BRAID_FIFO_PREFAULT).
+ * Prefaulting spares the first operations their page faults, but each rank writes every
+ * page of its FIFOs (17 MiB with 2 channels and the default 4 MiB buffers) and maps every
+ * page of the node arena: with 64 ranks on 2 cores that was 0.8 s of init, with 256
+ * several seconds, for pages an init-and-exit job never uses. */
+static void host_policy(ncclComm_t comm)
+{
+    const br_transport_comm_t *tc = comm->tc;
+    int local = 0, sharing = 0, rank = comm->rank;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int i = 0; i < comm->nranks; i++) {
+        local += tc->peers[i].host_hash == tc->peers[rank].host_hash;
+        sharing += tc->peers[i].machine_hash == tc->peers[rank].machine_hash;
+    }
+    /* Ranks that pretend to be on other hosts (NCCL_HOSTID) still share the cores. */
+    comm->ec->oversubscribed = cpus > 0 && sharing > cpus;
+    int64_t prefault = BR_PARAM_INT(FIFO_PREFAULT);
+    comm->tc->shm_prefault =
+        prefault >= 0 ? prefault != 0 : cpus <= 0 || sharing <= BR_PREFAULT_RANKS_PER_CPU * cpus;
+    BR_INFO(NCCL_INIT, "comm %p rank %d nRanks %d localRanks %d cpus %ld%s%s", (void *)comm, rank,
+            comm->nranks, local, cpus,
+            comm->ec->oversubscribed ? " (oversubscribed: waiters yield instead of spinning)" : "",
+            comm->tc->shm_prefault ? "" : " (shared memory pages are faulted in on first use)");
+}
+
+/* Where init's time went, phase by phase (the ends in t[], from t0): what a slow init at
+ * scale is profiled with. */
+static void log_phases(int rank, uint64_t t0, const uint64_t *t)
+{
+    static const char *const names[BR_INIT_NPHASES] = {
+        "bootstrap", "peer info", "net", "topology", "channels", "arena", "tune", "barrier"};
+    char buf[256];
+    size_t len = 0;
+    uint64_t prev = t0;
+    buf[0] = '\0';
+    for (int i = 0; i < BR_INIT_NPHASES && len < sizeof(buf); i++) {
+        int n = snprintf(buf + len, sizeof(buf) - len, "%s%s %.1f", i ? ", " : "", names[i],
+                         (double)(t[i] - prev) * 1e-6);
+        len += n > 0 ? (size_t)n : 0;
+        prev = t[i];
+    }
+    BR_INFO(NCCL_INIT, "rank %d init phases (ms): %s", rank, buf);
+}
+
 ncclResult_t br_comm_env_init(void)
 {
     return br_plugin_env_open(BR_PARAM_STR(ENV_PLUGIN));
@@ -416,20 +443,24 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     ncclComm_t comm = NULL;
     br_transport_comm_t *tc;
     uint64_t t0 = br_time_ns();
+    uint64_t t[BR_INIT_NPHASES]; /* end of each phase, for the INFO breakdown */
     int needed = 0, nch = BR_MAX_CHANNELS;
 
     br_log_set_rank(rank);
     BR_CHECK(br_comm_env_init());
     BR_CHECK_GOTO(comm_alloc(&comm, nranks, rank), res, fail);
     config_apply(comm, config);
+    comm->init_dev = br_comm_init_device(); /* before placement: the rank's GPU */
     tc = comm->tc;
     comm->comm_hash = br_hash_bytes(id, sizeof(*id), 0x62726169);
     tc->comm_hash = comm->comm_hash;
     BR_INFO(NCCL_INIT, "ncclCommInitRank comm %p rank %d nranks %d commId 0x%llx - Init START",
             (void *)comm, rank, nranks, (unsigned long long)comm->comm_hash);
     BR_CHECK_GOTO(br_bootstrap_init(id, rank, nranks, &tc->boot), res, fail);
+    t[0] = br_time_ns();
     peer_info_fill(&tc->peers[rank], rank, comm);
     BR_CHECK_GOTO(br_bootstrap_allgather(tc->boot, tc->peers, sizeof(br_peer_info_t)), res, fail);
+    t[1] = br_time_ns();
     /* Every rank must cut operations alike: take the minimum of everyone's settings. */
     for (int i = 0; i < nranks; i++) {
         const br_peer_info_t *p = &tc->peers[i];
@@ -462,20 +493,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
         }
     }
     comm->ec->nchannels = nch;
-    {
-        int local = 0, sharing = 0;
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        for (int i = 0; i < nranks; i++) {
-            local += tc->peers[i].host_hash == tc->peers[rank].host_hash;
-            sharing += tc->peers[i].machine_hash == tc->peers[rank].machine_hash;
-        }
-        /* Ranks that pretend to be on other hosts (NCCL_HOSTID) still share the cores. */
-        comm->ec->oversubscribed = cpus > 0 && sharing > cpus;
-        BR_INFO(NCCL_INIT, "comm %p rank %d nRanks %d localRanks %d cpus %ld%s", (void *)comm, rank,
-                nranks, local, cpus,
-                comm->ec->oversubscribed ? " (oversubscribed: waiters yield instead of spinning)"
-                                         : "");
-    }
+    host_policy(comm);
     if (tc->buffsize < BR_STEPS * 64 || tc->p2p_chunk < 64 || tc->ll_buffsize < 0) {
         BR_WARN(NCCL_INIT,
                 "NCCL_BUFFSIZE %lld, NCCL_LL_BUFFSIZE %lld or NCCL_P2P_NET_CHUNKSIZE %lld is too "
@@ -486,8 +504,11 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
         goto fail;
     }
     BR_CHECK_GOTO(net_setup(comm, needed), res, fail);
-    BR_CHECK_GOTO(topo_setup(comm), res, fail);
+    t[2] = br_time_ns();
+    BR_CHECK_GOTO(br_comm_topo_setup(comm), res, fail); /* comm_topo.c */
+    t[3] = br_time_ns();
     BR_CHECK_GOTO(br_comm_channels_setup(comm), res, fail);
+    t[4] = br_time_ns();
     size_t cma = (size_t)BR_PARAM_INT(CMA_BYTES);
     /* With more ranks than cores, reading in place measured slower than the rings (4 ranks
      * on 2 cores: 10-25 % less from 256 KiB to 1 MiB, docs/performance.md): a reader's
@@ -503,14 +524,18 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
         br_transport_arena_setup(tc, comm->oneshot_bytes, cma, (size_t)BR_PARAM_INT(CMA_MAX_BYTES)),
         res, fail);
     comm->ec->arena = tc->arena;
+    t[5] = br_time_ns();
     BR_CHECK_GOTO(br_comm_tune_setup(comm), res, fail);
     BR_CHECK_GOTO(br_comm_check_consistency(comm), res, fail);
     BR_CHECK_GOTO(br_comm_cuda_setup(comm), res, fail);
+    t[6] = br_time_ns();
     BR_CHECK_GOTO(br_bootstrap_barrier(tc->boot), res, fail);
+    t[7] = br_time_ns();
     comm->magic = BR_COMM_MAGIC;
     atomic_store_explicit(&comm->refs, 1, memory_order_release); /* the registry's */
     BR_CHECK_GOTO(registry_add(comm), res, fail);
     BR_CHECK_GOTO(br_comm_dump_attach(comm), res, fail); /* comm_dump.c */
+    log_phases(rank, t0, t);
     BR_INFO(NCCL_INIT,
             "ncclCommInitRank comm %p rank %d nranks %d commId 0x%llx - Init COMPLETE "
             "(%.3f s)",

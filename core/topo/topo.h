@@ -212,6 +212,22 @@ const char *br_topo_type_str(br_topo_type_t type);
 ncclResult_t br_topo_system_get(const br_topo_nic_info_t *nics, int nnics, int rank,
                                 const br_topo_t **topo_p, const char **source_p);
 
+/*
+ * Make the topology in `text` (len bytes of XML that rank `from`, another process of this
+ * host, detected and wrote with br_topo_to_text) the process's topology, unless the
+ * process has one already (then that one is kept). NULL text: the sender's detection
+ * failed, and so the process goes on without a topology. Writes NCCL_TOPO_DUMP_FILE as
+ * br_topo_system_get does. *source_p (may be NULL) gets "detected by rank N". Always
+ * succeeds (a text that does not parse is logged at INFO and treated as NULL).
+ * Thread-safe.
+ */
+ncclResult_t br_topo_system_adopt(const char *text, size_t len, int from, int rank,
+                                  const br_topo_t **topo_p, const char **source_p);
+
+/* The topology as XML in NCCL's schema, in a malloc'd buffer (*text_p, *len_p bytes, not
+ * NUL-terminated) the caller frees. */
+ncclResult_t br_topo_to_text(const br_topo_t *topo, char **text_p, size_t *len_p);
+
 /* Log the "Topology:" INFO summary for `rank`: counts, then each GPU and NET with its
  * path type and bandwidth to the process's CPU. */
 void br_topo_log_summary(const br_topo_t *topo, const char *source, int rank);

@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The process's topology: built once (NCCL_TOPO_FILE, else detection) under a mutex by
- * the first communicator init that asks, kept until exit and shared read-only by every
- * communicator; written to NCCL_TOPO_DUMP_FILE once; and the "Topology:" INFO summary
- * each rank prints at init.
+ * the first communicator init that asks, or adopted from the XML another process of the
+ * host detected (br_topo_system_adopt: one detection per host, comm_init.c sends it),
+ * kept until exit and shared read-only by every communicator; written to
+ * NCCL_TOPO_DUMP_FILE once; and the "Topology:" INFO summary each rank prints at init.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "topo_int.h"
@@ -17,6 +20,7 @@ static int system_built;       /* a topology was loaded or detection was tried *
 static int system_dumped;      /* NCCL_TOPO_DUMP_FILE written (or tried) */
 static br_topo_t *system_topo; /* NULL when detection failed */
 static const char *system_source;
+static char adopted_source[64]; /* "detected by rank N", for an adopted topology */
 
 /* Build the topology; called with system_lock held, until it succeeds. */
 static ncclResult_t system_build(const br_topo_nic_info_t *nics, int nnics)
@@ -46,6 +50,23 @@ static ncclResult_t system_build(const br_topo_nic_info_t *nics, int nnics)
     return ncclSuccess;
 }
 
+/* Write NCCL_TOPO_DUMP_FILE if this is the rank that writes it; called with system_lock. */
+static void dump_once(int rank)
+{
+    const char *dump = BR_PARAM_STR(TOPO_DUMP_FILE);
+    if (system_topo == NULL || dump == NULL || system_dumped ||
+        rank != (int)BR_PARAM_INT(TOPO_DUMP_FILE_RANK)) {
+        return;
+    }
+    system_dumped = 1;
+    if (br_topo_dump(system_topo, dump) == ncclSuccess) {
+        BR_INFO(NCCL_INIT | NCCL_GRAPH | NCCL_ENV,
+                "rank %d wrote the topology to %s "
+                "(NCCL_TOPO_DUMP_FILE)",
+                rank, dump);
+    }
+}
+
 ncclResult_t br_topo_system_get(const br_topo_nic_info_t *nics, int nnics, int rank,
                                 const br_topo_t **topo_p, const char **source_p)
 {
@@ -54,16 +75,8 @@ ncclResult_t br_topo_system_get(const br_topo_nic_info_t *nics, int nnics, int r
     if (!system_built) {
         res = system_build(nics, nnics);
     }
-    const char *dump = BR_PARAM_STR(TOPO_DUMP_FILE);
-    if (res == ncclSuccess && system_topo != NULL && dump != NULL && !system_dumped &&
-        rank == (int)BR_PARAM_INT(TOPO_DUMP_FILE_RANK)) {
-        system_dumped = 1;
-        if (br_topo_dump(system_topo, dump) == ncclSuccess) {
-            BR_INFO(NCCL_INIT | NCCL_GRAPH | NCCL_ENV,
-                    "rank %d wrote the topology to %s "
-                    "(NCCL_TOPO_DUMP_FILE)",
-                    rank, dump);
-        }
+    if (res == ncclSuccess) {
+        dump_once(rank);
     }
     pthread_mutex_unlock(&system_lock);
     *topo_p = res == ncclSuccess ? system_topo : NULL;
@@ -71,6 +84,60 @@ ncclResult_t br_topo_system_get(const br_topo_nic_info_t *nics, int nnics, int r
         *source_p = system_source;
     }
     return res;
+}
+
+ncclResult_t br_topo_system_adopt(const char *text, size_t len, int from, int rank,
+                                  const br_topo_t **topo_p, const char **source_p)
+{
+    ncclResult_t res = ncclSuccess;
+    pthread_mutex_lock(&system_lock);
+    if (!system_built) {
+        char name[64];
+        br_topo_t *topo = NULL;
+        snprintf(name, sizeof(name), "the topology rank %d detected", from);
+        /* The sender wrote it with br_topo_write: a parse failure is a bug, not user input,
+         * but it is still reported and init goes on without a topology, as when detection
+         * fails. */
+        if (text != NULL && br_topo_parse(text, len, name, &topo) != ncclSuccess) {
+            BR_INFO(NCCL_INIT | NCCL_GRAPH, "rank %d: %s does not parse (%s); going on without",
+                    rank, name, br_log_last_error());
+            topo = NULL;
+        }
+        snprintf(adopted_source, sizeof(adopted_source), "detected by rank %d", from);
+        system_topo = topo;
+        system_source = adopted_source;
+        system_built = 1;
+    }
+    dump_once(rank);
+    pthread_mutex_unlock(&system_lock);
+    *topo_p = system_topo;
+    if (source_p != NULL) {
+        *source_p = system_source;
+    }
+    return res;
+}
+
+ncclResult_t br_topo_to_text(const br_topo_t *topo, char **text_p, size_t *len_p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL) {
+        BR_WARN(NCCL_INIT | NCCL_GRAPH, "cannot write the topology to memory: %s", strerror(errno));
+        return ncclSystemError;
+    }
+    ncclResult_t res = br_topo_write(topo, f);
+    if (fclose(f) != 0 && res == ncclSuccess) {
+        BR_WARN(NCCL_INIT | NCCL_GRAPH, "cannot write the topology to memory: %s", strerror(errno));
+        res = ncclSystemError;
+    }
+    if (res != ncclSuccess) {
+        free(text);
+        return res;
+    }
+    *text_p = text;
+    *len_p = len;
+    return ncclSuccess;
 }
 
 /* One object's line: its path from the process's CPU. */

@@ -110,6 +110,7 @@ typedef struct {
     int p2p_disable;
     int collnet_enable;    /* NCCL_COLLNET_ENABLE */
     int collnet_threshold; /* NCCL_COLLNET_NODE_THRESHOLD */
+    int topo_share;        /* takes its topology from its host's first such rank */
     char host[64];
 } br_peer_info_t;
 
@@ -276,7 +277,15 @@ typedef struct br_transport_comm {
     int64_t p2p_chunk;     /* agreed by all ranks: p2p step bytes */
     br_net_t *net;         /* loaded net plugin, or NULL */
     int traffic_class;     /* ncclConfig_t.trafficClass, or -1 (for a failover's plugin) */
+    int shm_prefault;      /* shm FIFOs and the node arena are written or mapped through at
+                            * setup, else each page is faulted in on first use */
     int net_required;      /* NCCL_NET named the network: failover never leaves it */
+    /* The plugin devices this rank's net connections use, by affinity (the NIC the topology
+     * placed it near, then those as near, in turn over lanes), valid for net_pref_of only;
+     * none: connections are spread over every device in use. Set by comm_channels.c. */
+    int net_pref[BR_NET_MAX_DEVS];
+    int net_npref;
+    const br_net_t *net_pref_of;
     int *net_fid;          /* 2 x nranks: net connections made so far with each peer, receive
                             * ones then send ones; numbers a connection alike at both ends */
     struct br_proxy *proxy;

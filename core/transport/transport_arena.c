@@ -70,7 +70,8 @@ static void *arena_create(const br_transport_comm_t *tc, size_t size, char *name
         name[0] = '\0';
         return NULL;
     }
-    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                MAP_SHARED | (tc->shm_prefault ? MAP_POPULATE : 0), fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
         BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: no node arena: mmap of %s failed: %s", tc->rank,
@@ -92,7 +93,8 @@ static void *arena_attach(const br_transport_comm_t *tc, size_t size, const char
                 name, strerror(errno));
         return NULL;
     }
-    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                MAP_SHARED | (tc->shm_prefault ? MAP_POPULATE : 0), fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
         BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: mmap of rank 0's node arena %s failed: %s",

@@ -24,18 +24,24 @@
 static _Atomic unsigned shm_counter;
 
 /* A new FIFO: zeroed counters, Simple slots written with a pattern (not zeros, which a
- * hypervisor may keep backed by one shared zero page), LL lines with flag 0 (no step). */
-static void fifo_init(br_conn_t *conn, void *base, size_t size)
+ * hypervisor may keep backed by one shared zero page), LL lines with flag 0 (no step).
+ * Without prefault only the counters are written: the slots of a fresh segment read as
+ * zeros, which for LL lines is flag 0 as well, and each page is faulted in on first use
+ * (tc->shm_prefault says why). */
+static void fifo_init(br_conn_t *conn, void *base, size_t size, int prefault)
 {
     size_t ctrl = br_transport_ctrl_bytes();
     memset(base, 0, ctrl);
-    memset((char *)base + ctrl, 0x5a, size - ctrl);
     br_transport_layout(conn, base);
+    conn->mapping = base;
+    conn->mapping_size = size;
+    if (!prefault) {
+        return;
+    }
+    memset((char *)base + ctrl, 0x5a, size - ctrl);
     for (size_t i = 0; conn->ll != NULL && i < BR_STEPS * conn->ll_bytes / BR_LL_LINE; i++) {
         conn->ll[i] = 0x5a5a5a5aull; /* flag 0: no step */
     }
-    conn->mapping = base;
-    conn->mapping_size = size;
 }
 
 static ncclResult_t p2p_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_conn_blob_t *blob)
@@ -48,7 +54,7 @@ static ncclResult_t p2p_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_
                 size, conn->peer, strerror(errno));
         return ncclSystemError;
     }
-    fifo_init(conn, base, size);
+    fifo_init(conn, base, size, 1);
     blob->ptr = (uint64_t)(uintptr_t)base;
     return ncclSuccess;
 }
@@ -107,14 +113,15 @@ static ncclResult_t shm_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_
         close(fd);
         return ncclSystemError;
     }
-    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                MAP_SHARED | (tc->shm_prefault ? MAP_POPULATE : 0), fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
         BR_WARN(NCCL_SHM, "rank %d: mmap of %s failed: %s", tc->rank, conn->shm_name,
                 strerror(errno));
         return ncclSystemError;
     }
-    fifo_init(conn, base, size);
+    fifo_init(conn, base, size, tc->shm_prefault);
     snprintf(blob->shm_name, sizeof(blob->shm_name), "%s", conn->shm_name);
     return ncclSuccess;
 }
@@ -131,7 +138,8 @@ static ncclResult_t shm_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
                 conn->peer, blob->shm_name, strerror(errno));
         return ncclSystemError;
     }
-    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                MAP_SHARED | (tc->shm_prefault ? MAP_POPULATE : 0), fd, 0);
     close(fd);
     /* Both ends have it mapped (or we failed): the name is no longer needed. */
     shm_unlink(blob->shm_name);
@@ -142,7 +150,7 @@ static ncclResult_t shm_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
     }
     /* Write-touch every slot page (rewriting the byte it holds: nothing is in flight
      * yet), so the first real sends do not take write faults. */
-    for (size_t off = br_transport_ctrl_bytes(); off < size; off += 4096) {
+    for (size_t off = br_transport_ctrl_bytes(); tc->shm_prefault && off < size; off += 4096) {
         ((volatile char *)base)[off] = ((volatile char *)base)[off];
     }
     br_transport_layout(conn, base);

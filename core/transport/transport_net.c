@@ -43,11 +43,16 @@ static int local_rank(const br_transport_comm_t *tc)
     return n;
 }
 
-/* The device of a new connection: its lane (channel, or the peer for p2p) and the local
- * rank spread connections over every device in use, as NCCL spreads channels over NICs.
- * Each end picks its own; the two need not agree. */
+/* The device of a new connection: the rank's NIC by affinity when the topology placed it
+ * near one of the plugin's devices (lanes taking turns over the NICs as near as that one),
+ * else its lane (channel, or the peer for p2p) and the local rank spread connections over
+ * every device in use, as NCCL spreads channels over NICs. Each end picks its own; the
+ * two need not agree. */
 static int net_dev(const br_transport_comm_t *tc, const br_conn_t *conn)
 {
+    if (tc->net_npref > 0 && tc->net_pref_of == tc->net) {
+        return tc->net_pref[(unsigned)conn->lane % (unsigned)tc->net_npref];
+    }
     return br_plugin_net_dev_pick(tc->net, conn->lane, local_rank(tc));
 }
 

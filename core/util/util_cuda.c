@@ -121,6 +121,9 @@ static void load(void)
     LOAD(DeviceGet, NULL, "cuDeviceGet");
     LOAD(DeviceGetAttribute, NULL, "cuDeviceGetAttribute");
     LOAD(DeviceGetName, NULL, "cuDeviceGetName");
+    /* Optional (an emulated driver may lack it): topology placement falls back to the
+     * device index. */
+    *(void **)&drv.DeviceGetPCIBusId = sym(h, NULL, "cuDeviceGetPCIBusId");
     LOAD(DeviceCanAccessPeer, NULL, "cuDeviceCanAccessPeer");
     LOAD(DevicePrimaryCtxRetain, NULL, "cuDevicePrimaryCtxRetain");
     LOAD(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");

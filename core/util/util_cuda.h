@@ -55,6 +55,7 @@ typedef struct {
     br_cu_result_t (*DeviceGet)(br_cu_device_t *d, int ordinal);
     br_cu_result_t (*DeviceGetAttribute)(int *v, int attr, br_cu_device_t d);
     br_cu_result_t (*DeviceGetName)(char *name, int len, br_cu_device_t d);
+    br_cu_result_t (*DeviceGetPCIBusId)(char *busid, int len, br_cu_device_t d); /* optional */
     br_cu_result_t (*DeviceCanAccessPeer)(int *can, br_cu_device_t d, br_cu_device_t peer);
     br_cu_result_t (*DevicePrimaryCtxRetain)(br_cu_context_t *ctx, br_cu_device_t d);
     br_cu_result_t (*DevicePrimaryCtxRelease)(br_cu_device_t d);

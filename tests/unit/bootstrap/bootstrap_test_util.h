@@ -15,7 +15,7 @@
 
 #include "bootstrap.h"
 
-#define BT_MAX_RANKS 16
+#define BT_MAX_RANKS 40
 
 /* A rank body: runs after a successful init, returns 0 for pass. */
 typedef int (*bt_rank_fn_t)(br_bootstrap_t *boot, int rank, int nranks, void *arg);

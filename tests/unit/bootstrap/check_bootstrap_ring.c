@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Check suite "bootstrap", the ring: allgather of several slot sizes, barriers and peer
- * info, with 1 to 8 ranks as threads of this process and as forked processes, and a
+ * info, with 1 to 8 (and 13 and 33) ranks as threads of this process and as forked processes, and a
  * single-rank communicator (no network partner, but still the root). Ranks and the shared
  * bodies come from bootstrap_test_util.h.
  */
@@ -21,6 +21,16 @@ END_TEST
 START_TEST(test_allgather_procs)
 {
     bt_run_procs(_i, bt_allgather_body, NULL);
+}
+END_TEST
+
+/* Rank counts that are not powers of two, with several allgather rounds and a last round
+ * that carries only part of what a rank holds. */
+static const int odd_counts[] = {13, 33};
+
+START_TEST(test_allgather_procs_odd)
+{
+    bt_run_procs(odd_counts[_i], bt_allgather_body, NULL);
 }
 END_TEST
 
@@ -87,6 +97,7 @@ static Suite *bootstrap_ring_suite(void)
     tcase_add_test(tc, test_single_rank);
     tcase_add_loop_test(tc, test_allgather_threads, 1, 9);
     tcase_add_loop_test(tc, test_allgather_procs, 1, 9);
+    tcase_add_loop_test(tc, test_allgather_procs_odd, 0, 2);
     tcase_add_test(tc, test_barrier_threads);
     tcase_add_test(tc, test_barrier_procs);
     suite_add_tcase(s, tc);

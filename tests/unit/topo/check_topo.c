@@ -653,6 +653,40 @@ START_TEST(test_topo_system_file_and_dump)
 }
 END_TEST
 
+/* A topology another process detected, received as text: the process adopts it (once,
+ * equal to what was sent), and keeps it when more arrives. */
+START_TEST(test_topo_system_adopt)
+{
+    br_topo_t *sent = load("dgx-h100.xml");
+    char *text = NULL;
+    size_t len = 0;
+    const br_topo_t *t = NULL, *again = NULL;
+    const char *source = NULL;
+
+    ck_assert_int_eq(br_topo_to_text(sent, &text, &len), ncclSuccess);
+    ck_assert_uint_gt(len, 0);
+    ck_assert_int_eq(br_topo_system_adopt(text, len, 5, 7, &t, &source), ncclSuccess);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_str_eq(source, "detected by rank 5");
+    assert_same(sent, t, "adopted");
+    ck_assert_int_eq(br_topo_system_adopt(NULL, 0, 6, 8, &again, NULL), ncclSuccess);
+    ck_assert_ptr_eq(t, again); /* kept */
+    ck_assert_int_eq(br_topo_system_get(NULL, 0, 7, &again, NULL), ncclSuccess);
+    ck_assert_ptr_eq(t, again); /* no detection after it */
+    free(text);
+    br_topo_free(sent);
+}
+END_TEST
+
+/* The sender's detection failed: the process goes on without a topology. */
+START_TEST(test_topo_system_adopt_none)
+{
+    const br_topo_t *t = (const br_topo_t *)1;
+    ck_assert_int_eq(br_topo_system_adopt(NULL, 0, 0, 1, &t, NULL), ncclSuccess);
+    ck_assert_ptr_null(t);
+}
+END_TEST
+
 START_TEST(test_topo_system_bad_file)
 {
     setenv("NCCL_TOPO_FILE", TOPO_DIR "/missing.xml", 1);
@@ -722,6 +756,8 @@ static Suite *topo_suite(void)
     tc = tcase_create("system");
     tcase_add_test(tc, test_topo_system_file_and_dump);
     tcase_add_test(tc, test_topo_system_bad_file);
+    tcase_add_test(tc, test_topo_system_adopt);
+    tcase_add_test(tc, test_topo_system_adopt_none);
     tcase_add_test(tc, test_topo_summary);
     suite_add_tcase(s, tc);
     return s;
