@@ -169,6 +169,9 @@ static ncclResult_t seg_add(br_net_conn_t *nc, uint64_t first, uint64_t nsteps, 
         at = &(*at)->next;
     }
     *at = s;
+    BR_TRACE(NCCL_NET, "%s rank %d: steps [%llu, %llu) %s the user buffer at %p (%zu bytes)",
+             nc->is_send ? "send to" : "receive from", nc->peer, (unsigned long long)s->first,
+             (unsigned long long)s->end, nc->is_send ? "from" : "into", (void *)s->ptr, bytes);
     return ncclSuccess;
 }
 
