@@ -205,12 +205,25 @@ static ncclResult_t host_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const b
     if (op->func == BR_FUNC_SEND) {
         w.kind = BR_WORK_SEND;
         w.conn = ec->p2p_send[op->peer];
+        w.userbuf = w.conn != NULL && br_proxy_userbuf_takes(w.conn->net, w.bytes);
         BR_CHECK(queue_get(b, ec, Q_SEND, op->peer, &q));
     } else {
         w.kind = BR_WORK_RECV;
         w.conn = ec->p2p_recv[op->peer];
         if (w.conn != NULL) {
-            br_conn_expect(w.conn, (w.bytes + w.conn->step_size - 1) / w.conn->step_size);
+            uint64_t nsteps = (w.bytes + w.conn->step_size - 1) / w.conn->step_size;
+            if (br_proxy_userbuf_takes(w.conn->net, w.bytes)) {
+                /* The proxy receives straight into recvbuff (proxy_userbuf.c), and gives
+                 * each step the descriptor the matching Send would have sent. */
+                br_op_t as_sent = *op;
+                as_sent.func = BR_FUNC_SEND;
+                br_slot_desc_t d = br_desc_make(&as_sent, 0);
+                w.userbuf = 1;
+                BR_CHECK(br_proxy_userbuf_recv(ec->tc->proxy, w.conn->net, nsteps, op->recvbuff,
+                                               w.bytes, &d));
+            } else {
+                br_conn_expect(w.conn, nsteps);
+            }
         }
         BR_CHECK(queue_get(b, ec, Q_RECV, op->peer, &q));
     }
@@ -305,6 +318,17 @@ static void oplog_heads(br_exec_batch_t *b, br_oplog_event_t ev, uint64_t since)
     }
 }
 
+/* The batch failed: the caller may free its buffers as soon as we return, so no network
+ * transfer may still use them (proxy_userbuf.c closes the connections that hold some). */
+static void userbuf_abandon(br_exec_batch_t *b)
+{
+    for (int i = 0; i < b->n; i++) {
+        if (b->queues[i].ec->tc->proxy != NULL) {
+            br_proxy_userbuf_abandon(b->queues[i].ec->tc->proxy);
+        }
+    }
+}
+
 static ncclResult_t host_run(br_exec_batch_t *b)
 {
     ncclResult_t res = ncclSuccess;
@@ -320,6 +344,7 @@ static ncclResult_t host_run(br_exec_batch_t *b)
         if (b->queues[i].ec->error != ncclSuccess) {
             BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", b->queues[i].ec->rank,
                     b->queues[i].ec->error_msg);
+            userbuf_abandon(b);
             return b->queues[i].ec->error;
         }
     }
@@ -415,6 +440,7 @@ static ncclResult_t host_run(br_exec_batch_t *b)
     return ncclSuccess;
 fail:
     proxies_active(b, -1);
+    userbuf_abandon(b);
     for (int i = 0; i < b->n; i++) {
         br_exec_comm_t *ec = b->queues[i].ec;
         if (ec->error != ncclSuccess) {

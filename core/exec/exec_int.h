@@ -33,6 +33,9 @@ struct br_work {
     char *scratch; /* RingOneShot: where the inputs are gathered */
     /* Send/recv/copy progress, in bytes. */
     size_t bytes, off;
+    int userbuf;          /* send/recv over net: the proxy moves the user's buffer itself
+                           * (recv: 1 until the sender's descriptor step is checked, then 2) */
+    uint64_t userbuf_end; /* send: the step head must reach before the buffer is free */
     const void *copy_src; /* copy: source (self send) */
     /* Node arena. */
     uint64_t arena_k;  /* the operation's number in the arena */

@@ -102,10 +102,67 @@ int br_desc_check(br_exec_comm_t *ec, const br_work_t *w, int peer, const br_slo
     return 0;
 }
 
+/*
+ * A send on the user-buffer path: first one FIFO step with no payload, whose descriptor
+ * lets the receiver check that the calls match (the count above all: a longer Send than
+ * its Recv must fail, not leave bytes for the next call); then the proxy sends each
+ * step's bytes from sendbuff itself (proxy_userbuf.c), so a step only takes a slot's
+ * credit. The call returns once head passed every step (sent, and confirmed with
+ * failover on, which may send them again from sendbuff until then).
+ */
+static int send_userbuf(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    br_conn_t *c = w->conn;
+    int moved = 0;
+
+    if (w->userbuf_end == 0) {
+        if (!br_fifo_free(c->ctrl, c->step)) {
+            q->wait_peer = c->peer;
+            q->wait_what = "free FIFO space at";
+            return 0;
+        }
+        br_slot_desc_t hd = br_desc_make(&w->op, 0);
+        uint64_t nsteps = (w->bytes + c->step_size - 1) / c->step_size;
+        br_fifo_post_send(c->ctrl, c->step++, &hd);
+        moved++;
+        if (br_proxy_userbuf_send(q->ec->tc->proxy, c->net, c->step, nsteps, w->op.sendbuff,
+                                  w->bytes) != ncclSuccess) {
+            br_exec_fail(q->ec, ncclSystemError,
+                         "rank %d (host %s): cannot queue a send of %zu bytes to rank %d",
+                         q->ec->rank, br_host_name(), w->bytes, c->peer);
+            return -1;
+        }
+        w->userbuf_end = c->step + nsteps;
+    }
+    while (w->off < w->bytes) {
+        if (!br_fifo_free(c->ctrl, c->step)) {
+            q->wait_peer = c->peer;
+            q->wait_what = "free FIFO space at";
+            return moved;
+        }
+        size_t n = w->bytes - w->off < c->step_size ? w->bytes - w->off : c->step_size;
+        br_slot_desc_t d = br_desc_make(&w->op, n);
+        br_fifo_post_send(c->ctrl, c->step++, &d);
+        w->off += n;
+        moved++;
+    }
+    /* Acquire pairs with the proxy's release of head: it no longer reads sendbuff. */
+    if (atomic_load_explicit(&c->ctrl->head, memory_order_acquire) < w->userbuf_end) {
+        q->wait_peer = c->peer;
+        q->wait_what = "the network to take the send buffer by";
+        return moved;
+    }
+    *done_p = 1;
+    return moved + 1;
+}
+
 static int send_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     br_conn_t *c = w->conn;
     int moved = 0;
+    if (w->userbuf) {
+        return send_userbuf(q, w, done_p);
+    }
     while (w->off < w->bytes) {
         if (!br_fifo_free(c->ctrl, c->step)) {
             q->wait_peer = c->peer;
@@ -127,6 +184,20 @@ static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     br_conn_t *c = w->conn;
     int moved = 0;
+    if (w->userbuf == 1) {
+        /* The user-buffer path's first step: the sender's descriptor, no payload. */
+        if (!br_fifo_filled(c->ctrl, c->step)) {
+            q->wait_peer = c->peer;
+            q->wait_what = "data from";
+            return 0;
+        }
+        if (br_desc_check(q->ec, w, c->peer, &c->ctrl->slot[c->step % BR_STEPS], 0) != 0) {
+            return -1;
+        }
+        br_fifo_post_recv(c->ctrl, c->step++);
+        w->userbuf = 2;
+        moved++;
+    }
     while (w->off < w->bytes) {
         if (!br_fifo_filled(c->ctrl, c->step)) {
             br_conn_need(c);
@@ -138,7 +209,9 @@ static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
         if (br_desc_check(q->ec, w, c->peer, &c->ctrl->slot[c->step % BR_STEPS], n) != 0) {
             return -1;
         }
-        memcpy((char *)w->op.recvbuff + w->off, br_conn_slot(c, c->step), n);
+        if (!w->userbuf) { /* else the proxy received into recvbuff itself */
+            memcpy((char *)w->op.recvbuff + w->off, br_conn_slot(c, c->step), n);
+        }
         br_fifo_post_recv(c->ctrl, c->step++);
         w->off += n;
         moved++;

@@ -242,12 +242,18 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
         void *req = NULL;
         char *data = nc->buf + (size_t)slot * nc->stride;
         size_t bytes = nc->ctrl->slot[slot].bytes;
-        /* The call descriptor travels right after the payload, so the receiver can check
-         * it as it does on shared memory. */
-        memcpy(data + bytes, &nc->ctrl->slot[slot], sizeof(br_slot_desc_t));
+        br_net_useg_t *us = nc->useg != NULL ? br_proxy_useg_of(nc, nc->posted) : NULL;
+        ncclResult_t res;
         step_begin(proxy, nc, nc->posted);
-        ncclResult_t res = net->ops->isend(net, nc->comm, data, bytes + sizeof(br_slot_desc_t),
-                                           proxy->rank, nc->mhandle, &nc->ph[slot], &req);
+        if (us != NULL) {
+            res = br_proxy_useg_post(proxy, nc, us, nc->posted, &req);
+        } else {
+            /* The call descriptor travels right after the payload, so the receiver can
+             * check it as it does on shared memory. */
+            memcpy(data + bytes, &nc->ctrl->slot[slot], sizeof(br_slot_desc_t));
+            res = net->ops->isend(net, nc->comm, data, bytes + sizeof(br_slot_desc_t), proxy->rank,
+                                  nc->mhandle, &nc->ph[slot], &req);
+        }
         if (res != ncclSuccess) {
             br_proxy_link_failed(proxy, nc, res, "send");
             return moved + 1;
@@ -278,10 +284,13 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
     /* Sent, and with failover on also confirmed by the receiver: the executor may
      * overwrite the slot (release). */
     if (nc->acks && atomic_load_explicit(&nc->acked, memory_order_relaxed) < nc->done) {
-        br_proxy_link_read_acks(proxy, nc, 0);
+        br_proxy_link_read_acks(proxy, nc, nc->useg != NULL ? 2 : 0);
     }
     uint64_t head = br_proxy_link_head(nc);
     if (head > atomic_load_explicit(&nc->ctrl->head, memory_order_relaxed)) {
+        if (nc->useg != NULL) {
+            br_proxy_useg_retire(nc); /* before head frees the executor's buffer */
+        }
         atomic_store_explicit(&nc->ctrl->head, head, memory_order_release);
         moved++;
     }
@@ -306,9 +315,14 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
         int tag = nc->peer;
         void *req = NULL;
         void *ph = &nc->ph[slot];
+        br_net_useg_t *us = nc->useg != NULL ? br_proxy_useg_of(nc, nc->posted) : NULL;
+        ncclResult_t res;
         step_begin(proxy, nc, nc->posted);
-        ncclResult_t res =
-            net->ops->irecv(net, nc->comm, 1, &data, &size, &tag, &nc->mhandle, &ph, &req);
+        if (us != NULL) {
+            res = br_proxy_useg_post(proxy, nc, us, nc->posted, &req);
+        } else {
+            res = net->ops->irecv(net, nc->comm, 1, &data, &size, &tag, &nc->mhandle, &ph, &req);
+        }
         if (res != ncclSuccess) {
             br_proxy_link_failed(proxy, nc, res, "receive");
             return moved + 1;
@@ -332,6 +346,23 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
             break;
         }
         nc->req[slot] = NULL;
+        br_net_useg_t *us = nc->useg != NULL ? br_proxy_useg_of(nc, nc->done) : NULL;
+        if (us != NULL) {
+            /* Into the user's buffer: no descriptor on the wire (proxy_userbuf.c). */
+            step_done(proxy, nc, nc->done, (size_t)(size > 0 ? size : 0));
+            if (br_proxy_useg_recv_done(proxy, nc, us, nc->done, size) != 0) {
+                return moved;
+            }
+            nc->done++;
+            int last = nc->done == us->end;
+            br_proxy_useg_retire(nc);
+            atomic_store_explicit(&nc->ctrl->tail, nc->done, memory_order_release);
+            if (last && nc->acks) {
+                br_proxy_link_ack(proxy, nc, 2); /* the sender waits for it to return */
+            }
+            moved++;
+            continue;
+        }
         step_done(proxy, nc, nc->done,
                   (size_t)size >= sizeof(br_slot_desc_t) ? (size_t)size - sizeof(br_slot_desc_t) : 0);
         /* The sender's descriptor is the message's last bytes. */
@@ -728,6 +759,7 @@ void br_proxy_comm_close(br_proxy_t *proxy, br_net_conn_t *nc)
 {
     br_net_t *net = nc->net;
 
+    br_proxy_useg_drop_regs(nc); /* before the comm they were made on goes */
     if (nc->comm != NULL) {
         if (nc->mhandle != NULL) {
             (void)net->ops->dereg_mr(net, nc->comm, nc->mhandle);
@@ -774,6 +806,7 @@ void br_proxy_destroy(br_proxy_t *proxy, int flush)
         br_net_conn_t *nc = proxy->conns;
         proxy->conns = nc->next;
         close_conn(proxy, nc, flush);
+        br_proxy_useg_free_all(nc);
         free(nc);
     }
     if (proxy->fallback != NULL) {

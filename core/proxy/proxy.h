@@ -26,6 +26,21 @@ typedef struct br_proxy br_proxy_t;
  * consumed it, a send's until its last step left, and sends have BR_STEPS in flight. */
 #define BR_PROXY_OPS (BR_STEPS + 2)
 
+/* One operation's steps [first, end) that move between the user's buffer and the
+ * plugin, without the FIFO (user-buffer path): step k moves bytes
+ * [(k - first) * step_size, ...) of ptr. The registration mh is made on first use with
+ * the connection's current plugin comm and released when the steps are done (a failover
+ * drops it with the old comm; the replacement registers again). */
+typedef struct br_net_useg {
+    uint64_t first, end;
+    char *ptr;
+    size_t bytes;
+    void *mh;            /* regMr of [ptr, ptr + bytes), or NULL */
+    int staged;          /* regMr failed: this operation moves through the FIFO slots */
+    br_slot_desc_t desc; /* receive side: the descriptor the executor checks (bytes per step) */
+    struct br_net_useg *next;
+} br_net_useg_t;
+
 /* The proxy's half of one net connection. */
 typedef struct br_net_conn {
     br_fifo_ctrl_t *ctrl;
@@ -84,6 +99,12 @@ typedef struct br_net_conn {
      * posted ahead of need, so this is an error only once the executor waits on it. */
     _Atomic int failed;
     char why[384];
+    /* User-buffer path: both ends agreed at setup (the sender decides and says so in the
+     * first message): the smallest operation in bytes that takes it, 0 for none; and the
+     * operations on it, oldest first (under the proxy lock). */
+    uint64_t userbuf;
+    br_net_useg_t *useg;
+    int reg_refused; /* the plugin refused a user buffer's regMr (said at INFO once) */
     struct br_net_conn *next;
 } br_net_conn_t;
 
@@ -103,6 +124,31 @@ static inline void br_proxy_need(br_net_conn_t *nc, uint64_t step)
                             &nc->want, &w, step + 1, memory_order_relaxed, memory_order_relaxed)) {
     }
 }
+
+/* Does an operation of `bytes` on nc take the user-buffer path? Both ends compute the same:
+ * they agreed on nc->userbuf and the sender's threshold at setup, and the matching Send
+ * and Recv have the same size. */
+static inline int br_proxy_userbuf_takes(const br_net_conn_t *nc, size_t bytes)
+{
+    return nc != NULL && nc->userbuf > 0 && (uint64_t)bytes >= nc->userbuf;
+}
+
+/* Send side: steps [first, first + nsteps) of nc send bytes of ptr (the executor posts
+ * them without copying, after one FIFO step with its descriptor, and waits for head to
+ * pass them before its buffer is free). */
+ncclResult_t br_proxy_userbuf_send(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t first,
+                                   uint64_t nsteps, const void *ptr, size_t bytes);
+
+/* Receive side, when the operation is queued: the next receive of nc is the sender's
+ * descriptor (a FIFO step) and the nsteps after it land in ptr (this replaces
+ * br_proxy_expect for all of them); d describes the operation (bytes set per step). */
+ncclResult_t br_proxy_userbuf_recv(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t nsteps, void *ptr,
+                                   size_t bytes, const br_slot_desc_t *d);
+
+/* An operation failed and its caller may free its buffers on return: close every
+ * connection still holding user-buffer transfers (the net ABI cannot cancel them, and
+ * closing the plugin comm ends them) and fail it, so nothing touches those buffers. */
+void br_proxy_userbuf_abandon(br_proxy_t *proxy);
 
 /* What a communicator's proxy works with. */
 typedef struct {

@@ -86,16 +86,41 @@ static inline uint64_t br_proxy_link_head(br_net_conn_t *nc)
 
 /* Send side: read the receiver's acknowledgements. `idle` (progress moved nothing: the
  * executor waits anyway) reads once per wait while BR_STEPS / 2 sent steps are not
- * confirmed; otherwise only when every slot is taken, or once a millisecond. */
+ * confirmed; otherwise only when every slot is taken, or once a millisecond; idle 2 (a
+ * user-buffer send waits for its confirmations) at most every 5 us. */
 void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc, int idle);
 
 /* Receive side: confirm what the receiver holds, every BR_STEPS / 2 steps received.
  * Only `idle` calls (progress that moved nothing: the executor waits anyway) send it, so
  * the system call stays off the path of the data, unless the sender could run out of
- * slots within two more steps. */
+ * slots within two more steps. idle 2: confirm now (the last step of a user-buffer
+ * operation, whose sender waits for it before its call returns). */
 void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle);
 
 /* Close nc's plugin comm (and registration) now, with whatever is outstanding. */
 void br_proxy_comm_close(br_proxy_t *proxy, br_net_conn_t *nc);
+
+/* ---- proxy_userbuf.c (all under lock) ---- */
+
+/* The user-buffer operation that step belongs to, or NULL (a FIFO step). */
+br_net_useg_t *br_proxy_useg_of(const br_net_conn_t *nc, uint64_t step);
+
+/* Post step of segment s (isend or irecv, from or into the user's buffer). */
+ncclResult_t br_proxy_useg_post(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t *s,
+                                uint64_t step, void **req_p);
+
+/* A receive of segment s completed with size bytes: check it and give the executor its
+ * descriptor. Returns -1 when the connection failed. */
+int br_proxy_useg_recv_done(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t *s, uint64_t step,
+                            int size);
+
+/* Free the segments whose steps are all done (send: confirmed), deregistering them. */
+void br_proxy_useg_retire(br_net_conn_t *nc);
+
+/* The plugin comm closes (failover, close): release the registrations made on it. */
+void br_proxy_useg_drop_regs(br_net_conn_t *nc);
+
+/* Free every segment (the connection closes). */
+void br_proxy_useg_free_all(br_net_conn_t *nc);
 
 #endif /* BR_PROXY_INT_H_ */

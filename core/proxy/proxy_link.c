@@ -181,7 +181,7 @@ void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
     }
     /* A large step takes far longer than the system call: confirm each one at once, so
      * the sender keeps all its slots busy. Small ones every BR_STEPS / 2, when idle. */
-    if (nc->ctrl->slot[(count - 1) % BR_STEPS].bytes < BR_ACK_EAGER_BYTES) {
+    if (idle < 2 && nc->ctrl->slot[(count - 1) % BR_STEPS].bytes < BR_ACK_EAGER_BYTES) {
         if (count - nc->ack_sent < BR_STEPS / 2) {
             return;
         }
@@ -236,20 +236,22 @@ void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
     if (nc->ack_fd < 0) {
         return;
     }
-    if (idle) {
+    if (idle == 1) {
         if (proxy->idle_streak != 8 ||
             nc->done - atomic_load_explicit(&nc->acked, memory_order_relaxed) < BR_STEPS / 2) {
             return;
         }
-    } else if (tail - head < BR_STEPS) {
+    } else if (idle == 0 && tail - head < BR_STEPS) {
         uint64_t now;
         if ((++nc->ack_polls & 15) != 0 || (now = br_time_ns()) - nc->ack_read_ns < 1000000) {
             return;
         }
         nc->ack_read_ns = now;
     } else {
-        /* Every slot is taken: while a stream runs at network speed this holds most of
-         * the time, so look at most every 5 us rather than at every turn of the loop. */
+        /* Every slot is taken, or (idle 2) a user-buffer send waits for its steps to be
+         * confirmed before its call returns: while a stream runs at network speed this
+         * holds most of the time, so look at most every 5 us rather than at every turn of
+         * the loop. */
         uint64_t now = br_time_ns();
         if (now - nc->ack_read_ns < 5000) {
             return;

@@ -21,6 +21,7 @@ typedef struct {
     br_socket_addr_t ack_addr; /* net with failover: where the sender connects the socket
                                 * the receiver acknowledges on (unset: no acknowledgements) */
     uint64_t ack_token;        /* what the sender says first there */
+    int32_t net_userbuf;       /* net: the receiver's plugin registers host memory */
 } br_conn_blob_t;
 
 typedef struct br_transport_ops {

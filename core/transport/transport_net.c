@@ -3,10 +3,10 @@
  * The net transport: each end keeps its FIFO in local memory and the proxy moves slots
  * through the net plugin. The receiver listens and sends the plugin's handle in its blob;
  * the sender connects with it; both complete with the plugin's non-blocking
- * connect/accept, register the FIFO's slots, complete one empty first message, and hand
- * the connection to the proxy, which owns the plugin comm from then on. LL lines travel
- * in the Simple slots (the plugin writes received bytes in no particular order, so the
- * receiver reads them after tail).
+ * connect/accept, register the FIFO's slots, complete one 8-byte first message (the
+ * sender's choice of the user-buffer path), and hand the connection to the proxy, which
+ * owns the plugin comm from then on. LL lines travel in the Simple slots (the plugin
+ * writes received bytes in no particular order, so the receiver reads them after tail).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +29,10 @@ typedef struct {
     int ack_listen, ack_fd;
     uint64_t ack_token;
     void *mhandle;                        /* the FIFO's registration, once comm is up */
-    void *req;                            /* the first (empty) message, while in flight */
+    void *req;                            /* the first message, while in flight */
+    uint64_t userbuf;                     /* br_net_conn_t.userbuf: the sender decides and
+                                           * says it in the first message */
+    int peer_host_ptr;                    /* sender: the receiver registers host memory */
     char handle[NCCL_NET_HANDLE_MAXSIZE]; /* sender */
 } net_setup_t;
 
@@ -186,6 +189,7 @@ static ncclResult_t net_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_
     net_setup_t *ns = conn->setup;
     ns->dev = net_dev(tc, conn);
     BR_CHECK(ack_listen(tc, ns, blob));
+    blob->net_userbuf = (tc->net->props.ptrSupport & NCCL_PTR_HOST) != 0;
     return tc->net->ops->listen(tc->net, ns->dev, blob->net_handle, &ns->listen_comm);
 }
 
@@ -197,11 +201,17 @@ static ncclResult_t net_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
     net_setup_t *ns = conn->setup;
     ns->dev = net_dev(tc, conn);
     memcpy(ns->handle, blob->net_handle, sizeof(ns->handle));
+    ns->peer_host_ptr = blob->net_userbuf != 0;
+    if (ns->peer_host_ptr && (tc->net->props.ptrSupport & NCCL_PTR_HOST) != 0) {
+        ns->userbuf = (uint64_t)BR_PARAM_INT(NET_USERBUF_BYTES);
+    }
     return ack_connect(tc, conn, ns, blob);
 }
 
 /*
- * The first message: every net connection carries one empty message, sender to receiver,
+ * The first message: every net connection carries one 8-byte message, sender to receiver
+ * (the sender's choice of the user-buffer path for the connection: the smallest
+ * operation that takes it, 0 for none, so both ends choose alike),
  * which both ends complete before setup returns. Some plugins finish their handshake
  * lazily (a connect that returns at once, a provider with manual progress that moves
  * nothing unless called), and the receive side posts nothing until an operation needs
@@ -220,8 +230,11 @@ static int net_first_message(br_transport_comm_t *tc, br_conn_t *conn, net_setup
         void *data = conn->buf;
         size_t room = conn->stride;
         int tag = conn->peer;
-        *res_p = conn->is_send ? net->ops->isend(net, ns->comm, data, 0, tc->rank, ns->mhandle,
-                                                 NULL, &ns->req)
+        if (conn->is_send) {
+            memcpy(conn->buf, &ns->userbuf, sizeof(ns->userbuf));
+        }
+        *res_p = conn->is_send ? net->ops->isend(net, ns->comm, data, sizeof(ns->userbuf), tc->rank,
+                                                 ns->mhandle, NULL, &ns->req)
                                : net->ops->irecv(net, ns->comm, 1, &data, &room, &tag, &ns->mhandle,
                                                  NULL, &ns->req);
         if (*res_p != ncclSuccess || ns->req == NULL) {
@@ -240,12 +253,16 @@ static int net_first_message(br_transport_comm_t *tc, br_conn_t *conn, net_setup
         return 0;
     }
     ns->req = NULL;
-    if (size != 0) {
-        BR_WARN(NCCL_NET, "rank %d: the first message from rank %d (host %s) has %d bytes, not 0",
-                tc->rank, conn->peer, tc->peers[conn->peer].host, size);
+    if (conn->is_send) {
+        return 1;
+    }
+    if (size != (int)sizeof(ns->userbuf)) {
+        BR_WARN(NCCL_NET, "rank %d: the first message from rank %d (host %s) has %d bytes, not %zu",
+                tc->rank, conn->peer, tc->peers[conn->peer].host, size, sizeof(ns->userbuf));
         *res_p = ncclRemoteError;
         return 0;
     }
+    memcpy(&ns->userbuf, conn->buf, sizeof(ns->userbuf));
     return 1;
 }
 
@@ -272,6 +289,7 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     nc->mhandle = ns->mhandle;
     nc->ack_fd = ns->ack_fd;
     nc->acks = ns->ack_fd >= 0;
+    nc->userbuf = conn->p2p ? ns->userbuf : 0; /* Send/Recv only, so far */
     if (tc->proxy == NULL) {
         br_proxy_config_t cfg = {.net = net,
                                  .boot = tc->boot,
@@ -290,9 +308,21 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     ns->mhandle = NULL;
     ns->ack_fd = -1;
     if (conn->p2p) {
-        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: p2p %s rank %d via NET/%s device %d (%s)", tc->rank,
-                conn->is_send ? "send to" : "receive from", conn->peer, net->name, ns->dev,
-                br_plugin_net_dev_name(net, ns->dev));
+        char why[128];
+        if (nc->userbuf > 0) {
+            snprintf(why, sizeof(why), "user buffers from %llu bytes",
+                     (unsigned long long)nc->userbuf);
+        } else if (!conn->is_send) {
+            snprintf(why, sizeof(why), "FIFO only: the sender chose so");
+        } else {
+            snprintf(why, sizeof(why), "FIFO only: %s",
+                     BR_PARAM_INT(NET_USERBUF_BYTES) <= 0 ? "BRAID_NET_USERBUF_BYTES is 0"
+                     : !ns->peer_host_ptr ? "the receiver's plugin cannot register host memory"
+                                          : "this plugin cannot register host memory");
+        }
+        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: p2p %s rank %d via NET/%s device %d (%s), %s",
+                tc->rank, conn->is_send ? "send to" : "receive from", conn->peer, net->name,
+                ns->dev, br_plugin_net_dev_name(net, ns->dev), why);
     } else {
         BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: channel %d %s rank %d via NET/%s device %d (%s)",
                 tc->rank, conn->lane, conn->is_send ? "send to" : "receive from", conn->peer,

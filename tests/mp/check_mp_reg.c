@@ -9,6 +9,8 @@
  * served from a stale mapping). Every result is checked against values computed here.
  * Runs with every AllGather and Broadcast read in place (BRAID_CMA_BYTES=1,
  * BRAID_CMA_MAX_BYTES=0, set by CTest); also as chunked OneShot (NCCL_ALGO set by CTest).
+ * Send/Recv (TCase "sendrecv") on the same kinds of buffers, over the socket plugin with
+ * the network's user-buffer path, and with every user-buffer registration refused.
  */
 #include <check.h>
 #include <stdint.h>
@@ -128,6 +130,144 @@ static int one_round(brt_rank_ctx_t *ctx, ncclComm_t comm, buf_t *send, buf_t *r
     }
     return 0;
 }
+
+/*
+ * Send/Recv around the ring (to rank + 1, from rank - 1; at 2 ranks both with the one
+ * peer), two messages per peer in one group, at sizes below and above the user-buffer
+ * threshold (CTest sets BRAID_NET_USERBUF_BYTES=65536 for the net runs) with odd tails,
+ * in place (the message sent from inside the receive buffer's allocation) and out of
+ * place. Over the socket plugin the large ones go from and into these buffers directly.
+ */
+static int sendrecv_round(brt_rank_ctx_t *ctx, ncclComm_t comm, buf_t *send, buf_t *recv, int round)
+{
+    static const size_t counts[] = {4096, 65536 + 4099, 300000, (1 << 20) - 13};
+    int n = ctx->nranks, me = ctx->rank;
+    int to = (me + 1) % n, from = (me + n - 1) % n;
+
+    for (size_t s = 0; s < sizeof(counts) / sizeof(counts[0]); s++) {
+        size_t c = counts[s], half = c / 2;
+        for (int inplace = 0; inplace < 2; inplace++) {
+            /* In place: what is sent sits in the receive buffer's allocation, after the
+             * part received into. */
+            char *out = inplace ? recv->p + c : send->p;
+            memset(recv->p, 0xa5, c);
+            for (size_t i = 0; i < c; i++) {
+                out[i] = (char)val(me, i, round);
+            }
+            brt_doing(ctx, "Send/Recv count %zu %s round %d", c, inplace ? "in place" : "", round);
+            if (ncclGroupStart() != ncclSuccess ||
+                ncclSend(out, half, ncclUint8, to, comm, NULL) != ncclSuccess ||
+                ncclSend(out + half, c - half, ncclUint8, to, comm, NULL) != ncclSuccess ||
+                ncclRecv(recv->p, half, ncclUint8, from, comm, NULL) != ncclSuccess ||
+                ncclRecv(recv->p + half, c - half, ncclUint8, from, comm, NULL) != ncclSuccess ||
+                ncclGroupEnd() != ncclSuccess) {
+                brt_fail(ctx, "Send/Recv: %s", ncclGetLastError(comm));
+                return 1;
+            }
+            if (check_bytes(ctx, "Send/Recv", (unsigned char *)recv->p, from, c, round)) {
+                return 1;
+            }
+            /* What was sent is untouched. */
+            if (check_bytes(ctx, "Send/Recv's send buffer", (unsigned char *)out, me, c, round)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int body_sendrecv(brt_rank_ctx_t *ctx)
+{
+    const size_t max = (size_t)1 << 20;
+    ncclComm_t comm;
+    buf_t send = {0}, recv = {0};
+    int bad = 0;
+
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    /* Kinds rotate per rank and round; odd rounds reuse the buffers of the round before,
+     * even rounds free them and allocate new ones (perhaps at the same addresses). */
+    for (int round = 0; round < 6 && !bad; round++) {
+        if (round % 2 == 0) {
+            if ((send.p != NULL && buf_put(comm, &send) != ncclSuccess) ||
+                (recv.p != NULL && buf_put(comm, &recv) != ncclSuccess)) {
+                brt_fail(ctx, "freeing buffers: %s", ncclGetLastError(comm));
+                bad = 1;
+                break;
+            }
+            int ks = (ctx->rank + round / 2) % BUF_KINDS,
+                kr = (ctx->rank + round / 2 + 1) % BUF_KINDS;
+            if (buf_get(comm, &send, max, ks) != ncclSuccess ||
+                buf_get(comm, &recv, 2 * max, kr) != ncclSuccess) {
+                brt_fail(ctx, "allocating buffers: %s", ncclGetLastError(comm));
+                bad = 1;
+                break;
+            }
+        }
+        bad = sendrecv_round(ctx, comm, &send, &recv, round);
+        ctx->report->progress = round + 1;
+    }
+    if (send.p != NULL) {
+        buf_put(comm, &send);
+    }
+    if (recv.p != NULL) {
+        buf_put(comm, &recv);
+    }
+    ncclCommDestroy(comm);
+    return bad;
+}
+
+/* A Send longer than its Recv, both large enough for the user-buffer path: the receiver
+ * must fail naming the mismatch (the bytes beyond its count must not wait on the
+ * connection for its next call), and nobody may hang; the sender may finish or fail. */
+static int body_sendrecv_mismatch(brt_rank_ctx_t *ctx)
+{
+    const size_t sent = 300000, want = 200000;
+    ncclComm_t comm;
+    char *buf = malloc(sent);
+    int bad = 0;
+
+    if (buf == NULL || brt_rank_init(ctx, &comm) != ncclSuccess) {
+        free(buf);
+        return 1;
+    }
+    memset(buf, 7, sent);
+    brt_doing(ctx, "mismatched Send/Recv");
+    ncclResult_t res = ctx->rank == 0 ? ncclSend(buf, sent, ncclUint8, 1, comm, NULL)
+                                      : ncclRecv(buf, want, ncclUint8, 0, comm, NULL);
+    if (ctx->rank == 1) {
+        const char *msg = ncclGetLastError(comm);
+        if (res == ncclSuccess) {
+            brt_fail(ctx, "a Recv of %zu bytes matched a Send of %zu", want, sent);
+            bad = 1;
+        } else if (strstr(msg, "mismatch") == NULL) {
+            brt_fail(ctx, "the error does not name the mismatch: %s", msg);
+            bad = 1;
+        }
+    }
+    ncclCommAbort(comm);
+    free(buf);
+    return bad;
+}
+
+START_TEST(test_sendrecv_mismatch)
+{
+    char out[8192];
+    int bad =
+        brt_procs_run(2, body_sendrecv_mismatch, NULL, 120 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
+}
+END_TEST
+
+START_TEST(test_sendrecv_procs)
+{
+    char out[8192];
+    int n = 2 + _i;
+    int bad = brt_procs_run(n, body_sendrecv, NULL, 240 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%d ranks: %s", n, brt_clip(out, 3000));
+}
+END_TEST
 
 static int body(brt_rank_ctx_t *ctx)
 {
@@ -255,6 +395,12 @@ static Suite *mp_reg_suite(void)
     tcase_add_test(tc, test_memfree_foreign);
     tcase_add_test(tc, test_window_procs);
     suite_add_tcase(s, tc);
+    /* Send/Recv on the same kinds of buffers (the user-buffer path over the network). */
+    TCase *tsr = tcase_create("sendrecv");
+    tcase_set_timeout(tsr, 300 * brt_time_scale());
+    tcase_add_loop_test(tsr, test_sendrecv_procs, 0, 3); /* 2, 3 and 4 processes */
+    tcase_add_test(tsr, test_sendrecv_mismatch);
+    suite_add_tcase(s, tsr);
     return s;
 }
 

@@ -28,6 +28,7 @@ typedef struct {
     size_t count;
     long progress; /* print a line every this many iterations (0: never) */
     long stall_ms; /* FAILOVER_STALL_MS: sleep before the first iteration (a late rank) */
+    int sendrecv;  /* --sendrecv 1: a ring of Send/Recv (rank + 1, from rank - 1) instead */
 } opts_t;
 
 /* Element i of rank r's input in iteration it: small integers, exact in float. */
@@ -51,7 +52,7 @@ static int cmp_double(const void *a, const void *b)
 static int usage(void)
 {
     fprintf(stderr, "usage: failover_run --rank R --nranks N [--iters 1000] [--count 65536]\n"
-                    "                    [--progress K]\n"
+                    "                    [--progress K] [--sendrecv 1]\n"
                     "       failover_run --free-port\n"
                     "NCCL_COMM_ID names the rendezvous (rank 0 serves it), NCCL_HOSTID the host;\n"
                     "FAILOVER_STALL_MS=MS makes this rank sleep before its first AllReduce.\n");
@@ -73,6 +74,8 @@ static int parse(int argc, char **argv, opts_t *o)
             o->count = (size_t)v;
         } else if (strcmp(argv[i], "--progress") == 0) {
             o->progress = v;
+        } else if (strcmp(argv[i], "--sendrecv") == 0) {
+            o->sendrecv = v != 0;
         } else {
             return -1;
         }
@@ -85,6 +88,21 @@ static int parse(int argc, char **argv, opts_t *o)
         return -1;
     }
     return 0;
+}
+
+/* One ring exchange: in to rank + 1, out from rank - 1. */
+static ncclResult_t sendrecv(const opts_t *o, ncclComm_t comm, const float *in, float *out)
+{
+    int to = (o->rank + 1) % o->nranks, from = (o->rank + o->nranks - 1) % o->nranks;
+    ncclResult_t res = ncclGroupStart();
+    if (res == ncclSuccess) {
+        res = ncclSend(in, o->count, ncclFloat, to, comm, NULL);
+    }
+    if (res == ncclSuccess) {
+        res = ncclRecv(out, o->count, ncclFloat, from, comm, NULL);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    return res != ncclSuccess ? res : end;
 }
 
 /* The timed iterations; returns 0 when every result was right. */
@@ -100,19 +118,23 @@ static int run(const opts_t *o, ncclComm_t comm, float *in, float *out, double *
             brt_sleep_ms((int)o->stall_ms);
         }
         double t0 = brt_now();
-        ncclResult_t res = ncclAllReduce(in, out, o->count, ncclFloat, ncclSum, comm, NULL);
+        int from = (rank + o->nranks - 1) % o->nranks;
+        ncclResult_t res = o->sendrecv
+                               ? sendrecv(o, comm, in, out)
+                               : ncclAllReduce(in, out, o->count, ncclFloat, ncclSum, comm, NULL);
         ms[it] = (brt_now() - t0) * 1e3;
         if (res != ncclSuccess) {
-            fprintf(stderr, "rank %d: iteration %ld: ncclAllReduce failed after %.1f ms: %s: %s\n",
-                    rank, it, ms[it], ncclGetErrorString(res), ncclGetLastError(comm));
+            fprintf(stderr, "rank %d: iteration %ld: %s failed after %.1f ms: %s: %s\n", rank, it,
+                    o->sendrecv ? "ncclSend/ncclRecv" : "ncclAllReduce", ms[it],
+                    ncclGetErrorString(res), ncclGetLastError(comm));
             return 1;
         }
         for (size_t i = 0; i < o->count; i++) {
-            if (out[i] != expected(o->nranks, it, i)) {
+            float want = o->sendrecv ? input(from, it, i) : expected(o->nranks, it, i);
+            if (out[i] != want) {
                 fprintf(stderr,
                         "rank %d: iteration %ld index %zu: got %g, expected %g (last error: %s)\n",
-                        rank, it, i, (double)out[i], (double)expected(o->nranks, it, i),
-                        ncclGetLastError(comm));
+                        rank, it, i, (double)out[i], (double)want, ncclGetLastError(comm));
                 return 1;
             }
         }

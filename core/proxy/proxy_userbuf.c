@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The user-buffer path of net connections (issue 19): large Send/Recv steps go from the
+ * user's send buffer to the plugin and from the plugin into the user's receive buffer,
+ * registered with regMr as NCCL_PTR_HOST, instead of through the FIFO slots. Each
+ * operation is a segment of the connection's steps (br_net_useg_t); the step accounting
+ * (tail, head, acknowledgements, failover's resend from the receiver's count) is the
+ * FIFO's, only the bytes of a step live elsewhere. Such a message carries no descriptor:
+ * the receiver knows its operation and checks the size. A regMr that fails stages that
+ * operation's steps through the FIFO slots on that end (an INFO line says so), with the
+ * same messages on the wire, so the other end never notices.
+ * Threading: everything here runs under the proxy lock.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proxy_int.h"
+#include "util.h"
+
+static size_t seg_step_bytes(const br_net_conn_t *nc, const br_net_useg_t *s, uint64_t step)
+{
+    size_t off = (size_t)(step - s->first) * nc->step_size;
+    return s->bytes - off < nc->step_size ? s->bytes - off : nc->step_size;
+}
+
+br_net_useg_t *br_proxy_useg_of(const br_net_conn_t *nc, uint64_t step)
+{
+    for (br_net_useg_t *s = nc->useg; s != NULL; s = s->next) {
+        if (s->first <= step && step < s->end) {
+            return s;
+        }
+    }
+    return NULL;
+}
+
+/* Register the segment's buffer with the connection's current comm, once; a refusal
+ * stages the operation through the FIFO (said at INFO, not silently). */
+static void seg_register(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t *s)
+{
+    ncclResult_t res = ncclInternalError;
+
+    if (s->mh != NULL || s->staged) {
+        return;
+    }
+    if (!BR_PARAM_INT(NET_USERBUF_FAIL_REG)) {
+        res = nc->net->ops->reg_mr(nc->net, nc->comm, s->ptr, s->bytes, NCCL_PTR_HOST, &s->mh);
+    }
+    if (res != ncclSuccess || s->mh == NULL) {
+        s->mh = NULL;
+        s->staged = 1;
+        /* INFO once per connection; each further operation at TRACE. */
+        if (!nc->reg_refused) {
+            BR_INFO(NCCL_NET | NCCL_REG,
+                    "rank %d: net plugin %s did not register the %zu-byte user buffer at %p "
+                    "(%s rank %d, error %d): this operation, and any other on this connection "
+                    "whose buffer is refused, moves through the FIFO",
+                    proxy->rank, nc->net->name, s->bytes, (void *)s->ptr,
+                    nc->is_send ? "send to" : "receive from", nc->peer, (int)res);
+        }
+        BR_TRACE(NCCL_NET | NCCL_REG, "rank %d: user buffer %p (%zu bytes) staged through the FIFO",
+                 proxy->rank, (void *)s->ptr, s->bytes);
+        nc->reg_refused = 1;
+    }
+}
+
+ncclResult_t br_proxy_useg_post(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t *s,
+                                uint64_t step, void **req_p)
+{
+    int slot = (int)(step % BR_STEPS);
+    size_t n = seg_step_bytes(nc, s, step);
+    char *user = s->ptr + (size_t)(step - s->first) * nc->step_size;
+    char *fifo = nc->buf + (size_t)slot * nc->stride;
+
+    seg_register(proxy, nc, s);
+    if (nc->is_send) {
+        if (s->staged) {
+            memcpy(fifo, user, n); /* the executor keeps user alive until head passes */
+        }
+        return nc->net->ops->isend(nc->net, nc->comm, s->staged ? fifo : user, n, proxy->rank,
+                                   s->staged ? nc->mhandle : s->mh, &nc->ph[slot], req_p);
+    }
+    void *data = s->staged ? fifo : user;
+    size_t size = n;
+    int tag = nc->peer;
+    void *mh = s->staged ? nc->mhandle : s->mh;
+    void *ph = &nc->ph[slot];
+    return nc->net->ops->irecv(nc->net, nc->comm, 1, &data, &size, &tag, &mh, &ph, req_p);
+}
+
+int br_proxy_useg_recv_done(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t *s, uint64_t step,
+                            int size)
+{
+    int slot = (int)(step % BR_STEPS);
+    size_t n = seg_step_bytes(nc, s, step);
+
+    if (size < 0 || (size_t)size != n) {
+        char what[160];
+        snprintf(what, sizeof(what),
+                 "receive into the user buffer (%d bytes arrived, the operation expects %zu: "
+                 "mismatched Send/Recv sizes?)",
+                 size, n);
+        br_proxy_fail_recv(proxy, nc, ncclRemoteError, what);
+        return -1;
+    }
+    if (s->staged) {
+        memcpy(s->ptr + (size_t)(step - s->first) * nc->step_size,
+               nc->buf + (size_t)slot * nc->stride, n);
+    }
+    br_slot_desc_t d = s->desc;
+    d.bytes = n;
+    nc->ctrl->slot[slot] = d;
+    return 0;
+}
+
+static void seg_free(br_net_conn_t *nc, br_net_useg_t *s)
+{
+    if (s->mh != NULL && nc->comm != NULL) {
+        (void)nc->net->ops->dereg_mr(nc->net, nc->comm, s->mh);
+    }
+    free(s);
+}
+
+void br_proxy_useg_retire(br_net_conn_t *nc)
+{
+    /* A send step may be sent again after a failover until the receiver confirmed it. */
+    uint64_t upto = nc->is_send ? br_proxy_link_head(nc) : nc->done;
+
+    while (nc->useg != NULL && nc->useg->end <= upto) {
+        br_net_useg_t *s = nc->useg;
+        nc->useg = s->next;
+        seg_free(nc, s);
+    }
+}
+
+void br_proxy_useg_drop_regs(br_net_conn_t *nc)
+{
+    for (br_net_useg_t *s = nc->useg; s != NULL; s = s->next) {
+        if (s->mh != NULL && nc->comm != NULL) {
+            (void)nc->net->ops->dereg_mr(nc->net, nc->comm, s->mh);
+        }
+        s->mh = NULL;
+    }
+}
+
+void br_proxy_useg_free_all(br_net_conn_t *nc)
+{
+    while (nc->useg != NULL) {
+        br_net_useg_t *s = nc->useg;
+        nc->useg = s->next;
+        seg_free(nc, s);
+    }
+}
+
+static ncclResult_t seg_add(br_net_conn_t *nc, uint64_t first, uint64_t nsteps, const void *ptr,
+                            size_t bytes, const br_slot_desc_t *d)
+{
+    br_net_useg_t *s = NULL, **at = &nc->useg;
+
+    BR_CHECK(br_calloc(&s, 1, "user-buffer operation"));
+    s->first = first;
+    s->end = first + nsteps;
+    s->ptr = (char *)ptr; /* a send buffer is only read */
+    s->bytes = bytes;
+    if (d != NULL) {
+        s->desc = *d;
+    }
+    while (*at != NULL) {
+        at = &(*at)->next;
+    }
+    *at = s;
+    BR_TRACE(NCCL_NET, "%s rank %d: steps [%llu, %llu) %s the user buffer at %p (%zu bytes)",
+             nc->is_send ? "send to" : "receive from", nc->peer, (unsigned long long)s->first,
+             (unsigned long long)s->end, nc->is_send ? "from" : "into", (void *)s->ptr, bytes);
+    return ncclSuccess;
+}
+
+ncclResult_t br_proxy_userbuf_send(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t first,
+                                   uint64_t nsteps, const void *ptr, size_t bytes)
+{
+    pthread_mutex_lock(&proxy->lock);
+    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, NULL);
+    pthread_mutex_unlock(&proxy->lock);
+    return res;
+}
+
+ncclResult_t br_proxy_userbuf_recv(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t nsteps, void *ptr,
+                                   size_t bytes, const br_slot_desc_t *d)
+{
+    pthread_mutex_lock(&proxy->lock);
+    /* Under the lock the proxy posts nothing: the segment is in place before `want`
+     * lets it post these steps, so none of them goes into a FIFO slot. The step before
+     * them is the sender's descriptor, through the FIFO. */
+    uint64_t first = atomic_load_explicit(&nc->want, memory_order_relaxed) + 1;
+    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, d);
+    if (res == ncclSuccess) {
+        atomic_fetch_add_explicit(&nc->want, nsteps + 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&proxy->lock);
+    return res;
+}
+
+void br_proxy_userbuf_abandon(br_proxy_t *proxy)
+{
+    pthread_mutex_lock(&proxy->lock);
+    for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
+        if (nc->useg == NULL) {
+            continue;
+        }
+        BR_INFO(NCCL_NET | NCCL_PROXY,
+                "rank %d: closing the %s connection %s rank %d: a failed operation left "
+                "transfers from or into user buffers on it",
+                proxy->rank, nc->is_send ? "send" : "receive", nc->is_send ? "to" : "from",
+                nc->peer);
+        br_proxy_comm_close(proxy, nc);
+        br_proxy_useg_free_all(nc);
+        if (nc->is_send) {
+            br_proxy_fail_send(proxy, nc, ncclRemoteError, "send (abandoned after a failure)");
+        } else {
+            br_proxy_fail_recv(proxy, nc, ncclRemoteError, "receive (abandoned after a failure)");
+        }
+    }
+    pthread_mutex_unlock(&proxy->lock);
+}
