@@ -263,7 +263,8 @@ int br_exec_cuda_nchannels(const br_exec_comm_t *ec);
  * the stream copies the inputs to pinned host memory, a thread of the rank (the stager)
  * runs the calls there with the host executor, and the stream copies the outputs back;
  * nothing waits on the SMs. br_exec_cuda_deposit / _wait / _submit / _async_error /
- * _abort / _detach go there for such a communicator; captures are refused.
+ * _abort go there for such a communicator; captures are refused. comm frees the stager
+ * with br_exec_cuda_stage_detach while the transports it runs on still exist.
  */
 typedef struct br_cuda_stage br_cuda_stage_t;
 /* Runs host operations (buffers in host memory, already sequenced) on the communicator,

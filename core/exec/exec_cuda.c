@@ -903,7 +903,6 @@ void br_exec_cuda_abort(br_exec_comm_t *ec)
 void br_exec_cuda_detach(br_exec_comm_t *ec)
 {
     br_clique_t *cl = ec->cuda;
-    br_exec_cuda_stage_detach(ec);
     if (cl == NULL) {
         return;
     }

@@ -43,7 +43,7 @@
 
 typedef struct {
     br_cu_ipc_handle_t handle;
-    int32_t ok;  /* could allocate, export and load the kernel */
+    int32_t ok; /* could allocate, export and load the kernel */
     int32_t pid;
     char why[120]; /* why not, when not ok */
 } ipc_hello_t;
@@ -75,7 +75,10 @@ void br_ipc_decide(br_cuda_stage_t *st)
     }
     if (why != NULL) {
         s->state = -1;
-        snprintf(s->why_off, sizeof(s->why_off), "%s", why);
+        BR_INFO(NCCL_INIT | NCCL_COLL,
+                "rank %d: device collectives staged through pinned host memory: no direct "
+                "path (%s)",
+                ec->rank, why);
         return;
     }
     s->state = 0;
@@ -99,8 +102,9 @@ static void hello_make(br_cuda_stage_t *st, ipc_hello_t *h)
     if (cu->IpcGetMemHandle == NULL || cu->IpcOpenMemHandle == NULL ||
         cu->IpcCloseMemHandle == NULL || cu->StreamWaitValue64 == NULL ||
         cu->StreamWriteValue64 == NULL) {
-        snprintf(h->why, sizeof(h->why), "the CUDA driver lacks IPC or 64-bit stream memory "
-                                         "operations");
+        snprintf(h->why, sizeof(h->why),
+                 "the CUDA driver lacks IPC or 64-bit stream memory "
+                 "operations");
         return;
     }
     size_t want = (size_t)BR_PARAM_INT(CUDA_IPC_BYTES);
@@ -239,7 +243,6 @@ out:
                 r, why);
     }
     pthread_mutex_lock(&st->mu);
-    snprintf(s->why_off, sizeof(s->why_off), "%s", why);
     s->state = state;
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->mu);
@@ -287,13 +290,12 @@ static ncclResult_t copy(br_cuda_stage_t *st, br_cu_ptr_t dst, br_cu_ptr_t src, 
     if (bytes == 0 || dst == src) {
         return ncclSuccess;
     }
-    return ck(br_cuda(NULL)->MemcpyAsync(dst, src, bytes, stream), "cuMemcpyAsync",
-              st->ec->rank);
+    return ck(br_cuda(NULL)->MemcpyAsync(dst, src, bytes, stream), "cuMemcpyAsync", st->ec->rank);
 }
 
 /* dst0 (and dst1) = the op's reduction over src + q * stride of every rank q's staging. */
-static ncclResult_t reduce(br_cuda_stage_t *st, const br_op_t *op, size_t src_off,
-                           br_cu_ptr_t dst0, br_cu_ptr_t dst1, size_t bytes, br_cu_stream_t stream)
+static ncclResult_t reduce(br_cuda_stage_t *st, const br_op_t *op, size_t src_off, br_cu_ptr_t dst0,
+                           br_cu_ptr_t dst1, size_t bytes, br_cu_stream_t stream)
 {
     const ipc_state_t *s = &st->ipc;
     br_dev_reduce_t R;
@@ -319,8 +321,8 @@ static ncclResult_t reduce(br_cuda_stage_t *st, const br_op_t *op, size_t src_of
     uint64_t most = (uint64_t)(s->sms > 0 ? s->sms : 1) * 4;
     blocks = blocks < 1 ? 1 : blocks > most ? most : blocks;
     void *params[] = {&R};
-    return ck(br_cuda(NULL)->LaunchKernel(s->reduce_fn, (unsigned)blocks, 1, 1, BR_DEV_NTHREADS,
-                                          1, 1, 0, stream, params, NULL),
+    return ck(br_cuda(NULL)->LaunchKernel(s->reduce_fn, (unsigned)blocks, 1, 1, BR_DEV_NTHREADS, 1,
+                                          1, 0, stream, params, NULL),
               "cuLaunchKernel", st->ec->rank);
 }
 
@@ -330,6 +332,12 @@ static size_t chunk_at(size_t room, size_t es, size_t bytes, size_t off)
     size_t c = room / es * es;
     c = c > 0 ? c : es;
     return c < bytes - off ? c : bytes - off;
+}
+
+/* Where part q of n of a chunk of `elems` elements starts, in bytes (part n: its end). */
+static size_t part_at(size_t elems, int q, int n, size_t es)
+{
+    return elems * (size_t)q / (size_t)n * es;
 }
 
 ncclResult_t br_ipc_enqueue(br_cuda_stage_t *st, const br_op_t *op)
@@ -349,12 +357,11 @@ ncclResult_t br_ipc_enqueue(br_cuda_stage_t *st, const br_op_t *op)
             size_t elems = C / es;
             BR_CHECK(copy(st, me, in + off, C, S));
             BR_CHECK(barrier(st, S));
-            size_t lo = elems * (size_t)r / (size_t)n * es, hi = elems * (size_t)(r + 1) / (size_t)n * es;
+            size_t lo = part_at(elems, r, n, es), hi = part_at(elems, r + 1, n, es);
             BR_CHECK(reduce(st, op, lo, me + lo, out + off + lo, hi - lo, S));
             BR_CHECK(barrier(st, S));
             for (int q = 0; q < n; q++) {
-                size_t ql = elems * (size_t)q / (size_t)n * es;
-                size_t qh = elems * (size_t)(q + 1) / (size_t)n * es;
+                size_t ql = part_at(elems, q, n, es), qh = part_at(elems, q + 1, n, es);
                 if (q != r) {
                     BR_CHECK(copy(st, out + off + ql, data_of(s, q) + ql, qh - ql, S));
                 }
@@ -488,8 +495,8 @@ int br_ipc_watch(br_cuda_stage_t *st)
     for (int q = 0; q < ec->nranks; q++) {
         if (q != ec->rank && br_exec_pid_is_dead(s->pid[q])) {
             snprintf(msg, sizeof(msg),
-                     "rank %d (pid %d on host %s) died while rank %d's device %s waited for it",
-                     q, s->pid[q], ec->tc->peers[q].host, ec->rank, f->what);
+                     "rank %d (pid %d on host %s) died while rank %d's device %s waited for it", q,
+                     s->pid[q], ec->tc->peers[q].host, ec->rank, f->what);
             br_stage_fail(st, ncclRemoteError, msg);
             return 1;
         }

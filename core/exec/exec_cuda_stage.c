@@ -256,11 +256,11 @@ ncclResult_t br_exec_cuda_attach_staged(br_exec_comm_t *ec, int device, br_cuda_
                   res, fail);
     BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(st->ctx), "cuCtxSetCurrent", ec->rank), res,
                   fail);
-    BR_CHECK_GOTO(br_cuda_check(cu->MemHostAlloc(&words, 2 * BR_CUDA_QUEUE * sizeof(uint32_t),
-                                                 BR_CU_MEMHOSTALLOC_PORTABLE |
-                                                     BR_CU_MEMHOSTALLOC_DEVICEMAP),
-                                "cuMemHostAlloc", ec->rank),
-                  res, fail);
+    BR_CHECK_GOTO(
+        br_cuda_check(cu->MemHostAlloc(&words, 2 * BR_CUDA_QUEUE * sizeof(uint32_t),
+                                       BR_CU_MEMHOSTALLOC_PORTABLE | BR_CU_MEMHOSTALLOC_DEVICEMAP),
+                      "cuMemHostAlloc", ec->rank),
+        res, fail);
     st->words = words;
     memset(words, 0, 2 * BR_CUDA_QUEUE * sizeof(uint32_t));
     BR_CHECK_GOTO(br_cuda_check(cu->MemHostGetDevicePointer(&st->words_d, words, 0),
@@ -369,17 +369,17 @@ static ncclResult_t stage_put(br_cuda_stage_t *st, const br_op_t *ops, int nops,
                                    "cuMemcpyDtoHAsync", ec->rank));
         }
         if (l->scalar_off != SIZE_MAX) {
-            BR_CHECK(br_cuda_check(cu->MemcpyDtoHAsync(s->mem + l->scalar_off,
-                                                       (br_cu_ptr_t)(uintptr_t)ops[i].redop.scalar_dev,
-                                                       br_type_size(ops[i].type), stream),
-                                   "cuMemcpyDtoHAsync", ec->rank));
+            BR_CHECK(
+                br_cuda_check(cu->MemcpyDtoHAsync(s->mem + l->scalar_off,
+                                                  (br_cu_ptr_t)(uintptr_t)ops[i].redop.scalar_dev,
+                                                  br_type_size(ops[i].type), stream),
+                              "cuMemcpyDtoHAsync", ec->rank));
         }
     }
-    BR_CHECK(br_cuda_check(cu->StreamWriteValue32(stream,
-                                                  st->words_d +
-                                                      (t % BR_CUDA_QUEUE) * sizeof(uint32_t),
-                                                  slot_value(t), 0),
-                           "cuStreamWriteValue32", ec->rank));
+    BR_CHECK(br_cuda_check(
+        cu->StreamWriteValue32(stream, st->words_d + (t % BR_CUDA_QUEUE) * sizeof(uint32_t),
+                               slot_value(t), 0),
+        "cuStreamWriteValue32", ec->rank));
     s->nops = nops;
     s->ticket = t;
     s->used = 0; /* until br_exec_cuda_stage_wait records freed */
@@ -477,21 +477,21 @@ ncclResult_t br_exec_cuda_stage_wait(br_exec_comm_t *ec, uint64_t t, void *strea
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&st->mu);
     BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(st->ctx), "cuCtxSetCurrent", ec->rank), res, out);
-    BR_CHECK_GOTO(br_cuda_check(cu->StreamWaitValue32(stream,
-                                                      st->words_d + (BR_CUDA_QUEUE +
-                                                                     t % BR_CUDA_QUEUE) *
-                                                                        sizeof(uint32_t),
-                                                      slot_value(t), BR_CU_STREAM_WAIT_VALUE_GEQ),
-                                "cuStreamWaitValue32", ec->rank),
-                  res, out);
+    BR_CHECK_GOTO(
+        br_cuda_check(cu->StreamWaitValue32(stream,
+                                            st->words_d + (BR_CUDA_QUEUE + t % BR_CUDA_QUEUE) *
+                                                              sizeof(uint32_t),
+                                            slot_value(t), BR_CU_STREAM_WAIT_VALUE_GEQ),
+                      "cuStreamWaitValue32", ec->rank),
+        res, out);
     for (int i = 0; i < s->nops; i++) {
         const stage_layout_t *l = &s->lay[i];
         if (l->back_bytes > 0) {
-            BR_CHECK_GOTO(br_cuda_check(cu->MemcpyHtoDAsync((br_cu_ptr_t)(uintptr_t)s->ops[i].recvbuff,
-                                                            s->mem + l->out_off, l->back_bytes,
-                                                            stream),
-                                        "cuMemcpyHtoDAsync", ec->rank),
-                          res, out);
+            BR_CHECK_GOTO(
+                br_cuda_check(cu->MemcpyHtoDAsync((br_cu_ptr_t)(uintptr_t)s->ops[i].recvbuff,
+                                                  s->mem + l->out_off, l->back_bytes, stream),
+                              "cuMemcpyHtoDAsync", ec->rank),
+                res, out);
         }
     }
     BR_CHECK_GOTO(br_cuda_check(cu->EventRecord(s->freed, stream), "cuEventRecord", ec->rank), res,

@@ -7,7 +7,7 @@
 
 #include "exec_cuda_int.h"
 
-#define STAGE_ALIGN 256 /* each buffer of a slot starts on this */
+#define STAGE_ALIGN 256               /* each buffer of a slot starts on this */
 #define BR_STAGE_NO_TICKET UINT64_MAX /* a deposit with nothing staged */
 
 /* Where one call's data sits in its slot's staging memory. */
@@ -44,13 +44,12 @@ typedef struct {
  * the first BR_IPC_INBOX bytes of each hold an inbox, word q written by rank q's stream
  * when it passes a barrier. */
 typedef struct {
-    int state;             /* 0 not known yet (set up with the first deposit), 1 on, -1 off */
-    char why_off[200];     /* why not, for INFO */
-    size_t data_bytes;     /* bytes of each rank's staging after the inbox */
-    br_cu_ptr_t mine;      /* this rank's staging (cuMemAlloc) */
-    br_cu_ptr_t *peer;     /* [nranks]: each rank's, mapped with cuIpcOpenMemHandle */
-    int *pid;              /* [nranks]: the processes, for the dead-peer check */
-    uint64_t gen;          /* barriers this rank's stream was given */
+    int state;         /* 0 not known yet (set up with the first deposit), 1 on, -1 off */
+    size_t data_bytes; /* bytes of each rank's staging after the inbox */
+    br_cu_ptr_t mine;  /* this rank's staging (cuMemAlloc) */
+    br_cu_ptr_t *peer; /* [nranks]: each rank's, mapped with cuIpcOpenMemHandle */
+    int *pid;          /* [nranks]: the processes, for the dead-peer check */
+    uint64_t gen;      /* barriers this rank's stream was given */
     br_cu_module_t mod;
     br_cu_function_t reduce_fn;
     int sms;
@@ -85,7 +84,7 @@ void br_stage_fail(br_cuda_stage_t *st, ncclResult_t res, const char *why);
 /* exec_cuda_ipc.c */
 /* May this communicator use the direct path at all (one host, one rank per process, the
  * driver's IPC and 64-bit stream operations, BRAID_CUDA_IPC)? Sets ipc.state to 0 (to be
- * set up with the first deposit) or -1 with why_off. Same answer on every rank, except
+ * set up with the first deposit) or -1, saying why at INFO. Same answer on every rank, except
  * for what a rank's own driver or settings lack, which the set-up exchange shares. */
 void br_ipc_decide(br_cuda_stage_t *st);
 /* With the first deposit, in the stager, before running it: allocate, exchange handles

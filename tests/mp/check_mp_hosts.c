@@ -24,6 +24,8 @@
 
 #include <nccl.h>
 
+#include "brt_launch.h"
+
 #define NRANKS 4
 #define NHOSTS 2
 
@@ -127,30 +129,15 @@ static int rank_run(int rank, const char *comm_id)
     return ncclCommDestroy(comm) == ncclSuccess ? 0 : 1;
 }
 
-/* A loopback port nobody holds now (the kernel picks it), for NCCL_COMM_ID. */
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    ck_assert_int_ge(fd, 0);
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 START_TEST(test_round_robin_hosts)
 {
     char comm_id[64];
     pid_t pids[NRANKS];
     int status[NRANKS], bad = 0;
 
-    snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", free_port());
+    int port = brt_free_port();
+    ck_assert_int_gt(port, 0);
+    snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", port);
     for (int r = 0; r < NRANKS; r++) {
         pids[r] = fork();
         ck_assert_int_ge(pids[r], 0);

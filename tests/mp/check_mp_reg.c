@@ -176,9 +176,15 @@ static int sendrecv_round(brt_rank_ctx_t *ctx, ncclComm_t comm, buf_t *send, buf
     return 0;
 }
 
-static int body_sendrecv(brt_rank_ctx_t *ctx)
+typedef int (*round_fn)(brt_rank_ctx_t *ctx, ncclComm_t comm, buf_t *send, buf_t *recv,
+                        int round);
+
+/* Six rounds of fn on buffers of send_bytes and recv_bytes. Kinds rotate per rank and
+ * round, so one call mixes mapped and unmapped buffers; odd rounds reuse the buffers of the
+ * round before, even rounds free them and allocate new ones (perhaps at the same
+ * addresses). */
+static int run_rounds(brt_rank_ctx_t *ctx, size_t send_bytes, size_t recv_bytes, round_fn fn)
 {
-    const size_t max = (size_t)1 << 20;
     ncclComm_t comm;
     buf_t send = {0}, recv = {0};
     int bad = 0;
@@ -186,8 +192,6 @@ static int body_sendrecv(brt_rank_ctx_t *ctx)
     if (brt_rank_init(ctx, &comm) != ncclSuccess) {
         return 1;
     }
-    /* Kinds rotate per rank and round; odd rounds reuse the buffers of the round before,
-     * even rounds free them and allocate new ones (perhaps at the same addresses). */
     for (int round = 0; round < 6 && !bad; round++) {
         if (round % 2 == 0) {
             if ((send.p != NULL && buf_put(comm, &send) != ncclSuccess) ||
@@ -198,14 +202,14 @@ static int body_sendrecv(brt_rank_ctx_t *ctx)
             }
             int ks = (ctx->rank + round / 2) % BUF_KINDS,
                 kr = (ctx->rank + round / 2 + 1) % BUF_KINDS;
-            if (buf_get(comm, &send, max, ks) != ncclSuccess ||
-                buf_get(comm, &recv, 2 * max, kr) != ncclSuccess) {
+            if (buf_get(comm, &send, send_bytes, ks) != ncclSuccess ||
+                buf_get(comm, &recv, recv_bytes, kr) != ncclSuccess) {
                 brt_fail(ctx, "allocating buffers: %s", ncclGetLastError(comm));
                 bad = 1;
                 break;
             }
         }
-        bad = sendrecv_round(ctx, comm, &send, &recv, round);
+        bad = fn(ctx, comm, &send, &recv, round);
         ctx->report->progress = round + 1;
     }
     if (send.p != NULL) {
@@ -216,6 +220,12 @@ static int body_sendrecv(brt_rank_ctx_t *ctx)
     }
     ncclCommDestroy(comm);
     return bad;
+}
+
+static int body_sendrecv(brt_rank_ctx_t *ctx)
+{
+    const size_t max = (size_t)1 << 20;
+    return run_rounds(ctx, max, 2 * max, sendrecv_round);
 }
 
 /* A Send longer than its Recv, both large enough for the user-buffer path: the receiver
@@ -272,43 +282,7 @@ END_TEST
 static int body(brt_rank_ctx_t *ctx)
 {
     const size_t max = (size_t)1 << 20;
-    ncclComm_t comm;
-    buf_t send = {0}, recv = {0};
-    int bad = 0;
-
-    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
-        return 1;
-    }
-    /* Kinds rotate per rank and round, so one call mixes mapped and unmapped buffers. */
-    for (int round = 0; round < 6 && !bad; round++) {
-        int fresh = round % 2 == 0; /* odd rounds reuse the previous round's buffers */
-        if (fresh) {
-            if ((send.p != NULL && buf_put(comm, &send) != ncclSuccess) ||
-                (recv.p != NULL && buf_put(comm, &recv) != ncclSuccess)) {
-                brt_fail(ctx, "freeing buffers: %s", ncclGetLastError(comm));
-                bad = 1;
-                break;
-            }
-            int ks = (ctx->rank + round / 2) % BUF_KINDS,
-                kr = (ctx->rank + round / 2 + 1) % BUF_KINDS;
-            if (buf_get(comm, &send, max, ks) != ncclSuccess ||
-                buf_get(comm, &recv, max * (size_t)ctx->nranks, kr) != ncclSuccess) {
-                brt_fail(ctx, "allocating buffers: %s", ncclGetLastError(comm));
-                bad = 1;
-                break;
-            }
-        }
-        bad = one_round(ctx, comm, &send, &recv, round);
-        ctx->report->progress = round + 1;
-    }
-    if (send.p != NULL) {
-        buf_put(comm, &send);
-    }
-    if (recv.p != NULL) {
-        buf_put(comm, &recv);
-    }
-    ncclCommDestroy(comm);
-    return bad;
+    return run_rounds(ctx, max, max * (size_t)ctx->nranks, one_round);
 }
 
 /* ncclCommWindowRegister on host memory: a symmetric window per rank over the buffers the

@@ -31,28 +31,13 @@
 
 #include <nccl.h>
 
+#include "brt_launch.h"
+
 #define NRANKS 4
 #define COUNT 1000
 
 static char log_dir[256];
 static char topo_path[300];
-
-/* A loopback port nobody holds now (the kernel picks it), for NCCL_COMM_ID. */
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    ck_assert_int_ge(fd, 0);
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 static void log_path(int rank, char *buf, size_t len)
 {
@@ -85,18 +70,7 @@ static int log_count(int rank, const char *what, const char *also, int *also_p)
 /* Does rank's log hold a line with `what`? */
 static int log_has(int rank, const char *what)
 {
-    char path[300], line[1024];
-    int found = 0;
-    log_path(rank, path, sizeof(path));
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        return 0;
-    }
-    while (!found && fgets(line, sizeof(line), f) != NULL) {
-        found = strstr(line, what) != NULL;
-    }
-    fclose(f);
-    return found;
+    return log_count(rank, what, NULL, NULL) > 0;
 }
 
 /* One rank: init, an AllReduce checked exactly, destroy. With expect_fail, init must
@@ -157,7 +131,9 @@ static void run_ranks(void (*env_of)(int rank), const char *expect_fail_of_other
     pid_t pids[NRANKS];
     int status;
 
-    snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", free_port());
+    int port = brt_free_port();
+    ck_assert_int_gt(port, 0);
+    snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", port);
     for (int r = 0; r < NRANKS; r++) {
         pids[r] = fork();
         ck_assert_int_ge(pids[r], 0);
