@@ -174,7 +174,7 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
         if (!br_work_sched_init(w, ec, c, scratch)) {
             continue;
         }
-        br_work_sched_expect(ec, w);
+        BR_CHECK(br_work_sched_expect(ec, w));
         BR_CHECK(queue_get(b, ec, Q_CHANNEL, c, &q));
         BR_CHECK(push_item(q, w));
     }

@@ -36,6 +36,12 @@ struct br_work {
     int userbuf;          /* send/recv over net: the proxy moves the user's buffer itself
                            * (recv: 1 until the sender's descriptor step is checked, then 2) */
     uint64_t userbuf_end; /* send: the step head must reach before the buffer is free */
+    /* SCHED over net: a Ring collective whose final data moves from and into user
+     * buffers on the connections that agreed to (exec_sched.c, "user buffers"). */
+    int ub;                /* this work item may */
+    int ub_hdr;            /* 1: its descriptor step sent; 2: the sender's one checked */
+    br_conn_t *ub_sc;      /* the send connection of its user-buffer steps */
+    uint64_t ub_send_end;  /* the step head must reach there before the buffers are free */
     const void *copy_src; /* copy: source (self send) */
     /* Node arena. */
     uint64_t arena_k;  /* the operation's number in the arena */
@@ -67,7 +73,7 @@ int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p);
  * Returns 0 when this channel has no data. */
 int br_work_sched_init(br_work_t *w, const br_exec_comm_t *ec, int c, char *scratch);
 /* Announce to the receive connections the slots the work item will take from each. */
-void br_work_sched_expect(const br_exec_comm_t *ec, const br_work_t *w);
+ncclResult_t br_work_sched_expect(const br_exec_comm_t *ec, const br_work_t *w);
 
 /* Steps of the kinds (exec_sched.c, exec_arena.c, exec_work.c). */
 int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p);

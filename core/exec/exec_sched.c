@@ -7,7 +7,19 @@
  * says, then release the received slots and publish the sent ones. Nothing here decides
  * what runs; the protocol (Simple or LL, core/common/fifo.h) only changes how a slot is
  * waited for, read and written.
+ *
+ * User buffers over the network (issue 19): a Simple Ring Broadcast, AllGather or
+ * AllReduce of at least the connection's BRAID_NET_USERBUF_BYTES moves its final data
+ * without the FIFO copies on net connections: a step that receives data only to store it
+ * in the output has the proxy receive it there (the steps are announced when the work is
+ * queued, br_work_sched_expect), and a step that sends data as it is in the input or the
+ * output has the proxy send it from there (proxy_userbuf.c). Partial sums still go
+ * through the slots. On a ring the sender of a step sends final data exactly when its
+ * receiver stores it, so both ends frame each message alike (no descriptor on a
+ * user-buffer message; the receiver checks its size). Each end first exchanges one FIFO
+ * step with the call's descriptor, so mismatched calls are still caught.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec_int.h"
@@ -19,11 +31,44 @@ static size_t wire_bytes(int proto, size_t bytes)
     return proto == BR_PROTO_LL ? br_ll_wire_bytes(bytes) : bytes;
 }
 
+/* Does w move data from and into user buffers on connection c? Both ends decide alike:
+ * the same call, and the threshold they agreed on at setup. */
+static int ub_conn(const br_work_t *w, const br_conn_t *c)
+{
+    return w->ub && c != NULL && c->net != NULL && br_proxy_userbuf_takes(c->net, br_op_bytes(&w->op));
+}
+
+/* A step that receives data only to store it in the output. */
+static int ub_recv_prim(uint32_t p)
+{
+    return (p & BR_PRIM_RECV) && (p & BR_PRIM_COPY) && !(p & BR_PRIM_REDUCE);
+}
+
+/* A step that sends data as it stands in the input or the output (step_compute): not a
+ * partial sum built in the slot, nor a received slot passed on. */
+static int ub_send_prim(const br_work_t *w, uint32_t p)
+{
+    if (!(p & BR_PRIM_SEND)) {
+        return 0;
+    }
+    if (p & (BR_PRIM_REDUCE | BR_PRIM_RECV)) {
+        return (p & BR_PRIM_COPY) != 0;
+    }
+    return !br_func_is_reduction((br_func_t)w->sched.func) || (p & BR_PRIM_FROM_OUTPUT);
+}
+
 int br_work_sched_init(br_work_t *w, const br_exec_comm_t *ec, int c, char *scratch)
 {
     w->kind = BR_WORK_SCHED;
     w->ch = c;
     w->scratch = scratch;
+    w->ub = w->op.algo == BR_ALGO_RING && w->op.proto == BR_PROTO_SIMPLE && scratch == NULL &&
+            w->op.recvbuff != NULL &&
+            (w->op.func == BR_FUNC_BROADCAST || w->op.func == BR_FUNC_ALLGATHER ||
+             w->op.func == BR_FUNC_ALLREDUCE);
+    w->ub_hdr = 0;
+    w->ub_sc = NULL;
+    w->ub_send_end = 0;
     br_plan_layout(&w->op, ec->nranks, c, &w->lay);
     br_plan_sched(ec->graph, &w->op, c, ec->rank, &w->sched);
     for (int s = 0; s < 2; s++) {
@@ -35,26 +80,79 @@ int br_work_sched_init(br_work_t *w, const br_exec_comm_t *ec, int c, char *scra
     return w->lay.lo < w->lay.hi;
 }
 
-void br_work_sched_expect(const br_exec_comm_t *ec, const br_work_t *w)
+/* The iterations of w's stream s: the same chunking from the same start as stream_step. */
+static uint64_t sched_iters(const br_work_t *w)
+{
+    uint64_t iters = 0;
+    for (size_t base = w->lay.lo; base < w->lay.hi; iters++) {
+        base += br_sched_advance(&w->sched, br_sched_chunk(&w->sched, base, w->lay.hi, w->lay.slice));
+    }
+    return iters;
+}
+
+/* A Ring's receives on a user-buffer connection, in the order it takes them: the
+ * sender's descriptor step, then each step into the output or (partial sums) a slot. */
+static ncclResult_t ub_announce(const br_exec_comm_t *ec, const br_work_t *w, br_conn_t *rc,
+                                uint64_t iters)
+{
+    int nsteps = w->st[0].nsteps, nrecv = 0;
+    br_userbuf_step_t *steps = NULL;
+    uint64_t n = 1;
+
+    for (int j = 0; j < nsteps; j++) {
+        br_step_t st;
+        br_sched_step(&w->sched, 0, j, &st);
+        nrecv += st.nrecv > 0;
+    }
+    BR_CHECK(br_calloc(&steps, 1 + iters * (uint64_t)nrecv, "user-buffer receive steps"));
+    for (size_t base = w->lay.lo; base < w->lay.hi;) {
+        size_t chunk = br_sched_chunk(&w->sched, base, w->lay.hi, w->lay.slice);
+        for (int j = 0; j < nsteps; j++) {
+            br_step_t st;
+            size_t in_off, out_off, len;
+            br_sched_step(&w->sched, 0, j, &st);
+            if (st.nrecv == 0) {
+                continue;
+            }
+            if (ub_recv_prim(st.prim)) {
+                br_sched_place(&w->sched, &st, base, chunk, w->lay.hi, w->lay.units,
+                               br_graph_ring(ec->graph, w->ch), &in_off, &out_off, &len);
+                steps[n].ptr = (char *)w->op.recvbuff + out_off * w->lay.esize;
+                steps[n].bytes = len * w->lay.esize;
+            }
+            n++;
+        }
+        base += br_sched_advance(&w->sched, chunk);
+    }
+    br_slot_desc_t d = br_desc_make(&w->op, 0);
+    ncclResult_t res = br_proxy_userbuf_recv_steps(ec->tc->proxy, rc->net, steps, n, &d);
+    free(steps);
+    return res;
+}
+
+ncclResult_t br_work_sched_expect(const br_exec_comm_t *ec, const br_work_t *w)
 {
     for (int s = 0; s < 2; s++) {
-        uint64_t iters = 0;
         if (w->st[s].nsteps == 0) {
             continue;
         }
-        /* The iterations stream_step() walks: the same chunking from the same start. */
-        for (size_t base = w->lay.lo; base < w->lay.hi; iters++) {
-            base += br_sched_advance(&w->sched,
-                                     br_sched_chunk(&w->sched, base, w->lay.hi, w->lay.slice));
-        }
+        uint64_t iters = sched_iters(w);
+        br_conn_t *announced = NULL;
         for (int j = 0; j < w->st[s].nsteps; j++) {
             br_step_t st;
             br_sched_step(&w->sched, s, j, &st);
             for (int i = 0; i < st.nrecv; i++) {
-                br_conn_expect(br_exec_chan_recv(ec, w->ch, st.recv[i]), iters);
+                br_conn_t *rc = br_exec_chan_recv(ec, w->ch, st.recv[i]);
+                if (!ub_conn(w, rc)) {
+                    br_conn_expect(rc, iters);
+                } else if (rc != announced) { /* a ring receives from one peer */
+                    BR_CHECK(ub_announce(ec, w, rc, iters));
+                    announced = rc;
+                }
             }
         }
     }
+    return ncclSuccess;
 }
 
 /* A step's connections, readiness and data. */
@@ -90,6 +188,44 @@ static int recv_ready(br_exec_queue_t *q, const br_work_t *w, br_conn_t *rc, siz
     return n == 1 || br_ll_line_ready(lines, n - 1, rc->step);
 }
 
+/* A user-buffer work item's first step on each of its connections: send, or take and
+ * check, the call's descriptor. Returns 1 done, 0 blocked, -1 error. */
+static int ub_headers(br_exec_queue_t *q, br_work_t *w, const br_step_t *st)
+{
+    br_exec_comm_t *ec = q->ec;
+
+    if (st->nsend > 0 && !(w->ub_hdr & 1)) {
+        br_conn_t *sc = br_exec_chan_send(ec, w->ch, st->send[0]);
+        if (ub_conn(w, sc)) {
+            if (!br_fifo_free(sc->ctrl, sc->step)) {
+                q->wait_peer = sc->peer;
+                q->wait_what = "free FIFO space at";
+                return 0;
+            }
+            br_slot_desc_t d = br_desc_make(&w->op, 0);
+            br_fifo_post_send(sc->ctrl, sc->step++, &d);
+        }
+        w->ub_hdr |= 1;
+    }
+    if (st->nrecv > 0 && !(w->ub_hdr & 2)) {
+        br_conn_t *rc = br_exec_chan_recv(ec, w->ch, st->recv[0]);
+        if (ub_conn(w, rc)) {
+            if (!br_fifo_filled(rc->ctrl, rc->step)) {
+                br_conn_need(rc);
+                q->wait_peer = rc->peer;
+                q->wait_what = "data from";
+                return 0;
+            }
+            if (br_desc_check(ec, w, rc->peer, &rc->ctrl->slot[rc->step % BR_STEPS], 0) != 0) {
+                return -1;
+            }
+            br_fifo_post_recv(rc->ctrl, rc->step++);
+        }
+        w->ub_hdr |= 2;
+    }
+    return 1;
+}
+
 /* Wait for every peer of the step. Returns 1 ready, 0 blocked, -1 error. */
 static int step_ready(br_exec_queue_t *q, br_work_t *w, const br_step_t *st, step_io_t *io)
 {
@@ -114,9 +250,11 @@ static int step_ready(br_exec_queue_t *q, br_work_t *w, const br_step_t *st, ste
     return 1;
 }
 
-/* Check and take the received data: Simple slots are read where they are; LL lines are
- * unpacked (their flags checked) into the comm's scratch. */
-static int step_receive(br_exec_queue_t *q, br_work_t *w, const br_step_t *st, step_io_t *io)
+/* Check and take the received data: Simple slots are read where they are (data the
+ * proxy received into the output already is there); LL lines are unpacked (their flags
+ * checked) into the comm's scratch. */
+static int step_receive(br_exec_queue_t *q, br_work_t *w, const br_step_t *st, step_io_t *io,
+                        char *out)
 {
     br_exec_comm_t *ec = q->ec;
     int ll = w->op.proto == BR_PROTO_LL;
@@ -128,7 +266,7 @@ static int step_receive(br_exec_queue_t *q, br_work_t *w, const br_step_t *st, s
             return -1;
         }
         if (!ll) {
-            io->rdata[i] = br_conn_slot(rc, rc->step);
+            io->rdata[i] = ub_conn(w, rc) && ub_recv_prim(st->prim) ? out : br_conn_slot(rc, rc->step);
             continue;
         }
         char *dst = ec->ll_scratch + (size_t)(i + 1) * ec->ll_scratch_each;
@@ -218,15 +356,30 @@ static const char *step_compute(const br_exec_comm_t *ec, const br_work_t *w,
     return data;
 }
 
-/* Fill the send slots, then release the received slots (only now: the data sent may be
- * one of them), then publish the sent ones. */
-static void step_post(br_work_t *w, const br_step_t *st, const step_io_t *io, const char *data)
+/* Fill the send slots (or hand the proxy the user's bytes), then release the received
+ * slots (only now: the data sent may be one of them), then publish the sent ones. */
+static int step_post(br_exec_queue_t *q, br_work_t *w, const br_step_t *st, const step_io_t *io,
+                     const char *data, const char *out)
 {
     int ll = w->op.proto == BR_PROTO_LL;
     br_slot_desc_t d = br_desc_make(&w->op, wire_bytes(w->op.proto, io->bytes));
 
     for (int i = 0; i < st->nsend; i++) {
         br_conn_t *sc = io->sc[i];
+        if (ub_conn(w, sc) && ub_send_prim(w, st->prim)) {
+            /* From the output when the step wrote it: data may be a slot released below. */
+            const char *src = (st->prim & BR_PRIM_COPY) ? out : data;
+            if (br_proxy_userbuf_send_step(q->ec->tc->proxy, sc->net, sc->step, src, io->bytes,
+                                           w->op.seq + 1) != ncclSuccess) {
+                br_exec_fail(q->ec, ncclSystemError,
+                             "rank %d (host %s): cannot queue a send of %zu bytes to rank %d",
+                             q->ec->rank, br_host_name(), io->bytes, sc->peer);
+                return -1;
+            }
+            w->ub_sc = sc;
+            w->ub_send_end = sc->step + 1;
+            continue;
+        }
         if (!ll) {
             char *slot = br_conn_slot(sc, sc->step);
             if (slot != data) {
@@ -255,6 +408,7 @@ static void step_post(br_work_t *w, const br_step_t *st, const step_io_t *io, co
             br_fifo_post_send(sc->ctrl, sc->step++, &d);
         }
     }
+    return 0;
 }
 
 /* One step of stream s; returns 1 done, 0 blocked, -1 error. */
@@ -276,19 +430,24 @@ static int stream_step(br_exec_queue_t *q, br_work_t *w, int s)
     br_sched_place(&w->sched, &st, sp->base, sp->chunk, w->lay.hi, w->lay.units,
                    br_graph_ring(q->ec->graph, w->ch), &in_off, &out_off, &len);
     io.bytes = len * w->lay.esize;
-    int r = step_ready(q, w, &st, &io);
+    int r = w->ub ? ub_headers(q, w, &st) : 1;
+    if (r > 0) {
+        r = step_ready(q, w, &st, &io);
+    }
     if (r <= 0) {
         return r;
-    }
-    if (step_receive(q, w, &st, &io) != 0) {
-        return -1;
     }
     /* Ranks that do not read the input or write the output may pass NULL for them. */
     const char *in = op->sendbuff != NULL ? (const char *)op->sendbuff + in_off * w->lay.esize : NULL;
     char *outbase = w->scratch != NULL ? w->scratch : (char *)op->recvbuff;
     char *out = outbase != NULL ? outbase + out_off * w->lay.esize : NULL;
+    if (step_receive(q, w, &st, &io, out) != 0) {
+        return -1;
+    }
     const char *data = step_compute(q->ec, w, &st, &io, in, out, len);
-    step_post(w, &st, &io, data);
+    if (step_post(q, w, &st, &io, data, out) != 0) {
+        return -1;
+    }
     if (++sp->j == sp->nsteps) {
         sp->j = 0;
         sp->base += br_sched_advance(&w->sched, sp->chunk);
@@ -354,6 +513,14 @@ int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p)
             }
             return moved;
         }
+    }
+    /* Acquire pairs with the proxy's release of head: it no longer reads our buffers
+     * (and, with failover on, will not send them again). */
+    if (w->ub_sc != NULL &&
+        atomic_load_explicit(&w->ub_sc->ctrl->head, memory_order_acquire) < w->ub_send_end) {
+        q->wait_peer = w->ub_sc->peer;
+        q->wait_what = "the network to take the send buffer by";
+        return moved;
     }
     if (w->op.algo == BR_ALGO_RING_ONESHOT) {
         gather_fold(w);

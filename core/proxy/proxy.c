@@ -354,8 +354,8 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
                 return moved;
             }
             nc->done++;
-            int last = nc->done == us->end;
-            br_proxy_useg_retire(nc);
+            int last = nc->done == us->end && us->ack_end;
+            br_proxy_useg_retire(nc); /* may free us */
             atomic_store_explicit(&nc->ctrl->tail, nc->done, memory_order_release);
             if (last && nc->acks) {
                 br_proxy_link_ack(proxy, nc, 2); /* the sender waits for it to return */

@@ -35,6 +35,11 @@ typedef struct br_net_useg {
     uint64_t first, end;
     char *ptr;
     size_t bytes;
+    size_t unit;         /* bytes of each step but the last */
+    uint64_t key;        /* the operation's (seq + 1; 0 for Send/Recv): steps of one
+                          * operation that are contiguous in memory share a segment */
+    int ack_end;         /* receive side: the operation's last user-buffer step, which the
+                          * receiver confirms at once (its sender waits for that) */
     void *mh;            /* regMr of [ptr, ptr + bytes), or NULL */
     int staged;          /* regMr failed: this operation moves through the FIFO slots */
     br_slot_desc_t desc; /* receive side: the descriptor the executor checks (bytes per step) */
@@ -144,6 +149,25 @@ ncclResult_t br_proxy_userbuf_send(br_proxy_t *proxy, br_net_conn_t *nc, uint64_
  * br_proxy_expect for all of them); d describes the operation (bytes set per step). */
 ncclResult_t br_proxy_userbuf_recv(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t nsteps, void *ptr,
                                    size_t bytes, const br_slot_desc_t *d);
+
+/* The user-buffer path of a ring collective (exec_sched.c): one step of the operation
+ * `key` whose bytes the proxy sends from ptr instead of FIFO slot `step` (the executor
+ * calls this before it publishes the step). */
+ncclResult_t br_proxy_userbuf_send_step(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step,
+                                        const void *ptr, size_t bytes, uint64_t key);
+
+/* One receive step of a ring collective, in the order the connection will take them:
+ * its bytes land at ptr, or (ptr NULL) in a FIFO slot with the sender's descriptor. */
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} br_userbuf_step_t;
+
+/* Receive side, when the operation is queued: its next n receives of nc, as described
+ * (this replaces br_proxy_expect for them); d describes the operation. */
+ncclResult_t br_proxy_userbuf_recv_steps(br_proxy_t *proxy, br_net_conn_t *nc,
+                                         const br_userbuf_step_t *steps, uint64_t n,
+                                         const br_slot_desc_t *d);
 
 /* An operation failed and its caller may free its buffers on return: close every
  * connection still holding user-buffer transfers (the net ABI cannot cancel them, and

@@ -20,8 +20,9 @@
 
 static size_t seg_step_bytes(const br_net_conn_t *nc, const br_net_useg_t *s, uint64_t step)
 {
-    size_t off = (size_t)(step - s->first) * nc->step_size;
-    return s->bytes - off < nc->step_size ? s->bytes - off : nc->step_size;
+    (void)nc;
+    size_t off = (size_t)(step - s->first) * s->unit;
+    return s->bytes - off < s->unit ? s->bytes - off : s->unit;
 }
 
 br_net_useg_t *br_proxy_useg_of(const br_net_conn_t *nc, uint64_t step)
@@ -69,7 +70,7 @@ ncclResult_t br_proxy_useg_post(br_proxy_t *proxy, br_net_conn_t *nc, br_net_use
 {
     int slot = (int)(step % BR_STEPS);
     size_t n = seg_step_bytes(nc, s, step);
-    char *user = s->ptr + (size_t)(step - s->first) * nc->step_size;
+    char *user = s->ptr + (size_t)(step - s->first) * s->unit;
     char *fifo = nc->buf + (size_t)slot * nc->stride;
 
     seg_register(proxy, nc, s);
@@ -104,7 +105,7 @@ int br_proxy_useg_recv_done(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t 
         return -1;
     }
     if (s->staged) {
-        memcpy(s->ptr + (size_t)(step - s->first) * nc->step_size,
+        memcpy(s->ptr + (size_t)(step - s->first) * s->unit,
                nc->buf + (size_t)slot * nc->stride, n);
     }
     br_slot_desc_t d = s->desc;
@@ -152,23 +153,40 @@ void br_proxy_useg_free_all(br_net_conn_t *nc)
     }
 }
 
+/* Queue steps [first, first + nsteps) of nc as bytes at ptr, unit bytes per step (the
+ * last may be shorter). A step of the same operation (key > 0) that continues the last
+ * segment in memory and in steps extends it instead, so a ring's contiguous chunks are
+ * registered once. */
 static ncclResult_t seg_add(br_net_conn_t *nc, uint64_t first, uint64_t nsteps, const void *ptr,
-                            size_t bytes, const br_slot_desc_t *d)
+                            size_t bytes, size_t unit, uint64_t key, const br_slot_desc_t *d,
+                            br_net_useg_t **seg_p)
 {
-    br_net_useg_t *s = NULL, **at = &nc->useg;
+    br_net_useg_t *s = NULL, **at = &nc->useg, *last = NULL;
 
+    while (*at != NULL) {
+        last = *at;
+        at = &(*at)->next;
+    }
+    if (key != 0 && last != NULL && last->key == key && last->end == first && nsteps == 1 &&
+        last->mh == NULL && !last->staged && last->ptr + last->bytes == (const char *)ptr &&
+        last->bytes == (size_t)(last->end - last->first) * last->unit && bytes <= last->unit) {
+        last->end++;
+        last->bytes += bytes;
+        *seg_p = last;
+        return ncclSuccess;
+    }
     BR_CHECK(br_calloc(&s, 1, "user-buffer operation"));
     s->first = first;
     s->end = first + nsteps;
     s->ptr = (char *)ptr; /* a send buffer is only read */
     s->bytes = bytes;
+    s->unit = unit;
+    s->key = key;
     if (d != NULL) {
         s->desc = *d;
     }
-    while (*at != NULL) {
-        at = &(*at)->next;
-    }
     *at = s;
+    *seg_p = s;
     BR_TRACE(NCCL_NET, "%s rank %d: steps [%llu, %llu) %s the user buffer at %p (%zu bytes)",
              nc->is_send ? "send to" : "receive from", nc->peer, (unsigned long long)s->first,
              (unsigned long long)s->end, nc->is_send ? "from" : "into", (void *)s->ptr, bytes);
@@ -179,7 +197,18 @@ ncclResult_t br_proxy_userbuf_send(br_proxy_t *proxy, br_net_conn_t *nc, uint64_
                                    uint64_t nsteps, const void *ptr, size_t bytes)
 {
     pthread_mutex_lock(&proxy->lock);
-    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, NULL);
+    br_net_useg_t *seg;
+    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, nc->step_size, 0, NULL, &seg);
+    pthread_mutex_unlock(&proxy->lock);
+    return res;
+}
+
+ncclResult_t br_proxy_userbuf_send_step(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step,
+                                        const void *ptr, size_t bytes, uint64_t key)
+{
+    pthread_mutex_lock(&proxy->lock);
+    br_net_useg_t *seg;
+    ncclResult_t res = seg_add(nc, step, 1, ptr, bytes, bytes, key, NULL, &seg);
     pthread_mutex_unlock(&proxy->lock);
     return res;
 }
@@ -192,9 +221,37 @@ ncclResult_t br_proxy_userbuf_recv(br_proxy_t *proxy, br_net_conn_t *nc, uint64_
      * lets it post these steps, so none of them goes into a FIFO slot. The step before
      * them is the sender's descriptor, through the FIFO. */
     uint64_t first = atomic_load_explicit(&nc->want, memory_order_relaxed) + 1;
-    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, d);
+    br_net_useg_t *seg;
+    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, nc->step_size, 0, d, &seg);
     if (res == ncclSuccess) {
+        seg->ack_end = 1;
         atomic_fetch_add_explicit(&nc->want, nsteps + 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&proxy->lock);
+    return res;
+}
+
+ncclResult_t br_proxy_userbuf_recv_steps(br_proxy_t *proxy, br_net_conn_t *nc,
+                                         const br_userbuf_step_t *steps, uint64_t n,
+                                         const br_slot_desc_t *d)
+{
+    ncclResult_t res = ncclSuccess;
+    br_net_useg_t *end_seg = NULL;
+
+    pthread_mutex_lock(&proxy->lock);
+    /* As above: in place before `want` lets the proxy post any of these steps. */
+    uint64_t first = atomic_load_explicit(&nc->want, memory_order_relaxed);
+    for (uint64_t i = 0; i < n && res == ncclSuccess; i++) {
+        if (steps[i].ptr != NULL) {
+            res = seg_add(nc, first + i, 1, steps[i].ptr, steps[i].bytes, steps[i].bytes,
+                          d->seq, d, &end_seg);
+        }
+    }
+    if (res == ncclSuccess) {
+        if (end_seg != NULL) {
+            end_seg->ack_end = 1;
+        }
+        atomic_fetch_add_explicit(&nc->want, n, memory_order_relaxed);
     }
     pthread_mutex_unlock(&proxy->lock);
     return res;

@@ -289,7 +289,7 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     nc->mhandle = ns->mhandle;
     nc->ack_fd = ns->ack_fd;
     nc->acks = ns->ack_fd >= 0;
-    nc->userbuf = conn->p2p ? ns->userbuf : 0; /* Send/Recv only, so far */
+    nc->userbuf = ns->userbuf; /* Send/Recv, and ring collectives (exec_sched.c) */
     if (tc->proxy == NULL) {
         br_proxy_config_t cfg = {.net = net,
                                  .boot = tc->boot,
