@@ -307,26 +307,26 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     ns->comm = NULL; /* owned by the proxy now, with the registration and the socket */
     ns->mhandle = NULL;
     ns->ack_fd = -1;
+    char why[128];
+    if (nc->userbuf > 0) {
+        snprintf(why, sizeof(why), "user buffers from %llu bytes", (unsigned long long)nc->userbuf);
+    } else if (!conn->is_send) {
+        snprintf(why, sizeof(why), "FIFO only: the sender chose so");
+    } else {
+        snprintf(why, sizeof(why), "FIFO only: %s",
+                 BR_PARAM_INT(NET_USERBUF_BYTES) <= 0 ? "BRAID_NET_USERBUF_BYTES is 0"
+                 : !ns->peer_host_ptr ? "the receiver's plugin cannot register host memory"
+                                      : "this plugin cannot register host memory");
+    }
     if (conn->p2p) {
-        char why[128];
-        if (nc->userbuf > 0) {
-            snprintf(why, sizeof(why), "user buffers from %llu bytes",
-                     (unsigned long long)nc->userbuf);
-        } else if (!conn->is_send) {
-            snprintf(why, sizeof(why), "FIFO only: the sender chose so");
-        } else {
-            snprintf(why, sizeof(why), "FIFO only: %s",
-                     BR_PARAM_INT(NET_USERBUF_BYTES) <= 0 ? "BRAID_NET_USERBUF_BYTES is 0"
-                     : !ns->peer_host_ptr ? "the receiver's plugin cannot register host memory"
-                                          : "this plugin cannot register host memory");
-        }
         BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: p2p %s rank %d via NET/%s device %d (%s), %s",
                 tc->rank, conn->is_send ? "send to" : "receive from", conn->peer, net->name,
                 ns->dev, br_plugin_net_dev_name(net, ns->dev), why);
     } else {
-        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: channel %d %s rank %d via NET/%s device %d (%s)",
+        /* Ring collectives (Broadcast, AllGather, AllReduce on Simple) use it too. */
+        BR_INFO(NCCL_INIT | NCCL_NET, "rank %d: channel %d %s rank %d via NET/%s device %d (%s), %s",
                 tc->rank, conn->lane, conn->is_send ? "send to" : "receive from", conn->peer,
-                net->name, ns->dev, br_plugin_net_dev_name(net, ns->dev));
+                net->name, ns->dev, br_plugin_net_dev_name(net, ns->dev), why);
     }
     return br_proxy_add(tc->proxy, nc);
 }
