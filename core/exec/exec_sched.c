@@ -38,6 +38,13 @@ static int ub_conn(const br_work_t *w, const br_conn_t *c)
     return w->ub && c != NULL && c->net != NULL && br_proxy_userbuf_takes(c->net, br_op_bytes(&w->op));
 }
 
+/* Bytes of w's output: the user buffer its received steps land in. */
+static size_t ub_out_bytes(const br_work_t *w)
+{
+    size_t b = br_op_bytes(&w->op);
+    return w->op.func == BR_FUNC_ALLGATHER ? b * (size_t)w->sched.nranks : b;
+}
+
 /* A step that receives data only to store it in the output. */
 static int ub_recv_prim(uint32_t p)
 {
@@ -125,7 +132,8 @@ static ncclResult_t ub_announce(const br_exec_comm_t *ec, const br_work_t *w, br
         base += br_sched_advance(&w->sched, chunk);
     }
     br_slot_desc_t d = br_desc_make(&w->op, 0);
-    ncclResult_t res = br_proxy_userbuf_recv_steps(ec->tc->proxy, rc->net, steps, n, &d);
+    ncclResult_t res = br_proxy_userbuf_recv_steps(ec->tc->proxy, rc->net, steps, n, &d,
+                                                   w->op.recvbuff, ub_out_bytes(w));
     free(steps);
     return res;
 }
@@ -369,8 +377,12 @@ static int step_post(br_exec_queue_t *q, br_work_t *w, const br_step_t *st, cons
         if (ub_conn(w, sc) && ub_send_prim(w, st->prim)) {
             /* From the output when the step wrote it: data may be a slot released below. */
             const char *src = (st->prim & BR_PRIM_COPY) ? out : data;
+            const char *ob = w->op.recvbuff;
+            int from_out = src >= ob && src < ob + ub_out_bytes(w);
             if (br_proxy_userbuf_send_step(q->ec->tc->proxy, sc->net, sc->step, src, io->bytes,
-                                           w->op.seq + 1) != ncclSuccess) {
+                                           w->op.seq + 1, from_out ? ob : w->op.sendbuff,
+                                           from_out ? ub_out_bytes(w) : br_op_bytes(&w->op)) !=
+                ncclSuccess) {
                 br_exec_fail(q->ec, ncclSystemError,
                              "rank %d (host %s): cannot queue a send of %zu bytes to rank %d",
                              q->ec->rank, br_host_name(), io->bytes, sc->peer);
@@ -521,6 +533,10 @@ int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p)
         q->wait_peer = w->ub_sc->peer;
         q->wait_what = "the network to take the send buffer by";
         return moved;
+    }
+    if (w->ub_sc != NULL) {
+        br_proxy_userbuf_release(q->ec->tc->proxy, w->ub_sc->net, w->op.seq + 1);
+        w->ub_sc = NULL;
     }
     if (w->op.algo == BR_ALGO_RING_ONESHOT) {
         gather_fold(w);

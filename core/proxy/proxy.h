@@ -31,6 +31,19 @@ typedef struct br_proxy br_proxy_t;
  * [(k - first) * step_size, ...) of ptr. The registration mh is made on first use with
  * the connection's current plugin comm and released when the steps are done (a failover
  * drops it with the old comm; the replacement registers again). */
+/* A user buffer one operation's segments share a registration of (ring collectives:
+ * its input or its output), so a plugin that pins pages does so once per call. */
+typedef struct br_net_ureg {
+    uint64_t key;
+    char *base;
+    size_t len;
+    void *mh;   /* regMr on the connection's current comm, or NULL */
+    int refused;
+    int refs;   /* segments using it */
+    int held;   /* send side: the executor still adds steps (br_proxy_userbuf_release) */
+    struct br_net_ureg *next;
+} br_net_ureg_t;
+
 typedef struct br_net_useg {
     uint64_t first, end;
     char *ptr;
@@ -40,7 +53,8 @@ typedef struct br_net_useg {
                           * operation that are contiguous in memory share a segment */
     int ack_end;         /* receive side: the operation's last user-buffer step, which the
                           * receiver confirms at once (its sender waits for that) */
-    void *mh;            /* regMr of [ptr, ptr + bytes), or NULL */
+    void *mh;            /* regMr of [ptr, ptr + bytes) (or of reg), or NULL */
+    br_net_ureg_t *reg;  /* the registration it borrows, or NULL: its own */
     int staged;          /* regMr failed: this operation moves through the FIFO slots */
     br_slot_desc_t desc; /* receive side: the descriptor the executor checks (bytes per step) */
     struct br_net_useg *next;
@@ -109,6 +123,7 @@ typedef struct br_net_conn {
      * operations on it, oldest first (under the proxy lock). */
     uint64_t userbuf;
     br_net_useg_t *useg;
+    br_net_ureg_t *ureg;
     int reg_refused; /* the plugin refused a user buffer's regMr (said at INFO once) */
     struct br_net_conn *next;
 } br_net_conn_t;
@@ -154,7 +169,8 @@ ncclResult_t br_proxy_userbuf_recv(br_proxy_t *proxy, br_net_conn_t *nc, uint64_
  * `key` whose bytes the proxy sends from ptr instead of FIFO slot `step` (the executor
  * calls this before it publishes the step). */
 ncclResult_t br_proxy_userbuf_send_step(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step,
-                                        const void *ptr, size_t bytes, uint64_t key);
+                                        const void *ptr, size_t bytes, uint64_t key,
+                                        const void *base, size_t len);
 
 /* One receive step of a ring collective, in the order the connection will take them:
  * its bytes land at ptr, or (ptr NULL) in a FIFO slot with the sender's descriptor. */
@@ -167,7 +183,13 @@ typedef struct {
  * (this replaces br_proxy_expect for them); d describes the operation. */
 ncclResult_t br_proxy_userbuf_recv_steps(br_proxy_t *proxy, br_net_conn_t *nc,
                                          const br_userbuf_step_t *steps, uint64_t n,
-                                         const br_slot_desc_t *d);
+                                         const br_slot_desc_t *d, const void *base, size_t len);
+/* For both: [base, base + len) is the user buffer the step's bytes lie in (its input or
+ * output), registered once for all of the operation's steps in it. */
+
+/* The send side of operation `key` on nc added its last step: its registrations go once
+ * its steps are done. */
+void br_proxy_userbuf_release(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t key);
 
 /* An operation failed and its caller may free its buffers on return: close every
  * connection still holding user-buffer transfers (the net ABI cannot cancel them, and

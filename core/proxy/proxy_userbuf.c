@@ -35,17 +35,26 @@ br_net_useg_t *br_proxy_useg_of(const br_net_conn_t *nc, uint64_t step)
     return NULL;
 }
 
-/* Register the segment's buffer with the connection's current comm, once; a refusal
- * stages the operation through the FIFO (said at INFO, not silently). */
+/* Register the segment's buffer (or the operation's buffer it lies in) with the
+ * connection's current comm, once; a refusal stages the operation through the FIFO (said
+ * at INFO, not silently). */
 static void seg_register(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t *s)
 {
     ncclResult_t res = ncclInternalError;
+    br_net_ureg_t *g = s->reg;
+    char *ptr = g != NULL ? g->base : s->ptr;
+    size_t bytes = g != NULL ? g->len : s->bytes;
 
     if (s->mh != NULL || s->staged) {
         return;
     }
+    if (g != NULL && (g->mh != NULL || g->refused)) {
+        s->mh = g->mh;
+        s->staged = g->refused;
+        return;
+    }
     if (!BR_PARAM_INT(NET_USERBUF_FAIL_REG)) {
-        res = nc->net->ops->reg_mr(nc->net, nc->comm, s->ptr, s->bytes, NCCL_PTR_HOST, &s->mh);
+        res = nc->net->ops->reg_mr(nc->net, nc->comm, ptr, bytes, NCCL_PTR_HOST, &s->mh);
     }
     if (res != ncclSuccess || s->mh == NULL) {
         s->mh = NULL;
@@ -56,12 +65,16 @@ static void seg_register(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t *s)
                     "rank %d: net plugin %s did not register the %zu-byte user buffer at %p "
                     "(%s rank %d, error %d): this operation, and any other on this connection "
                     "whose buffer is refused, moves through the FIFO",
-                    proxy->rank, nc->net->name, s->bytes, (void *)s->ptr,
+                    proxy->rank, nc->net->name, bytes, (void *)ptr,
                     nc->is_send ? "send to" : "receive from", nc->peer, (int)res);
         }
         BR_TRACE(NCCL_NET | NCCL_REG, "rank %d: user buffer %p (%zu bytes) staged through the FIFO",
-                 proxy->rank, (void *)s->ptr, s->bytes);
+                 proxy->rank, (void *)ptr, bytes);
         nc->reg_refused = 1;
+    }
+    if (g != NULL) {
+        g->mh = s->mh;
+        g->refused = s->staged;
     }
 }
 
@@ -114,9 +127,33 @@ int br_proxy_useg_recv_done(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t 
     return 0;
 }
 
+static void reg_free(br_net_conn_t *nc, br_net_ureg_t *g)
+{
+    for (br_net_ureg_t **at = &nc->ureg; *at != NULL; at = &(*at)->next) {
+        if (*at == g) {
+            *at = g->next;
+            break;
+        }
+    }
+    if (g->mh != NULL && nc->comm != NULL) {
+        (void)nc->net->ops->dereg_mr(nc->net, nc->comm, g->mh);
+    }
+    free(g);
+}
+
+static void reg_put(br_net_conn_t *nc, br_net_ureg_t *g)
+{
+    if (--g->refs > 0 || g->held) {
+        return;
+    }
+    reg_free(nc, g);
+}
+
 static void seg_free(br_net_conn_t *nc, br_net_useg_t *s)
 {
-    if (s->mh != NULL && nc->comm != NULL) {
+    if (s->reg != NULL) {
+        reg_put(nc, s->reg);
+    } else if (s->mh != NULL && nc->comm != NULL) {
         (void)nc->net->ops->dereg_mr(nc->net, nc->comm, s->mh);
     }
     free(s);
@@ -137,10 +174,16 @@ void br_proxy_useg_retire(br_net_conn_t *nc)
 void br_proxy_useg_drop_regs(br_net_conn_t *nc)
 {
     for (br_net_useg_t *s = nc->useg; s != NULL; s = s->next) {
-        if (s->mh != NULL && nc->comm != NULL) {
+        if (s->reg == NULL && s->mh != NULL && nc->comm != NULL) {
             (void)nc->net->ops->dereg_mr(nc->net, nc->comm, s->mh);
         }
         s->mh = NULL;
+    }
+    for (br_net_ureg_t *g = nc->ureg; g != NULL; g = g->next) {
+        if (g->mh != NULL && nc->comm != NULL) {
+            (void)nc->net->ops->dereg_mr(nc->net, nc->comm, g->mh);
+        }
+        g->mh = NULL;
     }
 }
 
@@ -151,6 +194,9 @@ void br_proxy_useg_free_all(br_net_conn_t *nc)
         nc->useg = s->next;
         seg_free(nc, s);
     }
+    while (nc->ureg != NULL) { /* held by an executor that failed */
+        reg_free(nc, nc->ureg);
+    }
 }
 
 /* Queue steps [first, first + nsteps) of nc as bytes at ptr, unit bytes per step (the
@@ -159,23 +205,48 @@ void br_proxy_useg_free_all(br_net_conn_t *nc)
  * registered once. */
 static ncclResult_t seg_add(br_net_conn_t *nc, uint64_t first, uint64_t nsteps, const void *ptr,
                             size_t bytes, size_t unit, uint64_t key, const br_slot_desc_t *d,
-                            br_net_useg_t **seg_p)
+                            const void *base, size_t len, br_net_useg_t **seg_p)
 {
     br_net_useg_t *s = NULL, **at = &nc->useg, *last = NULL;
+    br_net_ureg_t *g = NULL;
 
     while (*at != NULL) {
         last = *at;
         at = &(*at)->next;
     }
     if (key != 0 && last != NULL && last->key == key && last->end == first && nsteps == 1 &&
-        last->mh == NULL && !last->staged && last->ptr + last->bytes == (const char *)ptr &&
+        (base != NULL ? last->reg != NULL && last->reg->base == (const char *)base
+                      : last->reg == NULL && last->mh == NULL && !last->staged) &&
+        last->ptr + last->bytes == (const char *)ptr &&
         last->bytes == (size_t)(last->end - last->first) * last->unit && bytes <= last->unit) {
         last->end++;
         last->bytes += bytes;
         *seg_p = last;
         return ncclSuccess;
     }
-    BR_CHECK(br_calloc(&s, 1, "user-buffer operation"));
+    if (base != NULL) {
+        for (g = nc->ureg; g != NULL && !(g->key == key && g->base == (const char *)base); g = g->next) {
+        }
+        if (g == NULL) {
+            BR_CHECK(br_calloc(&g, 1, "user-buffer registration"));
+            g->key = key;
+            g->base = (char *)base;
+            g->len = len;
+            g->next = nc->ureg;
+            nc->ureg = g;
+        }
+    }
+    if (br_calloc(&s, 1, "user-buffer operation") != ncclSuccess) {
+        if (g != NULL && g->refs == 0) {
+            g->refs = 1;
+            reg_put(nc, g);
+        }
+        return ncclSystemError;
+    }
+    if (g != NULL) {
+        g->refs++;
+        s->reg = g;
+    }
     s->first = first;
     s->end = first + nsteps;
     s->ptr = (char *)ptr; /* a send buffer is only read */
@@ -198,19 +269,38 @@ ncclResult_t br_proxy_userbuf_send(br_proxy_t *proxy, br_net_conn_t *nc, uint64_
 {
     pthread_mutex_lock(&proxy->lock);
     br_net_useg_t *seg;
-    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, nc->step_size, 0, NULL, &seg);
+    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, nc->step_size, 0, NULL, NULL, 0, &seg);
     pthread_mutex_unlock(&proxy->lock);
     return res;
 }
 
 ncclResult_t br_proxy_userbuf_send_step(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t step,
-                                        const void *ptr, size_t bytes, uint64_t key)
+                                        const void *ptr, size_t bytes, uint64_t key,
+                                        const void *base, size_t len)
 {
     pthread_mutex_lock(&proxy->lock);
     br_net_useg_t *seg;
-    ncclResult_t res = seg_add(nc, step, 1, ptr, bytes, bytes, key, NULL, &seg);
+    ncclResult_t res = seg_add(nc, step, 1, ptr, bytes, bytes, key, NULL, base, len, &seg);
+    if (res == ncclSuccess && seg->reg != NULL) {
+        seg->reg->held = 1; /* more steps may follow once these are done */
+    }
     pthread_mutex_unlock(&proxy->lock);
     return res;
+}
+
+void br_proxy_userbuf_release(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t key)
+{
+    pthread_mutex_lock(&proxy->lock);
+    for (br_net_ureg_t *g = nc->ureg, *next; g != NULL; g = next) {
+        next = g->next;
+        if (g->key == key) {
+            g->held = 0;
+            if (g->refs == 0) {
+                reg_free(nc, g);
+            }
+        }
+    }
+    pthread_mutex_unlock(&proxy->lock);
 }
 
 ncclResult_t br_proxy_userbuf_recv(br_proxy_t *proxy, br_net_conn_t *nc, uint64_t nsteps, void *ptr,
@@ -222,7 +312,7 @@ ncclResult_t br_proxy_userbuf_recv(br_proxy_t *proxy, br_net_conn_t *nc, uint64_
      * them is the sender's descriptor, through the FIFO. */
     uint64_t first = atomic_load_explicit(&nc->want, memory_order_relaxed) + 1;
     br_net_useg_t *seg;
-    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, nc->step_size, 0, d, &seg);
+    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, nc->step_size, 0, d, NULL, 0, &seg);
     if (res == ncclSuccess) {
         seg->ack_end = 1;
         atomic_fetch_add_explicit(&nc->want, nsteps + 1, memory_order_relaxed);
@@ -233,7 +323,7 @@ ncclResult_t br_proxy_userbuf_recv(br_proxy_t *proxy, br_net_conn_t *nc, uint64_
 
 ncclResult_t br_proxy_userbuf_recv_steps(br_proxy_t *proxy, br_net_conn_t *nc,
                                          const br_userbuf_step_t *steps, uint64_t n,
-                                         const br_slot_desc_t *d)
+                                         const br_slot_desc_t *d, const void *base, size_t len)
 {
     ncclResult_t res = ncclSuccess;
     br_net_useg_t *end_seg = NULL;
@@ -244,7 +334,7 @@ ncclResult_t br_proxy_userbuf_recv_steps(br_proxy_t *proxy, br_net_conn_t *nc,
     for (uint64_t i = 0; i < n && res == ncclSuccess; i++) {
         if (steps[i].ptr != NULL) {
             res = seg_add(nc, first + i, 1, steps[i].ptr, steps[i].bytes, steps[i].bytes,
-                          d->seq, d, &end_seg);
+                          d->seq, d, base, len, &end_seg);
         }
     }
     if (res == ncclSuccess) {
@@ -262,6 +352,7 @@ void br_proxy_userbuf_abandon(br_proxy_t *proxy)
     pthread_mutex_lock(&proxy->lock);
     for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
         if (nc->useg == NULL) {
+            br_proxy_useg_free_all(nc); /* registrations a failed executor still held */
             continue;
         }
         BR_INFO(NCCL_NET | NCCL_PROXY,
