@@ -523,6 +523,7 @@ typedef struct {
     uint64_t magic;
     void *buff;
     size_t size;
+    uint64_t net_id; /* its entry in the comm's registered buffers (host memory), or 0 */
 } reg_handle_t;
 
 #define REG_MAGIC 0x62726169645f7267ULL
@@ -549,6 +550,13 @@ BR_API(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_
                       "process_vm_readv (the kernel pins its pages on every call)");
     }
     BR_CHECK(br_calloc(&h, 1, "registration"));
+    /* Net connections register host buffers with their plugin once, at first use, and
+     * keep that until ncclCommDeregister (proxy_userbuf.c). */
+    if (size > 0 && br_cuda_ptr_kind(buff, &dev) != BR_MEM_DEVICE &&
+        br_net_regs_add(&comm->tc->net_regs, buff, size, &h->net_id) != ncclSuccess) {
+        free(h);
+        return ncclSystemError;
+    }
     h->magic = REG_MAGIC;
     h->buff = buff;
     h->size = size;
@@ -565,6 +573,9 @@ BR_API(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle))
         BR_WARN(NCCL_REG, "ncclCommDeregister: rank %d: %p is not a registration handle",
                 comm->rank, handle);
         return ncclInvalidArgument;
+    }
+    if (h->net_id != 0) {
+        br_net_regs_remove(&comm->tc->net_regs, comm->tc->proxy, h->net_id);
     }
     h->magic = 0;
     free(h);

@@ -370,6 +370,7 @@ static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
     comm->nranks = nranks;
     pthread_mutex_init(&comm->lock, NULL);
     BR_CHECK(br_calloc(&comm->tc, 1, "transport state"));
+    br_net_regs_init(&comm->tc->net_regs);
     BR_CHECK(br_calloc(&comm->ec, 1, "executor state"));
     BR_CHECK(br_calloc(&comm->tc->peers, (size_t)nranks, "peer table"));
     BR_CHECK(br_calloc(&comm->ec->p2p_send, (size_t)nranks, "p2p connections"));
@@ -579,6 +580,7 @@ void br_comm_free(ncclComm_t comm, int flush)
             br_bootstrap_close(comm->tc->boot);
         }
         free(comm->tc->peers);
+        br_net_regs_fini(&comm->tc->net_regs);
         free(comm->tc);
     }
     br_graph_free(comm->graph);

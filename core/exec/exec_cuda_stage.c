@@ -289,6 +289,14 @@ fail:
     return res;
 }
 
+static void stage_unregister(br_cuda_stage_t *st, stage_slot_t *s)
+{
+    if (s->net_id != 0) {
+        br_net_regs_remove(&st->ec->tc->net_regs, st->ec->tc->proxy, s->net_id);
+        s->net_id = 0;
+    }
+}
+
 /* Slot s big enough for the layout's `bytes`, its previous use copied out. Caller holds
  * st->mu; the current context is the stager's. */
 static ncclResult_t slot_ready(br_cuda_stage_t *st, stage_slot_t *s, int nops, size_t bytes)
@@ -302,6 +310,7 @@ static ncclResult_t slot_ready(br_cuda_stage_t *st, stage_slot_t *s, int nops, s
         size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
         void *p = NULL;
         if (s->mem != NULL) {
+            stage_unregister(st, s);
             cu->MemFreeHost(s->mem);
             s->mem = NULL;
             s->mem_bytes = 0;
@@ -316,6 +325,9 @@ static ncclResult_t slot_ready(br_cuda_stage_t *st, stage_slot_t *s, int nops, s
         }
         s->mem = p;
         s->mem_bytes = want;
+        /* Staged calls over the network move their bytes from and into it: registered
+         * with the plugin once per connection, not per call (proxy_userbuf.c). */
+        BR_CHECK(br_net_regs_add(&st->ec->tc->net_regs, p, want, &s->net_id));
     }
     if (s->cap < nops) {
         br_op_t *o = realloc(s->ops, (size_t)nops * sizeof(*o));
@@ -557,6 +569,7 @@ void br_exec_cuda_stage_detach(br_exec_comm_t *ec)
             cu->EventDestroy(s->freed);
         }
         if (s->mem != NULL) {
+            stage_unregister(st, s);
             cu->MemFreeHost(s->mem);
         }
         free(s->ops);

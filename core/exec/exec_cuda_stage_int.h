@@ -24,6 +24,7 @@ typedef struct {
     int nops, cap;
     char *mem; /* pinned staging */
     size_t mem_bytes;
+    uint64_t net_id; /* mem in the comm's registered buffers (the net registers it once) */
     br_cu_event_t freed; /* recorded after the outputs are copied out */
     int used;            /* freed was recorded */
     uint64_t ticket;

@@ -569,6 +569,7 @@ ncclResult_t br_proxy_create(const br_proxy_config_t *cfg, br_proxy_t **proxy_p)
     proxy->comm_hash = cfg->comm_hash;
     proxy->traffic_class = cfg->traffic_class;
     proxy->net_required = cfg->net_required;
+    proxy->regs = cfg->regs;
     proxy->failover = cfg->boot != NULL ? (int)BR_PARAM_INT(FAILOVER) : 0;
     pthread_mutex_init(&proxy->mail_lock, NULL);
     pthread_mutex_init(&proxy->lock, NULL);

@@ -12,6 +12,7 @@
 #ifndef BR_PROXY_H_
 #define BR_PROXY_H_
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +32,38 @@ typedef struct br_proxy br_proxy_t;
  * [(k - first) * step_size, ...) of ptr. The registration mh is made on first use with
  * the connection's current plugin comm and released when the steps are done (a failover
  * drops it with the old comm; the replacement registers again). */
+/* Host buffers the application registered with ncclCommRegister: the proxy registers
+ * each with the net plugin once per connection that moves bytes in it, and keeps that
+ * registration until ncclCommDeregister (or the connection's comm goes), so repeated
+ * calls on those buffers pay no regMr. One per communicator (its transport state). */
+typedef struct br_net_reg_range {
+    uint64_t id;
+    char *base;
+    size_t len;
+    struct br_net_reg_range *next;
+} br_net_reg_range_t;
+
+typedef struct {
+    pthread_mutex_t lock; /* inside the proxy lock where both are taken */
+    br_net_reg_range_t *list;
+    uint64_t next_id;
+} br_net_regs_t;
+
+/* A connection's registration of one registered buffer. */
+typedef struct br_net_rcache {
+    uint64_t id;
+    void *mh;
+    struct br_net_rcache *next;
+} br_net_rcache_t;
+
+void br_net_regs_init(br_net_regs_t *regs);
+void br_net_regs_fini(br_net_regs_t *regs);
+/* Record [base, base + len); *id_p names it for br_net_regs_remove. */
+ncclResult_t br_net_regs_add(br_net_regs_t *regs, void *base, size_t len, uint64_t *id_p);
+/* Forget it, and drop every connection's registration of it (proxy may be NULL). The
+ * application must not have calls in flight on the buffer, as NCCL requires. */
+void br_net_regs_remove(br_net_regs_t *regs, struct br_proxy *proxy, uint64_t id);
+
 /* A user buffer one operation's segments share a registration of (ring collectives:
  * its input or its output), so a plugin that pins pages does so once per call. */
 typedef struct br_net_ureg {
@@ -39,6 +72,7 @@ typedef struct br_net_ureg {
     size_t len;
     void *mh;   /* regMr on the connection's current comm, or NULL */
     int refused;
+    int cached; /* mh is a registered buffer's (br_net_rcache_t): not ours to deregister */
     int refs;   /* segments using it */
     int held;   /* send side: the executor still adds steps (br_proxy_userbuf_release) */
     struct br_net_ureg *next;
@@ -55,6 +89,7 @@ typedef struct br_net_useg {
                           * receiver confirms at once (its sender waits for that) */
     void *mh;            /* regMr of [ptr, ptr + bytes) (or of reg), or NULL */
     br_net_ureg_t *reg;  /* the registration it borrows, or NULL: its own */
+    int cached;          /* mh is a registered buffer's (br_net_rcache_t) */
     int staged;          /* regMr failed: this operation moves through the FIFO slots */
     br_slot_desc_t desc; /* receive side: the descriptor the executor checks (bytes per step) */
     struct br_net_useg *next;
@@ -124,6 +159,7 @@ typedef struct br_net_conn {
     uint64_t userbuf;
     br_net_useg_t *useg;
     br_net_ureg_t *ureg;
+    br_net_rcache_t *rcache; /* its registrations of ncclCommRegister'ed buffers */
     int reg_refused; /* the plugin refused a user buffer's regMr (said at INFO once) */
     struct br_net_conn *next;
 } br_net_conn_t;
@@ -204,6 +240,7 @@ typedef struct {
     uint64_t comm_hash;   /* for opening the socket plugin on failover */
     int traffic_class;
     int net_required;     /* NCCL_NET named the network: failover never leaves it */
+    br_net_regs_t *regs;  /* the communicator's registered buffers, or NULL */
 } br_proxy_config_t;
 
 /* Start the proxy of one communicator. */

@@ -22,6 +22,7 @@ struct br_proxy {
     uint64_t comm_hash;
     int traffic_class;
     int net_required;
+    br_net_regs_t *regs; /* registered buffers (br_proxy_config_t), or NULL */
     int failover;        /* BRAID_FAILOVER at creation: times a connection may fail over */
     br_net_t *fallback;  /* Braid's socket plugin once a failover opened it (under lock) */
     int nfailover;       /* connections being replaced now (under lock) */

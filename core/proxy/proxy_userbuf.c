@@ -35,6 +35,126 @@ br_net_useg_t *br_proxy_useg_of(const br_net_conn_t *nc, uint64_t step)
     return NULL;
 }
 
+void br_net_regs_init(br_net_regs_t *regs)
+{
+    pthread_mutex_init(&regs->lock, NULL);
+    regs->list = NULL;
+    regs->next_id = 1;
+}
+
+void br_net_regs_fini(br_net_regs_t *regs)
+{
+    while (regs->list != NULL) {
+        br_net_reg_range_t *r = regs->list;
+        regs->list = r->next;
+        free(r);
+    }
+    pthread_mutex_destroy(&regs->lock);
+}
+
+ncclResult_t br_net_regs_add(br_net_regs_t *regs, void *base, size_t len, uint64_t *id_p)
+{
+    br_net_reg_range_t *r = NULL;
+
+    BR_CHECK(br_calloc(&r, 1, "registered buffer"));
+    r->base = base;
+    r->len = len;
+    pthread_mutex_lock(&regs->lock);
+    r->id = regs->next_id++;
+    r->next = regs->list;
+    regs->list = r;
+    pthread_mutex_unlock(&regs->lock);
+    *id_p = r->id;
+    return ncclSuccess;
+}
+
+static void rcache_drop(br_net_conn_t *nc, uint64_t id, int all)
+{
+    for (br_net_rcache_t **at = &nc->rcache; *at != NULL;) {
+        br_net_rcache_t *e = *at;
+        if (!all && e->id != id) {
+            at = &e->next;
+            continue;
+        }
+        *at = e->next;
+        if (e->mh != NULL && nc->comm != NULL) {
+            (void)nc->net->ops->dereg_mr(nc->net, nc->comm, e->mh);
+        }
+        free(e);
+    }
+}
+
+void br_net_regs_remove(br_net_regs_t *regs, br_proxy_t *proxy, uint64_t id)
+{
+    pthread_mutex_lock(&regs->lock);
+    for (br_net_reg_range_t **at = &regs->list; *at != NULL; at = &(*at)->next) {
+        if ((*at)->id == id) {
+            br_net_reg_range_t *r = *at;
+            *at = r->next;
+            free(r);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&regs->lock);
+    if (proxy == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&proxy->lock);
+    for (br_net_conn_t *nc = proxy->conns; nc != NULL; nc = nc->next) {
+        rcache_drop(nc, id, 0);
+    }
+    pthread_mutex_unlock(&proxy->lock);
+}
+
+/* The connection's registration of the registered buffer that holds [ptr, ptr + bytes),
+ * made now if it has none; NULL when no registered buffer holds it (or the plugin
+ * refused it, which the caller's own regMr then reports). */
+static void *rcache_find(br_proxy_t *proxy, br_net_conn_t *nc, const char *ptr, size_t bytes)
+{
+    br_net_reg_range_t found = {0};
+
+    if (proxy->regs == NULL) {
+        return NULL;
+    }
+    pthread_mutex_lock(&proxy->regs->lock);
+    for (br_net_reg_range_t *r = proxy->regs->list; r != NULL; r = r->next) {
+        if (ptr >= r->base && ptr + bytes <= r->base + r->len) {
+            found = *r;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&proxy->regs->lock);
+    if (found.id == 0) {
+        return NULL;
+    }
+    for (br_net_rcache_t *e = nc->rcache; e != NULL; e = e->next) {
+        if (e->id == found.id) {
+            return e->mh;
+        }
+    }
+    br_net_rcache_t *e = NULL;
+    void *mh = NULL;
+    if (BR_PARAM_INT(NET_USERBUF_FAIL_REG) ||
+        nc->net->ops->reg_mr(nc->net, nc->comm, found.base, found.len, NCCL_PTR_HOST, &mh) !=
+            ncclSuccess ||
+        mh == NULL || br_calloc(&e, 1, "registration cache") != ncclSuccess) {
+        if (mh != NULL) {
+            (void)nc->net->ops->dereg_mr(nc->net, nc->comm, mh);
+        }
+        return NULL;
+    }
+    e->id = found.id;
+    e->mh = mh;
+    e->next = nc->rcache;
+    nc->rcache = e;
+    BR_INFO(NCCL_NET | NCCL_REG,
+            "rank %d: registered buffer %p (%zu bytes, ncclCommRegister) registered with net "
+            "plugin %s for %s rank %d until ncclCommDeregister",
+            proxy->rank, (void *)found.base, found.len, nc->net->name,
+            nc->is_send ? "sends to" : "receives from", nc->peer);
+    return mh;
+}
+
 /* Register the segment's buffer (or the operation's buffer it lies in) with the
  * connection's current comm, once; a refusal stages the operation through the FIFO (said
  * at INFO, not silently). */
@@ -51,6 +171,15 @@ static void seg_register(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t *s)
     if (g != NULL && (g->mh != NULL || g->refused)) {
         s->mh = g->mh;
         s->staged = g->refused;
+        s->cached = g->cached;
+        return;
+    }
+    if ((s->mh = rcache_find(proxy, nc, ptr, bytes)) != NULL) {
+        s->cached = 1;
+        if (g != NULL) {
+            g->mh = s->mh;
+            g->cached = 1;
+        }
         return;
     }
     if (!BR_PARAM_INT(NET_USERBUF_FAIL_REG)) {
@@ -135,7 +264,7 @@ static void reg_free(br_net_conn_t *nc, br_net_ureg_t *g)
             break;
         }
     }
-    if (g->mh != NULL && nc->comm != NULL) {
+    if (g->mh != NULL && !g->cached && nc->comm != NULL) {
         (void)nc->net->ops->dereg_mr(nc->net, nc->comm, g->mh);
     }
     free(g);
@@ -153,7 +282,7 @@ static void seg_free(br_net_conn_t *nc, br_net_useg_t *s)
 {
     if (s->reg != NULL) {
         reg_put(nc, s->reg);
-    } else if (s->mh != NULL && nc->comm != NULL) {
+    } else if (s->mh != NULL && !s->cached && nc->comm != NULL) {
         (void)nc->net->ops->dereg_mr(nc->net, nc->comm, s->mh);
     }
     free(s);
@@ -174,17 +303,20 @@ void br_proxy_useg_retire(br_net_conn_t *nc)
 void br_proxy_useg_drop_regs(br_net_conn_t *nc)
 {
     for (br_net_useg_t *s = nc->useg; s != NULL; s = s->next) {
-        if (s->reg == NULL && s->mh != NULL && nc->comm != NULL) {
+        if (s->reg == NULL && s->mh != NULL && !s->cached && nc->comm != NULL) {
             (void)nc->net->ops->dereg_mr(nc->net, nc->comm, s->mh);
         }
         s->mh = NULL;
+        s->cached = 0;
     }
     for (br_net_ureg_t *g = nc->ureg; g != NULL; g = g->next) {
-        if (g->mh != NULL && nc->comm != NULL) {
+        if (g->mh != NULL && !g->cached && nc->comm != NULL) {
             (void)nc->net->ops->dereg_mr(nc->net, nc->comm, g->mh);
         }
         g->mh = NULL;
+        g->cached = 0;
     }
+    rcache_drop(nc, 0, 1);
 }
 
 void br_proxy_useg_free_all(br_net_conn_t *nc)
@@ -197,6 +329,7 @@ void br_proxy_useg_free_all(br_net_conn_t *nc)
     while (nc->ureg != NULL) { /* held by an executor that failed */
         reg_free(nc, nc->ureg);
     }
+    rcache_drop(nc, 0, 1);
 }
 
 /* Queue steps [first, first + nsteps) of nc as bytes at ptr, unit bytes per step (the

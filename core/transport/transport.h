@@ -289,6 +289,7 @@ typedef struct br_transport_comm {
     int *net_fid;          /* 2 x nranks: net connections made so far with each peer, receive
                             * ones then send ones; numbers a connection alike at both ends */
     struct br_proxy *proxy;
+    br_net_regs_t net_regs; /* buffers registered with ncclCommRegister (proxy.h) */
     br_arena_t *arena; /* node arena, or NULL when ranks span hosts or it is disabled */
     br_conn_t **conns; /* every connection made, for teardown */
     int nconns, conns_cap;

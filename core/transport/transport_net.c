@@ -296,7 +296,8 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
                                  .rank = tc->rank,
                                  .comm_hash = tc->comm_hash,
                                  .traffic_class = tc->traffic_class,
-                                 .net_required = tc->net_required};
+                                 .net_required = tc->net_required,
+                                 .regs = &tc->net_regs};
         res = br_proxy_create(&cfg, &tc->proxy);
         if (res != ncclSuccess) {
             free(nc);

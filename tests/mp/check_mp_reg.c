@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "brt_launch.h"
 
@@ -285,6 +286,68 @@ static int body(brt_rank_ctx_t *ctx)
     return run_rounds(ctx, max, max * (size_t)ctx->nranks, one_round);
 }
 
+/*
+ * Registered buffers over the network (CK_RUN_CASE=regcache, the socket plugin with every
+ * ring collective on user buffers): ncclCommRegister'ed send and receive buffers serve 64
+ * AllGathers and Broadcasts, and each connection registers each of them with the plugin
+ * once (INFO "registered with net plugin"), not once per call; results are checked.
+ */
+static int body_regcache(brt_rank_ctx_t *ctx)
+{
+    const size_t max = (size_t)1 << 20;
+    char log[128];
+    ncclComm_t comm;
+    buf_t send = {0}, recv = {0};
+    int bad = 0;
+
+    snprintf(log, sizeof(log), "/tmp/braid-regcache-%d.log", (int)getpid());
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "REG", 1);
+    setenv("NCCL_DEBUG_FILE", log, 1);
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    if (buf_get(comm, &send, max, BUF_MEMALLOC_REG) != ncclSuccess ||
+        buf_get(comm, &recv, max * (size_t)ctx->nranks, BUF_MEMALLOC_REG) != ncclSuccess) {
+        brt_fail(ctx, "allocating buffers: %s", ncclGetLastError(comm));
+        return 1;
+    }
+    for (int round = 0; round < 4 && !bad; round++) {
+        bad = one_round(ctx, comm, &send, &recv, round);
+    }
+    buf_put(comm, &send);
+    buf_put(comm, &recv);
+    ncclCommDestroy(comm);
+    int lines = 0;
+    char line[1024];
+    FILE *f = fopen(log, "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        lines += strstr(line, "ncclCommRegister) registered with net plugin") != NULL;
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    unlink(log);
+    /* Two buffers, a send and a receive connection per channel (at most 4 here). Only
+     * over the network (the other runs of this binary check the results alone). */
+    const char *shm_off = getenv("NCCL_SHM_DISABLE");
+    int net = shm_off != NULL && strcmp(shm_off, "1") == 0;
+    if (!bad && net && (lines < 1 || lines > 2 * 2 * 4)) {
+        brt_fail(ctx, "%d registrations with the net plugin for 64 calls on 2 registered buffers",
+                 lines);
+        bad = 1;
+    }
+    return bad;
+}
+
+START_TEST(test_regcache_procs)
+{
+    char out[8192];
+    int bad = brt_procs_run(2, body_regcache, NULL, 240 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "2 ranks: %s", brt_clip(out, 3000));
+}
+END_TEST
+
 /* ncclCommWindowRegister on host memory: a symmetric window per rank over the buffers the
  * calls then use, and a symmetric registration whose sizes differ, refused on every rank. */
 static int body_window(brt_rank_ctx_t *ctx)
@@ -375,6 +438,11 @@ static Suite *mp_reg_suite(void)
     tcase_add_loop_test(tsr, test_sendrecv_procs, 0, 3); /* 2, 3 and 4 processes */
     tcase_add_test(tsr, test_sendrecv_mismatch);
     suite_add_tcase(s, tsr);
+    /* Registered buffers over the network: registered with the plugin once. */
+    TCase *trc = tcase_create("regcache");
+    tcase_set_timeout(trc, 300 * brt_time_scale());
+    tcase_add_test(trc, test_regcache_procs);
+    suite_add_tcase(s, trc);
     return s;
 }
 
