@@ -357,6 +357,15 @@ static ncclResult_t host_run(br_exec_batch_t *b)
         res = b->queues[revoked - 1].ec->error;
         goto fail;
     }
+    for (int i = 0; i < b->n; i++) {
+        /* The next call on a communicator checks what its last root Broadcasts deferred
+         * (as far as the other ranks have published: no wait here). */
+        br_exec_comm_t *ec = b->queues[i].ec;
+        if (ec->defer != NULL && br_exec_defer_settle(ec, 0) != ncclSuccess) {
+            res = ec->error;
+            goto fail;
+        }
+    }
     for (;;) {
         int pending = 0, moved = 0;
         for (int i = 0; i < b->n; i++) {
@@ -487,6 +496,25 @@ ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
     return res;
 }
 
+ncclResult_t br_exec_run_item(br_exec_comm_t *ec, const br_work_t *w)
+{
+    br_exec_queue_t *q;
+    ncclResult_t res;
+
+    if (ec->solo == NULL) {
+        BR_CHECK(br_calloc(&ec->solo, 1, "operation queue"));
+    }
+    res = queue_get(ec->solo, ec, Q_ARENA, 0, &q);
+    if (res == ncclSuccess) {
+        res = queue_push(q, w);
+    }
+    if (res == ncclSuccess) {
+        res = host_run(ec->solo);
+    }
+    host_reset(ec->solo);
+    return res;
+}
+
 void br_exec_comm_release(br_exec_comm_t *ec)
 {
     if (ec->solo != NULL) {
@@ -495,6 +523,7 @@ void br_exec_comm_release(br_exec_comm_t *ec)
         ec->solo = NULL;
     }
     br_exec_oplog_close(ec);
+    br_exec_defer_free(ec);
     free(ec->gather_scratch);
     free(ec->ll_scratch);
     ec->gather_scratch = ec->ll_scratch = NULL;
