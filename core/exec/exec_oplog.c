@@ -9,8 +9,9 @@
  * Every record has its own sequence lock (a version, odd while a writer holds it), so a
  * call's few updates cost one uncontended compare-and-swap each and no shared lock; the
  * reader copies a record and keeps the copy only if the version was even and unchanged
- * around it. Record words are stored and loaded with relaxed atomics, so the two sides
- * never race in the language's sense. Call times are the coarse clock (read every call).
+ * around it. The writer stores each field it changes with a relaxed atomic store and the
+ * reader loads the record's words with relaxed atomic loads, so the two sides never race
+ * in the language's sense. Call times are the coarse clock (read every call).
  */
 #include <sched.h>
 #include <stdatomic.h>
@@ -48,8 +49,9 @@ static void words_load(const oplog_slot_t *s, rec_words_t *r)
 }
 
 /* Take slot s for writing (spins only while another writer holds it: two threads on one
- * record happen only when the ring wraps under them) and copy the record to *r. */
-static void slot_lock(oplog_slot_t *s, rec_words_t *r)
+ * record happen only when the ring wraps under them). The holder reads the record's
+ * fields plainly (only readers run beside it) and stores them with SET. */
+static void slot_lock(oplog_slot_t *s)
 {
     uint64_t v = atomic_load_explicit(&s->version, memory_order_relaxed);
     while ((v & 1) != 0 ||
@@ -60,19 +62,17 @@ static void slot_lock(oplog_slot_t *s, rec_words_t *r)
             v = atomic_load_explicit(&s->version, memory_order_relaxed);
         }
     }
-    /* Release fence: the odd version is visible before any word below changes (the
+    /* Release fence: the odd version is visible before any field below changes (the
      * reader's acquire fence pairs with it). */
     atomic_thread_fence(memory_order_release);
-    words_load(s, r);
 }
 
-/* Store *r into the slot and release it. */
-static void slot_unlock(oplog_slot_t *s, const rec_words_t *r)
+/* A field store the reader may see half-way through a writer's update, never torn. */
+#define SET(s, field, v) __atomic_store_n(&(s)->u.rec.field, (v), __ATOMIC_RELAXED)
+
+static void slot_unlock(oplog_slot_t *s)
 {
-    for (size_t i = 0; i < REC_WORDS; i++) {
-        __atomic_store_n(&s->u.words[i], r->words[i], __ATOMIC_RELAXED);
-    }
-    /* Release: the words are visible before the even version that says they are whole. */
+    /* Release: the fields are visible before the even version that says they are whole. */
     atomic_store_explicit(&s->version, atomic_load_explicit(&s->version, memory_order_relaxed) + 1,
                           memory_order_release);
 }
@@ -137,7 +137,6 @@ static oplog_slot_t *slot_of(br_oplog_t *log, uint64_t ticket)
 void br_exec_oplog_add(br_exec_comm_t *ec, br_op_t *op)
 {
     br_oplog_t *log = ec->oplog;
-    rec_words_t u;
 
     op->log_ticket = 0;
     if (log == NULL) {
@@ -146,71 +145,73 @@ void br_exec_oplog_add(br_exec_comm_t *ec, br_op_t *op)
     /* Relaxed: the ticket only has to be unique; the slot's lock orders the record. */
     uint64_t t = atomic_fetch_add_explicit(&log->issued, 1, memory_order_relaxed) + 1;
     oplog_slot_t *s = slot_of(log, t);
-    slot_lock(s, &u);
-    memset(&u, 0, sizeof(u));
-    u.rec.ticket = t;
-    u.rec.func = op->func;
-    u.rec.count = op->count;
-    u.rec.type = op->type;
-    u.rec.red = op->redop.kind;
-    u.rec.root = op->root;
-    u.rec.peer = op->peer;
-    u.rec.seq = op->seq;
-    u.rec.algo = op->algo;
-    u.rec.proto = op->proto;
-    u.rec.state = BR_OPLOG_QUEUED;
-    u.rec.queued_ns = br_time_coarse_ns();
-    u.rec.wait_peer = -1;
-    slot_unlock(s, &u);
+    slot_lock(s);
+    SET(s, ticket, t);
+    SET(s, func, op->func);
+    SET(s, count, op->count);
+    SET(s, type, op->type);
+    SET(s, red, op->redop.kind);
+    SET(s, root, op->root);
+    SET(s, peer, op->peer);
+    SET(s, seq, op->seq);
+    SET(s, algo, op->algo);
+    SET(s, proto, op->proto);
+    SET(s, state, BR_OPLOG_QUEUED);
+    SET(s, items, 0);
+    SET(s, queued_ns, br_time_coarse_ns());
+    SET(s, wait_ns, 0);
+    SET(s, end_ns, 0);
+    SET(s, wait_peer, -1);
+    SET(s, wait_what, NULL);
+    slot_unlock(s);
     op->log_ticket = t;
 }
 
-/* End a record in state st (DONE or FAILED) unless it has ended already. */
-static void rec_end(br_oplog_rec_t *r, br_oplog_state_t st)
+/* End the record in state st (DONE or FAILED) unless it has ended already. Locked. */
+static void rec_end(oplog_slot_t *s, br_oplog_state_t st)
 {
-    if (r->state != BR_OPLOG_DONE && r->state != BR_OPLOG_FAILED) {
-        r->state = st;
-        r->end_ns = br_time_coarse_ns();
-        r->items = 0;
+    if (s->u.rec.state != BR_OPLOG_DONE && s->u.rec.state != BR_OPLOG_FAILED) {
+        SET(s, state, st);
+        SET(s, end_ns, br_time_coarse_ns());
+        SET(s, items, 0);
     }
 }
 
 void br_exec_oplog_settle(br_exec_comm_t *ec, const br_op_t *op)
 {
     br_oplog_t *log = ec->oplog;
-    rec_words_t u;
     if (log == NULL || op->log_ticket == 0) {
         return;
     }
     oplog_slot_t *s = slot_of(log, op->log_ticket);
-    slot_lock(s, &u);
-    if (u.rec.ticket == op->log_ticket) {
-        rec_end(&u.rec, BR_OPLOG_FAILED);
+    slot_lock(s);
+    if (s->u.rec.ticket == op->log_ticket) {
+        rec_end(s, BR_OPLOG_FAILED);
     }
-    slot_unlock(s, &u);
+    slot_unlock(s);
 }
 
 void br_exec_oplog_connecting(br_exec_comm_t *ec, const int *recv_peers, const int *send_peers)
 {
     br_oplog_t *log = ec->oplog;
-    rec_words_t u;
     if (log == NULL) {
         return;
     }
     uint64_t now = br_time_ns();
     for (int i = 0; i < log->cap; i++) {
         oplog_slot_t *s = &log->slots[i];
-        slot_lock(s, &u);
-        const int *peers = u.rec.func == BR_FUNC_SEND ? send_peers : recv_peers;
-        if (u.rec.ticket != 0 && u.rec.state == BR_OPLOG_QUEUED &&
-            (u.rec.func == BR_FUNC_SEND || u.rec.func == BR_FUNC_RECV) && u.rec.peer >= 0 &&
-            u.rec.peer < ec->nranks && peers[u.rec.peer] >= 0) {
-            u.rec.state = BR_OPLOG_WAITING;
-            u.rec.wait_ns = now;
-            u.rec.wait_peer = u.rec.peer;
-            u.rec.wait_what = "a connection with";
+        const br_oplog_rec_t *r = &s->u.rec;
+        slot_lock(s);
+        const int *peers = r->func == BR_FUNC_SEND ? send_peers : recv_peers;
+        if (r->ticket != 0 && r->state == BR_OPLOG_QUEUED &&
+            (r->func == BR_FUNC_SEND || r->func == BR_FUNC_RECV) && r->peer >= 0 &&
+            r->peer < ec->nranks && peers[r->peer] >= 0) {
+            SET(s, state, BR_OPLOG_WAITING);
+            SET(s, wait_ns, now);
+            SET(s, wait_peer, r->peer);
+            SET(s, wait_what, "a connection with");
         }
-        slot_unlock(s, &u);
+        slot_unlock(s);
     }
 }
 
@@ -241,44 +242,42 @@ void br_oplog_note(br_exec_comm_t *ec, uint64_t ticket, br_oplog_event_t ev, int
                    const char *what, uint64_t since)
 {
     br_oplog_t *log = ec->oplog;
-    rec_words_t u;
     if (log == NULL || ticket == 0) {
         return;
     }
     oplog_slot_t *s = slot_of(log, ticket);
-    slot_lock(s, &u);
-    if (u.rec.ticket != ticket || u.rec.state == BR_OPLOG_DONE || u.rec.state == BR_OPLOG_FAILED) {
-        slot_unlock(s, &u);
+    const br_oplog_rec_t *r = &s->u.rec;
+    slot_lock(s);
+    if (r->ticket != ticket || r->state == BR_OPLOG_DONE || r->state == BR_OPLOG_FAILED) {
+        slot_unlock(s);
         return;
     }
     switch (ev) {
     case BR_OPLOG_EV_ITEM:
         /* The executor has it (queued: the group is ending; waiting: it was connecting). */
-        u.rec.items++;
-        u.rec.state = BR_OPLOG_RUNNING;
-        u.rec.wait_peer = -1;
-        u.rec.wait_what = NULL;
-        break;
+        SET(s, items, r->items + 1);
+        /* fall through */
     case BR_OPLOG_EV_RUN:
-        u.rec.state = BR_OPLOG_RUNNING;
-        u.rec.wait_peer = -1;
-        u.rec.wait_what = NULL;
+        SET(s, state, BR_OPLOG_RUNNING);
+        SET(s, wait_peer, -1);
+        SET(s, wait_what, NULL);
         break;
     case BR_OPLOG_EV_WAIT:
         /* A wait that goes on keeps its start; only whom it waits for may change. */
-        if (u.rec.state != BR_OPLOG_WAITING) {
-            u.rec.state = BR_OPLOG_WAITING;
-            u.rec.wait_ns = since;
+        if (r->state != BR_OPLOG_WAITING) {
+            SET(s, state, BR_OPLOG_WAITING);
+            SET(s, wait_ns, since);
         }
-        u.rec.wait_peer = peer;
-        u.rec.wait_what = what;
+        SET(s, wait_peer, peer);
+        SET(s, wait_what, what);
         break;
     case BR_OPLOG_EV_ITEM_DONE:
-        if (--u.rec.items <= 0) {
-            rec_end(&u.rec, BR_OPLOG_DONE);
+        SET(s, items, r->items - 1);
+        if (r->items <= 0) {
+            rec_end(s, BR_OPLOG_DONE);
         }
         break;
-    case BR_OPLOG_EV_DONE: rec_end(&u.rec, BR_OPLOG_DONE); break;
+    case BR_OPLOG_EV_DONE: rec_end(s, BR_OPLOG_DONE); break;
     }
-    slot_unlock(s, &u);
+    slot_unlock(s);
 }
