@@ -122,15 +122,18 @@ static int needs(const br_exec_comm_t *ec, const br_work_t *w, int r)
  *     later call on the communicator (host_run), so a mismatch fails the next call;
  *   - waiting for ranks that have not published yet (the executor's health checks and
  *     timeout apply): before any other arena operation starts, before a root Broadcast
- *     BR_ARENA_NBUF operations later, and at ncclCommFinalize / ncclCommDestroy.
+ *     a slot window later (BR_ARENA_NSMALL operations for a small input, BR_ARENA_NBUF
+ *     for a large one), and at ncclCommFinalize / ncclCommDestroy.
  * The rank's `done` counter stays at the oldest unchecked operation, so no rank reuses
  * (overwrites) the slot holding the descriptor before the root has read it; `done_hi` is
- * what it will say once every check passed. Checking operations older than
- * BR_ARENA_NBUF before publishing a new one keeps the held `done` within every slot
- * window: a rank behind the root never waits for it to reuse its own slots, which is
- * what makes the waits above deadlock-free (a rank the root waits for has published
- * everything before the operation it is in). */
-#define BR_DEFER_MAX BR_ARENA_NBUF
+ * what it will say once every check passed. The waits cannot deadlock: the root waits
+ * only for descriptors of operations before the one it is in, which a rank publishes as
+ * it enters them, and what such a rank may wait for meanwhile is either already done by
+ * the root (its data, or its `done` for slots within the window) or the root reaching a
+ * later operation, whose own checks release the held `done`. A rank ahead of the root
+ * in large-buffer operations may wait for the root to arrive where it would not have
+ * before (the held `done` trails the root by up to the window). */
+#define BR_DEFER_MAX BR_ARENA_NSMALL
 
 typedef struct {
     br_op_t op; /* the root's call (for the check and the message) */
@@ -239,7 +242,10 @@ static int defer_before(br_exec_queue_t *q, br_work_t *w)
                      ec->rank == op->root && w->arena_nchunk == 1;
     uint64_t before = UINT64_MAX; /* any other operation: all of them */
     if (root_bcast) {
-        before = w->arena_k >= BR_DEFER_MAX - 1 ? w->arena_k - (BR_DEFER_MAX - 1) : 0;
+        /* Its own slot kind's window: the buffers' for a large input, the small slots'
+         * (64, the ring's size) for a small one. */
+        uint64_t window = w->arena_small ? BR_ARENA_NSMALL : BR_ARENA_NBUF;
+        before = w->arena_k >= window - 1 ? w->arena_k - (window - 1) : 0;
     }
     return defer_check(ec, q, before);
 }
