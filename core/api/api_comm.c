@@ -284,6 +284,7 @@ BR_API(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
     ncclResult_t found = ncclSuccess;
     BR_CHECK(br_api_hold_comm(comm, "ncclCommDestroy"));
     if (br_comm_busy(comm) == 1) { /* not while another thread runs a call on it */
+        br_exec_cuda_stage_quiesce(comm->ec); /* nor while its stager runs device calls */
         found = br_exec_defer_settle(comm->ec, 1);
     }
     br_comm_unhold(comm);
@@ -301,7 +302,7 @@ BR_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
     /* Nothing is waited for, but a mismatch a Broadcast root's deferred check can see
      * already is logged. */
     if (br_api_hold_comm(comm, "ncclCommAbort") == ncclSuccess) {
-        if (br_comm_busy(comm) == 1) {
+        if (br_comm_busy(comm) == 1 && comm->ec->stage == NULL) { /* nobody else in it */
             (void)br_exec_defer_settle(comm->ec, 0);
         }
         br_comm_unhold(comm);
