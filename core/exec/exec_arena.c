@@ -229,8 +229,8 @@ static int defer_can(br_exec_comm_t *ec, const br_work_t *w)
 }
 
 /* Before w publishes anything: the deferred checks it may not run ahead of. A root
- * Broadcast that defers too leaves the last BR_ARENA_NBUF - 1 operations unchecked; any
- * other operation checks them all (its `done` must be able to pass them). */
+ * Broadcast that defers too leaves the last window - 1 operations of its slot kind
+ * unchecked; any other operation checks them all (its `done` must be able to pass them). */
 static int defer_before(br_exec_queue_t *q, br_work_t *w)
 {
     br_exec_comm_t *ec = q->ec;
@@ -254,6 +254,12 @@ ncclResult_t br_exec_defer_settle(br_exec_comm_t *ec, int wait)
 {
     if (ec->defer == NULL || ec->defer->n == 0 || ec->error != ncclSuccess) {
         return ncclSuccess; /* nothing to check, or the failure was reported already */
+    }
+    if (atomic_load_explicit(&ec->revoked, memory_order_acquire)) {
+        /* Good only for destroy or abort now, which must not fail on that: what can be
+         * seen without waiting is still checked (a mismatch is logged). */
+        (void)defer_check(ec, NULL, UINT64_MAX);
+        return ncclSuccess;
     }
     if (!wait) {
         return defer_check(ec, NULL, UINT64_MAX) < 0 ? ec->error : ncclSuccess;
