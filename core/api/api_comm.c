@@ -262,7 +262,14 @@ BR_API(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
      * host (ranks in several processes) complete here on the host side. */
     br_exec_cuda_stage_quiesce(comm->ec);
     comm->finalized = 1;
-    return ncclSuccess;
+    /* A Broadcast root's check of the other ranks' calls, deferred past its return. */
+    ncclResult_t res = ncclSuccess;
+    BR_CHECK(br_api_hold_comm(comm, "ncclCommFinalize"));
+    if (br_comm_busy(comm) == 1) { /* not while another thread runs a call on it */
+        res = br_exec_defer_settle(comm->ec, 1);
+    }
+    br_comm_unhold(comm);
+    return res;
 }
 
 BR_API(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
@@ -272,7 +279,17 @@ BR_API(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
         return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
     }
     BR_CHECK(br_api_check_comm(comm, "ncclCommDestroy"));
-    return br_comm_release(comm, comm->ec->error == ncclSuccess, "ncclCommDestroy");
+    /* Checks a Broadcast root deferred past its return: a mismatch they find is reported
+     * (logged, and returned once the communicator is gone), never dropped. */
+    ncclResult_t found = ncclSuccess;
+    BR_CHECK(br_api_hold_comm(comm, "ncclCommDestroy"));
+    if (br_comm_busy(comm) == 1) { /* not while another thread runs a call on it */
+        br_exec_cuda_stage_quiesce(comm->ec); /* nor while its stager runs device calls */
+        found = br_exec_defer_settle(comm->ec, 1);
+    }
+    br_comm_unhold(comm);
+    ncclResult_t res = br_comm_release(comm, comm->ec->error == ncclSuccess, "ncclCommDestroy");
+    return res != ncclSuccess ? res : found;
 }
 
 BR_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
@@ -282,6 +299,14 @@ BR_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
         return ncclSuccess;
     }
     BR_CHECK(br_api_check_comm(comm, "ncclCommAbort"));
+    /* Nothing is waited for, but a mismatch a Broadcast root's deferred check can see
+     * already is logged. */
+    if (br_api_hold_comm(comm, "ncclCommAbort") == ncclSuccess) {
+        if (br_comm_busy(comm) == 1 && comm->ec->stage == NULL) { /* nobody else in it */
+            (void)br_exec_defer_settle(comm->ec, 0);
+        }
+        br_comm_unhold(comm);
+    }
     return br_comm_release(comm, 0, "ncclCommAbort");
 }
 

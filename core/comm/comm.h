@@ -140,6 +140,9 @@ void br_comm_unhold(ncclComm_t comm);
  * br_comm_dequeue (its ncclGroupEnd runs it); then br_comm_unhold. */
 void br_comm_hold_queued(ncclComm_t comm);
 void br_comm_dequeue(ncclComm_t comm);
+/* Threads inside a call on comm, besides the registry's reference (a call queued in an
+ * open group does not count). */
+int br_comm_busy(ncclComm_t comm);
 /* ncclInvalidArgument if comm is no longer live (another thread released it first). */
 ncclResult_t br_comm_release(ncclComm_t comm, int flush, const char *fn);
 /* Make every call in flight and to come fail with why (ncclCommRevoke, abort). */

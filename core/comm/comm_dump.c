@@ -137,7 +137,9 @@ static void op_summary(const br_oplog_rec_t *r, uint64_t now, char *buf, size_t 
              args, who, state);
 }
 
-static void op_json(jbuf_t *b, const br_oplog_rec_t *r, uint64_t now)
+/* now: br_time_ns(), which wait times use; now_coarse: br_time_coarse_ns(), which the
+ * log stamps every call with (exec_oplog.c). */
+static void op_json(jbuf_t *b, const br_oplog_rec_t *r, uint64_t now, uint64_t now_coarse)
 {
     char summary[300];
 
@@ -163,7 +165,7 @@ static void op_json(jbuf_t *b, const br_oplog_rec_t *r, uint64_t now)
     }
     jb_cat(b, ", ");
     jb_str(b, "state", br_oplog_state_name(r->state));
-    jb_printf(b, ", \"age_ms\": %.1f", (double)(now - r->queued_ns) * 1e-6);
+    jb_printf(b, ", \"age_ms\": %.1f", (double)(now_coarse - r->queued_ns) * 1e-6);
     if (r->state == BR_OPLOG_DONE || r->state == BR_OPLOG_FAILED) {
         jb_printf(b, ", \"took_ms\": %.3f", (double)(r->end_ns - r->queued_ns) * 1e-6);
     }
@@ -184,7 +186,7 @@ static void comm_json(jbuf_t *b, ncclComm_t comm)
     int cap = dump_ops();
     br_oplog_rec_t *recs = cap > 0 ? calloc((size_t)cap, sizeof(*recs)) : NULL;
     int n = recs != NULL ? br_exec_oplog_snapshot(ec, recs, cap) : 0;
-    uint64_t now = br_time_ns();
+    uint64_t now = br_time_ns(), now_coarse = br_time_coarse_ns();
     /* Acquire: the text of an error is whole once its code is seen (br_exec_fail). */
     ncclResult_t err = __atomic_load_n(&ec->error, __ATOMIC_ACQUIRE);
     int revoked = atomic_load_explicit(&ec->revoked, memory_order_acquire);
@@ -208,7 +210,7 @@ static void comm_json(jbuf_t *b, ncclComm_t comm)
     jb_cat(b, ", \"ops\": [");
     for (int i = 0; i < n; i++) {
         jb_cat(b, i ? ",\n    " : "\n    ");
-        op_json(b, &recs[i], now);
+        op_json(b, &recs[i], now, now_coarse);
     }
     jb_cat(b, "]");
     free(recs);

@@ -135,8 +135,7 @@ void br_comm_dequeue(ncclComm_t comm)
     atomic_fetch_sub_explicit(&comm->queued, 1, memory_order_acq_rel);
 }
 
-/* Threads inside a call on comm, besides the registry's reference. */
-static int comm_busy(ncclComm_t comm)
+int br_comm_busy(ncclComm_t comm)
 {
     return atomic_load_explicit(&comm->refs, memory_order_acquire) - 1 -
            atomic_load_explicit(&comm->queued, memory_order_acquire);
@@ -194,7 +193,7 @@ ncclResult_t br_comm_release(ncclComm_t comm, int flush, const char *fn)
         /* Let their calls fail and return, so their resources go now; a thread that holds
          * the comm in an open group frees it at its ncclGroupEnd instead. */
         uint64_t until = br_time_ns() + 2000000000ull;
-        while (comm_busy(comm) > 0 && br_time_ns() < until) {
+        while (br_comm_busy(comm) > 0 && br_time_ns() < until) {
             usleep(1000);
         }
         if (atomic_load_explicit(&comm->refs, memory_order_acquire) > 1) {

@@ -105,6 +105,7 @@ typedef struct br_exec_comm {
     br_arena_t *arena;             /* node arena for one-hop small collectives, or NULL */
     br_exec_collnet_t *collnet;    /* collnet, when every rank could join it, or NULL */
     uint64_t arena_seq;            /* operations run through the arena */
+    struct br_arena_defer *defer;  /* root Broadcasts not checked yet (exec_arena.c), or NULL */
     char *gather_scratch;          /* RingOneShot inputs: nranks x gather_cap bytes */
     size_t gather_cap;
     char *ll_scratch;       /* LL steps: unpacked receives and the data sent */
@@ -124,6 +125,14 @@ typedef struct br_exec_comm {
     struct br_cuda_stage *stage;     /* ... or, ranks in several processes: the stager */
     int cuda_dev;                    /* the CUDA device the comm is bound to, -1 none */
 } br_exec_comm_t;
+
+/* A OneShot Broadcast's root returns without waiting for the other ranks' call
+ * descriptors; its later calls check them (exec_arena.c). Finish those checks now: with
+ * wait, waiting for ranks that have not published theirs yet under the executor's health
+ * checks and timeout (ncclCommFinalize, ncclCommDestroy); without, only those already
+ * there (ncclCommAbort). Returns the error these checks found (a mismatch names both
+ * calls and ranks), else ncclSuccess (also when the communicator had failed before). */
+ncclResult_t br_exec_defer_settle(br_exec_comm_t *ec, int wait);
 
 /* Start recording ec's last n operations (n <= 0: none). */
 ncclResult_t br_exec_oplog_open(br_exec_comm_t *ec, int n);

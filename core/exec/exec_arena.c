@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec_int.h"
@@ -29,17 +30,19 @@ static size_t publish_bytes(const br_exec_comm_t *ec, const br_op_t *op, int ran
     }
 }
 
-static int check_input(br_exec_comm_t *ec, const br_work_t *w, int peer)
+/* Is rank `peer`'s input for arena operation k (slot kind `small`) the one op expects?
+ * Records the mismatch (`what` says what the peer did) and returns -1 if not. */
+static int check_input(br_exec_comm_t *ec, const br_op_t *op, uint64_t k, int small, int peer,
+                       const char *what)
 {
-    const br_op_t *op = &w->op;
-    const br_slot_desc_t *d = &br_arena_hdr(ec->arena, peer, w->arena_k, w->arena_small)->desc;
+    const br_slot_desc_t *d = &br_arena_hdr(ec->arena, peer, k, small)->desc;
     size_t want = op->algo == BR_ALGO_DIRECT_READ ? sizeof(br_arena_addr_t)
                                                   : publish_bytes(ec, op, peer);
 
     if (br_desc_matches(d, op) && d->bytes == want) {
         return 0;
     }
-    br_desc_mismatch(ec, op, peer, "published its input for", d);
+    br_desc_mismatch(ec, op, peer, what, d);
     return -1;
 }
 
@@ -94,20 +97,191 @@ static void oneshot_output(const br_exec_comm_t *ec, const br_work_t *w)
     }
 }
 
-/* Does this rank need rank r's input (or at least its call descriptor)? A Reduce's
- * non-roots need nothing (they publish and go, as a root's send is eager). A Broadcast's
- * non-roots need the root's input; its root needs every rank's descriptor, although no
- * data: a rank that wrongly believes it is the root would otherwise publish, return at
- * once and keep its own buffer as the "result" with nobody noticing. Checking everyone
- * costs the root a wait for the last rank to arrive (the readers make it wait for them
- * anyway when it reads in place). */
-static int needs(const br_exec_comm_t *ec, const br_op_t *op, int r)
+/* Does this rank need rank r's input (or at least its call descriptor) before its call
+ * returns? A Reduce's non-roots need nothing (they publish and go, as a root's send is
+ * eager). A Broadcast's non-roots need the root's input. Its root needs no data, but
+ * every rank's descriptor: a rank that wrongly believes it is the root would otherwise
+ * publish, return at once and keep its own buffer as the "result" with nobody noticing.
+ * A OneShot root (w->arena_defer) checks them after it returned instead (below, "The
+ * Broadcast root's deferred check"); any other root waits for them here. */
+static int needs(const br_exec_comm_t *ec, const br_work_t *w, int r)
 {
+    const br_op_t *op = &w->op;
     switch (op->func) {
-    case BR_FUNC_BROADCAST: return r == op->root || ec->rank == op->root;
+    case BR_FUNC_BROADCAST: return r == op->root || (ec->rank == op->root && !w->arena_defer);
     case BR_FUNC_REDUCE: return ec->rank == op->root;
     default: return 1;
     }
+}
+
+/* ---- The Broadcast root's deferred check ----
+ * A OneShot Broadcast's root publishes its input and returns at once, as a sender does;
+ * the other ranks' call descriptors for that operation (published when they enter their
+ * call) are checked afterwards, in the order of the operations:
+ *   - without waiting, at the end of every later root Broadcast and at the start of every
+ *     later call on the communicator (host_run), so a mismatch fails the next call;
+ *   - waiting for ranks that have not published yet (the executor's health checks and
+ *     timeout apply): before any other arena operation starts, before a root Broadcast
+ *     a slot window later (BR_ARENA_NSMALL operations for a small input, BR_ARENA_NBUF
+ *     for a large one), and at ncclCommFinalize / ncclCommDestroy.
+ * The rank's `done` counter stays at the oldest unchecked operation, so no rank reuses
+ * (overwrites) the slot holding the descriptor before the root has read it; `done_hi` is
+ * what it will say once every check passed. The waits cannot deadlock: the root waits
+ * only for descriptors of operations before the one it is in, which a rank publishes as
+ * it enters them, and what such a rank may wait for meanwhile is either already done by
+ * the root (its data, or its `done` for slots within the window) or the root reaching a
+ * later operation, whose own checks release the held `done`. A rank ahead of the root
+ * in large-buffer operations may wait for the root to arrive where it would not have
+ * before (the held `done` trails the root by up to the window). */
+#define BR_DEFER_MAX BR_ARENA_NSMALL
+
+typedef struct {
+    br_op_t op; /* the root's call (for the check and the message) */
+    uint64_t k; /* its arena operation */
+    int small;  /* in a small slot */
+    int next;   /* first rank not checked yet */
+} defer_rec_t;
+
+struct br_arena_defer {
+    defer_rec_t recs[BR_DEFER_MAX]; /* a ring, oldest at head */
+    int head, n;
+    uint64_t done_hi; /* `done` once every check passed */
+};
+
+/* Publish `done`: the oldest unchecked operation, or done_hi when none is left. */
+static void defer_publish_done(br_exec_comm_t *ec)
+{
+    const struct br_arena_defer *df = ec->defer;
+    uint64_t v = df->n > 0 ? df->recs[df->head].k : df->done_hi;
+    if (v > 0) {
+        br_arena_done(ec->arena, ec->rank, v - 1);
+    }
+}
+
+/* Check deferred root Broadcasts older than arena operation `before`, oldest first, up to
+ * the first rank that has not published yet. 1: all checked, 0: not yet (q, when given,
+ * notes whom it waits for), -1: a mismatch (recorded in ec). */
+static int defer_check(br_exec_comm_t *ec, br_exec_queue_t *q, uint64_t before)
+{
+    struct br_arena_defer *df = ec->defer;
+    int checked = 0, res = 1;
+
+    while (df != NULL && df->n > 0 && df->recs[df->head].k < before) {
+        defer_rec_t *e = &df->recs[df->head];
+        for (; e->next < ec->nranks; e->next++) {
+            int r = e->next;
+            if (r == ec->rank) {
+                continue;
+            }
+            if (!br_arena_published(ec->arena, r, e->k, e->small)) {
+                if (q != NULL) {
+                    q->wait_peer = r;
+                    q->wait_what = "an earlier Broadcast's call descriptor from";
+                }
+                res = 0;
+                goto out;
+            }
+            if (check_input(ec, &e->op, e->k, e->small, r,
+                            "(seen by the root's deferred check) published its input for") != 0) {
+                return -1; /* `done` stays: the comm has failed */
+            }
+        }
+        df->head = (df->head + 1) % BR_DEFER_MAX;
+        df->n--;
+        checked++;
+    }
+out:
+    if (checked > 0) {
+        defer_publish_done(ec);
+    }
+    return res;
+}
+
+/* This rank finished the root Broadcast w without its check: note it, and check what
+ * has been published meanwhile. 0, or -1 on a mismatch of an earlier one. */
+static int defer_add(br_exec_comm_t *ec, const br_work_t *w)
+{
+    struct br_arena_defer *df = ec->defer;
+    defer_rec_t *e = &df->recs[(df->head + df->n) % BR_DEFER_MAX];
+
+    e->op = w->op;
+    e->k = w->arena_k;
+    e->small = w->arena_small;
+    e->next = 0;
+    df->n++;
+    df->done_hi = w->arena_k + 1;
+    return defer_check(ec, NULL, UINT64_MAX) < 0 ? -1 : 0;
+}
+
+/* May w, a OneShot Broadcast's root, leave its check for later? (Room is left in the
+ * ring by the waiting check before it publishes: see br_work_arena.) */
+static int defer_can(br_exec_comm_t *ec, const br_work_t *w)
+{
+    const br_op_t *op = &w->op;
+    if (op->func != BR_FUNC_BROADCAST || op->algo != BR_ALGO_ONESHOT || ec->rank != op->root ||
+        w->arena_nchunk > 1) {
+        return 0;
+    }
+    if (ec->defer == NULL && br_calloc(&ec->defer, 1, "deferred Broadcast checks") != ncclSuccess) {
+        return 0; /* checked before returning, as without deferral */
+    }
+    return ec->defer->n < BR_DEFER_MAX;
+}
+
+/* Before w publishes anything: the deferred checks it may not run ahead of. A root
+ * Broadcast that defers too leaves the last window - 1 operations of its slot kind
+ * unchecked; any other operation checks them all (its `done` must be able to pass them). */
+static int defer_before(br_exec_queue_t *q, br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    if (ec->defer == NULL || ec->defer->n == 0) {
+        return 1;
+    }
+    const br_op_t *op = &w->op;
+    int root_bcast = op->func == BR_FUNC_BROADCAST && op->algo == BR_ALGO_ONESHOT &&
+                     ec->rank == op->root && w->arena_nchunk == 1;
+    uint64_t before = UINT64_MAX; /* any other operation: all of them */
+    if (root_bcast) {
+        /* Its own slot kind's window: the buffers' for a large input, the small slots'
+         * (64, the ring's size) for a small one. */
+        uint64_t window = w->arena_small ? BR_ARENA_NSMALL : BR_ARENA_NBUF;
+        before = w->arena_k >= window - 1 ? w->arena_k - (window - 1) : 0;
+    }
+    return defer_check(ec, q, before);
+}
+
+ncclResult_t br_exec_defer_settle(br_exec_comm_t *ec, int wait)
+{
+    if (ec->defer == NULL || ec->defer->n == 0 || ec->error != ncclSuccess) {
+        return ncclSuccess; /* nothing to check, or the failure was reported already */
+    }
+    if (atomic_load_explicit(&ec->revoked, memory_order_acquire)) {
+        /* Good only for destroy or abort now, which must not fail on that: what can be
+         * seen without waiting is still checked (a mismatch is logged). */
+        (void)defer_check(ec, NULL, UINT64_MAX);
+        return ncclSuccess;
+    }
+    if (!wait) {
+        return defer_check(ec, NULL, UINT64_MAX) < 0 ? ec->error : ncclSuccess;
+    }
+    /* Run a work item that only checks, so the executor's waits, health checks and
+     * timeout apply; it carries the oldest unchecked call, which the health check's
+     * mismatch probe compares with the other ranks' slots. */
+    br_work_t w;
+    memset(&w, 0, sizeof(w));
+    w.kind = BR_WORK_ARENA;
+    w.op = ec->defer->recs[ec->defer->head].op;
+    w.op.log_ticket = 0; /* returned already: not the operation log's any more */
+    w.event = -1;
+    w.arena_phase = 3;
+    w.arena_nchunk = 1;
+    return br_exec_run_item(ec, &w);
+}
+
+void br_exec_defer_free(br_exec_comm_t *ec)
+{
+    free(ec->defer);
+    ec->defer = NULL;
 }
 
 /* DirectRead: a copy to or from rank r's memory failed; record it. */
@@ -437,6 +611,17 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
     const br_op_t *op = &w->op;
     int n = ec->nranks, moved = 0;
 
+    if (w->arena_phase == 3) { /* br_exec_defer_settle: only the checks */
+        int r = defer_check(ec, q, UINT64_MAX);
+        *done_p = r > 0;
+        return r;
+    }
+    if (w->arena_phase == 0 && w->arena_pub == 0) {
+        int r = defer_before(q, w);
+        if (r <= 0) {
+            return r;
+        }
+    }
     if (w->arena_nchunk > 1) {
         return arena_chunked(q, w, done_p);
     }
@@ -449,6 +634,7 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
         return 1;
     }
     if (w->arena_phase == 0) {
+        w->arena_defer = defer_can(ec, w);
         if (!publish(q, w)) {
             return 0;
         }
@@ -456,7 +642,7 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
     }
     for (; w->arena_next < n; w->arena_next++) {
         int r = w->arena_next;
-        if (r != ec->rank && needs(ec, op, r) &&
+        if (r != ec->rank && needs(ec, w, r) &&
             !br_arena_published(ec->arena, r, w->arena_k, w->arena_small)) {
             q->wait_peer = r;
             q->wait_what = "data from";
@@ -464,7 +650,8 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
         }
     }
     for (int r = 0; r < n; r++) {
-        if (r != ec->rank && needs(ec, op, r) && check_input(ec, w, r) != 0) {
+        if (r != ec->rank && needs(ec, w, r) &&
+            check_input(ec, op, w->arena_k, w->arena_small, r, "published its input for") != 0) {
             return -1;
         }
     }
@@ -472,6 +659,13 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
         oneshot_output(ec, w);
     } else if (direct_output(ec, w) != 0) {
         return -1;
+    }
+    if (w->arena_defer) {
+        if (defer_add(ec, w) != 0) {
+            return -1;
+        }
+        *done_p = 1;
+        return moved + 1;
     }
     br_arena_done(ec->arena, ec->rank, w->arena_k);
     if (op->algo == BR_ALGO_DIRECT_READ &&

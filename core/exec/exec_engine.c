@@ -133,6 +133,19 @@ static ncclResult_t gather_scratch(br_exec_comm_t *ec, char **scratch_p)
     return ncclSuccess;
 }
 
+/* Make w (its op set) the node arena's next operation(s). */
+static void arena_item(br_exec_comm_t *ec, br_work_t *w)
+{
+    const br_op_t *op = &w->op;
+    size_t bytes = br_op_bytes(op) * (op->func == BR_FUNC_REDUCESCATTER ? (size_t)ec->nranks : 1);
+    w->kind = BR_WORK_ARENA;
+    w->arena_k = ec->arena_seq;
+    w->arena_nchunk = br_work_arena_chunks(ec, op);
+    ec->arena_seq += w->arena_nchunk;
+    /* Decided on the call's arguments alone, so writer and readers pick the same slot. */
+    w->arena_small = op->algo == BR_ALGO_DIRECT_READ || br_arena_is_small(bytes);
+}
+
 static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work_t *w)
 {
     const br_op_t *op = &w->op;
@@ -146,13 +159,7 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
         return push_item(q, w);
     }
     if (op->algo == BR_ALGO_ONESHOT || op->algo == BR_ALGO_DIRECT_READ) {
-        size_t bytes = br_op_bytes(op) * (op->func == BR_FUNC_REDUCESCATTER ? (size_t)ec->nranks : 1);
-        w->kind = BR_WORK_ARENA;
-        w->arena_k = ec->arena_seq;
-        w->arena_nchunk = br_work_arena_chunks(ec, op);
-        ec->arena_seq += w->arena_nchunk;
-        /* Decided on the call's arguments alone, so writer and readers pick the same slot. */
-        w->arena_small = op->algo == BR_ALGO_DIRECT_READ || br_arena_is_small(bytes);
+        arena_item(ec, w);
         BR_CHECK(queue_get(b, ec, Q_ARENA, 0, &q));
         return push_item(q, w);
     }
@@ -329,6 +336,15 @@ static void userbuf_abandon(br_exec_batch_t *b)
     }
 }
 
+/* ec failed in this call: tell the other ranks, so they fail now instead of waiting for
+ * us, and make the cause what the caller reads in ncclGetLastError() (plugins may have
+ * logged consequences since). */
+static void announce_failure(br_exec_comm_t *ec)
+{
+    br_bootstrap_abort_notify(ec->tc->boot, ec->error_msg);
+    br_log_set_last_error(ec->error_msg);
+}
+
 static ncclResult_t host_run(br_exec_batch_t *b)
 {
     ncclResult_t res = ncclSuccess;
@@ -356,6 +372,15 @@ static ncclResult_t host_run(br_exec_batch_t *b)
     if (revoked) {
         res = b->queues[revoked - 1].ec->error;
         goto fail;
+    }
+    for (int i = 0; i < b->n; i++) {
+        /* The next call on a communicator checks what its last root Broadcasts deferred
+         * (as far as the other ranks have published: no wait here). */
+        br_exec_comm_t *ec = b->queues[i].ec;
+        if (ec->defer != NULL && br_exec_defer_settle(ec, 0) != ncclSuccess) {
+            res = ec->error;
+            goto fail;
+        }
     }
     for (;;) {
         int pending = 0, moved = 0;
@@ -442,13 +467,8 @@ fail:
     proxies_active(b, -1);
     userbuf_abandon(b);
     for (int i = 0; i < b->n; i++) {
-        br_exec_comm_t *ec = b->queues[i].ec;
-        if (ec->error != ncclSuccess) {
-            /* Tell the other ranks, so they fail now instead of waiting for us. */
-            br_bootstrap_abort_notify(ec->tc->boot, ec->error_msg);
-            /* Plugins may have logged consequences since: the cause is what the caller
-             * should read in ncclGetLastError(). */
-            br_log_set_last_error(ec->error_msg);
+        if (b->queues[i].ec->error != ncclSuccess) {
+            announce_failure(b->queues[i].ec);
             break;
         }
     }
@@ -464,6 +484,71 @@ const br_exec_ops_t br_exec_host = {
     .free = host_free,
 };
 
+/* A lone operation through the node arena (the small calls, whose latency is mostly the
+ * call's own bookkeeping) runs its work item from here for host_run's first 64 naps,
+ * exactly as host_run would (the same naps; no health check, clock read or revocation
+ * check happens before the 64th there either), and is handed to host_run only if it is
+ * still waiting then. This skips the queue, the batch's setup and the proxy's
+ * bookkeeping, which an arena operation does not use (it is taken only without a
+ * proxy and without a profiler). Returns 1 when it ran the operation (result in
+ * *res_p), 0 when host_run should run it from the start. */
+static int solo_fast(br_exec_comm_t *ec, const br_op_t *op, ncclResult_t *res_p)
+{
+    if ((op->algo != BR_ALGO_ONESHOT && op->algo != BR_ALGO_DIRECT_READ) || op->count == 0 ||
+        !br_func_is_collective(op->func) || ec->nranks == 1 || ec->prof != NULL ||
+        ec->tc->proxy != NULL || atomic_load_explicit(&ec->revoked, memory_order_acquire)) {
+        return 0;
+    }
+    if (ec->defer != NULL && br_exec_defer_settle(ec, 0) != ncclSuccess) {
+        announce_failure(ec);
+        *res_p = ec->error;
+        return 1;
+    }
+    br_exec_queue_t q;
+    br_work_t w;
+    unsigned spin = ec->oversubscribed ? 0 : (unsigned)BR_PARAM_INT(SPIN);
+
+    memset(&w, 0, sizeof(w));
+    w.op = *op;
+    w.event = -1;
+    arena_item(ec, &w);
+    memset(&q, 0, sizeof(q));
+    q.ec = ec;
+    q.wait_peer = -1;
+    br_oplog_note(ec, op->log_ticket, BR_OPLOG_EV_ITEM, -1, NULL, 0);
+    for (unsigned idle = 0; idle < 64;) {
+        int done = 0;
+        int r = br_work_arena(&q, &w, &done);
+        if (r < 0) {
+            announce_failure(ec);
+            *res_p = ec->error;
+            return 1;
+        }
+        if (done) {
+            br_oplog_note(ec, op->log_ticket, BR_OPLOG_EV_ITEM_DONE, -1, NULL, 0);
+            *res_p = ncclSuccess;
+            return 1;
+        }
+        if (r > 0) {
+            idle = 0;
+            continue;
+        }
+        nap(idle++, spin);
+    }
+    /* Still waiting: the full loop takes the item where it is. */
+    br_exec_queue_t *hq;
+    ncclResult_t res = queue_get(ec->solo, ec, Q_ARENA, 0, &hq);
+    if (res == ncclSuccess) {
+        res = queue_push(hq, &w);
+    }
+    if (res == ncclSuccess) {
+        res = host_run(ec->solo);
+    }
+    host_reset(ec->solo);
+    *res_p = res;
+    return 1;
+}
+
 ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
 {
     ncclResult_t res;
@@ -476,6 +561,12 @@ ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
     if (ec->solo == NULL) {
         BR_CHECK(br_calloc(&ec->solo, 1, "operation queue"));
     }
+    if (solo_fast(ec, op, &res)) {
+        if (res != ncclSuccess) {
+            br_exec_oplog_settle(ec, op);
+        }
+        return res;
+    }
     res = host_enqueue(ec->solo, ec, op);
     if (res == ncclSuccess) {
         res = host_run(ec->solo);
@@ -487,6 +578,25 @@ ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
     return res;
 }
 
+ncclResult_t br_exec_run_item(br_exec_comm_t *ec, const br_work_t *w)
+{
+    br_exec_queue_t *q;
+    ncclResult_t res;
+
+    if (ec->solo == NULL) {
+        BR_CHECK(br_calloc(&ec->solo, 1, "operation queue"));
+    }
+    res = queue_get(ec->solo, ec, Q_ARENA, 0, &q);
+    if (res == ncclSuccess) {
+        res = queue_push(q, w);
+    }
+    if (res == ncclSuccess) {
+        res = host_run(ec->solo);
+    }
+    host_reset(ec->solo);
+    return res;
+}
+
 void br_exec_comm_release(br_exec_comm_t *ec)
 {
     if (ec->solo != NULL) {
@@ -495,6 +605,7 @@ void br_exec_comm_release(br_exec_comm_t *ec)
         ec->solo = NULL;
     }
     br_exec_oplog_close(ec);
+    br_exec_defer_free(ec);
     free(ec->gather_scratch);
     free(ec->ll_scratch);
     ec->gather_scratch = ec->ll_scratch = NULL;

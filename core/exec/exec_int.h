@@ -46,9 +46,11 @@ struct br_work {
     /* Node arena. */
     uint64_t arena_k;  /* the operation's number in the arena */
     int arena_phase;   /* 0: input not published, 1: published, reading; 2: waiting for
-                        * readers of our input (DirectRead) */
+                        * readers of our input (DirectRead); 3: only the deferred checks
+                        * of earlier root Broadcasts (br_exec_defer_settle) */
     int arena_next;    /* first rank whose input (or done) has not been seen yet */
     int arena_small;   /* the input goes in a small slot */
+    int arena_defer;   /* a OneShot Broadcast's root: other ranks checked after it returns */
     /* A OneShot Broadcast or AllGather larger than an arena buffer moves in chunks of a
      * buffer each, chunk j as arena operation arena_k + j (exec_arena.c). */
     uint64_t arena_nchunk; /* chunks (1: not cut) */
@@ -140,6 +142,11 @@ void br_oplog_note(br_exec_comm_t *ec, uint64_t ticket, br_oplog_event_t ev, int
                    const char *what, uint64_t since);
 /* Free ec's operation log. */
 void br_exec_oplog_close(br_exec_comm_t *ec);
+
+/* Run one prepared work item of ec to completion (alone, like br_exec_run_solo). */
+ncclResult_t br_exec_run_item(br_exec_comm_t *ec, const br_work_t *w);
+/* Free ec's deferred Broadcast checks (exec_arena.c). */
+void br_exec_defer_free(br_exec_comm_t *ec);
 
 /* Is a process of this host gone (exited, or a zombie nobody reaped yet)? exec_health.c */
 int br_exec_pid_is_dead(int pid);

@@ -5,22 +5,96 @@
  * an update for an operation whose slot a newer one took is dropped. Writers are the
  * threads that make calls on the communicator (the group when a call is accepted, the
  * executor as it runs, waits and finishes); the reader is whoever dumps the state (the
- * dump thread, a user thread, the bootstrap thread answering another rank). One mutex
- * per log, held for a few stores, keeps every record whole for the reader.
+ * dump thread, a user thread, the bootstrap thread answering another rank).
+ * Every record has its own sequence lock (a version, odd while a writer holds it), so a
+ * call's few updates cost one uncontended compare-and-swap each and no shared lock; the
+ * reader copies a record and keeps the copy only if the version was even and unchanged
+ * around it. The writer stores each field it changes with a relaxed atomic store and the
+ * reader loads the record's words with relaxed atomic loads, so the two sides never race
+ * in the language's sense. Call times are the coarse clock (read every call).
  */
-#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "exec_int.h"
 #include "util.h"
 
+#define REC_WORDS (sizeof(br_oplog_rec_t) / 8)
+_Static_assert(sizeof(br_oplog_rec_t) % 8 == 0, "a record is copied as 64-bit words");
+
+/* A record and the words the atomics move (a union: C11's way to see one as the other). */
+typedef union {
+    br_oplog_rec_t rec;
+    uint64_t words[REC_WORDS];
+} rec_words_t;
+
+typedef struct {
+    _Atomic uint64_t version; /* odd: a writer is changing the record */
+    rec_words_t u;
+} oplog_slot_t;
+
 struct br_oplog {
-    pthread_mutex_t lock;
     int cap;
-    uint64_t issued; /* tickets handed out */
-    br_oplog_rec_t *recs;
+    _Atomic uint64_t issued; /* tickets handed out */
+    oplog_slot_t *slots;
 };
+
+static void words_load(const oplog_slot_t *s, rec_words_t *r)
+{
+    for (size_t i = 0; i < REC_WORDS; i++) {
+        r->words[i] = __atomic_load_n(&s->u.words[i], __ATOMIC_RELAXED);
+    }
+}
+
+/* Take slot s for writing (spins only while another writer holds it: two threads on one
+ * record happen only when the ring wraps under them). The holder reads the record's
+ * fields plainly (only readers run beside it) and stores them with SET. */
+static void slot_lock(oplog_slot_t *s)
+{
+    uint64_t v = atomic_load_explicit(&s->version, memory_order_relaxed);
+    while ((v & 1) != 0 ||
+           !atomic_compare_exchange_weak_explicit(&s->version, &v, v + 1, memory_order_acquire,
+                                                  memory_order_relaxed)) {
+        if ((v & 1) != 0) {
+            sched_yield();
+            v = atomic_load_explicit(&s->version, memory_order_relaxed);
+        }
+    }
+    /* Release fence: the odd version is visible before any field below changes (the
+     * reader's acquire fence pairs with it). */
+    atomic_thread_fence(memory_order_release);
+}
+
+/* A field store the reader may see half-way through a writer's update, never torn. */
+#define SET(s, field, v) __atomic_store_n(&(s)->u.rec.field, (v), __ATOMIC_RELAXED)
+
+static void slot_unlock(oplog_slot_t *s)
+{
+    /* Release: the fields are visible before the even version that says they are whole. */
+    atomic_store_explicit(&s->version, atomic_load_explicit(&s->version, memory_order_relaxed) + 1,
+                          memory_order_release);
+}
+
+/* A consistent copy of slot s (retries while a writer is in it). */
+static void slot_read(oplog_slot_t *s, rec_words_t *r)
+{
+    for (unsigned tries = 0;; tries++) {
+        uint64_t v1 = atomic_load_explicit(&s->version, memory_order_acquire);
+        if ((v1 & 1) == 0) {
+            words_load(s, r);
+            /* Acquire fence: the words were read before the version is read again. */
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&s->version, memory_order_relaxed) == v1) {
+                return;
+            }
+        }
+        if (tries >= 64) {
+            sched_yield(); /* the writer may have lost its core */
+        }
+    }
+}
 
 const char *br_oplog_state_name(br_oplog_state_t state)
 {
@@ -36,11 +110,10 @@ ncclResult_t br_exec_oplog_open(br_exec_comm_t *ec, int n)
         return ncclSuccess;
     }
     BR_CHECK(br_calloc(&log, 1, "operation log"));
-    if (br_calloc(&log->recs, (size_t)n, "operation log") != ncclSuccess) {
+    if (br_calloc(&log->slots, (size_t)n, "operation log") != ncclSuccess) {
         free(log);
         return ncclSystemError;
     }
-    pthread_mutex_init(&log->lock, NULL);
     log->cap = n;
     ec->oplog = log;
     return ncclSuccess;
@@ -51,17 +124,14 @@ void br_exec_oplog_close(br_exec_comm_t *ec)
     if (ec->oplog == NULL) {
         return;
     }
-    pthread_mutex_destroy(&ec->oplog->lock);
-    free(ec->oplog->recs);
+    free(ec->oplog->slots);
     free(ec->oplog);
     ec->oplog = NULL;
 }
 
-/* The record of ticket, or NULL when a newer operation took its slot. Called locked. */
-static br_oplog_rec_t *rec_find(br_oplog_t *log, uint64_t ticket)
+static oplog_slot_t *slot_of(br_oplog_t *log, uint64_t ticket)
 {
-    br_oplog_rec_t *r = &log->recs[(ticket - 1) % (uint64_t)log->cap];
-    return r->ticket == ticket ? r : NULL;
+    return &log->slots[(ticket - 1) % (uint64_t)log->cap];
 }
 
 void br_exec_oplog_add(br_exec_comm_t *ec, br_op_t *op)
@@ -72,34 +142,38 @@ void br_exec_oplog_add(br_exec_comm_t *ec, br_op_t *op)
     if (log == NULL) {
         return;
     }
-    pthread_mutex_lock(&log->lock);
-    uint64_t t = ++log->issued;
-    br_oplog_rec_t *r = &log->recs[(t - 1) % (uint64_t)log->cap];
-    memset(r, 0, sizeof(*r));
-    r->ticket = t;
-    r->func = op->func;
-    r->count = op->count;
-    r->type = op->type;
-    r->red = op->redop.kind;
-    r->root = op->root;
-    r->peer = op->peer;
-    r->seq = op->seq;
-    r->algo = op->algo;
-    r->proto = op->proto;
-    r->state = BR_OPLOG_QUEUED;
-    r->queued_ns = br_time_ns();
-    r->wait_peer = -1;
-    pthread_mutex_unlock(&log->lock);
+    /* Relaxed: the ticket only has to be unique; the slot's lock orders the record. */
+    uint64_t t = atomic_fetch_add_explicit(&log->issued, 1, memory_order_relaxed) + 1;
+    oplog_slot_t *s = slot_of(log, t);
+    slot_lock(s);
+    SET(s, ticket, t);
+    SET(s, func, op->func);
+    SET(s, count, op->count);
+    SET(s, type, op->type);
+    SET(s, red, op->redop.kind);
+    SET(s, root, op->root);
+    SET(s, peer, op->peer);
+    SET(s, seq, op->seq);
+    SET(s, algo, op->algo);
+    SET(s, proto, op->proto);
+    SET(s, state, BR_OPLOG_QUEUED);
+    SET(s, items, 0);
+    SET(s, queued_ns, br_time_coarse_ns());
+    SET(s, wait_ns, 0);
+    SET(s, end_ns, 0);
+    SET(s, wait_peer, -1);
+    SET(s, wait_what, NULL);
+    slot_unlock(s);
     op->log_ticket = t;
 }
 
-/* End a record in state st (DONE or FAILED) unless it has ended already. Called locked. */
-static void rec_end(br_oplog_rec_t *r, br_oplog_state_t st)
+/* End the record in state st (DONE or FAILED) unless it has ended already. Locked. */
+static void rec_end(oplog_slot_t *s, br_oplog_state_t st)
 {
-    if (r->state != BR_OPLOG_DONE && r->state != BR_OPLOG_FAILED) {
-        r->state = st;
-        r->end_ns = br_time_ns();
-        r->items = 0;
+    if (s->u.rec.state != BR_OPLOG_DONE && s->u.rec.state != BR_OPLOG_FAILED) {
+        SET(s, state, st);
+        SET(s, end_ns, br_time_coarse_ns());
+        SET(s, items, 0);
     }
 }
 
@@ -109,12 +183,12 @@ void br_exec_oplog_settle(br_exec_comm_t *ec, const br_op_t *op)
     if (log == NULL || op->log_ticket == 0) {
         return;
     }
-    pthread_mutex_lock(&log->lock);
-    br_oplog_rec_t *r = rec_find(log, op->log_ticket);
-    if (r != NULL) {
-        rec_end(r, BR_OPLOG_FAILED);
+    oplog_slot_t *s = slot_of(log, op->log_ticket);
+    slot_lock(s);
+    if (s->u.rec.ticket == op->log_ticket) {
+        rec_end(s, BR_OPLOG_FAILED);
     }
-    pthread_mutex_unlock(&log->lock);
+    slot_unlock(s);
 }
 
 void br_exec_oplog_connecting(br_exec_comm_t *ec, const int *recv_peers, const int *send_peers)
@@ -124,21 +198,21 @@ void br_exec_oplog_connecting(br_exec_comm_t *ec, const int *recv_peers, const i
         return;
     }
     uint64_t now = br_time_ns();
-    pthread_mutex_lock(&log->lock);
     for (int i = 0; i < log->cap; i++) {
-        br_oplog_rec_t *r = &log->recs[i];
+        oplog_slot_t *s = &log->slots[i];
+        const br_oplog_rec_t *r = &s->u.rec;
+        slot_lock(s);
         const int *peers = r->func == BR_FUNC_SEND ? send_peers : recv_peers;
-        if (r->ticket == 0 || r->state != BR_OPLOG_QUEUED ||
-            (r->func != BR_FUNC_SEND && r->func != BR_FUNC_RECV) || r->peer < 0 ||
-            r->peer >= ec->nranks || peers[r->peer] < 0) {
-            continue;
+        if (r->ticket != 0 && r->state == BR_OPLOG_QUEUED &&
+            (r->func == BR_FUNC_SEND || r->func == BR_FUNC_RECV) && r->peer >= 0 &&
+            r->peer < ec->nranks && peers[r->peer] >= 0) {
+            SET(s, state, BR_OPLOG_WAITING);
+            SET(s, wait_ns, now);
+            SET(s, wait_peer, r->peer);
+            SET(s, wait_what, "a connection with");
         }
-        r->state = BR_OPLOG_WAITING;
-        r->wait_ns = now;
-        r->wait_peer = r->peer;
-        r->wait_what = "a connection with";
+        slot_unlock(s);
     }
-    pthread_mutex_unlock(&log->lock);
 }
 
 int br_exec_oplog_snapshot(br_exec_comm_t *ec, br_oplog_rec_t *out, int max)
@@ -148,15 +222,17 @@ int br_exec_oplog_snapshot(br_exec_comm_t *ec, br_oplog_rec_t *out, int max)
     if (log == NULL) {
         return 0;
     }
-    pthread_mutex_lock(&log->lock);
-    uint64_t first = log->issued > (uint64_t)log->cap ? log->issued - (uint64_t)log->cap + 1 : 1;
-    for (uint64_t t = first; t <= log->issued && n < max; t++) {
-        const br_oplog_rec_t *r = rec_find(log, t);
-        if (r != NULL) {
-            out[n++] = *r;
+    /* Acquire: pairs with nothing stronger than the slots' own versions; records of
+     * tickets handed out after this load are left for the next dump. */
+    uint64_t issued = atomic_load_explicit(&log->issued, memory_order_acquire);
+    uint64_t first = issued > (uint64_t)log->cap ? issued - (uint64_t)log->cap + 1 : 1;
+    for (uint64_t t = first; t <= issued && n < max; t++) {
+        rec_words_t u;
+        slot_read(slot_of(log, t), &u);
+        if (u.rec.ticket == t) {
+            out[n++] = u.rec;
         }
     }
-    pthread_mutex_unlock(&log->lock);
     return n;
 }
 
@@ -169,40 +245,39 @@ void br_oplog_note(br_exec_comm_t *ec, uint64_t ticket, br_oplog_event_t ev, int
     if (log == NULL || ticket == 0) {
         return;
     }
-    pthread_mutex_lock(&log->lock);
-    br_oplog_rec_t *r = rec_find(log, ticket);
-    if (r == NULL || r->state == BR_OPLOG_DONE || r->state == BR_OPLOG_FAILED) {
-        pthread_mutex_unlock(&log->lock);
+    oplog_slot_t *s = slot_of(log, ticket);
+    const br_oplog_rec_t *r = &s->u.rec;
+    slot_lock(s);
+    if (r->ticket != ticket || r->state == BR_OPLOG_DONE || r->state == BR_OPLOG_FAILED) {
+        slot_unlock(s);
         return;
     }
     switch (ev) {
     case BR_OPLOG_EV_ITEM:
         /* The executor has it (queued: the group is ending; waiting: it was connecting). */
-        r->items++;
-        r->state = BR_OPLOG_RUNNING;
-        r->wait_peer = -1;
-        r->wait_what = NULL;
-        break;
+        SET(s, items, r->items + 1);
+        /* fall through */
     case BR_OPLOG_EV_RUN:
-        r->state = BR_OPLOG_RUNNING;
-        r->wait_peer = -1;
-        r->wait_what = NULL;
+        SET(s, state, BR_OPLOG_RUNNING);
+        SET(s, wait_peer, -1);
+        SET(s, wait_what, NULL);
         break;
     case BR_OPLOG_EV_WAIT:
         /* A wait that goes on keeps its start; only whom it waits for may change. */
         if (r->state != BR_OPLOG_WAITING) {
-            r->state = BR_OPLOG_WAITING;
-            r->wait_ns = since;
+            SET(s, state, BR_OPLOG_WAITING);
+            SET(s, wait_ns, since);
         }
-        r->wait_peer = peer;
-        r->wait_what = what;
+        SET(s, wait_peer, peer);
+        SET(s, wait_what, what);
         break;
     case BR_OPLOG_EV_ITEM_DONE:
-        if (--r->items <= 0) {
-            rec_end(r, BR_OPLOG_DONE);
+        SET(s, items, r->items - 1);
+        if (r->items <= 0) {
+            rec_end(s, BR_OPLOG_DONE);
         }
         break;
-    case BR_OPLOG_EV_DONE: rec_end(r, BR_OPLOG_DONE); break;
+    case BR_OPLOG_EV_DONE: rec_end(s, BR_OPLOG_DONE); break;
     }
-    pthread_mutex_unlock(&log->lock);
+    slot_unlock(s);
 }

@@ -13,6 +13,12 @@
  *   - a success leaves in its receive buffer exactly what its own call, made by every
  *     rank, would have produced (a Reduce's non-roots have no result to check);
  *   - and at least one rank reports the mismatch.
+ * A OneShot Broadcast's root returns without waiting for the other ranks and checks their
+ * calls later (issue 19): in that cell every rank that believes it is the root must
+ * report the mismatch, at the call or at its next call (made once every rank returned).
+ * The "deferred" case checks that check on two ranks, where nobody else can catch it:
+ * reported by the next call of any kind, by later root Broadcasts within the arena's
+ * reuse bound, by ncclCommFinalize and by ncclCommDestroy, and never when calls agree.
  * The same binary runs over shared memory and over the socket plugin (ctest variants).
  */
 #include <check.h>
@@ -180,8 +186,40 @@ static ncclResult_t make_call(const call_t *c, const void *in, void *out, ncclCo
     }
 }
 
-/* report->progress: 1 the matched call passed, 2 the mismatched call returned, 3 the path
- * is not available here (the matched call failed on this rank: reason in msg). */
+/* Does the root of this cell's call check the other ranks only after it returned? */
+static int root_check_deferred(const mm_case_t *c)
+{
+    return c->kind == K_ROOT && c->base.fn == F_BROADCAST && strcmp(c->path->algo, "OneShot") == 0;
+}
+
+/* The deferred cell: once every rank returned from the mismatched call, a rank that
+ * succeeded makes the call again; a failure there is its report ("at the next call"). */
+static ncclResult_t next_call(brt_rank_ctx_t *ctx, const call_t *mine, void *in, void *out,
+                              ncclComm_t comm, ncclResult_t first)
+{
+    double t0 = brt_now();
+    ctx->report->progress = 4;
+    for (int r = 0; r < NRANKS; r++) {
+        while (ctx->all[r].progress != 4 && ctx->all[r].progress != 2 &&
+               brt_now() - t0 < 60 * brt_time_scale()) {
+            brt_sleep_ms(5);
+        }
+    }
+    if (first != ncclSuccess || ctx->report->msg[0] != '\0') {
+        return first; /* reported already (or a wrong result, which must stay reported) */
+    }
+    brt_doing(ctx, "the call after the mismatched one");
+    ncclResult_t res = make_call(mine, in, out, comm);
+    if (res != ncclSuccess) {
+        snprintf(ctx->report->msg, sizeof(ctx->report->msg), "at the next call: %s",
+                 ncclGetLastError(comm));
+    }
+    return res;
+}
+
+/* report->progress: 1 the matched call passed, 2 the mismatched call returned (and in
+ * the deferred cell the next call too; 4 between them), 3 the path is not available here
+ * (the matched call failed on this rank: reason in msg). */
 static int body(brt_rank_ctx_t *ctx)
 {
     const mm_case_t *c = ctx->arg;
@@ -260,6 +298,9 @@ static int body(brt_rank_ctx_t *ctx)
                      get(out, mine->type, (size_t)bad));
         }
     }
+    if (root_check_deferred(c)) {
+        ctx->report->result = next_call(ctx, mine, in, out, comm, res);
+    }
     ctx->report->progress = 2;
     brt_doing(ctx, "ncclCommAbort after the mismatched call");
     ncclCommAbort(comm);
@@ -315,6 +356,11 @@ static int run_cell(const mm_case_t *c, int net)
         }
     }
     ck_assert_msg(errors > 0, "%s: every rank returned success; nobody saw the mismatch", what);
+    if (root_check_deferred(c)) {
+        /* Each of the two roots is the only rank that can see the other's call. */
+        ck_assert_msg(p.reports[0].result != ncclSuccess && p.reports[ODD].result != ncclSuccess,
+                      "%s: a root returned success at the call and the next one", what);
+    }
     if (c->kind == K_MISSING) {
         ck_assert_msg(errors == NRANKS - 1, "%s: a rank returned success without rank %d", what,
                       ODD);
@@ -347,6 +393,156 @@ START_TEST(test_matrix)
 }
 END_TEST
 
+/* ---- The deferred root check on two ranks ----
+ * Each rank calls an 8-byte OneShot Broadcast naming itself the root, then `then`: the
+ * mismatch must be reported by that, naming both ranks and calls. */
+typedef enum {
+    D_NEXT_CALL,
+    D_NEXT_AT_ONCE,
+    D_MORE_ROOTS,
+    D_FINALIZE,
+    D_DESTROY,
+    D_REVOKE,
+    D_AGREE
+} dcase_t;
+static const char *const dcase_names[] = {"an AllReduce once both returned",
+                                          "an AllReduce at once",
+                                          "more root Broadcasts only",
+                                          "ncclCommFinalize",
+                                          "ncclCommDestroy",
+                                          "ncclCommRevoke and ncclCommDestroy",
+                                          "nothing (the calls agree)"};
+
+/* Wait (bounded) until every rank's progress reached at least `at`. */
+static void wait_all(brt_rank_ctx_t *ctx, int at)
+{
+    double t0 = brt_now();
+    for (int r = 0; r < ctx->nranks; r++) {
+        while (ctx->all[r].progress < at && brt_now() - t0 < 30 * brt_time_scale()) {
+            brt_sleep_ms(2);
+        }
+    }
+}
+
+/* Records where the mismatch was reported (msg: "<where>: <error>"); 0 unless the
+ * test could not run. */
+static int deferred_body(brt_rank_ctx_t *ctx)
+{
+    dcase_t dc = (dcase_t)(intptr_t)ctx->arg;
+    float in[2] = {(float)ctx->rank, 1.0f}, out[2] = {0, 0}, sum[2];
+    int root = dc == D_AGREE ? 0 : ctx->rank;
+    const char *where = "the Broadcast";
+    ncclComm_t comm;
+    ncclResult_t res;
+
+    brt_doing(ctx, "ncclCommInitRank");
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    if (ctx->rank == 1) {
+        /* Rank 0 returns before rank 1 publishes its call, so rank 0's Broadcast cannot
+         * see the mismatch: what comes next on rank 0 must. */
+        for (double t0 = brt_now();
+             ctx->all[0].progress < 2 && brt_now() - t0 < 30 * brt_time_scale();) {
+            brt_sleep_ms(2);
+        }
+    }
+    brt_doing(ctx, "Broadcast from root %d", root);
+    res = ncclBroadcast(in, out, 2, ncclFloat, root, comm, NULL);
+    ctx->report->progress = 2;
+    if (res == ncclSuccess && dc != D_NEXT_AT_ONCE) {
+        wait_all(ctx, 2); /* every rank published its call */
+    }
+    for (int i = 0; res == ncclSuccess && i < 64 && dc == D_MORE_ROOTS; i++) {
+        where = "a later root Broadcast";
+        res = ncclBroadcast(in, out, 2, ncclFloat, root, comm, NULL);
+    }
+    if (res == ncclSuccess && (dc == D_NEXT_CALL || dc == D_NEXT_AT_ONCE || dc == D_AGREE)) {
+        where = "the AllReduce";
+        res = ncclAllReduce(in, sum, 2, ncclFloat, ncclSum, comm, NULL);
+    }
+    if (res == ncclSuccess && dc == D_FINALIZE) {
+        where = "ncclCommFinalize";
+        res = ncclCommFinalize(comm);
+    }
+    if (res == ncclSuccess && dc == D_AGREE) {
+        where = "ncclCommFinalize";
+        res = ncclCommFinalize(comm);
+        if (res == ncclSuccess && (out[0] != 0.0f || sum[0] != 1.0f || sum[1] != 2.0f)) {
+            brt_fail(ctx, "wrong result: broadcast %g, sum %g %g", out[0], sum[0], sum[1]);
+        }
+    }
+    if (res == ncclSuccess && dc == D_REVOKE) {
+        where = "ncclCommRevoke";
+        res = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+    }
+    ctx->report->result = res;
+    if (res != ncclSuccess) {
+        snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s: %s", where,
+                 ncclGetLastError(comm));
+    }
+    brt_doing(ctx, "ncclCommDestroy");
+    where = "ncclCommDestroy";
+    ncclResult_t dres = ncclCommDestroy(comm);
+    if (res == ncclSuccess && dres != ncclSuccess) {
+        ctx->report->result = dres;
+        snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s: %s", where,
+                 ncclGetLastError(NULL));
+    }
+    ctx->report->progress = 3;
+    return 0;
+}
+
+START_TEST(test_deferred_root)
+{
+    dcase_t dc = (dcase_t)_i;
+    char out[16384];
+    brt_procs_t p;
+    double limit = 60 * brt_time_scale();
+
+    if (getenv("NCCL_SHM_DISABLE") != NULL && atoi(getenv("NCCL_SHM_DISABLE")) != 0) {
+        return; /* no node arena over sockets */
+    }
+    setenv("NCCL_ALGO", "OneShot", 1);
+    setenv("NCCL_PROTO", "Simple", 1);
+    ck_assert_int_eq(brt_procs_start(&p, 2, deferred_body, (void *)(intptr_t)dc, out, sizeof(out)),
+                     0);
+    int bad = brt_procs_wait(&p, brt_now() + limit, 0, out, sizeof(out), 1);
+    ck_assert_msg(!bad, "deferred root check, then %s: ranks failed or hung: %s", dcase_names[dc],
+                  brt_clip(out, 3000));
+    for (int r = 0; r < 2; r++) {
+        const brt_report_t *rep = &p.reports[r];
+        fprintf(stderr, "deferred root check, then %s: rank %d: %s%s%.400s\n", dcase_names[dc], r,
+                ncclGetErrorString(rep->result), rep->msg[0] ? ": " : "", rep->msg);
+        ck_assert_msg(rep->progress == 3, "then %s: rank %d did not finish", dcase_names[dc], r);
+        if (dc == D_AGREE || (dc == D_REVOKE && r == 0)) {
+            /* A revoked communicator is only destroyed: that must not fail (the
+             * mismatch its root can see then is logged). */
+            ck_assert_msg(rep->result == ncclSuccess && rep->msg[0] == '\0', "then %s: rank %d: %s",
+                          dcase_names[dc], r, rep->msg);
+            continue;
+        }
+        ck_assert_msg(rep->result != ncclSuccess,
+                      "then %s: rank %d (a root) never reported the mismatch", dcase_names[dc], r);
+        ck_assert_msg(brt_text_has(rep->msg, "mismatched calls") ||
+                          brt_text_has(rep->msg, "reported a failure"),
+                      "then %s: rank %d: not a mismatch: %s", dcase_names[dc], r, rep->msg);
+        ck_assert_msg(brt_text_names_rank(rep->msg, 1 - r),
+                      "then %s: rank %d's error does not name rank %d: %s", dcase_names[dc], r,
+                      1 - r, rep->msg);
+    }
+    if (dc != D_AGREE && dc != D_REVOKE) {
+        /* Rank 0 returned from its Broadcast before rank 1 made its own: what came next
+         * reported it. */
+        ck_assert_msg(strncmp(p.reports[0].msg, "the Broadcast:", 14) != 0 &&
+                          (brt_text_has(p.reports[0].msg, "root 1") ||
+                           brt_text_has(p.reports[1].msg, "root 0")),
+                      "then %s: rank 0's report: %s", dcase_names[dc], p.reports[0].msg);
+    }
+    brt_procs_free(&p);
+}
+END_TEST
+
 static Suite *mismatch_suite(void)
 {
     Suite *s = suite_create("api_mismatch");
@@ -354,6 +550,10 @@ static Suite *mismatch_suite(void)
     tcase_set_timeout(tc, 120 * brt_time_scale());
     tcase_add_loop_test(tc, test_matrix, 0, NPATHS * (K_COUNT_ALL + 1));
     suite_add_tcase(s, tc);
+    TCase *td = tcase_create("deferred");
+    tcase_set_timeout(td, 90 * brt_time_scale());
+    tcase_add_loop_test(td, test_deferred_root, 0, D_AGREE + 1);
+    suite_add_tcase(s, td);
     return s;
 }
 
