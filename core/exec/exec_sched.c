@@ -35,7 +35,8 @@ static size_t wire_bytes(int proto, size_t bytes)
  * the same call, and the threshold they agreed on at setup. */
 static int ub_conn(const br_work_t *w, const br_conn_t *c)
 {
-    return w->ub && c != NULL && c->net != NULL && br_proxy_userbuf_takes(c->net, br_op_bytes(&w->op));
+    return w->ub && c != NULL && c->net != NULL &&
+           br_proxy_userbuf_takes(c->net, br_op_bytes(&w->op));
 }
 
 /* Bytes of w's output: the user buffer its received steps land in. */
@@ -92,7 +93,8 @@ static uint64_t sched_iters(const br_work_t *w)
 {
     uint64_t iters = 0;
     for (size_t base = w->lay.lo; base < w->lay.hi; iters++) {
-        base += br_sched_advance(&w->sched, br_sched_chunk(&w->sched, base, w->lay.hi, w->lay.slice));
+        base +=
+            br_sched_advance(&w->sched, br_sched_chunk(&w->sched, base, w->lay.hi, w->lay.slice));
     }
     return iters;
 }
@@ -173,8 +175,7 @@ typedef struct {
 /* Is the slot of rc's next step there? On memory links LL lines are trusted by their
  * flags (the first one makes the descriptor visible, so a mismatched size is reported
  * rather than waited for); elsewhere the counter says so. */
-static int recv_ready(br_exec_queue_t *q, const br_work_t *w, br_conn_t *rc, size_t bytes,
-                      int *err)
+static int recv_ready(br_exec_queue_t *q, const br_work_t *w, br_conn_t *rc, size_t bytes, int *err)
 {
     if (w->op.proto != BR_PROTO_LL || rc->ll == NULL) {
         if (br_fifo_filled(rc->ctrl, rc->step)) {
@@ -269,12 +270,14 @@ static int step_receive(br_exec_queue_t *q, br_work_t *w, const br_step_t *st, s
     for (int i = 0; i < st->nrecv; i++) {
         br_conn_t *rc = io->rc[i];
         /* On memory links the LL descriptor was checked when its first line came. */
-        if (!(ll && rc->ll != NULL) && br_desc_check(ec, w, rc->peer, &rc->ctrl->slot[rc->step % BR_STEPS],
-                                            wire_bytes(w->op.proto, io->bytes)) != 0) {
+        if (!(ll && rc->ll != NULL) &&
+            br_desc_check(ec, w, rc->peer, &rc->ctrl->slot[rc->step % BR_STEPS],
+                          wire_bytes(w->op.proto, io->bytes)) != 0) {
             return -1;
         }
         if (!ll) {
-            io->rdata[i] = ub_conn(w, rc) && ub_recv_prim(st->prim) ? out : br_conn_slot(rc, rc->step);
+            io->rdata[i] =
+                ub_conn(w, rc) && ub_recv_prim(st->prim) ? out : br_conn_slot(rc, rc->step);
             continue;
         }
         char *dst = ec->ll_scratch + (size_t)(i + 1) * ec->ll_scratch_each;
@@ -329,9 +332,8 @@ static char *send_stage(const br_exec_comm_t *ec, const br_work_t *w, const step
 }
 
 /* The step's arithmetic and copies; returns the data to send (NULL when none). */
-static const char *step_compute(const br_exec_comm_t *ec, const br_work_t *w,
-                                const br_step_t *st, const step_io_t *io, const char *in,
-                                char *out, size_t len)
+static const char *step_compute(const br_exec_comm_t *ec, const br_work_t *w, const br_step_t *st,
+                                const step_io_t *io, const char *in, char *out, size_t len)
 {
     const br_op_t *op = &w->op;
     uint32_t p = st->prim;
@@ -450,7 +452,8 @@ static int stream_step(br_exec_queue_t *q, br_work_t *w, int s)
         return r;
     }
     /* Ranks that do not read the input or write the output may pass NULL for them. */
-    const char *in = op->sendbuff != NULL ? (const char *)op->sendbuff + in_off * w->lay.esize : NULL;
+    const char *in =
+        op->sendbuff != NULL ? (const char *)op->sendbuff + in_off * w->lay.esize : NULL;
     char *outbase = w->scratch != NULL ? w->scratch : (char *)op->recvbuff;
     char *out = outbase != NULL ? outbase + out_off * w->lay.esize : NULL;
     if (step_receive(q, w, &st, &io, out) != 0) {

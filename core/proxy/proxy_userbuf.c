@@ -247,8 +247,8 @@ int br_proxy_useg_recv_done(br_proxy_t *proxy, br_net_conn_t *nc, br_net_useg_t 
         return -1;
     }
     if (s->staged) {
-        memcpy(s->ptr + (size_t)(step - s->first) * s->unit,
-               nc->buf + (size_t)slot * nc->stride, n);
+        memcpy(s->ptr + (size_t)(step - s->first) * s->unit, nc->buf + (size_t)slot * nc->stride,
+               n);
     }
     br_slot_desc_t d = s->desc;
     d.bytes = n;
@@ -358,7 +358,8 @@ static ncclResult_t seg_add(br_net_conn_t *nc, uint64_t first, uint64_t nsteps, 
         return ncclSuccess;
     }
     if (base != NULL) {
-        for (g = nc->ureg; g != NULL && !(g->key == key && g->base == (const char *)base); g = g->next) {
+        for (g = nc->ureg; g != NULL && !(g->key == key && g->base == (const char *)base);
+             g = g->next) {
         }
         if (g == NULL) {
             BR_CHECK(br_calloc(&g, 1, "user-buffer registration"));
@@ -402,7 +403,8 @@ ncclResult_t br_proxy_userbuf_send(br_proxy_t *proxy, br_net_conn_t *nc, uint64_
 {
     pthread_mutex_lock(&proxy->lock);
     br_net_useg_t *seg;
-    ncclResult_t res = seg_add(nc, first, nsteps, ptr, bytes, nc->step_size, 0, NULL, NULL, 0, &seg);
+    ncclResult_t res =
+        seg_add(nc, first, nsteps, ptr, bytes, nc->step_size, 0, NULL, NULL, 0, &seg);
     pthread_mutex_unlock(&proxy->lock);
     return res;
 }
@@ -466,8 +468,8 @@ ncclResult_t br_proxy_userbuf_recv_steps(br_proxy_t *proxy, br_net_conn_t *nc,
     uint64_t first = atomic_load_explicit(&nc->want, memory_order_relaxed);
     for (uint64_t i = 0; i < n && res == ncclSuccess; i++) {
         if (steps[i].ptr != NULL) {
-            res = seg_add(nc, first + i, 1, steps[i].ptr, steps[i].bytes, steps[i].bytes,
-                          d->seq, d, base, len, &end_seg);
+            res = seg_add(nc, first + i, 1, steps[i].ptr, steps[i].bytes, steps[i].bytes, d->seq, d,
+                          base, len, &end_seg);
         }
     }
     if (res == ncclSuccess) {
