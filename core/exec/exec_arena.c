@@ -158,15 +158,34 @@ static void defer_publish_done(br_exec_comm_t *ec)
     }
 }
 
-/* Check deferred root Broadcasts older than arena operation `before`, oldest first, up to
- * the first rank that has not published yet. 1: all checked, 0: not yet (q, when given,
- * notes whom it waits for), -1: a mismatch (recorded in ec). */
+/* Check deferred root Broadcasts older than arena operation `before`. Without waiting (q
+ * NULL), every rank that has published for any of them is checked, also past ranks that
+ * have not: a rank that failed before publishing must not hide another root's call. Then
+ * the records are retired oldest first, up to the first rank that has not published.
+ * 1: all checked, 0: not yet (q, when given, notes whom it waits for), -1: a mismatch
+ * (recorded in ec). */
 static int defer_check(br_exec_comm_t *ec, br_exec_queue_t *q, uint64_t before)
 {
     struct br_arena_defer *df = ec->defer;
     int checked = 0, res = 1;
 
-    while (df != NULL && df->n > 0 && df->recs[df->head].k < before) {
+    if (df == NULL) {
+        return 1;
+    }
+    for (int i = 0; q == NULL && i < df->n; i++) {
+        const defer_rec_t *e = &df->recs[(df->head + i) % BR_DEFER_MAX];
+        if (e->k >= before) {
+            break; /* the records are in operation order */
+        }
+        for (int r = e->next; r < ec->nranks; r++) {
+            if (r != ec->rank && br_arena_published(ec->arena, r, e->k, e->small) &&
+                check_input(ec, &e->op, e->k, e->small, r,
+                            "(seen by the root's deferred check) published its input for") != 0) {
+                return -1; /* `done` stays: the comm has failed */
+            }
+        }
+    }
+    while (df->n > 0 && df->recs[df->head].k < before) {
         defer_rec_t *e = &df->recs[df->head];
         for (; e->next < ec->nranks; e->next++) {
             int r = e->next;
@@ -181,9 +200,10 @@ static int defer_check(br_exec_comm_t *ec, br_exec_queue_t *q, uint64_t before)
                 res = 0;
                 goto out;
             }
-            if (check_input(ec, &e->op, e->k, e->small, r,
+            if (q != NULL &&
+                check_input(ec, &e->op, e->k, e->small, r,
                             "(seen by the root's deferred check) published its input for") != 0) {
-                return -1; /* `done` stays: the comm has failed */
+                return -1;
             }
         }
         df->head = (df->head + 1) % BR_DEFER_MAX;
