@@ -119,7 +119,8 @@ static int needs(const br_exec_comm_t *ec, const br_work_t *w, int r)
  * the other ranks' call descriptors for that operation (published when they enter their
  * call) are checked afterwards, in the order of the operations:
  *   - without waiting, at the end of every later root Broadcast and at the start of every
- *     later call on the communicator (host_run), so a mismatch fails the next call;
+ *     later call on the communicator (host_run), so a mismatch fails the next call: every
+ *     deferred operation against every rank that has published for it;
  *   - waiting for ranks that have not published yet (the executor's health checks and
  *     timeout apply): before any other arena operation starts, before a root Broadcast
  *     a slot window later (BR_ARENA_NSMALL operations for a small input, BR_ARENA_NBUF
