@@ -77,6 +77,12 @@ int br_work_sched_init(br_work_t *w, const br_exec_comm_t *ec, int c, char *scra
 /* Announce to the receive connections the slots the work item will take from each. */
 ncclResult_t br_work_sched_expect(const br_exec_comm_t *ec, const br_work_t *w);
 
+/* The user-buffer paths' first step on a connection: send, or take and check, the call's
+ * descriptor with no payload (exec_work.c). 1 done, 0 blocked (q says on whom), -1 a
+ * mismatch (recorded in the comm). */
+int br_work_desc_send(br_exec_queue_t *q, const br_work_t *w, br_conn_t *c);
+int br_work_desc_recv(br_exec_queue_t *q, const br_work_t *w, br_conn_t *c);
+
 /* Steps of the kinds (exec_sched.c, exec_arena.c, exec_work.c). */
 int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p);
 int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p);

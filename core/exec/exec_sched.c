@@ -205,30 +205,16 @@ static int ub_headers(br_exec_queue_t *q, br_work_t *w, const br_step_t *st)
 
     if (st->nsend > 0 && !(w->ub_hdr & 1)) {
         br_conn_t *sc = br_exec_chan_send(ec, w->ch, st->send[0]);
-        if (ub_conn(w, sc)) {
-            if (!br_fifo_free(sc->ctrl, sc->step)) {
-                q->wait_peer = sc->peer;
-                q->wait_what = "free FIFO space at";
-                return 0;
-            }
-            br_slot_desc_t d = br_desc_make(&w->op, 0);
-            br_fifo_post_send(sc->ctrl, sc->step++, &d);
+        if (ub_conn(w, sc) && br_work_desc_send(q, w, sc) == 0) {
+            return 0;
         }
         w->ub_hdr |= 1;
     }
     if (st->nrecv > 0 && !(w->ub_hdr & 2)) {
         br_conn_t *rc = br_exec_chan_recv(ec, w->ch, st->recv[0]);
-        if (ub_conn(w, rc)) {
-            if (!br_fifo_filled(rc->ctrl, rc->step)) {
-                br_conn_need(rc);
-                q->wait_peer = rc->peer;
-                q->wait_what = "data from";
-                return 0;
-            }
-            if (br_desc_check(ec, w, rc->peer, &rc->ctrl->slot[rc->step % BR_STEPS], 0) != 0) {
-                return -1;
-            }
-            br_fifo_post_recv(rc->ctrl, rc->step++);
+        int r = ub_conn(w, rc) ? br_work_desc_recv(q, w, rc) : 1;
+        if (r <= 0) {
+            return r;
         }
         w->ub_hdr |= 2;
     }

@@ -102,6 +102,33 @@ int br_desc_check(br_exec_comm_t *ec, const br_work_t *w, int peer, const br_slo
     return 0;
 }
 
+int br_work_desc_send(br_exec_queue_t *q, const br_work_t *w, br_conn_t *c)
+{
+    if (!br_fifo_free(c->ctrl, c->step)) {
+        q->wait_peer = c->peer;
+        q->wait_what = "free FIFO space at";
+        return 0;
+    }
+    br_slot_desc_t d = br_desc_make(&w->op, 0);
+    br_fifo_post_send(c->ctrl, c->step++, &d);
+    return 1;
+}
+
+int br_work_desc_recv(br_exec_queue_t *q, const br_work_t *w, br_conn_t *c)
+{
+    if (!br_fifo_filled(c->ctrl, c->step)) {
+        br_conn_need(c);
+        q->wait_peer = c->peer;
+        q->wait_what = "data from";
+        return 0;
+    }
+    if (br_desc_check(q->ec, w, c->peer, &c->ctrl->slot[c->step % BR_STEPS], 0) != 0) {
+        return -1;
+    }
+    br_fifo_post_recv(c->ctrl, c->step++);
+    return 1;
+}
+
 /*
  * A send on the user-buffer path: first one FIFO step with no payload, whose descriptor
  * lets the receiver check that the calls match (the count above all: a longer Send than
@@ -116,14 +143,10 @@ static int send_userbuf(br_exec_queue_t *q, br_work_t *w, int *done_p)
     int moved = 0;
 
     if (w->userbuf_end == 0) {
-        if (!br_fifo_free(c->ctrl, c->step)) {
-            q->wait_peer = c->peer;
-            q->wait_what = "free FIFO space at";
+        if (br_work_desc_send(q, w, c) == 0) {
             return 0;
         }
-        br_slot_desc_t hd = br_desc_make(&w->op, 0);
         uint64_t nsteps = (w->bytes + c->step_size - 1) / c->step_size;
-        br_fifo_post_send(c->ctrl, c->step++, &hd);
         moved++;
         if (br_proxy_userbuf_send(q->ec->tc->proxy, c->net, c->step, nsteps, w->op.sendbuff,
                                   w->bytes) != ncclSuccess) {
@@ -186,15 +209,10 @@ static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
     int moved = 0;
     if (w->userbuf == 1) {
         /* The user-buffer path's first step: the sender's descriptor, no payload. */
-        if (!br_fifo_filled(c->ctrl, c->step)) {
-            q->wait_peer = c->peer;
-            q->wait_what = "data from";
-            return 0;
+        int r = br_work_desc_recv(q, w, c);
+        if (r <= 0) {
+            return r;
         }
-        if (br_desc_check(q->ec, w, c->peer, &c->ctrl->slot[c->step % BR_STEPS], 0) != 0) {
-            return -1;
-        }
-        br_fifo_post_recv(c->ctrl, c->step++);
         w->userbuf = 2;
         moved++;
     }
