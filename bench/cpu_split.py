@@ -19,7 +19,8 @@ collective:
   other         everything else (the libraries' own code, process start-up)
 
 and reports each as CPU milliseconds per GB the collective moved (the algorithm's bytes:
-size x iterations), next to the busbw the same run measured. Two libraries that make the
+size x iterations), next to the busbw the same run measured; below 64 KiB, as CPU
+microseconds per call next to the time per call. Two libraries that make the
 same copies should show the same kernel-copy and user-copy cost per GB; where they do
 not, the copies themselves differ (cache state, size per system call) and the table says
 by how much. Needs `perf` (linux-perf) and bench/compare's build (`--skip-build` there,
@@ -44,6 +45,7 @@ CATEGORIES = ["kernel copy", "user copy", "reduce", "net stack", "waiting", "idl
 # The benchmark's processes and threads (Braid names its threads braid-*; mpirun's ranks
 # are mpi_bench, with orted and mpirun beside them), the kernel's softirq threads that
 # carry loopback traffic, and idle CPUs: everything else is another process's work.
+SMALL = 64 * 1024  # below this, figures are per call rather than per GB
 OURS = re.compile(r"^(braid|mpi|orted|gloo|swapper|ksoftirqd)")
 
 # (category, kernel symbol?, pattern); the first match wins.
@@ -123,6 +125,7 @@ def measure(bench, peer, coll, n, size, iters, warm, freq):
     return {"busbw": size / row["time_us"] / 1e3 * compare.busbw_factor(coll, n),
             "time_us": row["time_us"], "wall_ms": wall_ms, "loop_ms": loop_ms,
             "cpu_ms_per_gb": {c: split[c] / total * cpu_ns / 1e6 / gb for c in CATEGORIES},
+            "cpu_us_per_call": {c: split[c] / total * cpu_ns / 1e3 / iters for c in CATEGORIES},
             "top": sorted(syms.items(), key=lambda kv: -kv[1][0])[:8]}
 
 
@@ -154,9 +157,11 @@ def main():
     bench = compare.Bench(Args, build)
     print("== %s, %d ranks, %s, %d calls per peer; load average %.2f before" %
           (args.coll, args.ranks, compare.human(size), args.iters, compare.loadavg() or 0))
-    print("   CPU ms per GB moved (all %d CPUs, idle included); busbw of the same run" %
-          (os.cpu_count() or 1))
-    hdr = "%-13s %8s %9s" % ("peer", "busbw", "loop/wall") + "".join(
+    per_call = size < SMALL
+    print("   %s (all %d CPUs, idle included); %s of the same run" %
+          ("CPU us per call" if per_call else "CPU ms per GB moved", os.cpu_count() or 1,
+           "us per call" if per_call else "busbw"))
+    hdr = "%-13s %8s %9s" % ("peer", "us/call" if per_call else "busbw", "loop/wall") + "".join(
         " %11s" % c for c in CATEGORIES)
     print(hdr)
     for peer in [p for p in args.peers.split(",") if p]:
@@ -164,8 +169,12 @@ def main():
         if "error" in r:
             print("%-13s %s" % (peer, r["error"]))
             continue
-        print("%-13s %8.3f %8.0f%%" % (peer, r["busbw"], 100 * r["loop_ms"] / r["wall_ms"]) +
-              "".join(" %11.0f" % r["cpu_ms_per_gb"][c] for c in CATEGORIES))
+        if per_call:
+            print("%-13s %8.2f %8.0f%%" % (peer, r["time_us"], 100 * r["loop_ms"] / r["wall_ms"]) +
+                  "".join(" %11.2f" % r["cpu_us_per_call"][c] for c in CATEGORIES))
+        else:
+            print("%-13s %8.3f %8.0f%%" % (peer, r["busbw"], 100 * r["loop_ms"] / r["wall_ms"]) +
+                  "".join(" %11.0f" % r["cpu_ms_per_gb"][c] for c in CATEGORIES))
         if args.top:
             for (comm, sym), (pct, kernel) in r["top"]:
                 print("      %6.2f%%  %-12s [%s] %s" % (pct, comm, "k" if kernel else ".", sym))
