@@ -140,13 +140,18 @@ typedef struct {
     br_op_t op; /* the root's call (for the check and the message) */
     uint64_t k; /* its arena operation */
     int small;  /* in a small slot */
-    int next;   /* first rank not checked yet */
 } defer_rec_t;
 
+/* Every rank publishes its operations in order, so what has been checked of a rank is a
+ * prefix of the records: cursor[r] is the number (counted since the first record ever)
+ * of the first record not yet checked against rank r. Each pair of record and rank is
+ * checked once, and a rank that has not published holds back only its own cursor. */
 struct br_arena_defer {
     defer_rec_t recs[BR_DEFER_MAX]; /* a ring, oldest at head */
     int head, n;
+    uint64_t first;   /* the number of the record at head */
     uint64_t done_hi; /* `done` once every check passed */
+    uint64_t cursor[]; /* per rank */
 };
 
 /* Publish `done`: the oldest unchecked operation, or done_hi when none is left. */
@@ -159,63 +164,60 @@ static void defer_publish_done(br_exec_comm_t *ec)
     }
 }
 
-/* Check deferred root Broadcasts older than arena operation `before`. Without waiting (q
- * NULL), every rank that has published for any of them is checked, also past ranks that
- * have not: a rank that failed before publishing must not hide another root's call. Then
- * the records are retired oldest first, up to the first rank that has not published.
- * 1: all checked, 0: not yet (q, when given, notes whom it waits for), -1: a mismatch
- * (recorded in ec). */
+/* Check deferred root Broadcasts older than arena operation `before`: every rank against
+ * the records it has published for, from its cursor on (a rank that has not published,
+ * or failed before it did, hides nothing of the others), then retire the records every
+ * rank has passed, oldest first. 1: all checked, 0: not yet (q, when given, notes whom it
+ * waits for), -1: a mismatch (recorded in ec). */
 static int defer_check(br_exec_comm_t *ec, br_exec_queue_t *q, uint64_t before)
 {
     struct br_arena_defer *df = ec->defer;
-    int checked = 0, res = 1;
+    uint64_t end, low;
+    int checked = 0, behind = -1;
 
-    if (df == NULL) {
+    if (df == NULL || df->n == 0) {
         return 1;
     }
-    for (int i = 0; q == NULL && i < df->n; i++) {
-        const defer_rec_t *e = &df->recs[(df->head + i) % BR_DEFER_MAX];
-        if (e->k >= before) {
-            break; /* the records are in operation order */
+    end = df->first + (uint64_t)df->n;
+    low = end;
+    for (int r = 0; r < ec->nranks; r++) {
+        if (r == ec->rank) {
+            continue;
         }
-        for (int r = e->next; r < ec->nranks; r++) {
-            if (r != ec->rank && br_arena_published(ec->arena, r, e->k, e->small) &&
-                check_input(ec, &e->op, e->k, e->small, r,
+        uint64_t c = df->cursor[r];
+        for (; c < end; c++) {
+            const defer_rec_t *e = &df->recs[(df->head + (int)(c - df->first)) % BR_DEFER_MAX];
+            if (e->k >= before || !br_arena_published(ec->arena, r, e->k, e->small)) {
+                break; /* the records are in operation order, and so are r's */
+            }
+            if (check_input(ec, &e->op, e->k, e->small, r,
                             "(seen by the root's deferred check) published its input for") != 0) {
                 return -1; /* `done` stays: the comm has failed */
             }
         }
-    }
-    while (df->n > 0 && df->recs[df->head].k < before) {
-        defer_rec_t *e = &df->recs[df->head];
-        for (; e->next < ec->nranks; e->next++) {
-            int r = e->next;
-            if (r == ec->rank) {
-                continue;
-            }
-            if (!br_arena_published(ec->arena, r, e->k, e->small)) {
-                if (q != NULL) {
-                    q->wait_peer = r;
-                    q->wait_what = "an earlier Broadcast's call descriptor from";
-                }
-                res = 0;
-                goto out;
-            }
-            if (q != NULL &&
-                check_input(ec, &e->op, e->k, e->small, r,
-                            "(seen by the root's deferred check) published its input for") != 0) {
-                return -1;
-            }
+        df->cursor[r] = c;
+        if (c < low) {
+            low = c;
+            behind = r;
         }
+    }
+    while (df->first < low) {
         df->head = (df->head + 1) % BR_DEFER_MAX;
+        df->first++;
         df->n--;
         checked++;
     }
-out:
     if (checked > 0) {
         defer_publish_done(ec);
     }
-    return res;
+    if (df->n > 0 && df->recs[df->head].k < before) {
+        if (q != NULL) {
+            q->wait_peer = behind;
+            q->wait_what = "an earlier Broadcast's call descriptor from";
+        }
+        return 0;
+    }
+    return 1;
 }
 
 /* This rank finished the root Broadcast w without its check: note it, and check what
@@ -228,7 +230,6 @@ static int defer_add(br_exec_comm_t *ec, const br_work_t *w)
     e->op = w->op;
     e->k = w->arena_k;
     e->small = w->arena_small;
-    e->next = 0;
     df->n++;
     df->done_hi = w->arena_k + 1;
     return defer_check(ec, NULL, UINT64_MAX) < 0 ? -1 : 0;
@@ -243,7 +244,10 @@ static int defer_can(br_exec_comm_t *ec, const br_work_t *w)
         w->arena_nchunk > 1) {
         return 0;
     }
-    if (ec->defer == NULL && br_calloc(&ec->defer, 1, "deferred Broadcast checks") != ncclSuccess) {
+    if (ec->defer == NULL &&
+        br_calloc_impl((void **)&ec->defer, 1,
+                       sizeof(*ec->defer) + (size_t)ec->nranks * sizeof(ec->defer->cursor[0]),
+                       "deferred Broadcast checks") != ncclSuccess) {
         return 0; /* checked before returning, as without deferral */
     }
     return ec->defer->n < BR_DEFER_MAX;
