@@ -60,7 +60,7 @@ RULES = [
                                  r"update_curr|update_load|try_to_wake|rseq")),
     ("net stack", True, re.compile(r".")),
     ("user copy", False, re.compile(r"memmove|memcpy|memset")),
-    ("reduce", False, re.compile(r"br_reduce|reduce_|ompi_op|mca_op|gloo.*sum|"
+    ("reduce", False, re.compile(r"br_reduce|reduce_|kv_|ompi_op|mca_op|gloo.*sum|"
                                  r"gloo.*reduce|avx.*sum")),
     ("waiting", False, re.compile(r"sched_yield|nap$|__poll|epoll_wait|pthread_cond|"
                                   r"futex|nanosleep|usleep|clock_nanosleep|"
