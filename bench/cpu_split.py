@@ -20,7 +20,10 @@ collective:
 
 and reports each as CPU milliseconds per GB the collective moved (the algorithm's bytes:
 size x iterations), next to the busbw the same run measured; below 64 KiB, as CPU
-microseconds per call next to the time per call. Two libraries that make the
+microseconds per call next to the time per call. Each peer runs twice, with all the
+calls and with a quarter of them, and the figures are the difference: start-up (mpirun,
+first touch of the buffers) cancels out. On a CPU-bound cell the columns of a peer add
+up to about (number of CPUs) x 1000 / busbw. Two libraries that make the
 same copies should show the same kernel-copy and user-copy cost per GB; where they do
 not, the copies themselves differ (cache state, size per system call) and the table says
 by how much. Needs `perf` (linux-perf) and bench/compare's build (`--skip-build` there,
@@ -93,9 +96,10 @@ def perf_samples(data):
     return syms, ns
 
 
-def measure(bench, peer, coll, n, size, iters, warm, freq):
-    seg = (size, size, 2, iters, warm)
-    cmd, env = bench.command(peer, coll, n, seg)
+def record(bench, peer, coll, n, size, iters, warm, freq):
+    """One run under perf: (row of the timed calls, {category: CPU ns}, top symbols), or
+    an error string."""
+    cmd, env = bench.command(peer, coll, n, (size, size, 2, iters, warm))
     # Timing only: the result check (bench/compare's -c 1) would dominate the profile.
     at = cmd.index("-c")
     cmd[at + 1] = "0"
@@ -108,25 +112,34 @@ def measure(bench, peer, coll, n, size, iters, warm, freq):
                            capture_output=True, text=True, env=full_env)
         rows = compare.parse_rows(p.stdout)
         if p.returncode != 0 or not rows:
-            return {"error": "exit %d: %s" % (p.returncode, compare.tail(p.stderr or p.stdout))}
-        head = subprocess.run(["perf", "report", "-i", data, "--header-only"],
-                              capture_output=True, text=True).stdout
+            return "exit %d: %s" % (p.returncode, compare.tail(p.stderr or p.stdout))
         syms, cpu_ns = perf_samples(data)
-        m = re.search(r"sample duration\s*:\s*([0-9.]+)\s*ms", head)
-    wall_ms = float(m.group(1)) if m else 0.0
-    gb = size * iters / 1e9
     split = {c: 0.0 for c in CATEGORIES}
     for (comm, sym), (pct, kernel) in syms.items():
         split[categorize(sym, kernel) if OURS.match(comm) else "not ours"] += pct
     total = sum(split.values()) or 1.0
-    row = rows[0]
-    # A run's samples also cover start-up; per-GB figures use the timed loop's share.
-    loop_ms = row["time_us"] * iters / 1e3
+    return (rows[0], {c: split[c] / total * cpu_ns for c in CATEGORIES},
+            sorted(syms.items(), key=lambda kv: -kv[1][0])[:8])
+
+
+def measure(bench, peer, coll, n, size, iters, warm, freq):
+    """The timed calls' CPU time by category: a run of `iters` calls less a run of a
+    quarter as many, so start-up (mpirun's, the buffers' first touch) cancels out."""
+    short = max(1, iters // 4)
+    big = record(bench, peer, coll, n, size, iters, warm, freq)
+    if isinstance(big, str):
+        return {"error": big}
+    small = record(bench, peer, coll, n, size, short, warm, freq)
+    if isinstance(small, str):
+        return {"error": small}
+    row, ns, top = big
+    calls = iters - short
+    diff = {c: ns[c] - small[1][c] for c in CATEGORIES}
     return {"busbw": size / row["time_us"] / 1e3 * compare.busbw_factor(coll, n),
-            "time_us": row["time_us"], "wall_ms": wall_ms, "loop_ms": loop_ms,
-            "cpu_ms_per_gb": {c: split[c] / total * cpu_ns / 1e6 / gb for c in CATEGORIES},
-            "cpu_us_per_call": {c: split[c] / total * cpu_ns / 1e3 / iters for c in CATEGORIES},
-            "top": sorted(syms.items(), key=lambda kv: -kv[1][0])[:8]}
+            "time_us": row["time_us"],
+            "cpu_ms_per_gb": {c: diff[c] / 1e6 / (size * calls / 1e9) for c in CATEGORIES},
+            "cpu_us_per_call": {c: diff[c] / 1e3 / calls for c in CATEGORIES},
+            "top": top}
 
 
 def main():
@@ -161,7 +174,7 @@ def main():
     print("   %s (all %d CPUs, idle included); %s of the same run" %
           ("CPU us per call" if per_call else "CPU ms per GB moved", os.cpu_count() or 1,
            "us per call" if per_call else "busbw"))
-    hdr = "%-13s %8s %9s" % ("peer", "us/call" if per_call else "busbw", "loop/wall") + "".join(
+    hdr = "%-13s %8s" % ("peer", "us/call" if per_call else "busbw") + "".join(
         " %11s" % c for c in CATEGORIES)
     print(hdr)
     for peer in [p for p in args.peers.split(",") if p]:
@@ -170,15 +183,14 @@ def main():
             print("%-13s %s" % (peer, r["error"]))
             continue
         if per_call:
-            print("%-13s %8.2f %8.0f%%" % (peer, r["time_us"], 100 * r["loop_ms"] / r["wall_ms"]) +
+            print("%-13s %8.2f" % (peer, r["time_us"]) +
                   "".join(" %11.2f" % r["cpu_us_per_call"][c] for c in CATEGORIES))
         else:
-            print("%-13s %8.3f %8.0f%%" % (peer, r["busbw"], 100 * r["loop_ms"] / r["wall_ms"]) +
+            print("%-13s %8.3f" % (peer, r["busbw"]) +
                   "".join(" %11.0f" % r["cpu_ms_per_gb"][c] for c in CATEGORIES))
         if args.top:
             for (comm, sym), (pct, kernel) in r["top"]:
                 print("      %6.2f%%  %-12s [%s] %s" % (pct, comm, "k" if kernel else ".", sym))
-    print("   loop/wall: the timed calls' share of the recording (start-up is the rest)")
     print("== load average %.2f after" % (compare.loadavg() or 0))
     return 0
 
