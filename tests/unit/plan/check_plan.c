@@ -634,7 +634,7 @@ static Suite *collnet_suite(void)
 int main(void)
 {
     /* The forked cases first, so the parent has read no parameter when they fork. Then
-     * the 560 schedule and shape cases in this process: a fork per case cost more than
+     * the 561 schedule and shape cases in this process: a fork per case cost more than
      * the cases themselves under the sanitizers (137 s against 96 s for the whole test). */
     SRunner *sr = srunner_create(collnet_suite());
     srunner_run_all(sr, CK_NORMAL);

@@ -321,11 +321,19 @@ static int step_take(sim_t *sim, int r, int c, int si, const br_step_t *st, size
     return 0;
 }
 
-/* Are the n bytes at p all v? (memcmp of the bytes against themselves one further on, not a
- * loop of byte compares: sanitizers check a call's range once instead of every byte.) */
-static int bytes_all(const uint8_t *p, size_t n, uint8_t v)
+/* The first of the n bytes at p that is not v, or n. (All equal is answered by memcmp of
+ * the bytes against themselves one further on, not a loop of byte compares: sanitizers
+ * check a call's range once instead of every byte; only a failure walks the bytes.) */
+static size_t first_other(const uint8_t *p, size_t n, uint8_t v)
 {
-    return n == 0 || (p[0] == v && memcmp(p, p + 1, n - 1) == 0);
+    size_t i = 0;
+    if (n == 0 || (p[0] == v && memcmp(p, p + 1, n - 1) == 0)) {
+        return n;
+    }
+    while (p[i] == v) {
+        i++;
+    }
+    return i;
 }
 
 /* Record writes of output units [off, off + len); FROM_OUTPUT reads require earlier writes. */
@@ -344,12 +352,9 @@ static int note_output(sim_t *sim, int r, size_t off, size_t len, int read)
         }
         return 0;
     }
-    if (!bytes_all(w + off, len, 0)) {
-        size_t u = off;
-        while (w[u] == 0) {
-            u++;
-        }
-        snprintf(sim->err, sizeof(sim->err), "writes output unit %zu a second time", u);
+    size_t u = first_other(w + off, len, 0);
+    if (u < len) {
+        snprintf(sim->err, sizeof(sim->err), "writes output unit %zu a second time", off + u);
         return -1;
     }
     memset(w + off, 1, len);
@@ -827,21 +832,16 @@ static int rank_verify(sim_t *sim, const uint64_t *ref, int r)
             return -1;
         }
     }
-    if (!writes && !k->inplace && !bytes_all(rk->recvbuff, re * es, GUARD_BYTE)) {
-        size_t b = 0;
-        while (rk->recvbuff[b] == GUARD_BYTE) {
-            b++;
-        }
+    size_t b = !writes && !k->inplace ? first_other(rk->recvbuff, re * es, GUARD_BYTE) : re * es;
+    if (b < re * es) {
         snprintf(sim->err, sizeof(sim->err), "rank %d: byte %zu of a Reduce non-root's output "
                  "was written", r, b);
         return -1;
     }
     uint8_t once = writes || k->algo == BR_ALGO_RING_ONESHOT;
-    if (sim->track && sim->n > 1 && !bytes_all(rk->writes, rk->out_units, once)) {
-        size_t u = 0;
-        while (rk->writes[u] == once) {
-            u++;
-        }
+    size_t u = sim->track && sim->n > 1 ? first_other(rk->writes, rk->out_units, once)
+                                        : rk->out_units;
+    if (u < rk->out_units) {
         snprintf(sim->err, sizeof(sim->err), "rank %d: output unit %zu of %zu written %d times, "
                  "want %d", r, u, rk->out_units, rk->writes[u], once);
         return -1;
