@@ -71,6 +71,13 @@ def log(msg):
     print(msg, flush=True)
 
 
+def parse_size(text):
+    """Bytes from '4M', '256K', '1G' or a plain number."""
+    mult = {"K": KiB, "M": MiB, "G": 1 << 30}
+    t = text.upper()
+    return int(float(t[:-1]) * mult[t[-1]]) if t[-1] in mult else int(t)
+
+
 def human(size):
     for unit, div in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", KiB)):
         if size >= div and size % div == 0:
@@ -575,9 +582,7 @@ def main():
     args.ranks = [int(x) for x in args.ranks.split(",") if x]
     args.colls = [c for c in args.colls.split(",") if c]
     args.peers = [p for p in args.peers.split(",") if p]
-    mult = {"K": KiB, "M": MiB, "G": 1 << 30}
-    ms = args.max_size.upper()
-    args.max_size = int(float(ms[:-1]) * mult[ms[-1]]) if ms[-1] in mult else int(ms)
+    args.max_size = parse_size(args.max_size)
     outdir = args.out or os.path.join(args.build_dir, "compare-results")
     os.makedirs(args.build_dir, exist_ok=True)
     os.makedirs(outdir, exist_ok=True)

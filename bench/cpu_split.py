@@ -158,9 +158,7 @@ def main():
     if shutil.which("perf") is None:
         print("cpu_split: perf not found (apt-get install linux-perf)", file=sys.stderr)
         return 2
-    mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
-    s = args.size.upper()
-    size = int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
+    size = compare.parse_size(args.size)
 
     class Args:
         timeout = args.timeout
