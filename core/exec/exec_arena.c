@@ -344,22 +344,36 @@ static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, s
     return 0;
 }
 
-/* DirectRead Broadcast: bytes [0, split) of every reader's output are written by the root
- * while the reader reads the rest, so two cores copy at once where a reader alone would
- * copy everything (the root otherwise only waits for its readers). The root's share
- * balances the work: each of n ranks copies about bytes/n per reader, cut on a page
- * boundary so that no page is pinned by both. Below 64 KiB it is not split: half of the
- * copy (32 KiB at the 6-10 GB/s process_vm_readv measured here, 3-5 us) would no longer
- * clearly exceed what splitting adds, one system call (about 1 us here) and the reader's
- * wait for the root's `done` (docs/performance.md). DirectRead's default window starts
- * at 256 KiB, so this matters only where BRAID_CMA_BYTES is lowered. */
+/* DirectRead Broadcast: bytes [0, split) of every reader's output are written by the
+ * root while the reader reads the rest, so two cores copy at once where a reader alone
+ * would copy everything. The root chooses the split and publishes it with its input's
+ * address. It balances the copies: the root copies its own input to its output when out
+ * of place (L = bytes, else 0) plus `split` for each of the n - 1 readers, and a reader
+ * copies bytes - split, so L + (n - 1) split = bytes - split gives split = (bytes - L) / n:
+ * bytes / n in place, and none out of place, where the root's own copy is as long as
+ * each reader's (an out-of-place 2-rank Broadcast at 8-64 MiB ran 1.3-1.6x faster than
+ * with the in-place split: docs/performance.md). The split is cut on a page boundary,
+ * so that no page is pinned by both. Below 64 KiB it is not split: half of the copy (32
+ * KiB at the 6-10 GB/s process_vm_readv measured here, 3-5 us) would no longer clearly
+ * exceed what splitting adds, one system call (about 1 us here) and the reader's wait
+ * for the root's `done`. DirectRead's default window starts at 256 KiB, so this matters
+ * only where BRAID_CMA_BYTES is lowered. */
 #define BR_SPLIT_MIN ((size_t)64 << 10)
-static size_t bcast_split(const br_exec_comm_t *ec, size_t bytes)
+static size_t bcast_split(const br_exec_comm_t *ec, const br_op_t *op)
 {
-    if (bytes < BR_SPLIT_MIN) {
+    size_t bytes = br_op_bytes(op);
+    if (bytes < BR_SPLIT_MIN || op->recvbuff != op->sendbuff) {
         return 0;
     }
     return (bytes / (size_t)ec->nranks) & ~(size_t)4095;
+}
+
+/* The split the root of DirectRead Broadcast w published (it has published). */
+static size_t root_split(const br_exec_comm_t *ec, const br_work_t *w)
+{
+    br_arena_addr_t pub;
+    memcpy(&pub, br_arena_data(ec->arena, w->op.root, w->arena_k, 1), sizeof(pub));
+    return (size_t)pub.split;
 }
 
 /* DirectRead Broadcast root: write its share of every reader's output. */
@@ -387,7 +401,7 @@ static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
     int n = ec->nranks, me = ec->rank;
 
     if (op->func == BR_FUNC_BROADCAST) {
-        size_t split = bcast_split(ec, bytes);
+        size_t split = root_split(ec, w);
         if (me != op->root) {
             return read_peer(ec, w, op->root, op->recvbuff, split, bytes - split);
         }
@@ -449,6 +463,9 @@ static int publish(br_exec_queue_t *q, br_work_t *w)
         int reader = op->func == BR_FUNC_BROADCAST && ec->rank != op->root;
         const void *buf = reader ? op->recvbuff : op->sendbuff;
         br_arena_addr_t pub = {.addr = (uint64_t)(uintptr_t)buf, .mem_fd = -1};
+        if (op->func == BR_FUNC_BROADCAST && !reader) {
+            pub.split = bcast_split(ec, op);
+        }
         br_hostmem_ref_t ref;
         if (br_hostmem_find(buf, br_op_bytes(op), &ref)) {
             /* ncclMemAlloc memory: peers map it once and copy with memcpy. */
@@ -692,10 +709,12 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
         *done_p = 1;
         return moved + 1;
     }
+    /* DirectRead: an owner waits for its readers, and a Broadcast reader for the root's
+     * writes into its output if it makes any (read before `done` lets the root's slot go). */
+    int wait = op->algo == BR_ALGO_DIRECT_READ &&
+               (op->func == BR_FUNC_ALLGATHER || ec->rank == op->root || root_split(ec, w) > 0);
     br_arena_done(ec->arena, ec->rank, w->arena_k);
-    if (op->algo == BR_ALGO_DIRECT_READ &&
-        (op->func == BR_FUNC_ALLGATHER || ec->rank == op->root ||
-         bcast_split(ec, br_op_bytes(op)) > 0)) {
+    if (wait) {
         w->arena_phase = 2;
         w->arena_next = 0;
         if (!wait_readers(q, w)) {

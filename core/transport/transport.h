@@ -145,9 +145,11 @@ typedef struct {
 } br_arena_ctrl_t;
 
 /* What a DirectRead rank publishes: its buffer's address and, when the buffer lies in
- * memory from ncclMemAlloc (a memfd), where peers of other processes can map it. */
+ * memory from ncclMemAlloc (a memfd), where peers of other processes can map it; a
+ * Broadcast's root also says how much of every reader's output it writes itself. */
 typedef struct {
     uint64_t addr;
+    uint64_t split;    /* Broadcast root: bytes [0, split) of each reader's output */
     uint64_t mem_id;   /* the allocation's number in its process; 0: not mappable */
     uint64_t mem_off;  /* the buffer's offset in it */
     uint64_t mem_size; /* its size */
