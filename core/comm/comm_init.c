@@ -385,6 +385,34 @@ static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
 /* Ranks per core above which shm FIFOs are not written through at setup. */
 #define BR_PREFAULT_RANKS_PER_CPU 4
 
+/* From which per-rank input size the node arena's AllGather and Broadcast copy into the
+ * output with non-temporal stores (BRAID_NT_COPY_BYTES): where the sources and
+ * destinations of the ranks copying at once (this host's ranks, at most one per CPU that
+ * shares the last-level cache) no longer fit that cache. Measured on 2 cores sharing 32
+ * MiB: two 8 MiB copies at once ran 1.5-3x faster with them, two 4 MiB ones slower
+ * (docs/performance.md). */
+static size_t nt_bytes(int local, long cpus, int rank)
+{
+    int64_t v = BR_PARAM_INT(NT_COPY_BYTES);
+    if (v >= 0) {
+        return (size_t)v;
+    }
+    int sharing = 0;
+    const char *source = NULL;
+    size_t llc = br_llc_size(&sharing, &source);
+    long copiers = sharing > 0 ? sharing : cpus;
+    copiers = local < copiers ? local : copiers;
+    if (llc == 0 || copiers <= 0) {
+        BR_INFO(NCCL_INIT, "rank %d: the last-level cache size is unknown: copies use memcpy "
+                "only (BRAID_NT_COPY_BYTES sets where non-temporal stores start)", rank);
+        return 0;
+    }
+    size_t v_auto = llc / (2 * (size_t)copiers);
+    BR_INFO(NCCL_INIT, "rank %d: last-level cache %zu KiB shared by %d CPUs (%s): arena copies "
+            "stream from %zu KiB per rank", rank, llc >> 10, sharing, source, v_auto >> 10);
+    return v_auto;
+}
+
 /* What follows from how many ranks share this machine's cores: waiters yield instead of
  * spinning once there are more ranks than cores, and shared memory is prefaulted only
  * while there are at most BR_PREFAULT_RANKS_PER_CPU ranks per core (BRAID_FIFO_PREFAULT).
@@ -403,6 +431,7 @@ static void host_policy(ncclComm_t comm)
     }
     /* Ranks that pretend to be on other hosts (NCCL_HOSTID) still share the cores. */
     comm->ec->oversubscribed = cpus > 0 && sharing > cpus;
+    comm->ec->nt_bytes = nt_bytes(local, cpus, rank);
     int64_t prefault = BR_PARAM_INT(FIFO_PREFAULT);
     comm->tc->shm_prefault =
         prefault >= 0 ? prefault != 0 : cpus <= 0 || sharing <= BR_PREFAULT_RANKS_PER_CPU * cpus;

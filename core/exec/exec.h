@@ -112,6 +112,7 @@ typedef struct br_exec_comm {
     size_t ll_scratch_each; /* bytes of one of its BR_MAX_TREE_ARITY + 1 parts */
     int has_net;            /* some connection goes through the proxy */
     int oversubscribed;     /* more ranks on this host than CPU cores */
+    size_t nt_bytes;        /* arena copies of inputs this large stream (0: never) */
     br_profiler_t *prof;    /* profiler plugin, or NULL */
     uint64_t prof_seq[BR_NUM_FUNCS]; /* per-function counters for its events */
     uint64_t symptom_ns;             /* when a local network symptom was first seen */

@@ -335,7 +335,8 @@ static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, s
     const void *src = NULL;
     size_t done = 0;
     int err = br_arena_read_peer(ec->arena, &ec->tc->peers[r], &ec->tc->peers[ec->rank],
-                                 w->arena_k, dst, off, bytes, &src, &done);
+                                 w->arena_k, dst, off, bytes, br_exec_streams(ec, &w->op), &src,
+                                 &done);
     if (err != 0) {
         peer_copy_failed(ec, w, r, "reading", (const char *)src + off, dst + off, done, bytes,
                          err);
@@ -406,13 +407,13 @@ static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
             return read_peer(ec, w, op->root, op->recvbuff, split, bytes - split);
         }
         if (op->recvbuff != op->sendbuff) {
-            memcpy(op->recvbuff, op->sendbuff, bytes);
+            br_exec_copy_out(ec, op, op->recvbuff, op->sendbuff, bytes);
         }
         return write_readers(ec, w, split);
     }
     char *mine = (char *)op->recvbuff + (size_t)me * bytes;
     if (mine != op->sendbuff) {
-        memcpy(mine, op->sendbuff, bytes);
+        br_exec_copy_out(ec, op, mine, op->sendbuff, bytes);
     }
     /* Start after ourselves, so the ranks do not all read rank 0 first. */
     for (int i = 1; i < n; i++) {
@@ -599,9 +600,11 @@ static int chunk_read(br_exec_queue_t *q, br_work_t *w)
     uint64_t k = w->arena_k + j;
     if (op->func == BR_FUNC_BROADCAST) {
         if (ec->rank != op->root) {
-            memcpy((char *)op->recvbuff + at, br_arena_data(a, op->root, k, 0), len);
+            br_exec_copy_out(ec, op, (char *)op->recvbuff + at, br_arena_data(a, op->root, k, 0),
+                             len);
         } else if (op->recvbuff != op->sendbuff) {
-            memcpy((char *)op->recvbuff + at, (const char *)op->sendbuff + at, len);
+            br_exec_copy_out(ec, op, (char *)op->recvbuff + at, (const char *)op->sendbuff + at,
+                             len);
         }
     } else {
         for (int i = 0; i < n; i++) {
@@ -610,7 +613,7 @@ static int chunk_read(br_exec_queue_t *q, br_work_t *w)
                                             : br_arena_data(a, r, k, 0);
             char *dst = (char *)op->recvbuff + (size_t)r * bytes + at;
             if (dst != src) {
-                memcpy(dst, src, len);
+                br_exec_copy_out(ec, op, dst, src, len);
             }
         }
     }

@@ -3,7 +3,10 @@
 #ifndef BR_EXEC_INT_H_
 #define BR_EXEC_INT_H_
 
+#include <string.h>
+
 #include "exec.h"
+#include "util.h"
 
 typedef enum {
     BR_WORK_SCHED, /* a Ring or Tree schedule (RingOneShot included) on one channel */
@@ -96,6 +99,24 @@ int br_work_collnet(br_exec_queue_t *q, br_work_t *w, int *done_p);
  * arguments, seen on another path (a node arena slot, or a connection w does not read
  * now)? Records the failure and returns nonzero if so. */
 int br_work_probe_mismatch(br_exec_queue_t *q, const br_work_t *w);
+
+/* Are op's copies into its output made with non-temporal stores (util_copy.c)? From
+ * the per-rank input size ec->nt_bytes on (BRAID_NT_COPY_BYTES). */
+static inline int br_exec_streams(const br_exec_comm_t *ec, const br_op_t *op)
+{
+    return ec->nt_bytes > 0 && br_op_bytes(op) >= ec->nt_bytes;
+}
+
+/* Copy into op's output: with non-temporal stores where br_exec_streams, else memcpy. */
+static inline void br_exec_copy_out(const br_exec_comm_t *ec, const br_op_t *op, void *dst,
+                                    const void *src, size_t n)
+{
+    if (br_exec_streams(ec, op)) {
+        br_copy_stream(dst, src, n);
+    } else {
+        memcpy(dst, src, n);
+    }
+}
 
 /* The descriptor of op's data, and its checks. */
 br_slot_desc_t br_desc_make(const br_op_t *op, size_t bytes);

@@ -251,12 +251,13 @@ static inline int br_arena_read_by(const br_arena_t *a, int r, uint64_t k)
  * DirectRead: copy `bytes` at offset `off` of rank r's input of operation k (whose address
  * it published) to dst + off. Between processes with process_vm_readv, within one with
  * memcpy, and from a buffer in the owner's ncclMemAlloc memory with memcpy from a mapping
- * kept between calls (made on first use). Returns 0, or an errno value with *done_p the
- * bytes copied before it failed.
+ * kept between calls (made on first use); those copies with non-temporal stores when
+ * `stream` is set (br_copy_stream). Returns 0, or an errno value with *done_p the bytes
+ * copied before it failed.
  */
 int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner,
                        const br_peer_info_t *me, uint64_t k, char *dst, size_t off, size_t bytes,
-                       const void **src_p, size_t *done_p);
+                       int stream, const void **src_p, size_t *done_p);
 
 /*
  * DirectRead Broadcast: the root copies `bytes` from src to the start of the output whose

@@ -377,7 +377,7 @@ static char *arena_mapped(br_arena_t *a, const br_peer_info_t *owner, const br_a
 
 int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner,
                        const br_peer_info_t *me, uint64_t k, char *dst, size_t off, size_t bytes,
-                       const void **src_p, size_t *done_p)
+                       int stream, const void **src_p, size_t *done_p)
 {
     br_arena_addr_t pub;
 
@@ -385,14 +385,13 @@ int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner,
     char *src = (char *)(uintptr_t)pub.addr;
     *src_p = src;
     *done_p = 0;
-    if (owner->pid_hash == me->pid_hash) {
-        memcpy(dst + off, src + off, bytes);
-        *done_p = bytes;
-        return 0;
-    }
-    char *mapped = arena_mapped(a, owner, &pub, off + bytes);
-    if (mapped != NULL) {
-        memcpy(dst + off, mapped + off, bytes);
+    char *from = owner->pid_hash == me->pid_hash ? src : arena_mapped(a, owner, &pub, off + bytes);
+    if (from != NULL) {
+        if (stream) {
+            br_copy_stream(dst + off, from + off, bytes);
+        } else {
+            memcpy(dst + off, from + off, bytes);
+        }
         *done_p = bytes;
         return 0;
     }

@@ -57,6 +57,14 @@ int br_hostmem_free(void *ptr);
 /* Does [ptr, ptr + bytes) lie in one allocation? 1 and *ref_p filled, else 0. */
 int br_hostmem_find(const void *ptr, size_t bytes, br_hostmem_ref_t *ref_p);
 
+/* Copy n bytes with non-temporal stores (util_copy.c): for outputs too large to stay in
+ * the cache, where they save the read of every destination line; memcpy where the CPU
+ * has none. Ordered before later stores (a flag another rank acquires). */
+void br_copy_stream(void *dst, const void *src, size_t n);
+/* Size of the last-level cache CPU 0 uses (0: unknown), how many CPUs share it (0:
+ * unknown) and where that was read ("sysfs", else "sysconf"). */
+size_t br_llc_size(int *ncpus_p, const char **source_p);
+
 /* Fill buf with size bytes from the kernel's random source. */
 ncclResult_t br_random_bytes(void *buf, size_t size);
 
