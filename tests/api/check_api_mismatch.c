@@ -383,6 +383,13 @@ START_TEST(test_matrix)
     if ((net && paths[path_i].shm_only) || (!net && paths[path_i].net_only)) {
         return; /* the path does not exist on this transport: no cell */
     }
+#ifdef BR_API_MISMATCH_SANITIZED
+    /* Sanitizer builds run half the cells, kinds alternating along the paths (every path
+     * and every kind still runs); Release runs them all. */
+    if ((path_i + k) % 2 != 0) {
+        return;
+    }
+#endif
     if (!case_make(path_i, kind, k == K_COUNT_ALL, &c)) {
         return;
     }
