@@ -522,8 +522,21 @@ static int chunk_writer(const br_exec_comm_t *ec, const br_op_t *op)
     return op->func == BR_FUNC_ALLGATHER || ec->rank == op->root;
 }
 
+/* A writer's own part of the output, chunk by chunk as it publishes them: the input
+ * chunk is in the cache then, and a copy made when the chunk is read (up to the arena's
+ * 8 buffers later) would read it from memory a second time. */
+static void own_chunk_copy(const br_exec_comm_t *ec, const br_op_t *op, size_t at,
+                           const char *src, size_t len)
+{
+    size_t mine = op->func == BR_FUNC_ALLGATHER ? (size_t)ec->rank * br_op_bytes(op) : 0;
+    char *dst = (char *)op->recvbuff + mine + at;
+    if (dst != src) {
+        br_exec_copy_out(ec, op, dst, src, len);
+    }
+}
+
 /* Publish as many chunks as the buffers allow (every rank's `done` passed the chunk that
- * last used each); returns how many. */
+ * last used each), and copy the writer's own part of each; returns how many. */
 static int chunk_publish(br_exec_queue_t *q, br_work_t *w)
 {
     br_exec_comm_t *ec = q->ec;
@@ -544,6 +557,9 @@ static int chunk_publish(br_exec_queue_t *q, br_work_t *w)
         const char *src =
             len > 0 ? (const char *)op->sendbuff + (size_t)j * ec->arena->max_bytes : NULL;
         br_arena_publish(ec->arena, ec->rank, k, 0, src, len, &d);
+        if (len > 0) {
+            own_chunk_copy(ec, op, (size_t)j * ec->arena->max_bytes, src, len);
+        }
         w->arena_pub++;
         moved++;
     }
@@ -598,23 +614,17 @@ static int chunk_read(br_exec_queue_t *q, br_work_t *w)
     }
     const br_arena_t *a = ec->arena;
     uint64_t k = w->arena_k + j;
+    /* The writer's own part was copied when it published the chunk. */
     if (op->func == BR_FUNC_BROADCAST) {
         if (ec->rank != op->root) {
             br_exec_copy_out(ec, op, (char *)op->recvbuff + at, br_arena_data(a, op->root, k, 0),
                              len);
-        } else if (op->recvbuff != op->sendbuff) {
-            br_exec_copy_out(ec, op, (char *)op->recvbuff + at, (const char *)op->sendbuff + at,
-                             len);
         }
     } else {
-        for (int i = 0; i < n; i++) {
+        for (int i = 1; i < n; i++) {
             int r = (ec->rank + i) % n; /* not every rank on rank 0's lines at once */
-            const char *src = r == ec->rank ? (const char *)op->sendbuff + at
-                                            : br_arena_data(a, r, k, 0);
-            char *dst = (char *)op->recvbuff + (size_t)r * bytes + at;
-            if (dst != src) {
-                br_exec_copy_out(ec, op, dst, src, len);
-            }
+            br_exec_copy_out(ec, op, (char *)op->recvbuff + (size_t)r * bytes + at,
+                             br_arena_data(a, r, k, 0), len);
         }
     }
     br_arena_done(ec->arena, ec->rank, k);
