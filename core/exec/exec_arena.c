@@ -348,25 +348,28 @@ static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, s
 /* DirectRead Broadcast: bytes [0, split) of every reader's output are written by the
  * root while the reader reads the rest, so two cores copy at once where a reader alone
  * would copy everything. The root chooses the split and publishes it with its input's
- * address. It balances the copies: the root copies its own input to its output when out
- * of place (L = bytes, else 0) plus `split` for each of the n - 1 readers, and a reader
- * copies bytes - split, so L + (n - 1) split = bytes - split gives split = (bytes - L) / n:
- * bytes / n in place, and none out of place, where the root's own copy is as long as
- * each reader's (an out-of-place 2-rank Broadcast at 8-64 MiB ran 1.3-1.6x faster than
- * with the in-place split: docs/performance.md). The split is cut on a page boundary,
- * so that no page is pinned by both. Below 64 KiB it is not split: half of the copy (32
- * KiB at the 6-10 GB/s process_vm_readv measured here, 3-5 us) would no longer clearly
- * exceed what splitting adds, one system call (about 1 us here) and the reader's wait
- * for the root's `done`. DirectRead's default window starts at 256 KiB, so this matters
- * only where BRAID_CMA_BYTES is lowered. */
+ * address. It balances the time each spends copying: the root copies its own input to
+ * its output when out of place (B bytes at memcpy speed m, else nothing) plus `split` for
+ * each of the n - 1 readers, and each reader copies B - split, both at process_vm_readv /
+ * writev speed c. In place that gives split = B / n. Out of place, B / m + (n - 1) split
+ * / c = (B - split) / c gives split = (B / n)(1 - c / m), and the input a root has just
+ * been handed is in its cache, where memcpy ran about twice as fast as the kernel's copy
+ * (m = 2c): B / 2n. Measured at 2 ranks, 1-4 MiB, out of place: B/3 and B/4 9-11 GB/s,
+ * B/2 (the in-place split) 5.4-9.4, B/8 6.9-8.8, none 6.1-7.8 (docs/performance.md).
+ * The split is cut on a page boundary, so that no page is pinned by both. Below 64 KiB
+ * it is not split: half of the copy (32 KiB at the 6-10 GB/s process_vm_readv measured
+ * here, 3-5 us) would no longer clearly exceed what splitting adds, one system call
+ * (about 1 us here) and the reader's wait for the root's `done`. DirectRead's default
+ * window starts at 256 KiB, so this matters only where BRAID_CMA_BYTES is lowered. */
 #define BR_SPLIT_MIN ((size_t)64 << 10)
 static size_t bcast_split(const br_exec_comm_t *ec, const br_op_t *op)
 {
     size_t bytes = br_op_bytes(op);
-    if (bytes < BR_SPLIT_MIN || op->recvbuff != op->sendbuff) {
+    if (bytes < BR_SPLIT_MIN) {
         return 0;
     }
-    return (bytes / (size_t)ec->nranks) & ~(size_t)4095;
+    size_t parts = (size_t)ec->nranks * (op->recvbuff != op->sendbuff ? 2 : 1);
+    return (bytes / parts) & ~(size_t)4095;
 }
 
 /* The split the root of DirectRead Broadcast w published (it has published). */
