@@ -182,6 +182,13 @@ ncclResult_t br_comm_release(ncclComm_t comm, int flush, const char *fn)
     }
     br_comm_dump_detach(comm);
     comm->flush = flush;
+    if (!flush && br_exec_cuda_pending(comm->ec)) {
+        /* Device calls still wait in their streams with no thread inside a call (a peer
+         * may never make its own; a stager may be running one): stopped as calls in
+         * flight are, and their streams released. */
+        br_comm_revoke(comm, "the communicator was aborted (ncclCommAbort) while device calls "
+                             "were in flight");
+    }
     if (atomic_load_explicit(&comm->refs, memory_order_acquire) > 1) {
         /* Another thread is inside a call on it: stop that call, and do not wait on the
          * network for a flush it may never see. */

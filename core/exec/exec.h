@@ -263,6 +263,9 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
 ncclResult_t br_exec_cuda_async_error(br_exec_comm_t *ec);
 /* From any thread: kernels stop waiting, every waiting stream is released, the clique fails. */
 void br_exec_cuda_abort(br_exec_comm_t *ec);
+/* Has this rank device calls that have not finished (a stream may wait for a peer that
+ * never calls, with no thread inside a call)? For ncclCommAbort, which stops them. */
+int br_exec_cuda_pending(br_exec_comm_t *ec);
 /* Leave the clique; the last rank waits for the kernels and frees everything. */
 void br_exec_cuda_detach(br_exec_comm_t *ec);
 /* Most channels a device collective may use (plan's bound; the clique may hold fewer). */
@@ -287,6 +290,8 @@ ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, 
                                         uint64_t *ticket_p);
 ncclResult_t br_exec_cuda_stage_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream);
 void br_exec_cuda_stage_abort(br_exec_comm_t *ec);
+/* br_exec_cuda_pending's answer for a staged rank. */
+int br_exec_cuda_stage_pending(br_exec_comm_t *ec);
 void br_exec_cuda_stage_detach(br_exec_comm_t *ec);
 /* Wait until every device call deposited on ec has run (no-op without a stager): host
  * calls run after the device calls made before them, on every rank alike. */

@@ -900,6 +900,24 @@ void br_exec_cuda_abort(br_exec_comm_t *ec)
     br_cuda(NULL)->CtxSetCurrent(saved);
 }
 
+int br_exec_cuda_pending(br_exec_comm_t *ec)
+{
+    br_clique_t *cl = ec->cuda;
+    if (ec->stage != NULL) {
+        return br_exec_cuda_stage_pending(ec);
+    }
+    if (cl == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&cl->mu);
+    /* Tickets handed out against the `done` word its stream writes (the ticket + 1 of the
+     * last finished one, 32 bits wide). */
+    int pending = (uint32_t)cl->rank[ec->rank].next !=
+                  __atomic_load_n(&cl->done[ec->rank], __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&cl->mu);
+    return pending;
+}
+
 void br_exec_cuda_detach(br_exec_comm_t *ec)
 {
     br_clique_t *cl = ec->cuda;

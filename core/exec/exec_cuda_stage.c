@@ -539,6 +539,18 @@ void br_exec_cuda_stage_abort(br_exec_comm_t *ec)
     pthread_mutex_unlock(&st->mu);
 }
 
+int br_exec_cuda_stage_pending(br_exec_comm_t *ec)
+{
+    br_cuda_stage_t *st = ec->stage;
+    pthread_mutex_lock(&st->mu);
+    /* Deposits the stager has not finished, or direct-path kernels not yet seen complete
+     * (some may have finished: stopping a communicator that is going away costs nothing
+     * then). */
+    int pending = st->taken < st->next || st->ipc.fl_done < st->ipc.fl_next;
+    pthread_mutex_unlock(&st->mu);
+    return pending;
+}
+
 void br_exec_cuda_stage_detach(br_exec_comm_t *ec)
 {
     br_cuda_stage_t *st = ec->stage;

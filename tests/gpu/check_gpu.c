@@ -13,8 +13,9 @@
  *   capture  a call captured into a CUDA graph
  *   multi    4 ranks on two GPUs of one process (P2P between them), where there are two
  *   procs    ranks as processes on one GPU (2 and 4), every case of the thin matrix and a
- *            group of two calls; and a peer process that dies: the waiting stream is
- *            released and the error names it
+ *            group of two calls; a peer process that dies: the waiting stream is
+ *            released and the error names it; and ncclCommAbort from another thread
+ *            while the stream waits for a peer that never calls: the abort releases it
  * Without a GPU (or without the CUDA runtime) it prints SKIP and why, and exits 77.
  */
 #include <cuda_runtime.h>
@@ -359,10 +360,13 @@ static int id_from_hex(const char *hex, ncclUniqueId *id)
     return 0;
 }
 
+static void *abort_later(void *p);
+
 /* One rank of `procs`, in a process of its own: what = "coll" (the thin matrix and counts
  * larger than the FIFO, a grouped pair of calls, 200 calls in flight at once), "dead" or "dead-later" (rank 1
  * leaves before its first call, or after two; rank 0's stream must be released and the
- * error name the peer). Exit status: failures (0 passes). */
+ * error name the peer), "abort" (rank 1 lives but never calls; another thread of rank 0
+ * aborts, which must release rank 0's waiting stream). Exit status: failures (0 passes). */
 static int proc_rank_main(const char *what, int rank, int n, const char *hex)
 {
     ncclUniqueId id;
@@ -439,6 +443,43 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
         free(thin);
         free(big);
         ncclCommDestroy(comm);
+    } else if (!strcmp(what, "abort")) {
+        float *dbuf;
+        char flag[96];
+        /* Rank 0 creates it once its stream was released; rank 1 lives and calls nothing
+         * until then (its own abort would release rank 0 too), or for 40 s at most. */
+        unsigned long long h = 1469598103934665603ull; /* FNV-1a of the whole unique id */
+        for (const char *c = hex; *c != '\0'; c++) {
+            h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        }
+        snprintf(flag, sizeof(flag), "/tmp/braid-check-gpu-abort-%016llx", h);
+        CUDA_OK(cudaMalloc((void **)&dbuf, 4096));
+        if (rank == 1) {
+            for (int i = 0; i < 4000 && access(flag, F_OK) != 0; i++) {
+                usleep(10000);
+            }
+            unlink(flag);
+        } else {
+            pthread_t th;
+            EXPECT(ncclAllReduce(dbuf, dbuf, 1024, ncclFloat, ncclSum, comm, s) == ncclSuccess,
+                   "process rank 0: AllReduce: %s", ncclGetLastError(comm));
+            pthread_create(&th, NULL, abort_later, &comm);
+            /* The wait timeout (60 s in these runs) is beyond the alarm: only the abort can
+             * release the stream in time. */
+            alarm(20);
+            CUDA_OK(cudaStreamSynchronize(s));
+            alarm(0);
+            pthread_join(th, NULL);
+            FILE *f = fopen(flag, "w");
+            if (f != NULL) {
+                fclose(f);
+            }
+            printf("procs abort: rank 0: the waiting stream was released\n");
+        }
+        cudaFree(dbuf);
+        if (rank == 1) {
+            ncclCommAbort(comm);
+        }
     } else {
         /* "dead": rank 1 dies without calling; "dead-later": after two AllReduces with
          * rank 0 (the second one past the set-up of calls across processes). */
@@ -515,6 +556,7 @@ static void section_procs(void)
     run_procs("coll", 4);
     run_procs("dead", 2);
     run_procs("dead-later", 2);
+    run_procs("abort", 2);
 }
 
 /* Rank 0 calls, rank 1 has not yet: rank 0's call returned and its stream waits, while
@@ -611,7 +653,9 @@ static void section_abort(void)
     EXPECT(ncclAllReduce(dev, dev, 1024, ncclFloat, ncclSum, comms[0], s) == ncclSuccess,
            "rank 0's AllReduce: %s", ncclGetLastError(comms[0]));
     pthread_create(&th, NULL, abort_later, &comms[0]);
-    alarm(60); /* a stream that is never released ends the test here */
+    /* A stream that is never released ends the test here. The ctest entries leave
+     * BRAID_CUDA_WAIT_TIMEOUT at its default (600 s), so only the abort can release it. */
+    alarm(20);
     CUDA_OK(cudaStreamSynchronize(s));
     alarm(0);
     pthread_join(th, NULL);
