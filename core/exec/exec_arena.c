@@ -352,10 +352,11 @@ static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, s
  * its output when out of place (B bytes at memcpy speed m, else nothing) plus `split` for
  * each of the n - 1 readers, and each reader copies B - split, both at process_vm_readv /
  * writev speed c. In place that gives split = B / n. Out of place, B / m + (n - 1) split
- * / c = (B - split) / c gives split = (B / n)(1 - c / m), and the input a root has just
- * been handed is in its cache, where memcpy ran about twice as fast as the kernel's copy
- * (m = 2c): B / 2n. Measured at 2 ranks, 1-4 MiB, out of place: B/3 and B/4 9-11 GB/s,
- * B/2 (the in-place split) 5.4-9.4, B/8 6.9-8.8, none 6.1-7.8 (docs/performance.md).
+ * / c = (B - split) / c gives split = (B / n)(1 - c / m). The input a root has just been
+ * handed is in its cache, where memcpy runs faster than the kernel's copy: measured at 2
+ * ranks, 1-4 MiB, out of place, B/3 did best (9.5-11.4 GB/s at 1-2 MiB, 8.4-9.7 at 4),
+ * then B/4 (8.9-10.0, 8.3-9.5), B/6, B/8, the in-place B/2 (7.5-9.4, 5.4-6.9) and none
+ * (6.5-7.8, 6.1-6.7) (docs/performance.md): m = 1.5c, split = 2B / 3n.
  * The split is cut on a page boundary, so that no page is pinned by both. Below 64 KiB
  * it is not split: half of the copy (32 KiB at the 6-10 GB/s process_vm_readv measured
  * here, 3-5 us) would no longer clearly exceed what splitting adds, one system call
@@ -368,8 +369,9 @@ static size_t bcast_split(const br_exec_comm_t *ec, const br_op_t *op)
     if (bytes < BR_SPLIT_MIN) {
         return 0;
     }
-    size_t parts = (size_t)ec->nranks * (op->recvbuff != op->sendbuff ? 2 : 1);
-    return (bytes / parts) & ~(size_t)4095;
+    size_t n = (size_t)ec->nranks;
+    size_t split = op->recvbuff != op->sendbuff ? bytes / (3 * n) * 2 : bytes / n;
+    return split & ~(size_t)4095;
 }
 
 /* The split the root of DirectRead Broadcast w published (it has published). */
