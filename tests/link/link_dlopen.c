@@ -40,6 +40,7 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("loaded %s at run time: version %d, a unique id made\n", argv[1], version);
-    dlclose(h);
+    /* No dlclose: a unique id starts the bootstrap root's thread, which runs in the library
+     * until the ranks have met (as in NCCL, the library is not made to be unloaded). */
     return 0;
 }
