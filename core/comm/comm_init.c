@@ -396,7 +396,7 @@ static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
  * output with non-temporal stores (BRAID_NT_COPY_BYTES): where the sources and
  * destinations of the ranks copying at once (this host's ranks, at most one per CPU that
  * shares the last-level cache) no longer fit that cache. Measured on 2 cores sharing 32
- * MiB: two 8 MiB copies at once ran 1.5-3x faster with them, two 4 MiB ones slower
+ * MiB: two 8 MiB copies at once ran 1.4-1.8x faster with them, two 4 MiB ones slower
  * (docs/performance.md). */
 static size_t nt_bytes(int local, long cpus, int rank)
 {
