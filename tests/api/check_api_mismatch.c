@@ -253,14 +253,17 @@ static int body(brt_rank_ctx_t *ctx)
         ctx->report->progress = 2;
         return 0;
     }
-    /* The path must work when every rank agrees, or the matrix cell means nothing. */
+    /* The path must work when every rank agrees, or the matrix cell means nothing. A path
+     * that cannot run here (the plan says so) skips the cell (progress 3); any other
+     * failure of the agreed call, or a wrong result, fails it (progress 4). */
     brt_doing(ctx, "the matched %s", fn_names[c->base.fn]);
     fill(in, c->base.type, ctx->rank, c->base.count);
     res = make_call(&c->base, in, out, comm);
     if (res != ncclSuccess || check_output(&c->base, ctx->rank, out) >= 0) {
-        snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s",
-                 res != ncclSuccess ? ncclGetLastError(comm) : "wrong result");
-        ctx->report->progress = 3;
+        const char *err = res != ncclSuccess ? ncclGetLastError(comm) : "wrong result";
+        snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s", err);
+        ctx->report->progress =
+            res == ncclInvalidUsage && strstr(err, "no algorithm/protocol available") ? 3 : 4;
         ncclCommAbort(comm);
         free(in);
         free(out);
@@ -327,6 +330,10 @@ static int run_cell(const mm_case_t *c, int net)
     int bad = brt_procs_wait(&p, brt_now() + limit, 0, out, sizeof(out), 1);
     ck_assert_msg(!bad, "%s: ranks did not all return within %.0f s: %s", what, limit,
                   brt_clip(out, 3000));
+    for (int r = 0; r < NRANKS; r++) {
+        ck_assert_msg(p.reports[r].progress != 4, "%s: rank %d: the call every rank agreed on "
+                      "failed: %s", what, r, p.reports[r].msg);
+    }
     for (int r = 0; r < NRANKS; r++) {
         if (p.reports[r].progress == 3) {
             fprintf(stderr, "SKIP %s: the path does not run here: rank %d: %s\n", what, r,
