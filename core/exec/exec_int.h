@@ -3,8 +3,6 @@
 #ifndef BR_EXEC_INT_H_
 #define BR_EXEC_INT_H_
 
-#include <string.h>
-
 #include "exec.h"
 #include "util.h"
 
@@ -111,11 +109,7 @@ static inline int br_exec_streams(const br_exec_comm_t *ec, const br_op_t *op)
 static inline void br_exec_copy_out(const br_exec_comm_t *ec, const br_op_t *op, void *dst,
                                     const void *src, size_t n)
 {
-    if (br_exec_streams(ec, op)) {
-        br_copy_stream(dst, src, n);
-    } else {
-        memcpy(dst, src, n);
-    }
+    br_copy_out(dst, src, n, br_exec_streams(ec, op));
 }
 
 /* The descriptor of op's data, and its checks. */

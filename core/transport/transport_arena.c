@@ -387,11 +387,7 @@ int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner,
     *done_p = 0;
     char *from = owner->pid_hash == me->pid_hash ? src : arena_mapped(a, owner, &pub, off + bytes);
     if (from != NULL) {
-        if (stream) {
-            br_copy_stream(dst + off, from + off, bytes);
-        } else {
-            memcpy(dst + off, from + off, bytes);
-        }
+        br_copy_out(dst + off, from + off, bytes, stream);
         *done_p = bytes;
         return 0;
     }

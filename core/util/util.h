@@ -61,8 +61,10 @@ int br_hostmem_find(const void *ptr, size_t bytes, br_hostmem_ref_t *ref_p);
  * the cache, where they save the read of every destination line; memcpy where the CPU
  * has none. Ordered before later stores (a flag another rank acquires). */
 void br_copy_stream(void *dst, const void *src, size_t n);
+/* br_copy_stream when `stream` is set, else memcpy. */
+void br_copy_out(void *dst, const void *src, size_t n, int stream);
 /* Size of the last-level cache CPU 0 uses (0: unknown), how many CPUs share it (0:
- * unknown) and where that was read ("sysfs", else "sysconf"). */
+ * unknown) and where that was read ("sysfs", else "sysconf"); read once per process. */
 size_t br_llc_size(int *ncpus_p, const char **source_p);
 
 /* Fill buf with size bytes from the kernel's random source. */

@@ -10,6 +10,7 @@
  * MiB here, where the cores share 32 MiB): so Braid decides for its own copies.
  */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,15 @@
 #endif
 
 #include "util.h"
+
+void br_copy_out(void *dst, const void *src, size_t n, int stream)
+{
+    if (stream) {
+        br_copy_stream(dst, src, n);
+    } else {
+        memcpy(dst, src, n);
+    }
+}
 
 void br_copy_stream(void *dst, const void *src, size_t n)
 {
@@ -93,7 +103,14 @@ static int count_cpus(const char *list)
     return n;
 }
 
-size_t br_llc_size(int *ncpus_p, const char **source_p)
+/* What br_llc_size answers: read once per process (about 200 us of sysfs reads, which
+ * every communicator's init would otherwise pay again). */
+static pthread_once_t llc_once = PTHREAD_ONCE_INIT;
+static size_t llc_bytes;
+static int llc_cpus;
+static const char *llc_source;
+
+static void llc_read(void)
 {
     size_t best = 0;
     int best_level = 0, ncpus = 0;
@@ -127,12 +144,21 @@ size_t br_llc_size(int *ncpus_p, const char **source_p)
         ncpus = count_cpus(buf);
     }
     if (best > 0) {
-        *ncpus_p = ncpus;
-        *source_p = "sysfs";
-        return best;
+        llc_bytes = best;
+        llc_cpus = ncpus;
+        llc_source = "sysfs";
+        return;
     }
     long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    *ncpus_p = 0;
-    *source_p = "sysconf";
-    return v > 0 ? (size_t)v : 0;
+    llc_bytes = v > 0 ? (size_t)v : 0;
+    llc_cpus = 0;
+    llc_source = "sysconf";
+}
+
+size_t br_llc_size(int *ncpus_p, const char **source_p)
+{
+    pthread_once(&llc_once, llc_read);
+    *ncpus_p = llc_cpus;
+    *source_p = llc_source;
+    return llc_bytes;
 }
