@@ -515,7 +515,9 @@ static int solo_fast(br_exec_comm_t *ec, const br_op_t *op, ncclResult_t *res_p)
     memset(&q, 0, sizeof(q));
     q.ec = ec;
     q.wait_peer = -1;
-    br_oplog_note(ec, op->log_ticket, BR_OPLOG_EV_ITEM, -1, NULL, 0);
+    /* The log hears that the operation runs only once it waits: one update, not two, for
+     * a call that finishes without waiting. */
+    int noted = 0;
     for (unsigned idle = 0; idle < 64;) {
         int done = 0;
         int r = br_work_arena(&q, &w, &done);
@@ -525,13 +527,18 @@ static int solo_fast(br_exec_comm_t *ec, const br_op_t *op, ncclResult_t *res_p)
             return 1;
         }
         if (done) {
-            br_oplog_note(ec, op->log_ticket, BR_OPLOG_EV_ITEM_DONE, -1, NULL, 0);
+            br_oplog_note(ec, op->log_ticket, noted ? BR_OPLOG_EV_ITEM_DONE : BR_OPLOG_EV_DONE,
+                          -1, NULL, 0);
             *res_p = ncclSuccess;
             return 1;
         }
         if (r > 0) {
             idle = 0;
             continue;
+        }
+        if (!noted) {
+            br_oplog_note(ec, op->log_ticket, BR_OPLOG_EV_ITEM, -1, NULL, 0);
+            noted = 1;
         }
         nap(idle++, spin);
     }

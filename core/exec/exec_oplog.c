@@ -167,12 +167,17 @@ void br_exec_oplog_add(br_exec_comm_t *ec, br_op_t *op)
     op->log_ticket = t;
 }
 
-/* End the record in state st (DONE or FAILED) unless it has ended already. Locked. */
+/* End the record in state st (DONE or FAILED) unless it has ended already. Locked. A
+ * call done without the executor ever noting it running (a lone arena call that did not
+ * wait, exec_engine.c, or one with nothing to move) is stamped with its start: no clock
+ * read. */
 static void rec_end(oplog_slot_t *s, br_oplog_state_t st)
 {
-    if (s->u.rec.state != BR_OPLOG_DONE && s->u.rec.state != BR_OPLOG_FAILED) {
+    br_oplog_state_t was = s->u.rec.state;
+    if (was != BR_OPLOG_DONE && was != BR_OPLOG_FAILED) {
         SET(s, state, st);
-        SET(s, end_ns, br_time_coarse_ns());
+        SET(s, end_ns, st == BR_OPLOG_DONE && was == BR_OPLOG_QUEUED ? s->u.rec.queued_ns
+                                                                      : br_time_coarse_ns());
         SET(s, items, 0);
     }
 }

@@ -52,22 +52,32 @@ static int find_cb(struct dl_phdr_info *info, size_t size, void *data)
 int br_cuda_in_process(void)
 {
     static _Atomic unsigned long long seen_adds;
+    static _Atomic uint64_t looked_at; /* the coarse clock at the last look, + 1 */
     unsigned long long adds = 0;
     int found = 0;
 
     if (atomic_load_explicit(&in_process, memory_order_relaxed)) {
         return 1;
     }
-    /* Asked on every call of a process without CUDA, so it must be cheap: the loader's
-     * count of loaded objects (about 60 ns; dlopen with RTLD_NOLOAD of a library that is
-     * not loaded costs 100 us here, it searches the file system), and a look at the names
-     * only when something was loaded since the last look. */
+    /* Asked on every call of a process without CUDA, so it must be cheap. The loader's
+     * count of loaded objects costs about 60 ns (it takes the loader's lock; dlopen with
+     * RTLD_NOLOAD of a library that is not loaded costs 100 us here, it searches the file
+     * system), and the names are looked at only when something was loaded since. Within
+     * one tick of the coarse clock (1 to 10 ms) the answer of the first look stands: a
+     * device buffer needs libcuda loaded and then cuInit and an allocation, which take
+     * longer than a tick, so a buffer made after a look is seen by a later one. */
+    uint64_t now = br_time_coarse_ns() + 1;
+    if (atomic_load_explicit(&looked_at, memory_order_relaxed) == now) {
+        return 0;
+    }
     dl_iterate_phdr(adds_cb, &adds);
     if (adds == atomic_load_explicit(&seen_adds, memory_order_relaxed)) {
+        atomic_store_explicit(&looked_at, now, memory_order_relaxed);
         return 0;
     }
     dl_iterate_phdr(find_cb, &found);
     atomic_store(&seen_adds, adds);
+    atomic_store_explicit(&looked_at, now, memory_order_relaxed);
     if (found) {
         atomic_store(&in_process, 1);
     }
