@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""bench/latency_ab.py: small-call latency of Braid builds and Open MPI vader, in turn.
+
+On a small VM one run of an 8-byte benchmark moves by 2x with where the host puts the
+vCPUs at that moment, so two builds compared one after the other say little. This runs
+every build (and vader) once per round, round after round, and prints the median and the
+minimum of each over the rounds: the builds share the machine's moods.
+
+  bench/latency_ab.py --coll allgather --ranks 2 --rounds 10 \\
+      base=/tmp/base-build new=build-bench
+
+Each build is a directory with bin/braid-perf and lib/ (a build tree, or bin and lib
+copied out of one: the copy keeps a build from before a change). vader needs mpirun and
+the mpi_bench that bench/compare builds (--mpi-bench, default build-bench/bench).
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def first_row(text, col):
+    """The value in column `col` of the first result row (one that starts with a size)."""
+    for line in text.splitlines():
+        f = line.split()
+        if f and f[0].isdigit() and len(f) > col:
+            return float(f[col])
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--coll", default="allgather",
+                    choices=["allreduce", "allgather", "broadcast", "reducescatter", "reduce"])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--bytes", default="8")
+    ap.add_argument("--iters", type=int, default=200000)
+    ap.add_argument("--mpi-bench", default=os.path.join(HERE, "..", "build-bench", "bench",
+                                                        "mpi_bench"))
+    ap.add_argument("--no-vader", action="store_true")
+    ap.add_argument("builds", nargs="+", metavar="LABEL=DIR")
+    args = ap.parse_args()
+
+    dtype = "float" if args.coll in ("allreduce", "reducescatter", "reduce") else "uint8"
+    common = ["-b", args.bytes, "-e", args.bytes, "-n", str(args.iters), "-w", "2000",
+              "-c", "0"]
+    runs = []
+    for b in args.builds:
+        label, _, d = b.partition("=")
+        if not d or not os.path.exists(os.path.join(d, "bin", "braid-perf")):
+            sys.exit("latency_ab: %s: no bin/braid-perf under %r" % (label, d))
+        env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(d, "lib"))
+        runs.append((label, [os.path.join(d, "bin", "braid-perf"), "-C", args.coll, "-N",
+                             str(args.ranks), "-d", dtype, "--place", "out"] + common, env))
+    if not args.no_vader:
+        if not os.path.exists(args.mpi_bench):
+            sys.exit("latency_ab: no %s (run bench/compare once, or --no-vader)" % args.mpi_bench)
+        runs.append(("vader", ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
+                               str(args.ranks), "--bind-to", "none", "--mca", "pml", "ob1",
+                               "--mca", "btl", "self,vader", args.mpi_bench, "-C", args.coll]
+                     + common, dict(os.environ)))
+
+    times = {label: [] for label, _, _ in runs}
+    for _ in range(args.rounds):
+        for label, cmd, env in runs:
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True).stdout
+            t = first_row(out, 5)  # time per call, us (both programs print it sixth)
+            if t is None:
+                sys.exit("latency_ab: %s printed no result:\n%s" % (label, out[-2000:]))
+            times[label].append(t)
+    print("%s, %d ranks, %s bytes, %d rounds: us per call" % (args.coll, args.ranks, args.bytes,
+                                                              args.rounds))
+    for label, v in times.items():
+        print("  %-10s median %.3f  min %.3f  max %.3f   %s" %
+              (label, statistics.median(v), min(v), max(v), " ".join("%.2f" % x for x in v)))
+
+
+if __name__ == "__main__":
+    main()
