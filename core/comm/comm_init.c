@@ -415,8 +415,14 @@ static size_t nt_bytes(int local, long cpus, int rank)
         return 0;
     }
     size_t v_auto = llc / (2 * (size_t)copiers);
-    BR_INFO(NCCL_INIT, "rank %d: last-level cache %zu KiB shared by %d CPUs (%s): arena copies "
-            "stream from %zu KiB per rank", rank, llc >> 10, sharing, source, v_auto >> 10);
+    char shared[48] = "";
+    if (sharing > 0) {
+        snprintf(shared, sizeof(shared), " shared by %d CPUs", sharing);
+    } else {
+        snprintf(shared, sizeof(shared), " (CPUs sharing it unknown: %ld assumed)", cpus);
+    }
+    BR_INFO(NCCL_INIT, "rank %d: last-level cache %zu KiB%s (%s): arena copies stream from %zu "
+            "KiB per rank", rank, llc >> 10, shared, source, v_auto >> 10);
     return v_auto;
 }
 
