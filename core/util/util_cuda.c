@@ -71,13 +71,12 @@ int br_cuda_in_process(void)
         return 0;
     }
     dl_iterate_phdr(adds_cb, &adds);
+    atomic_store_explicit(&looked_at, now, memory_order_relaxed);
     if (adds == atomic_load_explicit(&seen_adds, memory_order_relaxed)) {
-        atomic_store_explicit(&looked_at, now, memory_order_relaxed);
         return 0;
     }
     dl_iterate_phdr(find_cb, &found);
     atomic_store(&seen_adds, adds);
-    atomic_store_explicit(&looked_at, now, memory_order_relaxed);
     if (found) {
         atomic_store(&in_process, 1);
     }

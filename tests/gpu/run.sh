@@ -49,9 +49,14 @@ step() { # name timeout command...
 for proto in Simple LL LL128; do
     NCCL_PROTO=$proto NCCL_BUFFSIZE=262144 step "coll-$proto" 150 "$build/bin/check_gpu" coll
 done
-for s in overlap errors abort capture multi procs; do
+for s in overlap errors capture multi; do
     BRAID_CUDA_WAIT_TIMEOUT=20 step "$s" 90 "$build/bin/check_gpu" "$s"
 done
+# As in the ctest entries: abort keeps the default wait timeout (600 s) so that only
+# ncclCommAbort can release the stream within the test's 20 s alarm, and procs' own
+# abort case needs one beyond that alarm too.
+step "abort" 90 "$build/bin/check_gpu" abort
+BRAID_CUDA_WAIT_TIMEOUT=60 step "procs" 90 "$build/bin/check_gpu" procs
 
 perf="$build/bin/braid-perf"
 for n in 2 4; do
