@@ -106,6 +106,10 @@ ncclResult_t br_comm_channels_setup(ncclComm_t comm);
  * the profiler plugins (comm_tune.c). */
 ncclResult_t br_comm_tune_setup(ncclComm_t comm);
 
+/* The kind of the slowest link between two ranks of one host: BR_HW_NVLINK (p2p),
+ * BR_HW_PCI (shared memory) or BR_HW_NET (comm_tune.c). Every rank judges alike. */
+int br_comm_intra_hw(const br_transport_comm_t *tc);
+
 /* Init consistency (comm_check.c): the ranks compare the library version, the net and
  * tuner plugins and the parameters that must agree; a difference fails init on every rank
  * with ncclInvalidUsage naming the values and the ranks that have them. */

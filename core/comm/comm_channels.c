@@ -220,7 +220,8 @@ ncclResult_t br_comm_channels_setup(ncclComm_t comm)
     br_graph_opts_t opts = {.host_channels = ec->nchannels,
                             .min_channels = (int)BR_PARAM_INT(MIN_NCHANNELS),
                             .max_channels = (int)BR_PARAM_INT(MAX_NCHANNELS),
-                            .file = BR_PARAM_STR(GRAPH_FILE)};
+                            .file = BR_PARAM_STR(GRAPH_FILE),
+                            .intra_net = br_comm_intra_hw(tc) == BR_HW_NET};
 
     /* Every rank builds the graph from everyone's place, so all build the same one. */
     BR_CHECK(br_calloc(&places, (size_t)comm->nranks, "graph setup"));

@@ -12,9 +12,8 @@
 #include "comm.h"
 #include "util.h"
 
-/* The kind of the slowest link between two ranks of one host (p2p, shm, or net when
- * shared memory is off): the model's intra-host latency class. */
-static int intra_hw(const br_transport_comm_t *tc)
+/* The model's intra-host latency class; the graph's trees inside hosts follow it too. */
+int br_comm_intra_hw(const br_transport_comm_t *tc)
 {
     int hw = BR_HW_NVLINK;
     for (int a = 0; a < tc->nranks; a++) {
@@ -100,7 +99,7 @@ static ncclResult_t plan_setup(ncclComm_t comm)
         pc.local_ranks = local > pc.local_ranks ? local : pc.local_ranks;
     }
     pc.nchannels = comm->ec->nchannels;
-    pc.intra_hw = intra_hw(tc);
+    pc.intra_hw = br_comm_intra_hw(tc);
     /* Ranks on GPUs: the topology's bandwidths (NCCL's model); else the host constants. */
     pc.gpus = g->gpus;
     pc.sm = g->sm;

@@ -22,7 +22,11 @@
  *    node 0 is the root with a single child; tree 1 is its mirror (node i -> n-1-i) when
  *    the node count is even, and tree 0 shifted by one node when it is odd. Channel c uses
  *    tree c % 2. A rank has at most one parent and at most BR_MAX_TREE_ARITY children: its
- *    chain successor first, then child nodes' heads.
+ *    chain successor first, then child nodes' heads. Where the links inside a host are the
+ *    network (opts.intra_net, ranks without GPUs) a chain would cost one network hop per
+ *    rank, so the node's ranks form tree 0's binary tree instead, over their positions in
+ *    the channel's order, rooted at the head (its one child: position 2^k, the largest
+ *    power of two below the node's size): depth ceil(log2 size) instead of size - 1.
  *
  * NCCL_GRAPH_DUMP_FILE writes node 0's search channels in NCCL's graph schema;
  * NCCL_GRAPH_FILE loads such a file and applies it to every node. No threads, no I/O
@@ -60,6 +64,7 @@ typedef struct br_graph {
     int cross_nic;  /* some ring enters and leaves a node by different NICs */
     int sm;         /* smallest compute capability, 0 without GPUs */
     int cpu_vendor; /* NCCL's CPU vendor code of rank 0's CPU (the tuning tables' row) */
+    int intra_net;  /* trees inside nodes are binary (opts.intra_net without GPUs) */
     int *node_of;   /* [nranks]: node index of each rank, nodes numbered by first rank */
     int *node_head; /* [nnodes]: lowest rank of each node */
     int *node_size; /* [nnodes]: ranks of each node */
@@ -78,6 +83,8 @@ typedef struct {
     int min_channels;  /* NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS: bounds with GPUs */
     int max_channels;
     const char *file; /* NCCL_GRAPH_FILE, or NULL to search */
+    int intra_net;    /* ranks of one host talk over the network (shared memory and p2p off):
+                       * without GPUs, trees inside nodes are binary, not chains */
 } br_graph_opts_t;
 
 /*

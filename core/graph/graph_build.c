@@ -4,7 +4,7 @@
  * order, the search channels (graph_search.c or a graph file, graph_file.c) spread over
  * the channels as rings, and per tree index a binary tree over the nodes, hung from the
  * node heads (each channel's first rank of a node) with the channel's chain inside each
- * node. All arrays are flat, indexed [channel * nranks + rank]. Pure computation on the
+ * node (a binary tree where the node's links are the network). All arrays are flat, indexed [channel * nranks + rank]. Pure computation on the
  * caller's thread.
  */
 #include <stdlib.h>
@@ -69,8 +69,9 @@ static void tree_add_child(br_tree_node_t *t, int child)
     }
 }
 
-/* Channel c's tree: chains inside nodes in the ring's order, node heads (each node's first
- * rank on the ring) linked by tree c % 2. */
+/* Channel c's tree: inside each node a chain in the ring's order (or tree 0's binary tree
+ * over the ring positions, g->intra_net), node heads (each node's first rank on the ring)
+ * linked by tree c % 2. */
 static void build_tree(br_graph_t *g, int c)
 {
     br_tree_node_t *tree = g->tree + (size_t)c * (size_t)g->nranks;
@@ -84,12 +85,20 @@ static void build_tree(br_graph_t *g, int c)
             tree[r].down[k] = -1;
         }
     }
-    /* Nodes are contiguous on the ring, in node order: node k's chain starts at `at`. */
+    /* Nodes are contiguous on the ring, in node order: node k's ranks start at `at`. Each
+     * rank's parent in the node is its predecessor (a chain) or its binary-tree parent. */
     for (int node = 0, at = 0; node < g->nnodes; at += g->node_size[node], node++) {
         g->node_head[node] = ring[at];
         for (int i = 1; i < g->node_size[node]; i++) {
-            tree_add_child(&tree[ring[at + i - 1]], ring[at + i]);
-            tree[ring[at + i]].up = ring[at + i - 1];
+            int up = i - 1, d0, d1;
+            if (g->intra_net) {
+                btree(g->node_size[node], i, &up, &d0, &d1);
+            }
+            tree[ring[at + i]].up = ring[at + up];
+        }
+        /* Children in position order, so a head's child in the node comes first. */
+        for (int i = 1; i < g->node_size[node]; i++) {
+            tree_add_child(&tree[tree[ring[at + i]].up], ring[at + i]);
         }
     }
     for (int node = 0; node < g->nnodes; node++) {
@@ -257,6 +266,7 @@ ncclResult_t br_graph_build_places(int nranks, const br_topo_place_t *places,
     g->cross_nic = s.cross_nic;
     g->nchannels = channel_count(g, opts);
     g->nsearch = g->nsearch < 1 ? 1 : (g->nsearch > g->nchannels ? g->nchannels : g->nsearch);
+    g->intra_net = opts->intra_net && !g->gpus;
     BR_CHECK_GOTO(build_rings(g, &nodes, file, opts->file), res, fail);
     for (int c = 0; c < g->nchannels; c++) {
         build_tree(g, c);

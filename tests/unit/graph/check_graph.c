@@ -3,7 +3,8 @@
  * Check suite "graph": the rings and trees of core/graph for 1 to 64 ranks, 1 to 4
  * channels and several host layouts. Every ring holds every rank once per channel with
  * the ranks of a host adjacent; every tree spans all ranks from one root with consistent
- * parent/child links, chains inside hosts and NCCL's double binary tree across them; the
+ * parent/child links, chains inside hosts (binary trees where the hosts' links are the
+ * network) and NCCL's double binary tree across them; the
  * helpers agree with a brute-force search; the XML dump names every rank of every
  * channel; bad arguments are refused.
  */
@@ -46,6 +47,27 @@ static br_graph_t *build(int layout, int n, int nch)
     hosts_fill(layout, n, h);
     ck_assert_int_eq(br_graph_build(n, h, nch, &g), ncclSuccess);
     ck_assert_ptr_nonnull(g);
+    return g;
+}
+
+/* The same where the links inside hosts are the network: binary trees inside hosts. */
+static br_graph_t *build_net(int layout, int n, int nch)
+{
+    uint64_t h[64];
+    br_topo_place_t pl[64];
+    br_graph_opts_t o = {.host_channels = nch, .min_channels = 1, .max_channels = 64,
+                         .intra_net = 1};
+    br_graph_t *g = NULL;
+    hosts_fill(layout, n, h);
+    memset(pl, 0, sizeof(pl));
+    for (int r = 0; r < n; r++) {
+        pl[r].host = h[r];
+        pl[r].gpu = pl[r].gpu_dev = pl[r].cpu = -1;
+        pl[r].net = pl[r].net_dev = pl[r].intra_type = -1;
+        pl[r].net_path = BR_TOPO_PATH_DIS;
+    }
+    ck_assert_int_eq(br_graph_build_places(n, pl, &o, &g), ncclSuccess);
+    ck_assert_int_eq(g->intra_net, 1);
     return g;
 }
 
@@ -100,15 +122,16 @@ static void check_tree_links(const br_graph_t *g, int c, const char *what)
         }
         ck_assert_msg(listed == 1, "%s: channel %d: rank %d's parent %d lists it %d times", what, c,
                       r, t->up, listed);
-        /* Inside a host, a rank hangs from its predecessor in the host. */
-        if (g->node_of[t->up] == g->node_of[r]) {
+        /* Inside a host, a rank hangs from its predecessor in the host (a chain), or
+         * anywhere in the host (binary trees: check_host_trees). */
+        if (g->node_of[t->up] == g->node_of[r] && !g->intra_net) {
             int pred = -1;
             for (int q = 0; q < r; q++) {
                 pred = g->node_of[q] == g->node_of[r] ? q : pred;
             }
             ck_assert_msg(t->up == pred, "%s: rank %d's parent %d is not its predecessor %d", what,
                           r, t->up, pred);
-        } else {
+        } else if (g->node_of[t->up] != g->node_of[r]) {
             ck_assert_msg(g->node_head[g->node_of[r]] == r &&
                               g->node_head[g->node_of[t->up]] == t->up,
                           "%s: link %d->%d across hosts not between heads", what, r, t->up);
@@ -123,6 +146,57 @@ static void check_tree_links(const br_graph_t *g, int c, const char *what)
         }
         ck_assert_msg(x == g->tree_root[c] && hops <= n, "%s: rank %d does not reach the root",
                       what, r);
+    }
+}
+
+/* Binary trees inside hosts (intra_net): in each host the ranks below the head hang from
+ * ranks of the same host, at most two children each (the head one, besides its children
+ * across hosts), in order (each subtree holds a contiguous run of the host's positions on
+ * the ring, its root's left children before it and right ones after), and the host's
+ * depth is ceil(log2 size), where a chain's is size - 1. */
+static void check_host_trees(const br_graph_t *g, int c, const char *what)
+{
+    const int *pos = br_graph_ring_pos(g, c);
+    for (int node = 0; node < g->nnodes; node++) {
+        int head = g->node_head[node], size = g->node_size[node], depth = 0, want = 0;
+        while ((1 << want) < size) {
+            want++;
+        }
+        for (int r = 0; r < g->nranks; r++) {
+            if (g->node_of[r] != node) {
+                continue;
+            }
+            const br_tree_node_t *t = br_graph_tree(g, c, r);
+            int in = 0, lo = pos[r], hi = pos[r], level = 0;
+            for (int k = 0; k < t->ndown; k++) {
+                in += g->node_of[t->down[k]] == node;
+            }
+            ck_assert_msg(in <= (r == head ? 1 : 2), "%s: rank %d has %d children in its host",
+                          what, r, in);
+            /* The subtree's positions: a contiguous run around r. */
+            int members = 0;
+            for (int q = 0; q < g->nranks; q++) {
+                int x = q;
+                while (x >= 0 && x != r && g->node_of[x] == node) {
+                    x = br_graph_tree(g, c, x)->up;
+                }
+                if (x == r) {
+                    members++;
+                    lo = pos[q] < lo ? pos[q] : lo;
+                    hi = pos[q] > hi ? pos[q] : hi;
+                }
+            }
+            ck_assert_msg(hi - lo + 1 == members, "%s: rank %d's subtree is not contiguous",
+                          what, r);
+            for (int x = r; x != head; x = br_graph_tree(g, c, x)->up) {
+                ck_assert_msg(g->node_of[br_graph_tree(g, c, x)->up] == node,
+                              "%s: rank %d leaves its host before its head", what, r);
+                level++;
+            }
+            depth = level > depth ? level : depth;
+        }
+        ck_assert_msg(depth == want, "%s: host %d of %d ranks is %d deep, want %d", what, node,
+                      size, depth, want);
     }
 }
 
@@ -153,6 +227,8 @@ static void check_helpers(const br_graph_t *g, int c, const char *what)
     ck_assert_int_eq(br_graph_tree_depth(g, c), depth);
 }
 
+/* Every layout and count, 1 to 4 channels; then with the links inside hosts being the
+ * network (binary trees inside hosts), 1 and 2 channels. */
 START_TEST(test_rings_and_trees)
 {
     int layout = _i % L_COUNT, n = rank_counts[_i / L_COUNT];
@@ -160,19 +236,25 @@ START_TEST(test_rings_and_trees)
     char what[128];
 
     hosts_fill(layout, n, h);
-    for (int nch = 1; nch <= 4; nch++) {
-        br_graph_t *g = build(layout, n, nch);
-        snprintf(what, sizeof(what), "%d ranks, %s, %d channels", n, layout_names[layout], nch);
-        ck_assert_int_eq(g->nranks, n);
-        ck_assert_int_eq(g->nchannels, nch);
-        check_rings(g, h, what);
-        for (int c = 0; c < nch; c++) {
-            check_tree_links(g, c, what);
-            if (n <= 33) {
-                check_helpers(g, c, what);
+    for (int net = 0; net <= 1; net++) {
+        for (int nch = 1; nch <= (net ? 2 : 4); nch++) {
+            br_graph_t *g = net ? build_net(layout, n, nch) : build(layout, n, nch);
+            snprintf(what, sizeof(what), "%d ranks, %s, %d channels%s", n, layout_names[layout],
+                     nch, net ? ", net in hosts" : "");
+            ck_assert_int_eq(g->nranks, n);
+            ck_assert_int_eq(g->nchannels, nch);
+            check_rings(g, h, what);
+            for (int c = 0; c < nch; c++) {
+                check_tree_links(g, c, what);
+                if (net) {
+                    check_host_trees(g, c, what);
+                }
+                if (n <= 33) {
+                    check_helpers(g, c, what);
+                }
             }
+            br_graph_free(g);
         }
-        br_graph_free(g);
     }
 }
 END_TEST
@@ -242,6 +324,25 @@ START_TEST(test_known_shapes)
     ck_assert_int_eq(br_graph_tree(g, 0, 1)->up, 0);
     ck_assert_int_eq(br_graph_tree(g, 0, 0)->ndown, 2);
     ck_assert_int_eq(br_graph_tree(g, 0, 0)->down[0], 2); /* the chain successor first */
+    br_graph_free(g);
+    /* 8 ranks of one host over the network: 0 -> 4; 4 -> 2, 6; 2 -> 1, 3; 6 -> 5, 7. */
+    static const int up8[8] = {-1, 2, 4, 2, 0, 6, 4, 6};
+    g = build_net(L_ONE_HOST, 8, 1);
+    for (int r = 0; r < 8; r++) {
+        ck_assert_int_eq(br_graph_tree(g, 0, r)->up, up8[r]);
+    }
+    br_graph_free(g);
+    /* 8 ranks, round-robin over 2 hosts, over the network: ring 0 2 4 6 1 3 5 7; in each
+     * host position 0 -> 2 -> 1, 3 (0 -> 4 -> 2, 6 and 1 -> 5 -> 3, 7); the heads' link
+     * after the in-host child. */
+    g = build_net(L_ROUND_ROBIN2, 8, 1);
+    static const int up8rr[8] = {-1, 0, 4, 5, 0, 1, 4, 5};
+    for (int r = 0; r < 8; r++) {
+        ck_assert_int_eq(br_graph_tree(g, 0, r)->up, up8rr[r]);
+    }
+    ck_assert_int_eq(br_graph_tree(g, 0, 0)->ndown, 2);
+    ck_assert_int_eq(br_graph_tree(g, 0, 0)->down[0], 4);
+    ck_assert_int_eq(br_graph_tree(g, 0, 0)->down[1], 1);
     br_graph_free(g);
 }
 END_TEST
