@@ -43,6 +43,17 @@ typedef struct {
  * slot stride leaves this much room for it. */
 #define BR_NET_DESC_ROOM 64
 
+/* With failover on, a net sender also copies each step of up to BR_NET_KEEP_BYTES into a
+ * ring of BR_NET_KEEP_STEPS entries beside its FIFO (proxy.c), so that the slot goes back
+ * to the executor once sent, not once the receiver confirmed it: a failover resends such
+ * steps from the ring. The wire copy of the descriptor says so with BR_NET_DESC_KEPT in
+ * `func` (the receiver clears it), and the receiver then confirms every
+ * BR_NET_KEEP_STEPS / 2 steps instead of every BR_STEPS / 2 (proxy_link.c). */
+#define BR_NET_KEEP_STEPS 32
+#define BR_NET_KEEP_BYTES 1024
+#define BR_NET_KEEP_STRIDE (BR_NET_KEEP_BYTES + BR_NET_DESC_ROOM)
+#define BR_NET_DESC_KEPT (1u << 31)
+
 /* The shared control block; each counter on its own cache line. */
 typedef struct {
     _Alignas(64) _Atomic uint64_t tail; /* written by the sender (or the receiving proxy) */

@@ -247,10 +247,32 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
         step_begin(proxy, nc, nc->posted);
         if (us != NULL) {
             res = br_proxy_useg_post(proxy, nc, us, nc->posted, &req);
+        } else if (nc->posted < atomic_load_explicit(&nc->ctrl->head, memory_order_relaxed)) {
+            /* Sent again after a failover, its slot long reused: from the keep ring. */
+            if (!br_proxy_kept(nc, nc->posted)) {
+                br_proxy_link_failed(proxy, nc, ncclInternalError,
+                                     "send (a step to send again was neither in its slot nor kept)");
+                return moved + 1;
+            }
+            int k = (int)(nc->posted % BR_NET_KEEP_STEPS);
+            res = net->ops->isend(net, nc->comm, nc->keep + (size_t)k * BR_NET_KEEP_STRIDE,
+                                  nc->keep_len[k], proxy->rank, nc->mhandle, &nc->ph[slot], &req);
         } else {
             /* The call descriptor travels right after the payload, so the receiver can
              * check it as it does on shared memory. */
-            memcpy(data + bytes, &nc->ctrl->slot[slot], sizeof(br_slot_desc_t));
+            br_slot_desc_t *d = (br_slot_desc_t *)(void *)(data + bytes);
+            memcpy(d, &nc->ctrl->slot[slot], sizeof(*d));
+            /* A small step is kept while the ring has room past the last confirmed one
+             * (the entry it takes then holds a confirmed step), and says so. */
+            if (nc->keep != NULL && bytes <= BR_NET_KEEP_BYTES &&
+                nc->posted <
+                    atomic_load_explicit(&nc->acked, memory_order_relaxed) + BR_NET_KEEP_STEPS) {
+                int k = (int)(nc->posted % BR_NET_KEEP_STEPS);
+                d->func |= BR_NET_DESC_KEPT;
+                memcpy(nc->keep + (size_t)k * BR_NET_KEEP_STRIDE, data, bytes + sizeof(*d));
+                nc->keep_len[k] = (uint32_t)(bytes + sizeof(*d));
+                nc->keep_seq[k] = nc->posted + 1;
+            }
             res = net->ops->isend(net, nc->comm, data, bytes + sizeof(br_slot_desc_t), proxy->rank,
                                   nc->mhandle, &nc->ph[slot], &req);
         }
@@ -353,6 +375,7 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
             if (br_proxy_useg_recv_done(proxy, nc, us, nc->done, size) != 0) {
                 return moved;
             }
+            nc->rx_unkept = 1; /* the sender keeps such steps in the user's buffer */
             nc->done++;
             int last = nc->done == us->end && us->ack_end;
             br_proxy_useg_retire(nc); /* may free us */
@@ -376,6 +399,8 @@ static int progress_recv(br_proxy_t *proxy, br_net_conn_t *nc)
             br_proxy_fail_recv(proxy, nc, ncclRemoteError, "receive (descriptor and size disagree)");
             return moved;
         }
+        nc->rx_unkept |= (d.func & BR_NET_DESC_KEPT) == 0;
+        d.func &= ~BR_NET_DESC_KEPT;
         nc->ctrl->slot[slot] = d;
         nc->done++;
         /* Release: the slot's bytes and descriptor before the new tail. */

@@ -104,7 +104,8 @@ typedef struct br_net_conn {
     int is_send;
     int peer;      /* rank at the other end, for messages */
     void *comm;    /* the plugin's send or recv comm */
-    void *mhandle; /* registration of buf */
+    void *mhandle; /* registration of buf (and of the keep ring after it) */
+    size_t reg_bytes; /* bytes it covers */
     void *req[BR_STEPS];
     void *ev[BR_STEPS]; /* ProxyStep profiler handles */
     br_net_phandle_t ph[BR_STEPS]; /* the phandle each transfer hands the plugin (NetPlugin
@@ -138,6 +139,18 @@ typedef struct br_net_conn {
     uint64_t ack_read_ns;             /* send side: when it was last read */
     unsigned ack_got;                 /* send side: bytes of a count read so far */
     unsigned char ack_part[8];
+    /* Send side, with failover on: the keep ring (fifo.h), BR_NET_KEEP_STEPS entries of
+     * BR_NET_KEEP_STRIDE bytes after the slots (NULL without acknowledgements). Entry
+     * s % BR_NET_KEEP_STEPS holds step s, as sent, when keep_seq says s + 1; keep_head:
+     * every step from the last confirmed one up to it is kept. A step is kept only while
+     * fewer than BR_NET_KEEP_STEPS lie after the last confirmed one, so no entry that a
+     * failover may need is overwritten. */
+    char *keep;
+    uint64_t keep_seq[BR_NET_KEEP_STEPS];
+    uint32_t keep_len[BR_NET_KEEP_STEPS];
+    uint64_t keep_head;
+    uint64_t fo_kept; /* steps the replacement sends again from the keep ring */
+    int rx_unkept; /* receive side: a step since the last confirmation was not kept */
     /* Failover (proxy_link.c): the state of a replacement in progress, the number of the
      * connection's current incarnation (both ends agree on it), how often it failed. */
     int fo_state;

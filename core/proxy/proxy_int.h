@@ -75,23 +75,42 @@ void br_proxy_link_failed(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res
  * the number of state changes. */
 int br_proxy_link_progress(br_proxy_t *proxy);
 
-/* Send side: the head to give the executor (completed sends the receiver confirmed). */
+/* Send side: the head to give the executor: completed sends the receiver confirmed, then
+ * completed sends in the keep ring. */
 static inline uint64_t br_proxy_link_head(br_net_conn_t *nc)
 {
     if (!nc->acks) {
         return nc->done;
     }
     uint64_t acked = atomic_load_explicit(&nc->acked, memory_order_acquire);
-    return acked < nc->done ? acked : nc->done;
+    uint64_t head = acked < nc->done ? acked : nc->done;
+    if (nc->keep == NULL) {
+        return head;
+    }
+    /* Sent steps in the keep ring are free too, up to the first one that is not. */
+    head = nc->keep_head > head ? nc->keep_head : head;
+    while (head < nc->done && nc->keep_seq[head % BR_NET_KEEP_STEPS] == head + 1) {
+        head++;
+    }
+    nc->keep_head = head;
+    return head;
+}
+
+/* Is step s of a send connection in its keep ring? */
+static inline int br_proxy_kept(const br_net_conn_t *nc, uint64_t s)
+{
+    return nc->keep != NULL && nc->keep_seq[s % BR_NET_KEEP_STEPS] == s + 1;
 }
 
 /* Send side: read the receiver's acknowledgements. `idle` (progress moved nothing: the
- * executor waits anyway) reads once per wait while BR_STEPS / 2 sent steps are not
- * confirmed; otherwise only when every slot is taken, or once a millisecond; idle 2 (a
- * user-buffer send waits for its confirmations) at most every 5 us. */
+ * executor waits anyway) reads once per wait while BR_STEPS / 2 sent steps hold slots
+ * unconfirmed (BR_NET_KEEP_STEPS / 2 when all are kept); otherwise only when every slot is
+ * taken, or once a millisecond; idle 2 (a user-buffer send waits for its confirmations)
+ * at most every 5 us. */
 void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc, int idle);
 
-/* Receive side: confirm what the receiver holds, every BR_STEPS / 2 steps received.
+/* Receive side: confirm what the receiver holds, every BR_STEPS / 2 steps received
+ * (BR_NET_KEEP_STEPS / 2 while the sender kept every one since the last confirmation).
  * Only `idle` calls (progress that moved nothing: the executor waits anyway) send it, so
  * the system call stays off the path of the data, unless the sender could run out of
  * slots within two more steps. idle 2: confirm now (the last step of a user-buffer

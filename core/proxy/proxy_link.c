@@ -5,8 +5,13 @@
  *
  *  - ACK, receiver to sender: the receiver holds the first `count` steps. With failover on
  *    the sender hands a slot back to its executor only once the step was sent *and*
- *    acknowledged, so whatever the receiver may lack when the connection breaks is still
- *    in the sender's FIFO. The receiver acknowledges every BR_STEPS / 2 steps, when it
+ *    acknowledged, or sent and copied into the keep ring (steps of up to
+ *    BR_NET_KEEP_BYTES, fifo.h), so whatever the receiver may lack when the connection
+ *    breaks is still in the sender's FIFO or ring. While every step since its last
+ *    acknowledgement came kept (the descriptor says so), the receiver acknowledges every
+ *    BR_NET_KEEP_STEPS / 2 steps, when idle, at the latest two steps before the ring is
+ *    full; the reasoning below then holds with the ring's size for the FIFO's. Otherwise
+ *    the receiver acknowledges every BR_STEPS / 2 steps, when it
  *    has nothing else to do (at the latest two steps before the sender could run out of
  *    slots), on a socket of the connection's own (transport_net.c) that the sender reads
  *    only when it needs slots, so no thread wakes and no system call lies on the path of
@@ -180,12 +185,15 @@ void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
         return;
     }
     /* A large step takes far longer than the system call: confirm each one at once, so
-     * the sender keeps all its slots busy. Small ones every BR_STEPS / 2, when idle. */
+     * the sender keeps all its slots busy. Small ones every BR_STEPS / 2, when idle, or
+     * every BR_NET_KEEP_STEPS / 2 while the sender kept every one since the last
+     * confirmation (it holds no slot for them). */
     if (idle < 2 && nc->ctrl->slot[(count - 1) % BR_STEPS].bytes < BR_ACK_EAGER_BYTES) {
-        if (count - nc->ack_sent < BR_STEPS / 2) {
+        uint64_t window = nc->rx_unkept ? BR_STEPS : BR_NET_KEEP_STEPS;
+        if (count - nc->ack_sent < window / 2) {
             return;
         }
-        if (!idle && count - nc->ack_sent < BR_STEPS - 2) {
+        if (!idle && count - nc->ack_sent < window - 2) {
             proxy->acks_due = 1;
             return;
         }
@@ -194,6 +202,7 @@ void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
         ssize_t n = send(nc->ack_fd, &count, sizeof(count), MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n == (ssize_t)sizeof(count)) {
             nc->ack_sent = count;
+            nc->rx_unkept = 0;
             return;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
@@ -204,6 +213,7 @@ void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
             br_socket_send_all(nc->ack_fd, (const char *)&count + n, sizeof(count) - (size_t)n,
                                br_time_ns() + 1000000000ull) == ncclSuccess) {
             nc->ack_sent = count;
+            nc->rx_unkept = 0;
             return;
         }
         ack_socket_lost(proxy, nc, "failed");
@@ -218,6 +228,7 @@ void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
      * executor reports); the sender then merely waits longer for its slots. */
     if (link_send(proxy, nc, LINK_ACK, &m) == ncclSuccess) {
         nc->ack_sent = count;
+        nc->rx_unkept = 0;
     }
 }
 
@@ -237,8 +248,10 @@ void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
         return;
     }
     if (idle == 1) {
+        /* Steps that hold slots are confirmed every BR_STEPS / 2; kept ones less often. */
+        uint64_t due = br_proxy_link_head(nc) < nc->done ? BR_STEPS / 2 : BR_NET_KEEP_STEPS / 2;
         if (proxy->idle_streak != 8 ||
-            nc->done - atomic_load_explicit(&nc->acked, memory_order_relaxed) < BR_STEPS / 2) {
+            nc->done - atomic_load_explicit(&nc->acked, memory_order_relaxed) < due) {
             return;
         }
     } else if (idle == 0 && tail - head < BR_STEPS) {
@@ -502,7 +515,12 @@ static void send_take_offer(br_proxy_t *proxy, br_net_conn_t *nc, const link_wir
     }
     enter_failover(proxy, nc, BR_FO_CONNECTING, first);
     nc->epoch = m->epoch;
-    if (m->count < head || m->count > tail) {
+    /* Steps from the receiver's count on are in their slots (from head) or kept. */
+    int lost = m->count > tail;
+    for (uint64_t k = m->count; k < head && !lost; k++) {
+        lost = !br_proxy_kept(nc, k);
+    }
+    if (lost) {
         say(why, sizeof(why),
             "%s; rank %d holds %llu steps, but this rank kept steps %llu to %llu only", nc->fo_what,
             nc->peer, (unsigned long long)m->count, (unsigned long long)head,
@@ -526,7 +544,9 @@ static void send_take_offer(br_proxy_t *proxy, br_net_conn_t *nc, const link_wir
         nc->fo_dev = net->nused > 1 ? next_dev(net, nc->dev) : nc->dev;
     }
     memcpy(nc->fo_handle, m->handle, sizeof(nc->fo_handle));
+    nc->fo_kept = head > m->count ? head - m->count : 0;
     nc->posted = nc->done = m->count; /* everything from there on goes again */
+    nc->keep_head = m->count;
 }
 
 /* ---- Messages ---- */
@@ -640,7 +660,7 @@ static void replaced(br_proxy_t *proxy, br_net_conn_t *nc, void *comm)
     nc->comm = comm;
     nc->net = nc->fo_net;
     nc->dev = nc->fo_dev;
-    res = nc->net->ops->reg_mr(nc->net, comm, nc->buf, BR_STEPS * nc->stride, NCCL_PTR_HOST,
+    res = nc->net->ops->reg_mr(nc->net, comm, nc->buf, nc->reg_bytes, NCCL_PTR_HOST,
                                &nc->mhandle);
     if (res != ncclSuccess) {
         nc->mhandle = NULL;
@@ -651,13 +671,18 @@ static void replaced(br_proxy_t *proxy, br_net_conn_t *nc, void *comm)
     }
     leave_failover(proxy, nc);
     nc->fo_state = BR_FO_NONE;
+    char kept[64] = "";
+    if (nc->is_send && nc->fo_kept > 0) {
+        snprintf(kept, sizeof(kept), ", the first %llu from the keep ring",
+                 (unsigned long long)nc->fo_kept);
+    }
     BR_WARN(NCCL_NET | NCCL_PROXY,
             "rank %d: the network %s rank %d on NET/%s device %d failed (%s); NET/%s device %d "
-            "(%s) took over after %.1f ms, resuming at step %llu (failover %d of at most %d)",
+            "(%s) took over after %.1f ms, resuming at step %llu%s (failover %d of at most %d)",
             proxy->rank, dir_name(nc), nc->peer, old->name, old_dev, nc->fo_what, nc->net->name,
             nc->dev, br_plugin_net_dev_name(nc->net, nc->dev),
-            (double)(br_time_ns() - nc->fo_start) / 1e6, (unsigned long long)nc->done, nc->nfail,
-            proxy->failover);
+            (double)(br_time_ns() - nc->fo_start) / 1e6, (unsigned long long)nc->done, kept,
+            nc->nfail, proxy->failover);
 }
 
 static int move_replacement(br_proxy_t *proxy, br_net_conn_t *nc)

@@ -61,9 +61,17 @@ static size_t conn_ll_region(const br_conn_t *conn)
     return conn->kind == BR_TRANSPORT_NET ? 0 : BR_STEPS * conn->ll_bytes;
 }
 
+size_t br_transport_keep_bytes(const br_conn_t *conn)
+{
+    return conn->kind == BR_TRANSPORT_NET && conn->is_send && BR_PARAM_INT(FAILOVER) > 0
+               ? (size_t)BR_NET_KEEP_STEPS * BR_NET_KEEP_STRIDE
+               : 0;
+}
+
 size_t br_transport_mapping_bytes(const br_conn_t *conn)
 {
-    return br_transport_ctrl_bytes() + BR_STEPS * conn_stride(conn) + conn_ll_region(conn);
+    return br_transport_ctrl_bytes() + BR_STEPS * conn_stride(conn) + conn_ll_region(conn) +
+           br_transport_keep_bytes(conn);
 }
 
 void br_transport_layout(br_conn_t *conn, void *base)

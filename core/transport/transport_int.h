@@ -48,10 +48,12 @@ extern const br_transport_ops_t br_transport_net;
 size_t br_transport_ctrl_bytes(void);
 
 /* Point conn's control block, Simple slots and LL region into a mapping laid out as
- * ctrl | BR_STEPS x stride | BR_STEPS x ll_bytes (no LL region on net links). */
+ * ctrl | BR_STEPS x stride | BR_STEPS x ll_bytes (no LL region on net links), then on a
+ * net send connection with failover on the keep ring (fifo.h). */
 void br_transport_layout(br_conn_t *conn, void *base);
 
-/* Bytes of conn's whole mapping in that layout. */
+/* Bytes of conn's keep ring after its slots (0 for none), and of its whole mapping. */
+size_t br_transport_keep_bytes(const br_conn_t *conn);
 size_t br_transport_mapping_bytes(const br_conn_t *conn);
 
 #endif /* BR_TRANSPORT_INT_H_ */

@@ -289,6 +289,10 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     nc->mhandle = ns->mhandle;
     nc->ack_fd = ns->ack_fd;
     nc->acks = ns->ack_fd >= 0;
+    nc->reg_bytes = BR_STEPS * conn->stride + br_transport_keep_bytes(conn);
+    if (nc->acks && br_transport_keep_bytes(conn) > 0) {
+        nc->keep = conn->buf + BR_STEPS * conn->stride;
+    }
     nc->userbuf = ns->userbuf; /* Send/Recv, and ring collectives (exec_sched.c) */
     if (tc->proxy == NULL) {
         br_proxy_config_t cfg = {.net = net,
@@ -352,8 +356,9 @@ static ncclResult_t net_complete(br_transport_comm_t *tc, br_conn_t *conn, int *
             (void)net->ops->close_listen(net, ns->listen_comm);
             ns->listen_comm = NULL;
         }
-        res = net->ops->reg_mr(net, ns->comm, conn->buf, BR_STEPS * conn->stride, NCCL_PTR_HOST,
-                               &ns->mhandle);
+        res = net->ops->reg_mr(net, ns->comm, conn->buf,
+                               BR_STEPS * conn->stride + br_transport_keep_bytes(conn),
+                               NCCL_PTR_HOST, &ns->mhandle);
         if (res != ncclSuccess) {
             BR_WARN(NCCL_NET, "rank %d: net plugin %s failed to register a FIFO for rank %d",
                     tc->rank, net->name, conn->peer);
