@@ -218,6 +218,15 @@ static double tree_us(const br_plan_t *p, int func, int proto, size_t bytes, int
     double depth = p->tree_intra * hop_us(p, pc->intra_hw, a, proto) +
                    p->tree_inter * hop_us(p, BR_HW_NET, a, proto);
     double ways = (func == BR_FUNC_ALLREDUCE ? 2.0 : 1.5) * (net ? p->h.tree_hop : 1.0);
+    if (pc->share > 1.0 && pc->intra_hw == BR_HW_NET && func != BR_FUNC_ALLREDUCE) {
+        /* Ranks that share cores and talk over the network: a Broadcast or Reduce costs
+         * the work of its n - 1 messages, done by the cores in turn, whatever the tree's
+         * shape; its depth saves nothing over the ring's pipeline (4 and 8 ranks on 2
+         * cores, binary trees inside the host: the ring as fast or faster from 8 B to
+         * 128 KiB, docs/performance.md). */
+        depth = (n - 1) * hop_us(p, pc->intra_hw, a, proto);
+        ways = 1.0;
+    }
     double traffic = func == BR_FUNC_ALLREDUCE ? 2.0 * (n - 1) / n : 1.0;
     double fan = pc->share <= 1.0 ? 1.5 : net ? 1.2 : 1.0;
     return p->k.base_latencies[a][proto] + ways * depth +
