@@ -260,17 +260,18 @@ static int progress_send(br_proxy_t *proxy, br_net_conn_t *nc)
         } else {
             /* The call descriptor travels right after the payload, so the receiver can
              * check it as it does on shared memory. */
-            br_slot_desc_t *d = (br_slot_desc_t *)(void *)(data + bytes);
-            memcpy(d, &nc->ctrl->slot[slot], sizeof(*d));
+            br_slot_desc_t d = nc->ctrl->slot[slot];
             /* A small step is kept while the ring has room past the last confirmed one
              * (the entry it takes then holds a confirmed step), and says so. */
-            if (nc->keep != NULL && bytes <= BR_NET_KEEP_BYTES &&
-                nc->posted <
-                    atomic_load_explicit(&nc->acked, memory_order_relaxed) + BR_NET_KEEP_STEPS) {
+            int keep = nc->keep != NULL && bytes <= BR_NET_KEEP_BYTES &&
+                       nc->posted < atomic_load_explicit(&nc->acked, memory_order_relaxed) +
+                                        BR_NET_KEEP_STEPS;
+            d.func |= keep ? BR_NET_DESC_KEPT : 0;
+            memcpy(data + bytes, &d, sizeof(d)); /* unaligned: after any number of bytes */
+            if (keep) {
                 int k = (int)(nc->posted % BR_NET_KEEP_STEPS);
-                d->func |= BR_NET_DESC_KEPT;
-                memcpy(nc->keep + (size_t)k * BR_NET_KEEP_STRIDE, data, bytes + sizeof(*d));
-                nc->keep_len[k] = (uint32_t)(bytes + sizeof(*d));
+                memcpy(nc->keep + (size_t)k * BR_NET_KEEP_STRIDE, data, bytes + sizeof(d));
+                nc->keep_len[k] = (uint32_t)(bytes + sizeof(d));
                 nc->keep_seq[k] = nc->posted + 1;
             }
             res = net->ops->isend(net, nc->comm, data, bytes + sizeof(br_slot_desc_t), proxy->rank,
