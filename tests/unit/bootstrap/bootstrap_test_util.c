@@ -90,26 +90,22 @@ void bt_run_threads(int nranks, bt_rank_fn_t fn, void *arg)
     }
 }
 
-/* nranks ranks as forked processes; the id (and its root thread) comes from this one. */
-void bt_run_procs_id(const ncclUniqueId *id, int nranks, bt_rank_fn_t fn, void *arg)
+/* One rank in a forked child: init on id, run the body, exit with its verdict. */
+static void proc_rank(const ncclUniqueId *id, int r, int nranks, bt_rank_fn_t fn, void *arg)
 {
-    pid_t pids[BT_MAX_RANKS];
-
-    for (int r = 0; r < nranks; r++) {
-        pids[r] = fork();
-        ck_assert_int_ge(pids[r], 0);
-        if (pids[r] == 0) {
-            br_bootstrap_t *boot = NULL;
-            int ret;
-            if (br_bootstrap_init(id, r, nranks, &boot) != ncclSuccess) {
-                fprintf(stderr, "rank %d: init failed: %s\n", r, br_log_last_error());
-                _exit(2);
-            }
-            ret = fn(boot, r, nranks, arg);
-            br_bootstrap_close(boot);
-            _exit(ret == 0 ? 0 : 3);
-        }
+    br_bootstrap_t *boot = NULL;
+    int ret;
+    if (br_bootstrap_init(id, r, nranks, &boot) != ncclSuccess) {
+        fprintf(stderr, "rank %d: init failed: %s\n", r, br_log_last_error());
+        _exit(2);
     }
+    ret = fn(boot, r, nranks, arg);
+    br_bootstrap_close(boot);
+    _exit(ret == 0 ? 0 : 3);
+}
+
+static void procs_reap(const pid_t *pids, int nranks)
+{
     for (int r = 0; r < nranks; r++) {
         int status = 0;
         ck_assert_int_eq(waitpid(pids[r], &status, 0), pids[r]);
@@ -118,12 +114,59 @@ void bt_run_procs_id(const ncclUniqueId *id, int nranks, bt_rank_fn_t fn, void *
     }
 }
 
+/* nranks ranks as forked processes; the id (and its root thread) comes from this one. */
+void bt_run_procs_id(const ncclUniqueId *id, int nranks, bt_rank_fn_t fn, void *arg)
+{
+    pid_t pids[BT_MAX_RANKS];
+
+    fflush(NULL);
+    for (int r = 0; r < nranks; r++) {
+        pids[r] = fork();
+        ck_assert_int_ge(pids[r], 0);
+        if (pids[r] == 0) {
+            proc_rank(id, r, nranks, fn, arg);
+        }
+    }
+    procs_reap(pids, nranks);
+}
+
+/* Every rank is forked before the id exists, and reads it from a pipe: the id starts the
+ * root's thread, and a fork while that thread serves the ranks forked earlier could copy a
+ * lock it holds into the child (the sanitizers' allocator lock deadlocked a child under
+ * ASan, as in tests/common/brt_launch.c). An id is far smaller than PIPE_BUF, so each of
+ * the nranks writes reaches one reader whole. */
 void bt_run_procs(int nranks, bt_rank_fn_t fn, void *arg)
 {
+    pid_t pids[BT_MAX_RANKS];
     ncclUniqueId id;
+    int fds[2];
 
-    ck_assert_int_eq(br_bootstrap_get_unique_id(&id), ncclSuccess);
-    bt_run_procs_id(&id, nranks, fn, arg);
+    ck_assert_int_eq(pipe(fds), 0);
+    fflush(NULL);
+    for (int r = 0; r < nranks; r++) {
+        pids[r] = fork();
+        ck_assert_int_ge(pids[r], 0);
+        if (pids[r] == 0) {
+            close(fds[1]);
+            ssize_t n;
+            do {
+                n = read(fds[0], &id, sizeof(id));
+            } while (n < 0 && errno == EINTR);
+            if (n != (ssize_t)sizeof(id)) {
+                fprintf(stderr, "rank %d: no id from the parent (%zd bytes)\n", r, n);
+                _exit(4);
+            }
+            proc_rank(&id, r, nranks, fn, arg);
+        }
+    }
+    close(fds[0]);
+    ncclResult_t got = br_bootstrap_get_unique_id(&id);
+    for (int r = 0; r < nranks && got == ncclSuccess; r++) {
+        ck_assert_int_eq(write(fds[1], &id, sizeof(id)), (ssize_t)sizeof(id));
+    }
+    close(fds[1]); /* without an id the children read 0 bytes and exit */
+    ck_assert_int_eq(got, ncclSuccess);
+    procs_reap(pids, nranks);
 }
 
 unsigned char bt_pattern(int src, int dst, int tag, size_t i)

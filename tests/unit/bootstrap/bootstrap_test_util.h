@@ -69,7 +69,7 @@ void bt_run_threads(int nranks, bt_rank_fn_t fn, void *arg);
  * asserted to exit cleanly. */
 void bt_run_procs_id(const ncclUniqueId *id, int nranks, bt_rank_fn_t fn, void *arg);
 
-/* bt_run_procs_id on a fresh id. */
+/* The same on a fresh id, made after every rank is forked (so no thread is copied). */
 void bt_run_procs(int nranks, bt_rank_fn_t fn, void *arg);
 
 /* The byte a test message from src to dst on tag carries at offset i. */
