@@ -4,8 +4,8 @@
  * order, the search channels (graph_search.c or a graph file, graph_file.c) spread over
  * the channels as rings, and per tree index a binary tree over the nodes, hung from the
  * node heads (each channel's first rank of a node) with the channel's chain inside each
- * node (a binary tree where the node's links are the network). All arrays are flat, indexed [channel * nranks + rank]. Pure computation on the
- * caller's thread.
+ * node (a binary tree where the node's links are the network). All arrays are flat,
+ * indexed [channel * nranks + rank]. Pure computation on the caller's thread.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -267,6 +267,12 @@ static int net_first_message(br_transport_comm_t *tc, br_conn_t *conn, net_setup
 }
 
 /* The plugin comm is up and its first message done: give the connection to the proxy. */
+/* What the plugin registers of a FIFO: its slots, and the keep ring after them if any. */
+static size_t fifo_reg_bytes(const br_conn_t *conn)
+{
+    return BR_STEPS * conn->stride + br_transport_keep_bytes(conn);
+}
+
 static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_setup_t *ns)
 {
     br_net_t *net = tc->net;
@@ -289,7 +295,7 @@ static ncclResult_t net_hand_over(br_transport_comm_t *tc, br_conn_t *conn, net_
     nc->mhandle = ns->mhandle;
     nc->ack_fd = ns->ack_fd;
     nc->acks = ns->ack_fd >= 0;
-    nc->reg_bytes = BR_STEPS * conn->stride + br_transport_keep_bytes(conn);
+    nc->reg_bytes = fifo_reg_bytes(conn);
     if (nc->acks && br_transport_keep_bytes(conn) > 0) {
         nc->keep = conn->buf + BR_STEPS * conn->stride;
     }
@@ -356,9 +362,8 @@ static ncclResult_t net_complete(br_transport_comm_t *tc, br_conn_t *conn, int *
             (void)net->ops->close_listen(net, ns->listen_comm);
             ns->listen_comm = NULL;
         }
-        res = net->ops->reg_mr(net, ns->comm, conn->buf,
-                               BR_STEPS * conn->stride + br_transport_keep_bytes(conn),
-                               NCCL_PTR_HOST, &ns->mhandle);
+        res = net->ops->reg_mr(net, ns->comm, conn->buf, fifo_reg_bytes(conn), NCCL_PTR_HOST,
+                               &ns->mhandle);
         if (res != ncclSuccess) {
             BR_WARN(NCCL_NET, "rank %d: net plugin %s failed to register a FIFO for rank %d",
                     tc->rank, net->name, conn->peer);
