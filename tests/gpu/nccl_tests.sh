@@ -2,12 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 # NVIDIA's nccl-tests, built beside the project against Braid's include/nccl.h and linked
 # with Braid's libnccl.so.2 (nothing of theirs enters the repo), run with one rank on one
-# GPU: all_reduce, all_gather, reduce_scatter, broadcast and sendrecv, each validated
+# GPU: all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv and alltoall, each validated
 # (-c 1). The same binaries then run on NVIDIA's NCCL (the one PyTorch's wheels bring)
 # in the same run, for the side-by-side times.
 # Usage: tests/gpu/nccl_tests.sh [build dir]
 #   the source: $NCCL_TESTS_SRC, else .gpu-carry/nccl-tests in the checkout (a clone of
-#   NVIDIA/nccl-tests; .gpu-carry is ignored by git, so the device tool's `carry` takes it)
+#   NVIDIA/nccl-tests; .gpu-carry is ignored by git, so the device tool's `carry` takes it);
+#   or binaries built elsewhere against Braid's nccl.h (smaller to carry than the source
+#   plus a build there): $NCCL_TESTS_BIN, else .gpu-carry/nccl-tests-bin.tgz (a tarball
+#   of one folder holding the *_perf programs)
 # Results in $OUT (or ./gpu-out)/nccl-tests. Exit 77 (SKIP) without a GPU or the source.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,27 +22,37 @@ if ! nvidia-smi -L > /dev/null 2>&1; then
     echo "SKIP: no GPU here"
     exit 77
 fi
-if [ ! -f "$src/src/Makefile" ]; then
+cuda=${CUDA_HOME:-/usr/local/cuda}
+bin=${NCCL_TESTS_BIN:-}
+if [ -z "$bin" ] && [ -f "$root/.gpu-carry/nccl-tests-bin.tgz" ]; then
+    mkdir -p "$out/bin"
+    tar xzf "$root/.gpu-carry/nccl-tests-bin.tgz" -C "$out/bin" --strip-components=1 &&
+        bin="$out/bin"
+fi
+if [ -n "$bin" ]; then
+    echo "== nccl-tests built elsewhere against Braid's nccl.h: $bin"
+elif [ ! -f "$src/src/Makefile" ]; then
     echo "SKIP: no nccl-tests source at $src (clone NVIDIA/nccl-tests there, or set NCCL_TESTS_SRC)"
     exit 77
-fi
-cuda=${CUDA_HOME:-/usr/local/cuda}
-home="$out/braid-home"
-mkdir -p "$home"
-ln -sfn "$root/include" "$home/include"
-ln -sfn "$build/lib" "$home/lib"
-cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
-echo "== building nccl-tests against Braid (sm_$cc)"
-if ! make -C "$src/src" -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME="$home" \
-    NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" BUILDDIR="$out/bin" build \
-    > "$out/build.log" 2>&1; then
-    tail -20 "$out/build.log"
-    echo "FAIL: nccl-tests did not build against Braid's nccl.h (log $out/build.log)"
-    exit 1
+else
+    home="$out/braid-home"
+    mkdir -p "$home"
+    ln -sfn "$root/include" "$home/include"
+    ln -sfn "$build/lib" "$home/lib"
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
+    echo "== building nccl-tests against Braid (sm_$cc)"
+    bin="$out/bin"
+    if ! make -C "$src/src" -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME="$home" \
+        NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" BUILDDIR="$bin" build \
+        > "$out/build.log" 2>&1; then
+        tail -20 "$out/build.log"
+        echo "FAIL: nccl-tests did not build against Braid's nccl.h (log $out/build.log)"
+        exit 1
+    fi
 fi
 nvlib=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
 status=0
-for t in all_reduce all_gather reduce_scatter broadcast sendrecv; do
+for t in all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall; do
     for lib in braid nvidia; do
         if [ "$lib" = braid ]; then
             path="$build/lib"
@@ -50,7 +63,8 @@ for t in all_reduce all_gather reduce_scatter broadcast sendrecv; do
             continue
         fi
         log="$out/$t-$lib.log"
-        LD_LIBRARY_PATH="$path" timeout 120 "$out/bin/${t}_perf" -g 1 -b 8 -e 256M -f 4 -c 1 \
+        LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout -k 5 60 \
+            "$bin/${t}_perf" -g 1 -b 8 -e 256M -f 4 -c 1 \
             -n 20 -w 5 > "$log" 2>&1
         rc=$?
         wrong=$(grep -E "Out of bounds values" "$log" | head -1)
@@ -62,7 +76,7 @@ for t in all_reduce all_gather reduce_scatter broadcast sendrecv; do
     done
 done
 # Side by side: the out-of-place time (us) of each size, Braid then NVIDIA.
-for t in all_reduce all_gather reduce_scatter broadcast sendrecv; do
+for t in all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall; do
     [ -f "$out/$t-nvidia.log" ] || continue
     echo "== $t: bytes, Braid us, NCCL us (out of place)"
     join <(awk '/^ +[0-9]+ +[0-9]+ /{print $1, $6}' "$out/$t-braid.log") \
