@@ -65,11 +65,11 @@ step() { # name timeout command...   (timeout cut to the budget left)
 
 # 1. Correctness.
 for proto in Simple LL LL128; do
-    NCCL_PROTO=$proto NCCL_BUFFSIZE=262144 step "coll-$proto" 90 "$build/bin/check_gpu" coll
+    NCCL_PROTO=$proto NCCL_BUFFSIZE=262144 step "coll-$proto" 60 "$build/bin/check_gpu" coll
 done
 # Tree where NCCL runs it (AllReduce, Broadcast, Reduce); the others keep the model's pick.
 NCCL_ALGO="allreduce:Tree;broadcast:Tree;reduce:Tree" NCCL_BUFFSIZE=262144 \
-    step "coll-Tree" 90 "$build/bin/check_gpu" coll
+    step "coll-Tree" 60 "$build/bin/check_gpu" coll
 for s in overlap errors capture multi; do
     BRAID_CUDA_WAIT_TIMEOUT=20 step "$s" 60 "$build/bin/check_gpu" "$s"
 done
