@@ -6,6 +6,7 @@
  *            FIFO, at 1, 2, 4 and 8 ranks driven by one thread in groups, and at 2 and 4
  *            ranks with one thread per rank; results checked on the host against the
  *            reference of tests/common, with guards around every buffer
+ *   threads  only the part of coll with one thread per rank
  *   overlap  a call returns at once and its stream waits for the peer's call, while other
  *            streams go on
  *   errors   host and device buffers mixed; mismatched calls across ranks
@@ -60,7 +61,16 @@ static int rank_dev[MAXR];
 typedef struct {
     unsigned char *dsend, *drecv;
     void *hsendbuff, *hrecvbuff;
+    int pooled; /* dsend/drecv belong to a pool_t: not freed by mirror_down */
 } mirror_t;
+
+/* Device buffers a rank reuses for every case. Ranks driven by threads of one process
+ * must not cudaFree between calls: cudaFree waits for the whole device, so a rank freeing
+ * while a peer's stream waits for that rank's next call deadlocks (as with NCCL). */
+typedef struct {
+    unsigned char *dsend, *drecv;
+    size_t send_cap, recv_cap;
+} pool_t;
 
 static void *to_dev_ptr(const brt_buf_t *b, const mirror_t *m, void *p)
 {
@@ -74,18 +84,31 @@ static void *to_dev_ptr(const brt_buf_t *b, const mirror_t *m, void *p)
     return m->drecv + (q - b->recv_mem);
 }
 
-static void mirror_up(brt_buf_t *b, mirror_t *m)
+/* The case's buffers on the device: from the pool when one is given (and large enough),
+ * else allocated. The uploads are ordered in the call's stream: a cudaMemcpy from
+ * pageable memory may return before its copy lands, and the legacy stream it uses does
+ * not order work on non-blocking streams. */
+static void mirror_up(brt_buf_t *b, mirror_t *m, pool_t *pool, cudaStream_t s)
 {
+    size_t sb = b->send_bytes + 2 * BRT_GUARD, rb = b->recv_bytes + 2 * BRT_GUARD;
     memset(m, 0, sizeof(*m));
+    m->pooled = pool != NULL && (!b->send_mem || sb <= pool->send_cap) &&
+                (!b->recv_mem || rb <= pool->recv_cap);
     if (b->send_mem) {
-        CUDA_OK(cudaMalloc((void **)&m->dsend, b->send_bytes + 2 * BRT_GUARD));
-        CUDA_OK(cudaMemcpy(m->dsend, b->send_mem, b->send_bytes + 2 * BRT_GUARD,
-                           cudaMemcpyHostToDevice));
+        if (m->pooled) {
+            m->dsend = pool->dsend;
+        } else {
+            CUDA_OK(cudaMalloc((void **)&m->dsend, sb));
+        }
+        CUDA_OK(cudaMemcpyAsync(m->dsend, b->send_mem, sb, cudaMemcpyHostToDevice, s));
     }
     if (b->recv_mem) {
-        CUDA_OK(cudaMalloc((void **)&m->drecv, b->recv_bytes + 2 * BRT_GUARD));
-        CUDA_OK(cudaMemcpy(m->drecv, b->recv_mem, b->recv_bytes + 2 * BRT_GUARD,
-                           cudaMemcpyHostToDevice));
+        if (m->pooled) {
+            m->drecv = pool->drecv;
+        } else {
+            CUDA_OK(cudaMalloc((void **)&m->drecv, rb));
+        }
+        CUDA_OK(cudaMemcpyAsync(m->drecv, b->recv_mem, rb, cudaMemcpyHostToDevice, s));
     }
     m->hsendbuff = b->sendbuff;
     m->hrecvbuff = b->recvbuff;
@@ -93,20 +116,58 @@ static void mirror_up(brt_buf_t *b, mirror_t *m)
     b->recvbuff = to_dev_ptr(b, m, b->recvbuff);
 }
 
+/* Back to the host; the caller synchronised the call's stream. */
 static void mirror_down(brt_buf_t *b, mirror_t *m)
 {
     if (b->send_mem) {
         CUDA_OK(cudaMemcpy(b->send_mem, m->dsend, b->send_bytes + 2 * BRT_GUARD,
                            cudaMemcpyDeviceToHost));
-        cudaFree(m->dsend);
+        if (!m->pooled) {
+            cudaFree(m->dsend);
+        }
     }
     if (b->recv_mem) {
         CUDA_OK(cudaMemcpy(b->recv_mem, m->drecv, b->recv_bytes + 2 * BRT_GUARD,
                            cudaMemcpyDeviceToHost));
-        cudaFree(m->drecv);
+        if (!m->pooled) {
+            cudaFree(m->drecv);
+        }
     }
     b->sendbuff = m->hsendbuff;
     b->recvbuff = m->hrecvbuff;
+}
+
+/* A pool as large as the largest buffers of these cases (set up on the host to see). */
+static void pool_init(pool_t *pool, ncclComm_t comm, const brt_case_t *cases, size_t ncases,
+                      int rank, int n)
+{
+    char err[1024];
+    memset(pool, 0, sizeof(*pool));
+    for (size_t i = 0; i < ncases; i++) {
+        brt_buf_t b;
+        memset(&b, 0, sizeof(b));
+        b.comm = comm;
+        b.rank = rank;
+        b.nranks = n;
+        if (brt_case_setup(&cases[i], &b, err, sizeof(err)) != 0) {
+            continue;
+        }
+        if (b.send_mem && b.send_bytes + 2 * BRT_GUARD > pool->send_cap) {
+            pool->send_cap = b.send_bytes + 2 * BRT_GUARD;
+        }
+        if (b.recv_mem && b.recv_bytes + 2 * BRT_GUARD > pool->recv_cap) {
+            pool->recv_cap = b.recv_bytes + 2 * BRT_GUARD;
+        }
+        brt_case_teardown(&b);
+    }
+    CUDA_OK(cudaMalloc((void **)&pool->dsend, pool->send_cap ? pool->send_cap : 1));
+    CUDA_OK(cudaMalloc((void **)&pool->drecv, pool->recv_cap ? pool->recv_cap : 1));
+}
+
+static void pool_free(pool_t *pool)
+{
+    cudaFree(pool->dsend);
+    cudaFree(pool->drecv);
 }
 
 /* One case on n ranks driven by this thread: one group for every rank's call. */
@@ -129,7 +190,7 @@ static int run_case_group(ncclComm_t *comms, cudaStream_t *streams, int n, const
             EXPECT(0, "%s: setup: %s", name, err);
             return 1;
         }
-        mirror_up(&b[r], &m[r]);
+        mirror_up(&b[r], &m[r], NULL, streams[r]);
     }
     ncclResult_t res = ncclGroupStart();
     for (int r = 0; r < n && res == ncclSuccess; r++) {
@@ -262,6 +323,8 @@ static int run_cases_one_rank(ncclComm_t comm, cudaStream_t s, int rank, int n,
 {
     char err[1024], name[192];
     int fails = 0;
+    pool_t pool;
+    pool_init(&pool, comm, cases, ncases, rank, n);
     for (size_t i = 0; i < ncases; i++) {
         brt_buf_t b;
         mirror_t m;
@@ -275,7 +338,7 @@ static int run_cases_one_rank(ncclComm_t comm, cudaStream_t s, int rank, int n,
             fails++;
             continue;
         }
-        mirror_up(&b, &m);
+        mirror_up(&b, &m, &pool, s);
         ncclResult_t res = brt_case_issue(&cases[i], &b);
         CUDA_OK(cudaStreamSynchronize(s));
         mirror_down(&b, &m);
@@ -290,6 +353,9 @@ static int run_cases_one_rank(ncclComm_t comm, cudaStream_t s, int rank, int n,
         }
         brt_case_teardown(&b);
     }
+    /* Safe now (see pool_t): this rank's last call completed, so its peers' calls of the
+     * same collective did, and none of theirs waits for this rank any more. */
+    pool_free(&pool);
     return fails;
 }
 
@@ -400,7 +466,7 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
         for (int i = 0; i < 1024; i++) {
             host[i] = (float)(rank + i);
         }
-        CUDA_OK(cudaMemcpy(dbuf, host, sizeof(host), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpyAsync(dbuf, host, sizeof(host), cudaMemcpyHostToDevice, s));
         ncclGroupStart();
         ncclAllReduce(dbuf, dbuf, 1024, ncclFloat, ncclSum, comm, s);
         ncclAllGather(dbuf, dbuf + 1024, 1024 / n, ncclFloat, comm, s);
@@ -422,7 +488,7 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
         for (int i = 0; i < 200; i++) {
             ih[i] = rank * i;
         }
-        CUDA_OK(cudaMemcpy(ibuf, ih, sizeof(ih), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpyAsync(ibuf, ih, sizeof(ih), cudaMemcpyHostToDevice, s));
         for (int i = 0; i < 200; i++) {
             EXPECT(ncclAllReduce(ibuf + i, ibuf + i, 1, ncclInt32, ncclSum, comm, s) == ncclSuccess,
                    "process rank %d: AllReduce %d of 200: %s", rank, i, ncclGetLastError(comm));
@@ -575,6 +641,8 @@ static void section_overlap(void)
         }
         CUDA_OK(cudaMemcpy(buf[r], host, sizeof(host), cudaMemcpyHostToDevice));
     }
+    /* A cudaMemcpy from pageable memory can return before its copy lands. */
+    CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
     CUDA_OK(cudaMalloc((void **)&scratch, 1 << 20));
     EXPECT(ncclAllReduce(buf[0], buf[0], 1024, ncclFloat, ncclSum, comms[0], s[0]) == ncclSuccess,
@@ -703,6 +771,7 @@ static void section_capture(void)
             }
             CUDA_OK(cudaMemcpy(buf[r], host, sizeof(host), cudaMemcpyHostToDevice));
         }
+        CUDA_OK(cudaDeviceSynchronize()); /* the uploads landed (pageable cudaMemcpy) */
         CUDA_OK(cudaGraphLaunch(ge, s[0]));
         CUDA_OK(cudaStreamSynchronize(s[0]));
         for (int r = 0; r < 2; r++) {
@@ -753,6 +822,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "all") || !strcmp(what, "coll")) {
         section_coll_groups();
+    }
+    if (!strcmp(what, "all") || !strcmp(what, "coll") || !strcmp(what, "threads")) {
         section_coll_threads();
     }
     if (!strcmp(what, "all") || !strcmp(what, "overlap")) {
