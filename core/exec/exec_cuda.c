@@ -515,14 +515,33 @@ static void *watchdog_main(void *arg)
 
 /* The first device call of a clique sets the executor up and starts its watchdog. Caller
  * holds cl->mu. */
+/* Relaxed capture mode for this thread while it allocates, as NCCL does: in the default
+ * (global) mode, cuMemAlloc and its kin fail while a stream of this thread, or a
+ * global-mode capture of any thread, is capturing, and a first device call or a captured
+ * one allocates. Returns the mode to give back to capture_mode_restore. */
+static int capture_mode_relax(const br_cuda_t *cu)
+{
+    int mode = BR_CU_CAPTURE_MODE_RELAXED;
+    cu->ThreadExchangeStreamCaptureMode(&mode);
+    return mode;
+}
+
+static void capture_mode_restore(const br_cuda_t *cu, int mode)
+{
+    cu->ThreadExchangeStreamCaptureMode(&mode);
+}
+
 static void ensure_setup(br_clique_t *cl, int rank)
 {
+    const br_cuda_t *cu = br_cuda(NULL);
     char msg[256];
     if (cl->setup_done) {
         return;
     }
     cl->setup_done = 1;
+    int mode = capture_mode_relax(cu);
     cl->setup_res = br_cuda_setup(cl, rank);
+    capture_mode_restore(cu, mode);
     if (cl->setup_res != ncclSuccess) {
         snprintf(msg, sizeof(msg),
                  "rank %d (host %s): the CUDA executor could not be set up (see the warning "
@@ -708,6 +727,7 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
     }
     memset(per_dev, 0, sizeof(per_dev));
     cu->CtxGetCurrent(&saved);
+    int mode = capture_mode_relax(cu); /* the launch's own FIFOs and descriptors */
     pthread_mutex_lock(&cl->mu);
     ensure_setup(cl, ecs[0]->rank);
     if (cl->failed) {
@@ -857,6 +877,7 @@ out:
     }
     br_cuda_build_free(per_dev);
     pthread_mutex_unlock(&cl->mu);
+    capture_mode_restore(cu, mode);
     cu->CtxSetCurrent(saved);
     free(in_unit);
     free(stack);

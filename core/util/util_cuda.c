@@ -163,6 +163,7 @@ static void load(void)
     LOAD(StreamWaitValue32, "cuStreamWaitValue32_v2", "cuStreamWaitValue32");
     LOAD(StreamWriteValue32, "cuStreamWriteValue32_v2", "cuStreamWriteValue32");
     LOAD(StreamIsCapturing, NULL, "cuStreamIsCapturing");
+    LOAD(ThreadExchangeStreamCaptureMode, NULL, "cuThreadExchangeStreamCaptureMode");
     LOAD_OPT(IpcGetMemHandle, NULL, "cuIpcGetMemHandle");
     LOAD_OPT(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle");
     LOAD_OPT(IpcCloseMemHandle, NULL, "cuIpcCloseMemHandle");

@@ -39,6 +39,7 @@ typedef unsigned long long br_cu_ptr_t; /* CUdeviceptr */
 #define BR_CU_DEV_ATTR_MAX_THREADS_PER_SM 39
 #define BR_CU_DEV_ATTR_UNIFIED_ADDRESSING 41
 #define BR_CU_CAPTURE_STATUS_NONE 0
+#define BR_CU_CAPTURE_MODE_RELAXED 2
 #define BR_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
 
 /* CUipcMemHandle: 64 opaque bytes, passed by value. */
@@ -90,6 +91,8 @@ typedef struct {
     br_cu_result_t (*StreamWriteValue32)(br_cu_stream_t s, br_cu_ptr_t addr, uint32_t value,
                                          unsigned flags);
     br_cu_result_t (*StreamIsCapturing)(br_cu_stream_t s, int *status);
+    /* Swaps this thread's capture mode with *mode (CUstreamCaptureMode). */
+    br_cu_result_t (*ThreadExchangeStreamCaptureMode)(int *mode);
     /* Optional (NULL where the driver lacks them): device memory shared between processes,
      * and 64-bit stream memory operations (exec_cuda_stage.c's direct path). */
     br_cu_result_t (*IpcGetMemHandle)(br_cu_ipc_handle_t *h, br_cu_ptr_t p);

@@ -14,7 +14,9 @@
  * grid as its own CPU thread, all at once: the co-residency the executor relies on. Stream
  * capture records what capturing streams are given (streams join a capture by waiting on
  * an event recorded in it) and a graph launch replays it in order on one stream, which
- * keeps every dependency the capture had.
+ * keeps every dependency the capture had. As the driver does, allocations fail while a
+ * capture forbids them (a capture this thread began, or a global-mode one of any thread),
+ * unless cuThreadExchangeStreamCaptureMode made this thread relaxed.
  * Devices: BRAID_FAKE_CUDA_DEVICES (1); each has 8 SMs of 2 resident blocks.
  */
 /* memfd_create: _GNU_SOURCE comes from the build */
@@ -37,6 +39,7 @@ typedef int CUresult;
 #define ERR_INVALID_CONTEXT 201
 #define ERR_NOT_FOUND 500
 #define ERR_NOT_READY 600
+#define ERR_CAPTURE_UNSUPPORTED 900
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -107,8 +110,31 @@ static int alloc_remove(uintptr_t base, int opened, alloc_t *out)
 
 /* Device memory is a shared mapping of a memfd, so that another process can map it from
  * an IPC handle, as a GPU's memory is reached by other processes' contexts. */
+/* The stream-capture rules for "potentially unsafe" calls such as allocations. */
+static __thread int thread_capture_mode; /* 0 global (the default), 1 thread-local, 2 relaxed */
+static __thread int local_captures;      /* non-relaxed captures this thread began */
+static int global_captures;              /* global-mode captures of any thread */
+
+static int capture_forbids(void)
+{
+    return thread_capture_mode != 2 &&
+           (local_captures > 0 ||
+            (thread_capture_mode == 0 && __atomic_load_n(&global_captures, __ATOMIC_SEQ_CST) > 0));
+}
+
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode)
+{
+    int old = thread_capture_mode;
+    thread_capture_mode = *mode;
+    *mode = old;
+    return OK;
+}
+
 EXPORT CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes)
 {
+    if (capture_forbids()) {
+        return ERR_CAPTURE_UNSUPPORTED;
+    }
     size_t size = bytes ? bytes : 1;
     int fd = memfd_create("fake-cuda", MFD_CLOEXEC);
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
@@ -207,6 +233,9 @@ EXPORT CUresult cuIpcCloseMemHandle(unsigned long long p)
 EXPORT CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags)
 {
     (void)flags;
+    if (capture_forbids()) {
+        return ERR_CAPTURE_UNSUPPORTED;
+    }
     return posix_memalign(p, 4096, bytes ? bytes : 1) == 0 ? OK : 2;
 }
 
@@ -273,6 +302,7 @@ EXPORT CUresult cuGetErrorString(CUresult e, const char **s)
     case ERR_INVALID_VALUE: *s = "invalid argument"; break;
     case ERR_INVALID_CONTEXT: *s = "invalid device context"; break;
     case ERR_NOT_READY: *s = "device not ready"; break;
+    case ERR_CAPTURE_UNSUPPORTED: *s = "operation not permitted when stream is capturing"; break;
     default: *s = "emulated driver error"; break;
     }
     return OK;
@@ -486,6 +516,7 @@ typedef struct {
     pthread_cond_t cv;
     op_t *head, *tail;
     int busy, stop, capturing;
+    int capture_mode; /* of the capture begun on this stream */
     pthread_t worker;
 } stream_t;
 
@@ -830,7 +861,13 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
 
 EXPORT CUresult cuStreamBeginCapture_v2(void *h, int mode)
 {
-    (void)mode;
+    stream_of(h)->capture_mode = mode;
+    if (mode != 2) {
+        local_captures++;
+    }
+    if (mode == 0) {
+        __atomic_add_fetch(&global_captures, 1, __ATOMIC_SEQ_CST);
+    }
     pthread_mutex_lock(&cap_mu);
     cap_head = cap_tail = NULL;
     pthread_mutex_unlock(&cap_mu);
@@ -841,6 +878,12 @@ EXPORT CUresult cuStreamBeginCapture_v2(void *h, int mode)
 EXPORT CUresult cuStreamEndCapture(void *h, void **graph)
 {
     graph_t *g = calloc(1, sizeof(*g));
+    if (stream_of(h)->capture_mode != 2 && local_captures > 0) {
+        local_captures--;
+    }
+    if (stream_of(h)->capture_mode == 0) {
+        __atomic_sub_fetch(&global_captures, 1, __ATOMIC_SEQ_CST);
+    }
     stream_of(h)->capturing = 0;
     for (int i = 0; i < nstreams_seen; i++) {
         if (all_streams[i] != NULL) {

@@ -139,7 +139,7 @@ int perf_mem_select_device(int dev);
 void perf_mem_describe(int device, int dev, char *buf, size_t len);
 void *perf_mem_alloc(int device, size_t bytes);
 void perf_mem_free(int device, void *p);
-void perf_mem_to_dev(int device, void *dst, const void *host, size_t bytes);
+void perf_mem_to_dev(int device, void *dst, const void *host, size_t bytes, cudaStream_t s);
 void perf_mem_to_host(int device, void *host, const void *src, size_t bytes);
 cudaStream_t perf_mem_stream_create(int device);
 void perf_mem_stream_destroy(int device, cudaStream_t s);

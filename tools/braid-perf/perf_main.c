@@ -517,7 +517,17 @@ static int launch_threads(struct perf_proc *p)
     if (p->comms == NULL || p->sync == NULL) {
         goto out;
     }
-    res = ncclCommInitAll(p->comms, n, NULL);
+    /* Rank t on device t % count, as rank_thread selects it (NULL would ask for devices 0
+     * to n - 1, more than one GPU has). */
+    int *devs = calloc((size_t)n, sizeof(*devs));
+    if (devs == NULL) {
+        goto out;
+    }
+    for (int t = 0; t < n; t++) {
+        devs[t] = p->ndev > 0 ? t % p->ndev : 0;
+    }
+    res = ncclCommInitAll(p->comms, n, p->ndev > 0 ? devs : NULL);
+    free(devs);
     if (res != ncclSuccess) {
         fprintf(stderr, "braid-perf: ncclCommInitAll failed: %s\n", ncclGetErrorString(res));
         goto out;

@@ -100,15 +100,18 @@ void perf_mem_free(int device, void *p)
     free(p);
 }
 
-void perf_mem_to_dev(int device, void *dst, const void *host, size_t bytes)
+/* Ordered in the calls' stream: a cudaMemcpy from pageable memory can return before its copy
+ * lands, and its legacy stream does not order the non-blocking stream of the calls. */
+void perf_mem_to_dev(int device, void *dst, const void *host, size_t bytes, cudaStream_t s)
 {
 #ifdef BRAID_PERF_CUDA
     if (device) {
-        PERF_CUDA(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+        PERF_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
         return;
     }
 #endif
     (void)device;
+    (void)s;
     if (dst != host) {
         memcpy(dst, host, bytes);
     }

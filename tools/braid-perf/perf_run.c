@@ -149,8 +149,8 @@ static long check_coll(const struct perf_rank *r, struct perf_bufs *b, size_t co
         /* Poison the output, so a result left over from an earlier call cannot pass. */
         memset(b->host_recv, 0xa5, need);
         perf_coll_fill(o->coll, r, &g, count, in_place, b->host_send, b->host_recv);
-        perf_mem_to_dev(o->device, b->send, b->host_send, need);
-        perf_mem_to_dev(o->device, b->recv, b->host_recv, need);
+        perf_mem_to_dev(o->device, b->send, b->host_send, need, b->stream);
+        perf_mem_to_dev(o->device, b->recv, b->host_recv, need, b->stream);
         PERF_NCCL(r, perf_coll_info(o->coll)->name,
                   perf_coll_launch(o->coll, r, send, recv, count, (ncclDataType_t)type,
                                    (ncclRedOp_t)(op < 0 ? ncclSum : op), b->stream));
