@@ -4,7 +4,7 @@
 Braid (PyTorch's "nccl" backend with Braid's libnccl.so.2 preloaded) next to PyTorch's
 Gloo backend on the same tensors, 2 processes on one GPU by default.
 
-Run it under torchrun once per backend; rank 0 prints one line per size (8 B to --max,
+Run it under torchrun once per backend; rank 0 prints one line per size (8 B to --largest,
 x4 steps): mean time per call over --iters calls after warm-up (CUDA synchronised, the
 maximum over the ranks), algbw and busbw by nccl-tests' formula (busbw = algbw x
 2(n-1)/n). Each size is checked once on fresh data before it is timed.
@@ -26,7 +26,9 @@ import torch.distributed as dist
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="nccl")
-    ap.add_argument("--max", type=int, default=1 << 30, help="largest size in bytes")
+    # Not "--max": torchrun 2.x (Python 3.12) takes it for an abbreviation of its own
+    # --max-restarts even after the script's name.
+    ap.add_argument("--largest", type=int, default=1 << 30, help="largest size in bytes")
     ap.add_argument("--iters", type=int, default=20)
     args = ap.parse_args()
     dist.init_process_group(args.backend)
@@ -38,7 +40,7 @@ def main():
         print(f"# {args.backend}, {n} processes, libnccl: {lib or 'none'}", flush=True)
         print("| bytes | time (us) | algbw (GB/s) | busbw (GB/s) |\n|---|---|---|---|", flush=True)
     size = 8
-    while size <= args.max:
+    while size <= args.largest:
         count = size // 4
         t = torch.full((count,), float(rank + 1), device=dev)
         dist.all_reduce(t)

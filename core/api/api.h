@@ -24,4 +24,13 @@ ncclResult_t br_api_check_comm(ncclComm_t comm, const char *fn);
  * its comm, so another thread's ncclCommAbort cannot free it underneath. */
 ncclResult_t br_api_hold_comm(ncclComm_t comm, const char *fn);
 
+/* NCCL 2.28's device API (nccl_device.h, not nccl.h): programs built against NCCL import
+ * its two host entry points (PyTorch 2.11's libtorch_cuda does, and fails to load where
+ * they are missing). Braid exports them and refuses them with a clear error. */
+struct ncclDevComm;
+struct ncclDevCommRequirements;
+ncclResult_t pncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements *reqs,
+                                struct ncclDevComm *out);
+ncclResult_t pncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm *devComm);
+
 #endif /* BR_API_H_ */

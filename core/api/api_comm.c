@@ -348,6 +348,35 @@ BR_API(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int *rank))
     return ncclSuccess;
 }
 
+/* The device API: ranks' own kernels communicating through an ncclDevComm (load/store
+ * over NVLink, multimem, GPU-initiated networking). Not implemented: refused, so that a
+ * program that asks learns it at once and a program that only links them runs. */
+static ncclResult_t dev_api_refuse(ncclComm_t comm, const char *fn)
+{
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, fn));
+    BR_WARN(NCCL_INIT,
+            "%s: rank %d (host %s): NCCL's device API (ncclDevComm: communication from the "
+            "application's own kernels) is not implemented by Braid; its host API "
+            "(collectives, send/recv, registration, windows on host memory) is",
+            fn, comm->rank, br_host_name());
+    return ncclInvalidUsage;
+}
+
+BR_API(ncclResult_t, ncclDevCommCreate,
+       (ncclComm_t comm, const struct ncclDevCommRequirements *reqs, struct ncclDevComm *out))
+{
+    (void)reqs;
+    (void)out;
+    return dev_api_refuse(comm, "ncclDevCommCreate");
+}
+
+BR_API(ncclResult_t, ncclDevCommDestroy, (ncclComm_t comm, const struct ncclDevComm *devComm))
+{
+    (void)devComm;
+    return dev_api_refuse(comm, "ncclDevCommDestroy");
+}
+
 BR_API(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device))
 {
     br_api_enter(comm);

@@ -534,6 +534,27 @@ START_TEST(test_unmatched_self_send)
 }
 END_TEST
 
+/* NCCL 2.28's device API, declared in nccl_device.h (not nccl.h): exported, refused. */
+struct ncclDevComm;
+struct ncclDevCommRequirements;
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements *reqs,
+                               struct ncclDevComm *out);
+ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm *devComm);
+
+START_TEST(test_device_api_refused)
+{
+    long storage[64] = {0};
+    err_comm = one;
+    EXPECT_REFUSED(ncclDevCommCreate(one, NULL, (struct ncclDevComm *)(void *)storage),
+                   "ncclDevCommCreate", "rank 0", "device API", "not implemented");
+    EXPECT_REFUSED(ncclDevCommDestroy(one, (const struct ncclDevComm *)(void *)storage),
+                   "ncclDevCommDestroy", "not implemented");
+    err_comm = NULL;
+    EXPECT_REFUSED(ncclDevCommCreate(NULL, NULL, NULL), "ncclDevCommCreate", "NULL");
+    EXPECT_NO_FAILS();
+}
+END_TEST
+
 START_TEST(test_error_strings)
 {
     const char *seen[ncclNumResults];
@@ -604,6 +625,7 @@ static Suite *api_args_suite(void)
     tcase_set_timeout(tc, 60 * brt_time_scale());
     tcase_add_checked_fixture(tc, comms_setup, comms_teardown);
     tcase_add_test(tc, test_null_buffers);
+    tcase_add_test(tc, test_device_api_refused);
     tcase_add_test(tc, test_group_simulate);
     tcase_add_test(tc, test_count_overflow);
     tcase_add_test(tc, test_bad_datatype);

@@ -108,7 +108,7 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
         python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
         "$root/bench/torch_gpu_allreduce.py" --backend nccl
     step "torch-allreduce-gloo" 60 python3 -m torch.distributed.run --standalone \
-        --nproc_per_node=2 "$root/bench/torch_gpu_allreduce.py" --backend gloo --max 67108864
+        --nproc_per_node=2 "$root/bench/torch_gpu_allreduce.py" --backend gloo --largest 67108864
     OUT="$out/ddp" step "ddp-gpu" 180 "$root/examples/ddp/gpu/run_gpu.sh" "$build"
 else
     echo "no PyTorch with CUDA here: the DDP examples and the PyTorch all_reduce not run"
