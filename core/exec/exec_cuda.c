@@ -668,9 +668,57 @@ ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream
     return res;
 }
 
+int br_exec_cuda_one_rank(br_exec_comm_t *ec, const br_op_t *ops, int nops, ncclResult_t *res)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    br_clique_t *cl = ec->cuda;
+    br_cu_context_t saved = NULL;
+
+    if (ec->nranks != 1 || cl == NULL || ec->stage != NULL || ec->prof != NULL) {
+        return 0;
+    }
+    for (int i = 0; i < nops; i++) {
+        const br_redop_t *r = &ops[i].redop;
+        /* A scaling by one (float ncclAvg of one rank) copies too; any other scale does not. */
+        int scales = r->kind == BR_RED_PREMULSUM &&
+                     (r->scalar_dev != NULL ||
+                      (br_type_is_float(r->type) ? r->scalar_f != 1.0 : r->scalar_i != 1));
+        if (!br_func_is_collective(ops[i].func) || scales) {
+            return 0;
+        }
+    }
+    cu->CtxGetCurrent(&saved);
+    pthread_mutex_lock(&cl->mu);
+    ensure_setup(cl, ec->rank);
+    if (cl->failed) {
+        br_exec_fail(ec, ncclInvalidUsage, "%s", cl->fail_msg);
+        *res = ec->error;
+        goto out;
+    }
+    *res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx),
+                         "cuCtxSetCurrent", ec->rank);
+    for (int i = 0; i < nops && *res == ncclSuccess; i++) {
+        size_t bytes = br_op_bytes(&ops[i]);
+        if (bytes > 0 && ops[i].sendbuff != ops[i].recvbuff) {
+            *res = br_cuda_check(cu->MemcpyAsync((br_cu_ptr_t)(uintptr_t)ops[i].recvbuff,
+                                                 (br_cu_ptr_t)(uintptr_t)ops[i].sendbuff, bytes,
+                                                 (br_cu_stream_t)ops[i].stream),
+                                 "cuMemcpyAsync (one rank)", ec->rank);
+        }
+    }
+out:
+    pthread_mutex_unlock(&cl->mu);
+    cu->CtxSetCurrent(saved);
+    return 1;
+}
+
 ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops)
 {
     uint64_t t = 0;
+    ncclResult_t res;
+    if (br_exec_cuda_one_rank(ec, ops, nops, &res)) {
+        return res;
+    }
     if (br_exec_cuda_capturing(ops[0].stream)) {
         return br_exec_cuda_capture(&ec, &ops, &nops, 1);
     }
