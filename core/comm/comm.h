@@ -63,6 +63,9 @@ int br_comm_capture_device(void);
 /* The device the communicator being created by this thread is bound to (its init
  * device, else the current one), -1 without CUDA: known before the topology placement. */
 int br_comm_init_device(void);
+/* CUDA device dev's PCI bus id (as the driver writes it) and whether MPS shares its
+ * contexts, for the peer info; busid "" when the process has no CUDA or dev is none. */
+void br_comm_gpu_identity(int dev, char *busid, size_t len, int *mps);
 /* The GPU (index in comm->topo) of comm->init_dev: by PCI bus id when the driver gives
  * it, else the topology GPU whose `dev` is that index; -1 when none. Logs the match. */
 int br_comm_topo_gpu(ncclComm_t comm);

@@ -7,6 +7,7 @@
  */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "comm.h"
 #include "topo.h"
@@ -35,6 +36,46 @@ int br_comm_capture_device(void)
 int br_comm_init_device(void)
 {
     return init_device == BR_COMM_DEVICE_CURRENT ? br_cuda_current_device() : init_device;
+}
+
+void br_comm_gpu_identity(int dev, char *busid, size_t len, int *mps)
+{
+    const br_cuda_t *cu = br_cuda_in_process() ? br_cuda(NULL) : NULL;
+    br_cu_device_t d;
+    int on = 0;
+
+    busid[0] = '\0';
+    *mps = 0;
+    if (cu == NULL || dev < 0 || dev >= cu->ndevices || cu->DeviceGetPCIBusId == NULL ||
+        cu->DeviceGet(&d, dev) != BR_CU_SUCCESS ||
+        cu->DeviceGetPCIBusId(busid, (int)len, d) != BR_CU_SUCCESS) {
+        busid[0] = '\0';
+        return;
+    }
+    busid[len - 1] = '\0';
+    /* Drivers older than the attribute answer with an error: no MPS known. */
+    *mps = cu->DeviceGetAttribute(&on, BR_CU_DEV_ATTR_MPS_ENABLED, d) == BR_CU_SUCCESS && on;
+}
+
+/* Do ranks of several processes of this machine share a GPU without MPS on it? Then a
+ * stream waiting in the GPU for another process's progress may hold the GPU that process
+ * needs (the H100 hang): such communicators complete device calls on the host. The same
+ * answer on every rank (from every rank's peer info). Says which ranks in *a, *b. */
+static int shared_gpu(const br_transport_comm_t *tc, int nranks, int *a, int *b)
+{
+    for (int q = 0; q < nranks; q++) {
+        const br_peer_info_t *pq = &tc->peers[q];
+        for (int p = 0; p < q && pq->gpu_busid[0] != '\0'; p++) {
+            const br_peer_info_t *pp = &tc->peers[p];
+            if (pp->machine_hash == pq->machine_hash && pp->pid_hash != pq->pid_hash &&
+                strcmp(pp->gpu_busid, pq->gpu_busid) == 0 && !(pp->gpu_mps && pq->gpu_mps)) {
+                *a = p;
+                *b = q;
+                return 1;
+            }
+        }
+    }
+    return 0;
 }
 
 /* The topology GPU with this PCI bus id (as the driver writes it), -1 if none. */
@@ -119,11 +160,29 @@ ncclResult_t br_comm_cuda_setup(ncclComm_t comm)
                     comm->rank);
             return ncclInternalError;
         }
-        BR_CHECK(br_exec_cuda_attach_staged(comm->ec, dev, run, comm));
+        int a = -1, b = -1, mode = (int)BR_PARAM_INT(CUDA_SHARED_GPU_SYNC);
+        int shared = shared_gpu(tc, comm->nranks, &a, &b);
+        int host_sync = mode == 1 || (mode < 0 && shared);
+        BR_CHECK(br_exec_cuda_attach_staged(comm->ec, dev, run, comm, host_sync));
         BR_INFO(NCCL_INIT,
                 "rank %d: CUDA device %d (device buffers are staged through pinned host memory "
                 "and run by the host executor: ranks are in several processes)",
                 comm->rank, dev);
+        if (shared) {
+            BR_INFO(NCCL_INIT,
+                    "rank %d: ranks %d and %d (processes %d and %d) share GPU %s without MPS: %s "
+                    "(BRAID_CUDA_SHARED_GPU_SYNC=%d)",
+                    comm->rank, a, b, tc->peers[a].pid, tc->peers[b].pid, tc->peers[a].gpu_busid,
+                    host_sync ? "each device call completes on the host before it returns, so no "
+                                "stream waits in the GPU for another process"
+                              : "streams wait in the GPU for other processes all the same",
+                    mode);
+        } else if (host_sync) {
+            BR_INFO(NCCL_INIT,
+                    "rank %d: each device call completes on the host before it returns "
+                    "(BRAID_CUDA_SHARED_GPU_SYNC=1)",
+                    comm->rank);
+        }
         const br_net_t *net = tc->net;
         for (int i = 0; net != NULL && i < net->nused; i++) {
             BR_INFO(NCCL_INIT | NCCL_NET,

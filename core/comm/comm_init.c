@@ -297,6 +297,7 @@ static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
     pi->collnet_threshold = (int)BR_PARAM_INT(COLLNET_NODE_THRESHOLD);
     pi->topo_share = BR_PARAM_INT(TOPO_SHARE) != 0 && BR_PARAM_STR(TOPO_FILE) == NULL;
     snprintf(pi->host, sizeof(pi->host), "%s", br_host_name());
+    br_comm_gpu_identity(comm->init_dev, pi->gpu_busid, sizeof(pi->gpu_busid), &pi->gpu_mps);
 }
 
 /* Load the net plugin. Failing is fatal when the user asked for a network or a peer can

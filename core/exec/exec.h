@@ -288,8 +288,10 @@ typedef struct br_cuda_stage br_cuda_stage_t;
 /* Runs host operations (buffers in host memory, already sequenced) on the communicator,
  * as one group: the group layer's br_group_run_host. */
 typedef ncclResult_t (*br_cuda_stage_run_fn)(void *arg, br_op_t *ops, int nops);
+/* host_sync: every device call completes on the host before it returns; no stream waits
+ * for the stager or for another process (ranks of several processes share a GPU). */
 ncclResult_t br_exec_cuda_attach_staged(br_exec_comm_t *ec, int device, br_cuda_stage_run_fn run,
-                                        void *run_arg);
+                                        void *run_arg, int host_sync);
 /* ops share one stream (br_exec_cuda_deposit checks it before coming here). */
 ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
                                         uint64_t *ticket_p);

@@ -99,6 +99,12 @@ static void hello_make(br_cuda_stage_t *st, ipc_hello_t *h)
         snprintf(h->why, sizeof(h->why), "BRAID_CUDA_IPC=0");
         return;
     }
+    if (st->host_sync) {
+        /* Its barriers are streams waiting in the GPU for other processes' streams. */
+        snprintf(h->why, sizeof(h->why),
+                 "device calls complete on the host (BRAID_CUDA_SHARED_GPU_SYNC)");
+        return;
+    }
     if (cu->IpcGetMemHandle == NULL || cu->IpcOpenMemHandle == NULL ||
         cu->IpcCloseMemHandle == NULL || cu->StreamWaitValue64 == NULL ||
         cu->StreamWriteValue64 == NULL) {

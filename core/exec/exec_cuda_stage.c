@@ -124,12 +124,14 @@ void br_stage_fail(br_cuda_stage_t *st, ncclResult_t res, const char *why)
 /* ---- the stager thread ---- */
 
 /* Wait on the host until the stream reached deposit t (its inputs are staged). Returns 0
- * when it did, -1 when the communicator failed meanwhile. Spins briefly, then yields, then
- * sleeps: a stream may take long to get there, and this machine's cores are shared. */
-static int wait_ready(br_cuda_stage_t *st, uint64_t t)
+ * when it did, -1 when the communicator failed meanwhile, -2 when it waited past
+ * BRAID_CUDA_WAIT_TIMEOUT (described in late). Spins briefly, then yields, then sleeps: a
+ * stream may take long to get there, and this machine's cores are shared. */
+static int wait_ready(br_cuda_stage_t *st, uint64_t t, char *late, size_t len)
 {
     uint32_t want = slot_value(t);
     uint64_t start = br_time_ns();
+    uint64_t limit = (uint64_t)BR_PARAM_INT(CUDA_WAIT_TIMEOUT) * 1000000000ull;
     for (unsigned i = 0;; i++) {
         if (__atomic_load_n(ready_word(st, t), __ATOMIC_ACQUIRE) >= want) {
             return 0;
@@ -141,6 +143,19 @@ static int wait_ready(br_cuda_stage_t *st, uint64_t t)
             continue;
         }
         uint64_t waited = br_time_ns() - start;
+        if (limit > 0 && waited > limit) {
+            char what[256];
+            br_cuda_op_describe(what, sizeof(what), &st->slot[t % BR_CUDA_QUEUE].ops[0]);
+            snprintf(late, len,
+                     "rank %d (host %s): device %s: this process's stream had not reached the "
+                     "call after %llu s (BRAID_CUDA_WAIT_TIMEOUT): the copy that stages its "
+                     "input had not run, so the stream's earlier work had not finished or the "
+                     "GPU was running other work (ranks of several processes on one GPU: "
+                     "another rank's process may hold it, see docs/cuda.md)",
+                     st->ec->rank, br_host_name(), what,
+                     (unsigned long long)(waited / 1000000000ull));
+            return -2;
+        }
         if (waited < 200000) {
             sched_yield();
         } else {
@@ -209,14 +224,20 @@ static void *stager_main(void *arg)
         int setup = st->ipc.state == 0;
         pthread_mutex_unlock(&st->mu);
         ncclResult_t res = ncclSuccess;
-        if (wait_ready(st, t) == 0) {
+        int ready = wait_ready(st, t, why, sizeof(why));
+        if (ready == 0) {
             if (setup) {
                 br_ipc_setup(st, s->ops[0].seq); /* with the first deposit, on every rank */
             }
             res = stage_run(st, s);
+        } else if (ready == -2) {
+            /* The peers wait for this rank in the host executor: they learn why now. */
+            br_bootstrap_abort_notify(st->ec->tc->boot, why);
         }
         pthread_mutex_lock(&st->mu);
-        if (res != ncclSuccess) {
+        if (ready == -2) {
+            br_stage_fail(st, ncclUnhandledCudaError, why);
+        } else if (res != ncclSuccess) {
             snprintf(why, sizeof(why), "rank %d (host %s): staged device call %s failed: %s",
                      st->ec->rank, br_host_name(), br_func_name(s->ops[0].func),
                      st->ec->error_msg[0] != '\0' ? st->ec->error_msg : "see the warnings above");
@@ -233,7 +254,7 @@ static void *stager_main(void *arg)
 /* ---- attach, deposit, wait ---- */
 
 ncclResult_t br_exec_cuda_attach_staged(br_exec_comm_t *ec, int device, br_cuda_stage_run_fn run,
-                                        void *run_arg)
+                                        void *run_arg, int host_sync)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     br_cuda_stage_t *st = NULL;
@@ -247,6 +268,7 @@ ncclResult_t br_exec_cuda_attach_staged(br_exec_comm_t *ec, int device, br_cuda_
     st->device = device;
     st->run = run;
     st->run_arg = run_arg;
+    st->host_sync = host_sync;
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     cu->CtxGetCurrent(&saved);
@@ -268,6 +290,9 @@ ncclResult_t br_exec_cuda_attach_staged(br_exec_comm_t *ec, int device, br_cuda_
                   res, fail);
     for (int i = 0; i < BR_CUDA_QUEUE; i++) {
         BR_CHECK_GOTO(br_cuda_check(cu->EventCreate(&st->slot[i].freed, BR_CU_EVENT_DISABLE_TIMING),
+                                    "cuEventCreate", ec->rank),
+                      res, fail);
+        BR_CHECK_GOTO(br_cuda_check(cu->EventCreate(&st->slot[i].staged, BR_CU_EVENT_DISABLE_TIMING),
                                     "cuEventCreate", ec->rank),
                       res, fail);
     }
@@ -388,10 +413,15 @@ static ncclResult_t stage_put(br_cuda_stage_t *st, const br_op_t *ops, int nops,
                               "cuMemcpyDtoHAsync", ec->rank));
         }
     }
-    BR_CHECK(br_cuda_check(
-        cu->StreamWriteValue32(stream, st->words_d + (t % BR_CUDA_QUEUE) * sizeof(uint32_t),
-                               slot_value(t), 0),
-        "cuStreamWriteValue32", ec->rank));
+    if (st->host_sync) {
+        /* The deposit waits for it on the host, then writes ready (stage_staged). */
+        BR_CHECK(br_cuda_check(cu->EventRecord(s->staged, stream), "cuEventRecord", ec->rank));
+    } else {
+        BR_CHECK(br_cuda_check(
+            cu->StreamWriteValue32(stream, st->words_d + (t % BR_CUDA_QUEUE) * sizeof(uint32_t),
+                                   slot_value(t), 0),
+            "cuStreamWriteValue32", ec->rank));
+    }
     s->nops = nops;
     s->ticket = t;
     s->used = 0; /* until br_exec_cuda_stage_wait records freed */
@@ -425,6 +455,47 @@ static ncclResult_t direct_put(br_cuda_stage_t *st, const br_op_t *ops, int nops
         br_stage_fail(st, res, why);
     }
     return res;
+}
+
+/* host_sync: deposit t's inputs are staged once its stream reaches them (this process's
+ * own work only); then ready is written here, and the stager runs it. Polled, not
+ * synchronised: a stream that never gets there fails the communicator after
+ * BRAID_CUDA_WAIT_TIMEOUT (the stager's wait_ready), and this call returns then. The
+ * current context is the stager's. */
+static ncclResult_t stage_staged(br_cuda_stage_t *st, uint64_t t)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    stage_slot_t *s = &st->slot[t % BR_CUDA_QUEUE];
+    uint64_t start = br_time_ns();
+    br_cu_result_t e;
+    for (unsigned i = 0; (e = cu->EventQuery(s->staged)) == BR_CU_ERROR_NOT_READY; i++) {
+        if (__atomic_load_n(&st->failed, __ATOMIC_ACQUIRE)) {
+            BR_WARN(NCCL_COLL, "rank %d: %s", st->ec->rank, st->ec->error_msg);
+            return st->ec->error != ncclSuccess ? st->ec->error : ncclUnhandledCudaError;
+        }
+        uint64_t waited = br_time_ns() - start;
+        if (i < 64) {
+            continue;
+        } else if (waited < 200000) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, waited < 10000000 ? 20000 : 200000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (e != BR_CU_SUCCESS) {
+        char why[512];
+        snprintf(why, sizeof(why),
+                 "rank %d (host %s): the stream that stages a device call's inputs failed: "
+                 "cuEventQuery: %s",
+                 st->ec->rank, br_host_name(), br_cuda_error_string(e));
+        pthread_mutex_lock(&st->mu);
+        br_stage_fail(st, ncclUnhandledCudaError, why);
+        pthread_mutex_unlock(&st->mu);
+        return ncclUnhandledCudaError;
+    }
+    __atomic_store_n(ready_word(st, t), slot_value(t), __ATOMIC_RELEASE);
+    return ncclSuccess;
 }
 
 ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
@@ -469,6 +540,9 @@ ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, 
     }
 out:
     pthread_mutex_unlock(&st->mu);
+    if (res == ncclSuccess && st->host_sync && *ticket_p != BR_STAGE_NO_TICKET) {
+        res = stage_staged(st, *ticket_p);
+    }
     cu->CtxSetCurrent(saved);
     free(rest);
     return res;
@@ -489,13 +563,25 @@ ncclResult_t br_exec_cuda_stage_wait(br_exec_comm_t *ec, uint64_t t, void *strea
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&st->mu);
     BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(st->ctx), "cuCtxSetCurrent", ec->rank), res, out);
-    BR_CHECK_GOTO(
-        br_cuda_check(cu->StreamWaitValue32(stream,
-                                            st->words_d + (BR_CUDA_QUEUE + t % BR_CUDA_QUEUE) *
-                                                              sizeof(uint32_t),
-                                            slot_value(t), BR_CU_STREAM_WAIT_VALUE_GEQ),
-                      "cuStreamWaitValue32", ec->rank),
-        res, out);
+    if (st->host_sync) {
+        /* On the host: the stager finished it (or the communicator failed, which writes
+         * every done word). */
+        while (__atomic_load_n(done_word(st, t), __ATOMIC_ACQUIRE) < slot_value(t)) {
+            pthread_cond_wait(&st->cv, &st->mu);
+        }
+        if (st->failed) {
+            res = ec->error != ncclSuccess ? ec->error : ncclInvalidUsage;
+            goto out;
+        }
+    } else {
+        BR_CHECK_GOTO(
+            br_cuda_check(cu->StreamWaitValue32(stream,
+                                                st->words_d + (BR_CUDA_QUEUE + t % BR_CUDA_QUEUE) *
+                                                                  sizeof(uint32_t),
+                                                slot_value(t), BR_CU_STREAM_WAIT_VALUE_GEQ),
+                          "cuStreamWaitValue32", ec->rank),
+            res, out);
+    }
     for (int i = 0; i < s->nops; i++) {
         const stage_layout_t *l = &s->lay[i];
         if (l->back_bytes > 0) {
@@ -579,6 +665,9 @@ void br_exec_cuda_stage_detach(br_exec_comm_t *ec)
         }
         if (s->freed != NULL) {
             cu->EventDestroy(s->freed);
+        }
+        if (s->staged != NULL) {
+            cu->EventDestroy(s->staged);
         }
         if (s->mem != NULL) {
             stage_unregister(st, s);

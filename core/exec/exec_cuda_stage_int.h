@@ -25,7 +25,8 @@ typedef struct {
     char *mem; /* pinned staging */
     size_t mem_bytes;
     uint64_t net_id; /* mem in the comm's registered buffers (the net registers it once) */
-    br_cu_event_t freed; /* recorded after the outputs are copied out */
+    br_cu_event_t freed;  /* recorded after the outputs are copied out */
+    br_cu_event_t staged; /* host_sync: recorded after the inputs are copied in */
     int used;            /* freed was recorded */
     uint64_t ticket;
 } stage_slot_t;
@@ -75,6 +76,10 @@ struct br_cuda_stage {
     uint64_t next;  /* tickets handed out */
     uint64_t taken; /* tickets the stager finished (ran, or released after a failure) */
     int failed;
+    /* Calls complete on the host: a deposit waits on the host until its stream staged the
+     * inputs (the slot's staged event), then writes ready itself; the wait waits on the
+     * host for done before the outputs are copied back. No stream memory operation. */
+    int host_sync;
     ipc_state_t ipc;
 };
 

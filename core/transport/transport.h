@@ -112,6 +112,8 @@ typedef struct {
     int collnet_threshold; /* NCCL_COLLNET_NODE_THRESHOLD */
     int topo_share;        /* takes its topology from its host's first such rank */
     char host[64];
+    char gpu_busid[24]; /* PCI bus id of the rank's CUDA device ("": none or not known) */
+    int gpu_mps;        /* that device's contexts are shared through MPS */
 } br_peer_info_t;
 
 /* ---- The node arena ----

@@ -17,12 +17,18 @@
  * keeps every dependency the capture had. As the driver does, allocations fail while a
  * capture forbids them (a capture this thread began, or a global-mode one of any thread),
  * unless cuThreadExchangeStreamCaptureMode made this thread relaxed.
+ * BRAID_FAKE_CUDA_EXCLUSIVE=<file> makes the GPU run one process's streams at a time, a
+ * stream keeping it while it has work, waits included (a lock on that file): the model of
+ * a GPU shared by processes without MPS where a stream waiting for another process holds
+ * the GPU that process needs, which is what two processes on an H100 looked like.
+ * Each device has PCI bus id 0000:e<d>:00.0; BRAID_FAKE_CUDA_MPS=1 says MPS shares it.
  * Devices: BRAID_FAKE_CUDA_DEVICES (1); each has 8 SMs of 2 resident blocks.
  */
 /* memfd_create: _GNU_SOURCE comes from the build */
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -330,8 +336,15 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int d)
     case 16: *v = 8; break; /* SM count */
     case 75: *v = 9; break; /* compute capability 9.0 */
     case 76: *v = 0; break;
+    case 133: *v = getenv("BRAID_FAKE_CUDA_MPS") != NULL && atoi(getenv("BRAID_FAKE_CUDA_MPS")) != 0; break;
     default: *v = 1; break;
     }
+    return OK;
+}
+
+EXPORT CUresult cuDeviceGetPCIBusId(char *busid, int len, int d)
+{
+    snprintf(busid, (size_t)len, "0000:e%x:00.0", d & 0xf);
     return OK;
 }
 
@@ -592,9 +605,38 @@ static void run_op(op_t *o)
     }
 }
 
+/* BRAID_FAKE_CUDA_EXCLUSIVE: the process holds the GPU while any of its streams has work. */
+static pthread_mutex_t gpu_mu = PTHREAD_MUTEX_INITIALIZER;
+static int gpu_fd = -2, gpu_holders;
+
+static void gpu_take(void)
+{
+    pthread_mutex_lock(&gpu_mu);
+    if (gpu_fd == -2) {
+        const char *path = getenv("BRAID_FAKE_CUDA_EXCLUSIVE");
+        gpu_fd = path != NULL && *path != '\0' ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)
+                                               : -1;
+    }
+    if (gpu_fd >= 0 && gpu_holders++ == 0) {
+        while (flock(gpu_fd, LOCK_EX) != 0) {
+        }
+    }
+    pthread_mutex_unlock(&gpu_mu);
+}
+
+static void gpu_give(void)
+{
+    pthread_mutex_lock(&gpu_mu);
+    if (gpu_fd >= 0 && --gpu_holders == 0) {
+        flock(gpu_fd, LOCK_UN);
+    }
+    pthread_mutex_unlock(&gpu_mu);
+}
+
 static void *stream_main(void *p)
 {
     stream_t *s = p;
+    int holding = 0;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (s->head == NULL && !s->stop) {
@@ -606,11 +648,17 @@ static void *stream_main(void *p)
         op_t *o = s->head;
         s->busy = 1;
         pthread_mutex_unlock(&s->mu);
+        if (!holding) {
+            gpu_take();
+            holding = 1;
+        }
         run_op(o);
         pthread_mutex_lock(&s->mu);
         s->head = o->next;
         if (s->head == NULL) {
             s->tail = NULL;
+            gpu_give();
+            holding = 0;
         }
         s->busy = 0;
         free(o);

@@ -13,6 +13,8 @@
  *   abort    ncclCommAbort from another thread releases a stream whose peer never called
  *   capture  a call captured into a CUDA graph
  *   multi    4 ranks on two GPUs of one process (P2P between them), where there are two
+ *   procs-stuck  (emulator only) 2 processes whose first call cannot progress: both
+ *            fail within BRAID_CUDA_WAIT_TIMEOUT, saying why
  *   procs    ranks as processes on one GPU (2 and 4), every case of the thin matrix and a
  *            group of two calls; a peer process that dies: the waiting stream is
  *            released and the error names it; and ncclCommAbort from another thread
@@ -428,6 +430,26 @@ static int id_from_hex(const char *hex, ncclUniqueId *id)
 
 static void *abort_later(void *p);
 
+/* An AllReduce on dbuf that must fail, by its return code or the communicator's asynchronous
+ * error, with a last error that holds `needle`; a stream never released ends the test (the
+ * alarm). Returns the error text. */
+static const char *failed_call(ncclComm_t comm, cudaStream_t s, int rank, float *dbuf,
+                               const char *needle)
+{
+    ncclResult_t res = ncclAllReduce(dbuf, dbuf, 1024, ncclFloat, ncclSum, comm, s);
+    alarm(120);
+    CUDA_OK(cudaStreamSynchronize(s));
+    alarm(0);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm, &async);
+    const char *msg = ncclGetLastError(comm);
+    EXPECT(res != ncclSuccess || async != ncclSuccess,
+           "process rank %d: an AllReduce that could not complete reported nothing", rank);
+    EXPECT(strstr(msg, needle) != NULL, "process rank %d: the error does not say '%s': '%s'", rank,
+           needle, msg);
+    return msg;
+}
+
 /* One rank of `procs`, in a process of its own: what = "coll" (the thin matrix and counts
  * larger than the FIFO, a grouped pair of calls, 200 calls in flight at once), "dead" or "dead-later" (rank 1
  * leaves before its first call, or after two; rank 0's stream must be released and the
@@ -509,6 +531,17 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
         free(thin);
         free(big);
         ncclCommDestroy(comm);
+    } else if (!strcmp(what, "stuck")) {
+        /* A GPU that runs one process at a time, keeping it while a stream waits, with
+         * streams told to wait in the GPU all the same (the emulator's exclusive model,
+         * BRAID_CUDA_SHARED_GPU_SYNC=0): the first call cannot progress. It must fail on
+         * both ranks within the wait timeout, saying why, instead of hanging. */
+        float *dbuf;
+        CUDA_OK(cudaMalloc((void **)&dbuf, 4096));
+        const char *msg = failed_call(comm, s, rank, dbuf, "had not reached the call");
+        printf("procs stuck: rank %d: %s\n", rank, msg);
+        cudaFree(dbuf);
+        ncclCommAbort(comm);
     } else if (!strcmp(what, "abort")) {
         float *dbuf;
         char flag[96];
@@ -527,12 +560,16 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
             unlink(flag);
         } else {
             pthread_t th;
-            EXPECT(ncclAllReduce(dbuf, dbuf, 1024, ncclFloat, ncclSum, comm, s) == ncclSuccess,
-                   "process rank 0: AllReduce: %s", ncclGetLastError(comm));
-            pthread_create(&th, NULL, abort_later, &comm);
             /* The wait timeout (60 s in these runs) is beyond the alarm: only the abort can
-             * release the stream in time. */
+             * release the call in time. Started first: where calls complete on the host
+             * (ranks of several processes on one GPU, BRAID_CUDA_SHARED_GPU_SYNC) the call
+             * itself waits, and the abort must release it with an error; else the call
+             * returns at once and the abort releases the waiting stream. */
+            pthread_create(&th, NULL, abort_later, &comm);
             alarm(20);
+            ncclResult_t res = ncclAllReduce(dbuf, dbuf, 1024, ncclFloat, ncclSum, comm, s);
+            EXPECT(res == ncclSuccess || strstr(ncclGetLastError(comm), "abort") != NULL,
+                   "process rank 0: AllReduce returned %d: %s", res, ncclGetLastError(comm));
             CUDA_OK(cudaStreamSynchronize(s));
             alarm(0);
             pthread_join(th, NULL);
@@ -560,17 +597,7 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
         if (rank == 1) {
             _exit(0); /* dies without destroying its communicator */
         }
-        ncclResult_t res = ncclAllReduce(dbuf, dbuf, 1024, ncclFloat, ncclSum, comm, s);
-        alarm(120); /* a stream that is never released ends the test here */
-        CUDA_OK(cudaStreamSynchronize(s));
-        alarm(0);
-        ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(comm, &async);
-        const char *msg = ncclGetLastError(comm);
-        EXPECT(res != ncclSuccess || async != ncclSuccess,
-               "process rank 0: the AllReduce whose peer died reported nothing");
-        EXPECT(strstr(msg, "rank 1") != NULL, "process rank 0: the error does not name rank 1: '%s'",
-               msg);
+        const char *msg = failed_call(comm, s, rank, dbuf, "rank 1");
         printf("procs %s: rank 0: the peer's death was reported: %s\n", what, msg);
         cudaFree(dbuf);
         ncclCommAbort(comm);
@@ -843,6 +870,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "all") || !strcmp(what, "procs")) {
         section_procs();
+    }
+    if (!strcmp(what, "procs-stuck")) {
+        run_procs("stuck", 2);
     }
     printf("%s: %d failure%s\n", what, failures, failures == 1 ? "" : "s");
     return failures ? 1 : 0;
