@@ -251,9 +251,10 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
                                   uint64_t *ticket_p);
 ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream);
 /* A communicator of one rank: its collectives are copies from input to output (none in
- * place), put on each call's stream at once, as NCCL's are, with no launch and no wait.
- * Returns 1 when it took the calls (*res says how that went), 0 when they need the
- * executor: p2p, a PreMulSum that scales, a profiler (its events come from the launch). */
+ * place), and its sends to itself copies into the matching receives, put on each call's
+ * stream at once, as NCCL's are, with no launch and no wait. Returns 1 when it took the
+ * calls (*res says how that went), 0 when they need the executor: a PreMulSum that scales,
+ * sends and receives that do not pair up, a profiler (its events come from the launch). */
 int br_exec_cuda_one_rank(br_exec_comm_t *ec, const br_op_t *ops, int nops, ncclResult_t *res);
 /* Both, for one rank's lone call (or its capture). */
 ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops);

@@ -668,12 +668,24 @@ ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream
     return res;
 }
 
+/* The k-th operation of kind func among ops (k counts from 0); the caller knows it exists. */
+static const br_op_t *one_rank_nth(const br_op_t *ops, int nops, br_func_t func, int k)
+{
+    for (int i = 0; i < nops; i++) {
+        if (ops[i].func == func && k-- == 0) {
+            return &ops[i];
+        }
+    }
+    return NULL;
+}
+
 int br_exec_cuda_one_rank(br_exec_comm_t *ec, const br_op_t *ops, int nops, ncclResult_t *res)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     br_clique_t *cl = ec->cuda;
     br_cu_context_t saved = NULL;
 
+    int nsend = 0, nrecv = 0;
     if (ec->nranks != 1 || cl == NULL || ec->stage != NULL || ec->prof != NULL) {
         return 0;
     }
@@ -683,7 +695,22 @@ int br_exec_cuda_one_rank(br_exec_comm_t *ec, const br_op_t *ops, int nops, nccl
         int scales = r->kind == BR_RED_PREMULSUM &&
                      (r->scalar_dev != NULL ||
                       (br_type_is_float(r->type) ? r->scalar_f != 1.0 : r->scalar_i != 1));
-        if (!br_func_is_collective(ops[i].func) || scales) {
+        nsend += ops[i].func == BR_FUNC_SEND;
+        nrecv += ops[i].func == BR_FUNC_RECV;
+        if (scales || (!br_func_is_collective(ops[i].func) && ops[i].func != BR_FUNC_SEND &&
+                       ops[i].func != BR_FUNC_RECV)) {
+            return 0;
+        }
+    }
+    /* Sends to itself pair with its receives in call order; unpaired or unequal ones are
+     * left to the executor, which says what is wrong. */
+    if (nsend != nrecv) {
+        return 0;
+    }
+    for (int k = 0; k < nsend; k++) {
+        const br_op_t *snd = one_rank_nth(ops, nops, BR_FUNC_SEND, k);
+        const br_op_t *rcv = one_rank_nth(ops, nops, BR_FUNC_RECV, k);
+        if (br_op_bytes(snd) != br_op_bytes(rcv)) {
             return 0;
         }
     }
@@ -697,11 +724,17 @@ int br_exec_cuda_one_rank(br_exec_comm_t *ec, const br_op_t *ops, int nops, nccl
     }
     *res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx),
                          "cuCtxSetCurrent", ec->rank);
-    for (int i = 0; i < nops && *res == ncclSuccess; i++) {
+    for (int i = 0, k = 0; i < nops && *res == ncclSuccess; i++) {
+        const void *from = ops[i].sendbuff;
+        if (ops[i].func == BR_FUNC_SEND) {
+            continue; /* copied with its receive */
+        } else if (ops[i].func == BR_FUNC_RECV) {
+            from = one_rank_nth(ops, nops, BR_FUNC_SEND, k++)->sendbuff;
+        }
         size_t bytes = br_op_bytes(&ops[i]);
-        if (bytes > 0 && ops[i].sendbuff != ops[i].recvbuff) {
+        if (bytes > 0 && from != ops[i].recvbuff) {
             *res = br_cuda_check(cu->MemcpyAsync((br_cu_ptr_t)(uintptr_t)ops[i].recvbuff,
-                                                 (br_cu_ptr_t)(uintptr_t)ops[i].sendbuff, bytes,
+                                                 (br_cu_ptr_t)(uintptr_t)from, bytes,
                                                  (br_cu_stream_t)ops[i].stream),
                                  "cuMemcpyAsync (one rank)", ec->rank);
         }

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # The whole GPU verification of the CUDA executor in one go, for whoever is lent a GPU,
 # most important first, inside a time budget (GPU time is rare):
-#   1. check_gpu with every protocol forced, and with Tree forced where it runs;
-#      overlap, errors, capture, abort, multi; procs (ranks as processes, CUDA IPC);
+#   1. check_gpu: procs (ranks as processes on one GPU) and the probe procs-stuck first,
+#      then every protocol forced, Tree forced where it runs; overlap, errors, capture,
+#      abort, multi;
 #   2. braid-perf AllReduce for 2 ranks as threads on one GPU, 8 B to 1 GiB; the
 #      device-to-device copy bandwidth; NVIDIA NCCL's one-rank AllReduce beside Braid's,
 #      where a libnccl.so.2 of NVIDIA's is found (the one PyTorch's wheels bring);
@@ -11,7 +12,8 @@
 #      its source or binaries must be carried in at .gpu-carry);
 #   4. PyTorch: all_reduce of CUDA tensors with Braid preloaded next to Gloo
 #      (bench/torch_gpu_allreduce.py), the DDP examples (examples/ddp/gpu/run_gpu.sh);
-#   5. the remaining braid-perf tables (AllGather, ReduceScatter, 4 ranks, 2 processes).
+#   5. the remaining braid-perf tables (AllGather, ReduceScatter, 4 ranks, 2 processes);
+#   6. procs again under MPS, where nvidia-cuda-mps-control is found.
 # Each says SKIP and why where its part is missing, or where the budget is spent.
 # Usage: tests/gpu/run.sh [build dir]  (default: build). Results go to $OUT (or ./gpu-out).
 # BRAID_GPU_BUDGET: seconds the whole run may take (default 480); every step's timeout
@@ -63,7 +65,15 @@ step() { # name timeout command...   (timeout cut to the budget left)
     fi
 }
 
-# 1. Correctness.
+# 1. Correctness. First what no GPU has passed yet: ranks as processes on the one GPU
+# (2026-11-27, H100, no MPS: they stopped at the first call; now they complete each call
+# on the host), and the probe of why: with streams waiting in the GPU
+# (BRAID_CUDA_SHARED_GPU_SYNC=0) the first call must fail within the wait timeout saying
+# the stream had not reached it. "procs-stuck" passing confirms that such a GPU keeps
+# a waiting process's context; failing with "reported nothing" means it switched.
+BRAID_CUDA_WAIT_TIMEOUT=60 step "procs" 90 "$build/bin/check_gpu" procs
+BRAID_CUDA_WAIT_TIMEOUT=10 BRAID_CUDA_SHARED_GPU_SYNC=0 \
+    step "procs-stuck" 40 "$build/bin/check_gpu" procs-stuck
 for proto in Simple LL LL128; do
     NCCL_PROTO=$proto NCCL_BUFFSIZE=262144 step "coll-$proto" 60 "$build/bin/check_gpu" coll
 done
@@ -74,10 +84,8 @@ for s in overlap errors capture multi; do
     BRAID_CUDA_WAIT_TIMEOUT=20 step "$s" 60 "$build/bin/check_gpu" "$s"
 done
 # As in the ctest entries: abort keeps the default wait timeout (600 s) so that only
-# ncclCommAbort can release the stream within the test's 20 s alarm, and procs' own
-# abort case needs one beyond that alarm too.
+# ncclCommAbort can release the stream within the test's 20 s alarm.
 step "abort" 60 "$build/bin/check_gpu" abort
-BRAID_CUDA_WAIT_TIMEOUT=60 step "procs" 90 "$build/bin/check_gpu" procs
 
 # 2. Speed: Braid's own tables, the copy bandwidth, NVIDIA NCCL's one rank beside Braid's.
 perf="$build/bin/braid-perf"
@@ -123,5 +131,22 @@ done
 step "perf-allreduce-4" 45 "$perf" -C allreduce -t 4 "${pargs[@]}"
 # Ranks as processes on one GPU (device buffers through CUDA IPC).
 step "perf-allreduce-procs2" 60 "$perf" -C allreduce -N 2 --mem device -b 8 -e 1G -f 4 -n 10 -w 3 -c 1
+# 6. Under MPS, where the driver has it: processes share one GPU context server, streams
+# wait in the GPU again (MPS detected), and collectives take the CUDA IPC direct path.
+mps=$(command -v nvidia-cuda-mps-control || true)
+if [ -n "$mps" ] && [ "$(left)" -ge 60 ]; then
+    export CUDA_MPS_PIPE_DIRECTORY=$out/mps-pipe CUDA_MPS_LOG_DIRECTORY=$out/mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if "$mps" -d; then
+        NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT BRAID_CUDA_WAIT_TIMEOUT=30 \
+            step "procs-mps" 90 "$build/bin/check_gpu" procs
+        grep -hE "share GPU|direct path|GPU to GPU" "$out/procs-mps.log" | sort -u | head -4
+        echo quit | "$mps"
+    else
+        echo "SKIP: procs-mps (nvidia-cuda-mps-control -d failed)"
+    fi
+else
+    echo "SKIP: procs-mps (no nvidia-cuda-mps-control, or the budget is spent)"
+fi
 echo "results in $out ($SECONDS s)"
 exit $status
