@@ -13,6 +13,8 @@
  *   abort    ncclCommAbort from another thread releases a stream whose peer never called
  *   capture  a call captured into a CUDA graph
  *   multi    4 ranks on two GPUs of one process (P2P between them), where there are two
+ *   latency  (not in "all") time per small AllReduce, one thread driving every rank
+ *            against a thread per rank: printed, never asserted
  *   procs-stuck  (emulator only) 2 processes whose first call cannot progress: both
  *            fail within BRAID_CUDA_WAIT_TIMEOUT, saying why
  *   procs    ranks as processes on one GPU (2 and 4), every case of the thin matrix and a
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "brt_coll.h"
@@ -263,6 +266,93 @@ static void section_coll_groups(void)
         for (int r = 0; r < n; r++) {
             ncclCommDestroy(comms[r]);
             cudaStreamDestroy(streams[r]);
+        }
+    }
+}
+
+/* ---- latency: where the time of a small call goes (a measurement, never asserted) ---- */
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+typedef struct {
+    ncclComm_t comm;
+    cudaStream_t s;
+    float *buf;
+    size_t count;
+    int iters;
+} lat_arg_t;
+
+static void *lat_rank(void *p)
+{
+    lat_arg_t *a = p;
+    CUDA_OK(cudaSetDevice(0));
+    for (int i = 0; i < a->iters; i++) {
+        ncclAllReduce(a->buf, a->buf, a->count, ncclFloat, ncclSum, a->comm, a->s);
+    }
+    CUDA_OK(cudaStreamSynchronize(a->s));
+    return NULL;
+}
+
+/* Time per AllReduce on 2 and 4 ranks of the one GPU, for 8 B and 512 KiB: one thread
+ * driving every rank in a group (each call's unit is complete at once) against a thread
+ * per rank (the last rank to call launches). Printed; the GPU run records it. */
+static void section_latency(void)
+{
+    static const size_t counts[] = {2, 131072};
+    enum { ITERS = 200 };
+    for (int n = 2; n <= 4; n += 2) {
+        for (size_t ci = 0; ci < 2; ci++) {
+            ncclComm_t comms[MAXR];
+            cudaStream_t st[MAXR];
+            float *buf[MAXR];
+            size_t count = counts[ci];
+            init_all(comms, n, 0);
+            for (int r = 0; r < n; r++) {
+                CUDA_OK(cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking));
+                CUDA_OK(cudaMalloc((void **)&buf[r], count * sizeof(float)));
+                CUDA_OK(cudaMemsetAsync(buf[r], 0, count * sizeof(float), st[r]));
+                CUDA_OK(cudaStreamSynchronize(st[r]));
+            }
+            double t[2];
+            for (int mode = 0; mode < 2; mode++) {
+                double t0 = now_us();
+                if (mode == 0) {
+                    for (int i = 0; i < ITERS; i++) {
+                        ncclGroupStart();
+                        for (int r = 0; r < n; r++) {
+                            ncclAllReduce(buf[r], buf[r], count, ncclFloat, ncclSum, comms[r], st[r]);
+                        }
+                        ncclGroupEnd();
+                    }
+                    for (int r = 0; r < n; r++) {
+                        CUDA_OK(cudaStreamSynchronize(st[r]));
+                    }
+                } else {
+                    pthread_t th[MAXR];
+                    lat_arg_t a[MAXR];
+                    for (int r = 0; r < n; r++) {
+                        a[r] = (lat_arg_t){comms[r], st[r], buf[r], count, ITERS};
+                        pthread_create(&th[r], NULL, lat_rank, &a[r]);
+                    }
+                    for (int r = 0; r < n; r++) {
+                        pthread_join(th[r], NULL);
+                    }
+                }
+                t[mode] = (now_us() - t0) / ITERS;
+            }
+            printf("latency: %d ranks, %zu bytes: %.1f us per AllReduce driven by one thread, "
+                   "%.1f us with a thread per rank\n",
+                   n, count * sizeof(float), t[0], t[1]);
+            for (int r = 0; r < n; r++) {
+                cudaFree(buf[r]);
+                cudaStreamDestroy(st[r]);
+                ncclCommDestroy(comms[r]);
+            }
         }
     }
 }
@@ -870,6 +960,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "all") || !strcmp(what, "procs")) {
         section_procs();
+    }
+    if (!strcmp(what, "latency")) {
+        section_latency();
     }
     if (!strcmp(what, "procs-stuck")) {
         run_procs("stuck", 2);

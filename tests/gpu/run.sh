@@ -74,6 +74,9 @@ step() { # name timeout command...   (timeout cut to the budget left)
 BRAID_CUDA_WAIT_TIMEOUT=60 step "procs" 90 "$build/bin/check_gpu" procs
 BRAID_CUDA_WAIT_TIMEOUT=10 BRAID_CUDA_SHARED_GPU_SYNC=0 \
     step "procs-stuck" 40 "$build/bin/check_gpu" procs-stuck
+# Where a small call's 100-900 us went on the H100 (docs/performance.md): one thread
+# driving every rank against a thread per rank.
+step "latency" 60 "$build/bin/check_gpu" latency
 for proto in Simple LL LL128; do
     NCCL_PROTO=$proto NCCL_BUFFSIZE=262144 step "coll-$proto" 60 "$build/bin/check_gpu" coll
 done
