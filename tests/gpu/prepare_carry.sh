@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Gets a GPU run ready on the build machine, so that the lent GPU's minutes go to the
+# tests: the device machine has CUDA, PyTorch and NVIDIA's NCCL but neither hwloc nor a
+# way to fetch anything, and building there costs its time. Puts under .gpu-carry (ignored
+# by git; the device tool's `carry` takes it):
+#   lib/     libhwloc.so.15 and libudev.so.1, which Braid's libraries link
+#   cudart/  libcudart.so.13, for check_gpu and braid-perf where the machine lacks it
+#   nccl-tests-bin.tgz  NVIDIA's nccl-tests built here against Braid's nccl.h for one GPU
+#            architecture (from a clone at .gpu-carry/nccl-tests; skipped without one)
+# then prints the command and the carry list for the device tool.
+#   tests/gpu/prepare_carry.sh [build dir] [sm, default 90]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+sm=${2:-90}
+carry=$root/.gpu-carry
+[ -x "$build/bin/check_gpu" ] || {
+    echo "no $build/bin/check_gpu: build with the CUDA toolkit first (cmake -S . -B build && cmake --build build)"
+    exit 1
+}
+mkdir -p "$carry/lib" "$carry/cudart"
+lib_of() { ldd "$1" | awk -v n="$2" '$1 == n {print $3}'; }
+for n in libhwloc.so.15 libudev.so.1; do
+    p=$(lib_of "$build/lib/libnccl.so.2" "$n")
+    [ -n "$p" ] && cp -L "$p" "$carry/lib/$n"
+done
+p=$(lib_of "$build/bin/check_gpu" libcudart.so.13)
+[ -n "$p" ] && cp -L "$p" "$carry/cudart/libcudart.so.13"
+if [ -f "$carry/nccl-tests/src/Makefile" ]; then
+    home=$(mktemp -d)
+    out=$(mktemp -d)
+    ln -s "$root/include" "$home/include"
+    ln -s "$build/lib" "$home/lib"
+    echo "building nccl-tests against Braid's nccl.h for sm_$sm (a few minutes)"
+    make -C "$carry/nccl-tests/src" -j"$(nproc)" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
+        NCCL_HOME="$home" NVCC_GENCODE="-gencode=arch=compute_$sm,code=sm_$sm" \
+        BUILDDIR="$out/build" build > "$out/build.log" 2>&1 || {
+        tail -20 "$out/build.log"
+        exit 1
+    }
+    mkdir -p "$out/nt"
+    for t in all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall; do
+        cp "$out/build/${t}_perf" "$out/nt/"
+    done
+    tar czf "$carry/nccl-tests-bin.tgz" -C "$out" nt
+    rm -rf "$home" "$out"
+else
+    echo "no nccl-tests clone at $carry/nccl-tests (fetch github:NVIDIA/nccl-tests, clone it there): nccl-tests will say SKIP"
+fi
+du -sh "$carry"/lib "$carry"/cudart "$carry"/nccl-tests-bin.tgz 2>/dev/null || true
+rel=${build#"$root"/}
+cat <<EOT
+device tool, run:
+  carry: ["$rel/bin", "$rel/lib", ".gpu-carry/lib", ".gpu-carry/cudart", ".gpu-carry/nccl-tests-bin.tgz"]
+  command: export R=\$OUT; c=/usr/local/cuda/lib64; [ -e \$c/libcudart.so.13 ] || c=\$PWD/.gpu-carry/cudart; export LD_LIBRARY_PATH=\$c; chmod +x $rel/bin/*; OUT=/tmp/g bash tests/gpu/run.sh \$PWD/$rel 2>&1 | tee \$R/run.log; tar czf \$R/gpu-out.tgz --exclude='*.json' -C /tmp g
+  timeout_s: 540 (run.sh keeps to BRAID_GPU_BUDGET, 480 s by default)
+EOT
