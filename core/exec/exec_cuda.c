@@ -513,8 +513,6 @@ static void *watchdog_main(void *arg)
 
 /* ---- the calls ---- */
 
-/* The first device call of a clique sets the executor up and starts its watchdog. Caller
- * holds cl->mu. */
 /* Relaxed capture mode for this thread while it allocates, as NCCL does: in the default
  * (global) mode, cuMemAlloc and its kin fail while a stream of this thread, or a
  * global-mode capture of any thread, is capturing, and a first device call or a captured
@@ -531,6 +529,8 @@ static void capture_mode_restore(const br_cuda_t *cu, int mode)
     cu->ThreadExchangeStreamCaptureMode(&mode);
 }
 
+/* The first device call of a clique sets the executor up and starts its watchdog. Caller
+ * holds cl->mu. */
 static void ensure_setup(br_clique_t *cl, int rank)
 {
     const br_cuda_t *cu = br_cuda(NULL);
