@@ -78,22 +78,6 @@ static int shared_gpu(const br_transport_comm_t *tc, int nranks, int *a, int *b)
     return 0;
 }
 
-/* The topology GPU with this PCI bus id (as the driver writes it), -1 if none. */
-static int gpu_by_busid(const br_topo_t *topo, int dev)
-{
-    const br_cuda_t *cu = br_cuda_in_process() ? br_cuda(NULL) : NULL;
-    char busid[32];
-    br_cu_device_t d;
-
-    if (cu == NULL || cu->DeviceGetPCIBusId == NULL || dev >= cu->ndevices ||
-        cu->DeviceGet(&d, dev) != BR_CU_SUCCESS ||
-        cu->DeviceGetPCIBusId(busid, (int)sizeof(busid), d) != BR_CU_SUCCESS) {
-        return -1;
-    }
-    busid[sizeof(busid) - 1] = '\0';
-    return br_topo_find_gpu(topo, busid);
-}
-
 int br_comm_topo_gpu(ncclComm_t comm)
 {
     int dev = comm->init_dev, g = -1;
@@ -102,7 +86,9 @@ int br_comm_topo_gpu(ncclComm_t comm)
     if (dev < 0 || comm->topo == NULL || br_topo_count(comm->topo, BR_TOPO_GPU) == 0) {
         return -1;
     }
-    g = gpu_by_busid(comm->topo, dev);
+    /* The bus id the driver gave at init (the rank's peer info). */
+    const char *busid = comm->tc->peers[comm->rank].gpu_busid;
+    g = busid[0] != '\0' ? br_topo_find_gpu(comm->topo, busid) : -1;
     for (int i = 0; g < 0 && i < br_topo_count(comm->topo, BR_TOPO_GPU); i++) {
         if (br_topo_gpu_dev(br_topo_node(comm->topo, BR_TOPO_GPU, i)) == dev) {
             g = i;

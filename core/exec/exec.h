@@ -244,18 +244,15 @@ int br_exec_cuda_has_kernels(void);
 ncclResult_t br_exec_cuda_attach(br_exec_comm_t *ec, uint64_t hash, int device);
 /* Deposit one rank's device operations of one group (one stream, call order): the stream
  * records that they are reached, and the unit they complete is launched. *ticket_p says
- * what br_exec_cuda_wait then makes the stream wait for. A thread that submits for several
- * ranks of one group deposits for every rank first, then adds the waits: ranks sharing a
- * stream would otherwise wait, in the stream, before the others arrive. */
+ * what br_exec_cuda_wait then makes the stream wait for: BR_CUDA_NO_TICKET is nothing (a
+ * communicator of one rank copies on the stream at once, as NCCL does; all of a deposit
+ * went the CUDA IPC direct path). A thread that submits for several ranks of one group
+ * deposits for every rank first, then adds the waits: ranks sharing a stream would
+ * otherwise wait, in the stream, before the others arrive. */
 ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
                                   uint64_t *ticket_p);
+#define BR_CUDA_NO_TICKET UINT64_MAX
 ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream);
-/* A communicator of one rank: its collectives are copies from input to output (none in
- * place), and its sends to itself copies into the matching receives, put on each call's
- * stream at once, as NCCL's are, with no launch and no wait. Returns 1 when it took the
- * calls (*res says how that went), 0 when they need the executor: a PreMulSum that scales,
- * sends and receives that do not pair up, a profiler (its events come from the launch). */
-int br_exec_cuda_one_rank(br_exec_comm_t *ec, const br_op_t *ops, int nops, ncclResult_t *res);
 /* Both, for one rank's lone call (or its capture). */
 ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops);
 /* Is the stream being captured into a CUDA graph? */

@@ -585,89 +585,6 @@ static ncclResult_t dep_add(br_clique_t *cl, int r, const br_op_t *ops, int nops
     return ncclSuccess;
 }
 
-ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
-                                  uint64_t *ticket_p)
-{
-    br_clique_t *cl = ec->cuda;
-    const br_cuda_t *cu = br_cuda(NULL);
-    br_cu_stream_t stream = (br_cu_stream_t)ops[0].stream;
-    int capturing = BR_CU_CAPTURE_STATUS_NONE;
-    ncclResult_t res = ncclSuccess;
-
-    for (int i = 1; i < nops; i++) {
-        if (ops[i].stream != ops[0].stream) {
-            BR_WARN(NCCL_COLL,
-                    "rank %d (host %s): the device calls of one group use different streams "
-                    "(%p and %p): Braid orders one rank's group on one stream",
-                    ec->rank, br_host_name(), ops[0].stream, ops[i].stream);
-            return ncclInvalidUsage;
-        }
-    }
-    if (ec->stage != NULL) {
-        return br_exec_cuda_stage_deposit(ec, ops, nops, ticket_p);
-    }
-    if (cu->StreamIsCapturing(stream, &capturing) == BR_CU_SUCCESS &&
-        capturing != BR_CU_CAPTURE_STATUS_NONE) {
-        /* Callers send capturing calls to br_exec_cuda_capture. */
-        BR_WARN(NCCL_COLL, "rank %d: %s on a capturing stream reached the eager path", ec->rank,
-                br_func_name(ops[0].func));
-        return ncclInternalError;
-    }
-    /* The executor switches contexts (a rank's device, the launch devices); the caller's
-     * current context is put back before returning, as NCCL leaves the current device. */
-    br_cu_context_t saved = NULL;
-    cu->CtxGetCurrent(&saved);
-    pthread_mutex_lock(&cl->mu);
-    ensure_setup(cl, ec->rank);
-    br_cuda_rank_t *q = &cl->rank[ec->rank];
-    /* Room in the rank's queue: a rank BR_CUDA_QUEUE calls ahead of a peer waits here. */
-    while (!cl->failed && q->next - q->launched >= BR_CUDA_QUEUE) {
-        pthread_cond_wait(&cl->cv, &cl->mu);
-    }
-    if (cl->failed) {
-        br_exec_fail(ec, ncclInvalidUsage, "%s", cl->fail_msg);
-        res = ec->error;
-        goto out;
-    }
-    uint64_t t = q->next;
-    BR_CHECK_GOTO(dep_add(cl, ec->rank, ops, nops), res, out);
-    *ticket_p = t;
-    res = launch_ready(cl, ec->rank);
-    if (res == ncclSuccess && ec->error != ncclSuccess) {
-        res = ec->error;
-    }
-out:
-    pthread_mutex_unlock(&cl->mu);
-    cu->CtxSetCurrent(saved);
-    return res;
-}
-
-ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream)
-{
-    br_clique_t *cl = ec->cuda;
-    const br_cuda_t *cu = br_cuda(NULL);
-    br_cu_context_t saved = NULL;
-    ncclResult_t res;
-
-    if (ec->stage != NULL) {
-        return br_exec_cuda_stage_wait(ec, ticket, stream);
-    }
-    cu->CtxGetCurrent(&saved);
-    pthread_mutex_lock(&cl->mu);
-    res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx), "cuCtxSetCurrent",
-                        ec->rank);
-    if (res == ncclSuccess) {
-        res = br_cuda_check(cu->StreamWaitValue32((br_cu_stream_t)stream,
-                                                  cl->done_d + (size_t)ec->rank * sizeof(uint32_t),
-                                                  (uint32_t)(ticket + 1),
-                                                  BR_CU_STREAM_WAIT_VALUE_GEQ),
-                            "cuStreamWaitValue32", ec->rank);
-    }
-    pthread_mutex_unlock(&cl->mu);
-    cu->CtxSetCurrent(saved);
-    return res;
-}
-
 /* The k-th operation of kind func among ops (k counts from 0); the caller knows it exists. */
 static const br_op_t *one_rank_nth(const br_op_t *ops, int nops, br_func_t func, int k)
 {
@@ -679,7 +596,12 @@ static const br_op_t *one_rank_nth(const br_op_t *ops, int nops, br_func_t func,
     return NULL;
 }
 
-int br_exec_cuda_one_rank(br_exec_comm_t *ec, const br_op_t *ops, int nops, ncclResult_t *res)
+/* A communicator of one rank: its collectives are copies from input to output (none in
+ * place), and its sends to itself copies into the matching receives, put on each call's
+ * stream at once, as NCCL's are, with no launch and no wait. Returns 1 when it took the
+ * calls (*res says how that went), 0 when they need the executor: a PreMulSum that scales,
+ * sends and receives that do not pair up, a profiler (its events come from the launch). */
+static int one_rank(br_exec_comm_t *ec, const br_op_t *ops, int nops, ncclResult_t *res)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     br_clique_t *cl = ec->cuda;
@@ -745,13 +667,99 @@ out:
     return 1;
 }
 
+ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
+                                  uint64_t *ticket_p)
+{
+    br_clique_t *cl = ec->cuda;
+    const br_cuda_t *cu = br_cuda(NULL);
+    br_cu_stream_t stream = (br_cu_stream_t)ops[0].stream;
+    int capturing = BR_CU_CAPTURE_STATUS_NONE;
+    ncclResult_t res = ncclSuccess;
+
+    for (int i = 1; i < nops; i++) {
+        if (ops[i].stream != ops[0].stream) {
+            BR_WARN(NCCL_COLL,
+                    "rank %d (host %s): the device calls of one group use different streams "
+                    "(%p and %p): Braid orders one rank's group on one stream",
+                    ec->rank, br_host_name(), ops[0].stream, ops[i].stream);
+            return ncclInvalidUsage;
+        }
+    }
+    if (ec->stage != NULL) {
+        return br_exec_cuda_stage_deposit(ec, ops, nops, ticket_p);
+    }
+    if (one_rank(ec, ops, nops, &res)) {
+        *ticket_p = BR_CUDA_NO_TICKET;
+        return res;
+    }
+    if (cu->StreamIsCapturing(stream, &capturing) == BR_CU_SUCCESS &&
+        capturing != BR_CU_CAPTURE_STATUS_NONE) {
+        /* Callers send capturing calls to br_exec_cuda_capture. */
+        BR_WARN(NCCL_COLL, "rank %d: %s on a capturing stream reached the eager path", ec->rank,
+                br_func_name(ops[0].func));
+        return ncclInternalError;
+    }
+    /* The executor switches contexts (a rank's device, the launch devices); the caller's
+     * current context is put back before returning, as NCCL leaves the current device. */
+    br_cu_context_t saved = NULL;
+    cu->CtxGetCurrent(&saved);
+    pthread_mutex_lock(&cl->mu);
+    ensure_setup(cl, ec->rank);
+    br_cuda_rank_t *q = &cl->rank[ec->rank];
+    /* Room in the rank's queue: a rank BR_CUDA_QUEUE calls ahead of a peer waits here. */
+    while (!cl->failed && q->next - q->launched >= BR_CUDA_QUEUE) {
+        pthread_cond_wait(&cl->cv, &cl->mu);
+    }
+    if (cl->failed) {
+        br_exec_fail(ec, ncclInvalidUsage, "%s", cl->fail_msg);
+        res = ec->error;
+        goto out;
+    }
+    uint64_t t = q->next;
+    BR_CHECK_GOTO(dep_add(cl, ec->rank, ops, nops), res, out);
+    *ticket_p = t;
+    res = launch_ready(cl, ec->rank);
+    if (res == ncclSuccess && ec->error != ncclSuccess) {
+        res = ec->error;
+    }
+out:
+    pthread_mutex_unlock(&cl->mu);
+    cu->CtxSetCurrent(saved);
+    return res;
+}
+
+ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream)
+{
+    br_clique_t *cl = ec->cuda;
+    const br_cuda_t *cu = br_cuda(NULL);
+    br_cu_context_t saved = NULL;
+    ncclResult_t res;
+
+    if (ec->stage != NULL) {
+        return br_exec_cuda_stage_wait(ec, ticket, stream);
+    }
+    if (ticket == BR_CUDA_NO_TICKET) {
+        return ncclSuccess; /* done on its stream already (one rank) */
+    }
+    cu->CtxGetCurrent(&saved);
+    pthread_mutex_lock(&cl->mu);
+    res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx), "cuCtxSetCurrent",
+                        ec->rank);
+    if (res == ncclSuccess) {
+        res = br_cuda_check(cu->StreamWaitValue32((br_cu_stream_t)stream,
+                                                  cl->done_d + (size_t)ec->rank * sizeof(uint32_t),
+                                                  (uint32_t)(ticket + 1),
+                                                  BR_CU_STREAM_WAIT_VALUE_GEQ),
+                            "cuStreamWaitValue32", ec->rank);
+    }
+    pthread_mutex_unlock(&cl->mu);
+    cu->CtxSetCurrent(saved);
+    return res;
+}
+
 ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nops)
 {
     uint64_t t = 0;
-    ncclResult_t res;
-    if (br_exec_cuda_one_rank(ec, ops, nops, &res)) {
-        return res;
-    }
     if (br_exec_cuda_capturing(ops[0].stream)) {
         return br_exec_cuda_capture(&ec, &ops, &nops, 1);
     }

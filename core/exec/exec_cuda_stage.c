@@ -123,10 +123,24 @@ void br_stage_fail(br_cuda_stage_t *st, ncclResult_t res, const char *why)
 
 /* ---- the stager thread ---- */
 
+/* One unsuccessful look at a stream's progress, the i-th after `waited` ns: spins briefly,
+ * then yields, then sleeps: a stream may take long to get there, and the cores are shared. */
+static void stage_backoff(unsigned i, uint64_t waited)
+{
+    if (i < 64) {
+        return;
+    }
+    if (waited < 200000) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, waited < 10000000 ? 20000 : 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Wait on the host until the stream reached deposit t (its inputs are staged). Returns 0
  * when it did, -1 when the communicator failed meanwhile, -2 when it waited past
- * BRAID_CUDA_WAIT_TIMEOUT (described in late). Spins briefly, then yields, then sleeps: a
- * stream may take long to get there, and this machine's cores are shared. */
+ * BRAID_CUDA_WAIT_TIMEOUT (described in late). */
 static int wait_ready(br_cuda_stage_t *st, uint64_t t, char *late, size_t len)
 {
     uint32_t want = slot_value(t);
@@ -139,10 +153,7 @@ static int wait_ready(br_cuda_stage_t *st, uint64_t t, char *late, size_t len)
         if (__atomic_load_n(&st->failed, __ATOMIC_ACQUIRE)) {
             return -1;
         }
-        if (i < 64) {
-            continue;
-        }
-        uint64_t waited = br_time_ns() - start;
+        uint64_t waited = i < 64 ? 0 : br_time_ns() - start;
         if (limit > 0 && waited > limit) {
             char what[256];
             br_cuda_op_describe(what, sizeof(what), &st->slot[t % BR_CUDA_QUEUE].ops[0]);
@@ -156,12 +167,7 @@ static int wait_ready(br_cuda_stage_t *st, uint64_t t, char *late, size_t len)
                      (unsigned long long)(waited / 1000000000ull));
             return -2;
         }
-        if (waited < 200000) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, waited < 10000000 ? 20000 : 200000};
-            nanosleep(&ts, NULL);
-        }
+        stage_backoff(i, waited);
     }
 }
 
@@ -473,15 +479,7 @@ static ncclResult_t stage_staged(br_cuda_stage_t *st, uint64_t t)
             BR_WARN(NCCL_COLL, "rank %d: %s", st->ec->rank, st->ec->error_msg);
             return st->ec->error != ncclSuccess ? st->ec->error : ncclUnhandledCudaError;
         }
-        uint64_t waited = br_time_ns() - start;
-        if (i < 64) {
-            continue;
-        } else if (waited < 200000) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, waited < 10000000 ? 20000 : 200000};
-            nanosleep(&ts, NULL);
-        }
+        stage_backoff(i, i < 64 ? 0 : br_time_ns() - start);
     }
     if (e != BR_CU_SUCCESS) {
         char why[512];
@@ -509,7 +507,7 @@ ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, 
     ncclResult_t res = ncclSuccess;
     int nrest = 0;
 
-    *ticket_p = BR_STAGE_NO_TICKET;
+    *ticket_p = BR_CUDA_NO_TICKET;
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&st->mu);
     /* Whether the direct path is on is settled with the first deposit, on every rank. */
@@ -540,7 +538,7 @@ ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, 
     }
 out:
     pthread_mutex_unlock(&st->mu);
-    if (res == ncclSuccess && st->host_sync && *ticket_p != BR_STAGE_NO_TICKET) {
+    if (res == ncclSuccess && st->host_sync && *ticket_p != BR_CUDA_NO_TICKET) {
         res = stage_staged(st, *ticket_p);
     }
     cu->CtxSetCurrent(saved);
@@ -557,7 +555,7 @@ ncclResult_t br_exec_cuda_stage_wait(br_exec_comm_t *ec, uint64_t t, void *strea
     br_cu_context_t saved = NULL;
     ncclResult_t res = ncclSuccess;
 
-    if (t == BR_STAGE_NO_TICKET) {
+    if (t == BR_CUDA_NO_TICKET) {
         return ncclSuccess; /* all of it went the direct path: nothing to wait for */
     }
     cu->CtxGetCurrent(&saved);

@@ -8,7 +8,6 @@
 #include "exec_cuda_int.h"
 
 #define STAGE_ALIGN 256               /* each buffer of a slot starts on this */
-#define BR_STAGE_NO_TICKET UINT64_MAX /* a deposit with nothing staged */
 
 /* Where one call's data sits in its slot's staging memory. */
 typedef struct {

@@ -354,17 +354,10 @@ static ncclResult_t submit_device(gcall_t *cs, int n, ncclComm_t *const in_order
     }
     int deposited = 0;
     for (int c = 0; c < m && res == ncclSuccess; c++) {
-        if (br_exec_cuda_one_rank(ecs[c], first[c], nops[c], &res)) {
-            ticket[c] = UINT64_MAX; /* done on its streams: nothing to wait for */
-        } else {
-            res = br_exec_cuda_deposit(ecs[c], first[c], nops[c], &ticket[c]);
-        }
+        res = br_exec_cuda_deposit(ecs[c], first[c], nops[c], &ticket[c]);
         deposited += res == ncclSuccess;
     }
     for (int c = 0; c < deposited; c++) {
-        if (ticket[c] == UINT64_MAX) {
-            continue;
-        }
         ncclResult_t w = br_exec_cuda_wait(ecs[c], ticket[c], first[c][0].stream);
         res = res == ncclSuccess ? w : res;
     }

@@ -6,6 +6,7 @@
 # (-c 1). The same binaries then run on NVIDIA's NCCL (the one PyTorch's wheels bring)
 # in the same run, for the side-by-side times.
 # Usage: tests/gpu/nccl_tests.sh [build dir]
+#        tests/gpu/nccl_tests.sh --pack SM TARBALL [build dir]  (build and pack, no GPU)
 #   the source: $NCCL_TESTS_SRC, else .gpu-carry/nccl-tests in the checkout (a clone of
 #   NVIDIA/nccl-tests; .gpu-carry is ignored by git, so the device tool's `carry` takes it);
 #   or binaries built elsewhere against Braid's nccl.h (smaller to carry than the source
@@ -14,15 +15,50 @@
 # Results in $OUT (or ./gpu-out)/nccl-tests. Exit 77 (SKIP) without a GPU or the source.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build}
 src=${NCCL_TESTS_SRC:-$root/.gpu-carry/nccl-tests}
+cuda=${CUDA_HOME:-/usr/local/cuda}
+tests="all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall"
+
+# Builds the tests against Braid's nccl.h and the build's libnccl.so.2, for sm_$1, into
+# $2 (its build log beside it); no GPU needed.
+build_tests() { # sm bindir build
+    local home
+    home=$(mktemp -d)
+    ln -s "$root/include" "$home/include"
+    ln -s "$3/lib" "$home/lib"
+    echo "== building nccl-tests against Braid's nccl.h (sm_$1)"
+    if ! make -C "$src/src" -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME="$home" \
+        NVCC_GENCODE="-gencode=arch=compute_$1,code=sm_$1" BUILDDIR="$2" build \
+        > "$2.log" 2>&1; then
+        tail -20 "$2.log"
+        echo "FAIL: nccl-tests did not build against Braid's nccl.h (log $2.log)"
+        rm -rf "$home"
+        return 1
+    fi
+    rm -rf "$home"
+}
+
+# --pack SM TARBALL [build dir]: build here, and pack the tests this script runs.
+if [ "${1:-}" = --pack ]; then
+    [ -f "$src/src/Makefile" ] || { echo "no nccl-tests source at $src"; exit 1; }
+    work=$(mktemp -d)
+    build_tests "$2" "$work/build" "${4:-$root/build}" || exit 1
+    mkdir -p "$work/nt"
+    for t in $tests; do
+        cp "$work/build/${t}_perf" "$work/nt/"
+    done
+    tar czf "$3" -C "$work" nt
+    rm -rf "$work"
+    exit 0
+fi
+
+build=${1:-$root/build}
 out=${OUT:-$PWD/gpu-out}/nccl-tests
 mkdir -p "$out"
 if ! nvidia-smi -L > /dev/null 2>&1; then
     echo "SKIP: no GPU here"
     exit 77
 fi
-cuda=${CUDA_HOME:-/usr/local/cuda}
 bin=${NCCL_TESTS_BIN:-}
 if [ -z "$bin" ] && [ -f "$root/.gpu-carry/nccl-tests-bin.tgz" ]; then
     mkdir -p "$out/bin"
@@ -35,24 +71,13 @@ elif [ ! -f "$src/src/Makefile" ]; then
     echo "SKIP: no nccl-tests source at $src (clone NVIDIA/nccl-tests there, or set NCCL_TESTS_SRC)"
     exit 77
 else
-    home="$out/braid-home"
-    mkdir -p "$home"
-    ln -sfn "$root/include" "$home/include"
-    ln -sfn "$build/lib" "$home/lib"
-    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
-    echo "== building nccl-tests against Braid (sm_$cc)"
     bin="$out/bin"
-    if ! make -C "$src/src" -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME="$home" \
-        NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" BUILDDIR="$bin" build \
-        > "$out/build.log" 2>&1; then
-        tail -20 "$out/build.log"
-        echo "FAIL: nccl-tests did not build against Braid's nccl.h (log $out/build.log)"
-        exit 1
-    fi
+    build_tests "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')" \
+        "$bin" "$build" || exit 1
 fi
 nvlib=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
 status=0
-for t in all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall; do
+for t in $tests; do
     for lib in braid nvidia; do
         if [ "$lib" = braid ]; then
             path="$build/lib"
@@ -76,7 +101,7 @@ for t in all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall
     done
 done
 # Side by side: the out-of-place time (us) of each size, Braid then NVIDIA.
-for t in all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall; do
+for t in $tests; do
     [ -f "$out/$t-nvidia.log" ] || continue
     echo "== $t: bytes, Braid us, NCCL us (out of place)"
     join <(awk '/^ +[0-9]+ +[0-9]+ /{print $1, $6}' "$out/$t-braid.log") \

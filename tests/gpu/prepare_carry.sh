@@ -28,23 +28,8 @@ done
 p=$(lib_of "$build/bin/check_gpu" libcudart.so.13)
 [ -n "$p" ] && cp -L "$p" "$carry/cudart/libcudart.so.13"
 if [ -f "$carry/nccl-tests/src/Makefile" ]; then
-    home=$(mktemp -d)
-    out=$(mktemp -d)
-    ln -s "$root/include" "$home/include"
-    ln -s "$build/lib" "$home/lib"
-    echo "building nccl-tests against Braid's nccl.h for sm_$sm (a few minutes)"
-    make -C "$carry/nccl-tests/src" -j"$(nproc)" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
-        NCCL_HOME="$home" NVCC_GENCODE="-gencode=arch=compute_$sm,code=sm_$sm" \
-        BUILDDIR="$out/build" build > "$out/build.log" 2>&1 || {
-        tail -20 "$out/build.log"
-        exit 1
-    }
-    mkdir -p "$out/nt"
-    for t in all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall; do
-        cp "$out/build/${t}_perf" "$out/nt/"
-    done
-    tar czf "$carry/nccl-tests-bin.tgz" -C "$out" nt
-    rm -rf "$home" "$out"
+    NCCL_TESTS_SRC="$carry/nccl-tests" bash "$root/tests/gpu/nccl_tests.sh" --pack "$sm" \
+        "$carry/nccl-tests-bin.tgz" "$build"
 else
     echo "no nccl-tests clone at $carry/nccl-tests (fetch github:NVIDIA/nccl-tests, clone it there): nccl-tests will say SKIP"
 fi
