@@ -355,6 +355,24 @@ def loadavg():
         return None
 
 
+def wait_quiet(limit, wait_s):
+    """Wait until the 1-minute load average is under `limit` (0: do not wait), for at
+    most wait_s seconds; returns the load average the measurement starts at. The build
+    and the peers' compilation just before are what usually keeps it up."""
+    load = loadavg()
+    if not limit or load is None or load < limit:
+        return load
+    log("waiting for the load average (%.2f) to fall under %.2f (at most %d s)" %
+        (load, limit, wait_s))
+    deadline = time.time() + wait_s
+    while load >= limit and time.time() < deadline:
+        time.sleep(5)
+        load = loadavg()
+    if load >= limit:
+        log("warning: the load average is still %.2f; measuring anyway (it is recorded)" % load)
+    return load
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
@@ -579,6 +597,11 @@ def main():
                     help="a small sweep (8 B to 1 MiB, few iterations) for trying the script")
     ap.add_argument("--skip-build", action="store_true", help="use what BUILD_DIR holds")
     ap.add_argument("--timeout", type=int, default=600, help="seconds allowed per run")
+    ap.add_argument("--quiet-load", type=float, default=1.0,
+                    help="before measuring, wait until the 1-minute load average is under "
+                         "this (default 1.0; 0: do not wait)")
+    ap.add_argument("--quiet-wait", type=int, default=600,
+                    help="longest wait for --quiet-load in seconds (default 600)")
     ap.add_argument("--repeat", type=int, default=2,
                     help="rounds over every peer; the best time per size is kept (default 2)")
     args = ap.parse_args()
@@ -597,8 +620,10 @@ def main():
     build.peers()
     bench = Bench(args, build)
     bench.availability()
+    start_load = wait_quiet(args.quiet_load, args.quiet_wait)
     log("measuring the machine's limits")
     limits = bench.limits()
+    limits["loadavg_start"] = start_load
     log("measuring: ranks %s, collectives %s, %d size segments" %
         (args.ranks, args.colls, len(bench.segments)))
     bench.measure()
@@ -611,9 +636,10 @@ def main():
         print(s)
 
     out("")
-    out("== machine: %s, %s cores, Linux %s; load average %.2f before, %.2f after" %
-        (limits["cpu"], limits["nproc"], limits["kernel"], limits["loadavg_before"] or 0,
-         limits["loadavg_after"] or 0))
+    out("== machine: %s, %s cores, Linux %s; load average %.2f at the start, %.2f after "
+        "the limits' measurement, %.2f after" %
+        (limits["cpu"], limits["nproc"], limits["kernel"], limits["loadavg_start"] or 0,
+         limits["loadavg_before"] or 0, limits["loadavg_after"] or 0))
     for key, label in (("memcpy_GBps", "memcpy, one core, 256 MiB"),
                        ("sum_GBps", "float sum c=a+b, one core, 256 MiB (output bytes)"),
                        ("iperf3_GBps", "iperf3, one TCP stream over loopback")):
