@@ -208,7 +208,7 @@ static void poll_status(br_clique_t *cl)
 /* ---- units ---- */
 
 /* Every rank's next deposit holds collectives: all of them are one unit. */
-static int unit_collective(br_clique_t *cl, char *in_unit)
+int br_cuda_unit_collective(br_clique_t *cl, char *in_unit)
 {
     for (int r = 0; r < cl->nranks; r++) {
         const br_cuda_dep_t *d = br_cuda_head(cl, r);
@@ -232,7 +232,7 @@ static int count_p2p(const br_cuda_dep_t *d, br_func_t func, int peer)
 
 /* The send/recv-only next deposits reachable from rank a through the peers they name, when
  * every send among them has its receive and the other way round. */
-static int unit_p2p(br_clique_t *cl, int a, char *in_unit, int *stack)
+int br_cuda_unit_p2p(br_clique_t *cl, int a, char *in_unit, int *stack)
 {
     int n = cl->nranks, top = 0;
     memset(in_unit, 0, (size_t)n);
@@ -299,7 +299,7 @@ static ncclResult_t desc_get(br_clique_t *cl, size_t bytes, int rank, br_cuda_de
 
 /* The words of a launch the kernels share with the host: abort, timeout, the failure
  * claim and its report. */
-static void launch_words(const br_clique_t *cl, br_dev_launch_t *L)
+void br_cuda_launch_words(const br_clique_t *cl, br_dev_launch_t *L)
 {
     br_cu_ptr_t f = cl->flags_d;
     L->abort_flag = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, abort_flag));
@@ -371,7 +371,7 @@ static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
             memcpy(desc->h + at, b->works, wb);
             L.works = (const br_dev_work_t *)(uintptr_t)(desc->d + at);
             at += wb;
-            launch_words(cl, &L);
+            br_cuda_launch_words(cl, &L);
             void *params[1] = {&L};
             BR_CHECK_GOTO(
                 br_cuda_check(cu->LaunchKernel(dv->fn, (unsigned)b->nblocks, 1, 1, BR_DEV_NTHREADS,
@@ -432,10 +432,10 @@ static ncclResult_t launch_ready(br_clique_t *cl, int rank)
     }
     while (progress && !cl->failed && res == ncclSuccess) {
         progress = 0;
-        int found = unit_collective(cl, in_unit);
+        int found = br_cuda_unit_collective(cl, in_unit);
         for (int a = 0; a < cl->nranks && !found; a++) {
             const br_cuda_dep_t *d = br_cuda_head(cl, a);
-            found = d != NULL && !d->has_coll && unit_p2p(cl, a, in_unit, stack);
+            found = d != NULL && !d->has_coll && br_cuda_unit_p2p(cl, a, in_unit, stack);
         }
         if (!found) {
             break;
@@ -516,22 +516,22 @@ static void *watchdog_main(void *arg)
 /* Relaxed capture mode for this thread while it allocates, as NCCL does: in the default
  * (global) mode, cuMemAlloc and its kin fail while a stream of this thread, or a
  * global-mode capture of any thread, is capturing, and a first device call or a captured
- * one allocates. Returns the mode to give back to capture_mode_restore. */
-static int capture_mode_relax(const br_cuda_t *cu)
+ * one allocates. Returns the mode to give back to br_cuda_capture_restore. */
+int br_cuda_capture_relax(const br_cuda_t *cu)
 {
     int mode = BR_CU_CAPTURE_MODE_RELAXED;
     cu->ThreadExchangeStreamCaptureMode(&mode);
     return mode;
 }
 
-static void capture_mode_restore(const br_cuda_t *cu, int mode)
+void br_cuda_capture_restore(const br_cuda_t *cu, int mode)
 {
     cu->ThreadExchangeStreamCaptureMode(&mode);
 }
 
 /* The first device call of a clique sets the executor up and starts its watchdog. Caller
  * holds cl->mu. */
-static void ensure_setup(br_clique_t *cl, int rank)
+void br_cuda_ensure_setup(br_clique_t *cl, int rank)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     char msg[256];
@@ -539,9 +539,9 @@ static void ensure_setup(br_clique_t *cl, int rank)
         return;
     }
     cl->setup_done = 1;
-    int mode = capture_mode_relax(cu);
+    int mode = br_cuda_capture_relax(cu);
     cl->setup_res = br_cuda_setup(cl, rank);
-    capture_mode_restore(cu, mode);
+    br_cuda_capture_restore(cu, mode);
     if (cl->setup_res != ncclSuccess) {
         snprintf(msg, sizeof(msg),
                  "rank %d (host %s): the CUDA executor could not be set up (see the warning "
@@ -556,7 +556,7 @@ static void ensure_setup(br_clique_t *cl, int rank)
 /* Rank r's next deposit: its operations (one stream) into its queue, and the event that
  * says its stream reached them. The ticket is taken only when all of that worked. Caller
  * holds cl->mu and made sure the queue has room. */
-static ncclResult_t dep_add(br_clique_t *cl, int r, const br_op_t *ops, int nops)
+ncclResult_t br_cuda_dep_add(br_clique_t *cl, int r, const br_op_t *ops, int nops)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     br_cuda_rank_t *q = &cl->rank[r];
@@ -638,7 +638,7 @@ static int one_rank(br_exec_comm_t *ec, const br_op_t *ops, int nops, ncclResult
     }
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
-    ensure_setup(cl, ec->rank);
+    br_cuda_ensure_setup(cl, ec->rank);
     if (cl->failed) {
         br_exec_fail(ec, ncclInvalidUsage, "%s", cl->fail_msg);
         *res = ec->error;
@@ -704,7 +704,7 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
     br_cu_context_t saved = NULL;
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
-    ensure_setup(cl, ec->rank);
+    br_cuda_ensure_setup(cl, ec->rank);
     br_cuda_rank_t *q = &cl->rank[ec->rank];
     /* Room in the rank's queue: a rank BR_CUDA_QUEUE calls ahead of a peer waits here. */
     while (!cl->failed && q->next - q->launched >= BR_CUDA_QUEUE) {
@@ -716,7 +716,7 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
         goto out;
     }
     uint64_t t = q->next;
-    BR_CHECK_GOTO(dep_add(cl, ec->rank, ops, nops), res, out);
+    BR_CHECK_GOTO(br_cuda_dep_add(cl, ec->rank, ops, nops), res, out);
     *ticket_p = t;
     res = launch_ready(cl, ec->rank);
     if (res == ncclSuccess && ec->error != ncclSuccess) {
@@ -765,212 +765,6 @@ ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nop
     }
     BR_CHECK(br_exec_cuda_deposit(ec, ops, nops, &t));
     return br_exec_cuda_wait(ec, t, ops[0].stream);
-}
-
-int br_exec_cuda_capturing(void *stream)
-{
-    const br_cuda_t *cu = br_cuda(NULL);
-    int status = BR_CU_CAPTURE_STATUS_NONE;
-    return cu != NULL && cu->StreamIsCapturing((br_cu_stream_t)stream, &status) == BR_CU_SUCCESS &&
-           status != BR_CU_CAPTURE_STATUS_NONE;
-}
-
-/* Refuse a capture, with the reason; the clique stays usable. Caller holds cl->mu. */
-static ncclResult_t capture_refuse(br_exec_comm_t *ec, const char *why)
-{
-    BR_WARN(NCCL_COLL, "rank %d (host %s): device calls captured into a CUDA graph: %s", ec->rank,
-            br_host_name(), why);
-    return ncclInvalidUsage;
-}
-
-/*
- * Calls captured into a CUDA graph. The graph's launches happen whenever its owner replays
- * it, so the unit is launched into the capture itself, at once: every rank's calls must be
- * here (one group, one thread), on one GPU, with nothing of theirs still waiting. The
- * kernel goes on one member's stream after it joins the others' (their arrival events, in
- * the capture), and the others join it back (an event recorded after it); the launch has
- * FIFOs and descriptors of its own, kept until the clique ends. No done word is written:
- * nothing outside the graph waits for it.
- */
-ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *const *ops,
-                                  const int *nops, int n)
-{
-    br_clique_t *cl = ecs[0]->cuda;
-    const br_cuda_t *cu = br_cuda(NULL);
-    br_cuda_build_t per_dev[BR_CUDA_MAX_DEVS];
-    br_cuda_kept_t *kept = NULL;
-    br_cu_context_t saved = NULL;
-    char *in_unit = NULL, msg[640] = "";
-    int *stack = NULL;
-    ncclResult_t res = ncclSuccess;
-
-    for (int i = 0; i < n; i++) {
-        if (ecs[i]->stage != NULL) {
-            BR_WARN(NCCL_COLL,
-                    "rank %d (host %s): device calls captured into a CUDA graph: the "
-                    "communicator's ranks are in several processes, and this version of Braid "
-                    "captures only calls of ranks that are threads of one process",
-                    ecs[i]->rank, br_host_name());
-            return ncclInvalidUsage;
-        }
-    }
-    memset(per_dev, 0, sizeof(per_dev));
-    cu->CtxGetCurrent(&saved);
-    int mode = capture_mode_relax(cu); /* the launch's own FIFOs and descriptors */
-    pthread_mutex_lock(&cl->mu);
-    ensure_setup(cl, ecs[0]->rank);
-    if (cl->failed) {
-        br_exec_fail(ecs[0], ncclInvalidUsage, "%s", cl->fail_msg);
-        res = ecs[0]->error;
-        goto out;
-    }
-    if (cl->ndevs > 1) {
-        res = capture_refuse(ecs[0], "the communicator spans several GPUs (capture is supported "
-                                     "for ranks on one GPU)");
-        goto out;
-    }
-    for (int i = 0; i < n; i++) {
-        br_cuda_rank_t *q = &cl->rank[ecs[i]->rank];
-        if (ecs[i]->cuda != cl) {
-            res = capture_refuse(ecs[i], "one group holds device calls of several communicators");
-            goto out;
-        }
-        if (!br_exec_cuda_capturing(ops[i][0].stream)) {
-            res = capture_refuse(ecs[i], "some ranks' streams of the group are captured and "
-                                         "others are not");
-            goto out;
-        }
-        if (q->launched != q->next) {
-            res = capture_refuse(ecs[i], "an earlier device call of this rank has not started "
-                                         "yet (its peers have not called)");
-            goto out;
-        }
-    }
-    BR_CHECK_GOTO(br_calloc(&in_unit, (size_t)cl->nranks, "CUDA capture"), res, out);
-    BR_CHECK_GOTO(br_calloc(&stack, (size_t)cl->nranks, "CUDA capture"), res, out);
-    /* The calls as the ranks' next deposits, each reached on its stream (in the capture). */
-    for (int i = 0; i < n; i++) {
-        BR_CHECK_GOTO(dep_add(cl, ecs[i]->rank, ops[i], nops[i]), res, undo);
-    }
-    /* They must form one unit by themselves. */
-    int whole = unit_collective(cl, in_unit);
-    if (!whole && !br_cuda_head(cl, ecs[0]->rank)->has_coll) {
-        whole = unit_p2p(cl, ecs[0]->rank, in_unit, stack);
-        for (int r = 0; r < cl->nranks && whole; r++) {
-            int here = 0;
-            for (int i = 0; i < n; i++) {
-                here |= ecs[i]->rank == r;
-            }
-            whole = in_unit[r] == here;
-        }
-    }
-    if (!whole) {
-        res = capture_refuse(ecs[0], "capturing device calls needs every rank's calls in the "
-                                     "same group (one thread driving every rank, as with "
-                                     "ncclCommInitAll), and they must match");
-        goto undo;
-    }
-    BR_CHECK_GOTO(br_calloc(&kept, 1, "CUDA capture"), res, undo);
-    BR_CHECK_GOTO(br_cuda_fifos_alloc(cl, &kept->fifos, ecs[0]->rank), res, undo);
-    res = br_cuda_build(cl, in_unit, kept->fifos.conn_d, per_dev, msg, sizeof(msg));
-    if (res != ncclSuccess) {
-        res = capture_refuse(ecs[0], msg[0] ? msg : "out of memory");
-        goto undo;
-    }
-    br_cuda_build_t *b = &per_dev[0];
-    br_cuda_dev_t *dv = &cl->devs[0];
-    if (b->nwaiting > dv->capacity) {
-        res = capture_refuse(ecs[0], "the group needs more blocks resident at once than the GPU "
-                                     "holds: split the group");
-        goto undo;
-    }
-    size_t bb = (size_t)b->nblocks * sizeof(br_dev_block_t), at;
-    size_t wb = (size_t)b->nworks * sizeof(br_dev_work_t);
-    BR_CHECK_GOTO(
-        br_cuda_check(cu->MemHostAlloc(&kept->desc, 256 + bb + wb,
-                                       BR_CU_MEMHOSTALLOC_PORTABLE | BR_CU_MEMHOSTALLOC_DEVICEMAP),
-                      "cuMemHostAlloc (captured descriptors)", ecs[0]->rank),
-        res, undo);
-    br_cu_ptr_t desc_d;
-    BR_CHECK_GOTO(br_cuda_check(cu->MemHostGetDevicePointer(&desc_d, kept->desc, 0),
-                                "cuMemHostGetDevicePointer", ecs[0]->rank),
-                  res, undo);
-    BR_CHECK_GOTO(br_cuda_check(cu->EventCreate(&kept->finished, BR_CU_EVENT_DISABLE_TIMING),
-                                "cuEventCreate", ecs[0]->rank),
-                  res, undo);
-    memcpy(kept->desc, b->blocks, bb);
-    at = (bb + 127) & ~(size_t)127;
-    memcpy((char *)kept->desc + at, b->works, wb);
-    br_dev_launch_t L;
-    memset(&L, 0, sizeof(L));
-    L.blocks = (const br_dev_block_t *)(uintptr_t)desc_d;
-    L.works = (const br_dev_work_t *)(uintptr_t)(desc_d + at);
-    launch_words(cl, &L);
-    /* The last member's stream joins the others, runs the kernel, and they join it back. */
-    br_cu_stream_t s = (br_cu_stream_t)ops[n - 1][0].stream;
-    for (int i = 0; i < n - 1; i++) {
-        br_cuda_rank_t *q = &cl->rank[ecs[i]->rank];
-        if ((br_cu_stream_t)ops[i][0].stream != s) {
-            BR_CHECK_GOTO(
-                br_cuda_check(cu->StreamWaitEvent(s, q->arrive[q->launched % BR_CUDA_QUEUE], 0),
-                              "cuStreamWaitEvent", ecs[i]->rank),
-                res, undo);
-        }
-    }
-    if (b->nblocks > 0) {
-        void *params[1] = {&L};
-        BR_CHECK_GOTO(br_cuda_check(cu->LaunchKernel(dv->fn, (unsigned)b->nblocks, 1, 1,
-                                                     BR_DEV_NTHREADS, 1, 1, 0, s, params, NULL),
-                                    "cuLaunchKernel", ecs[0]->rank),
-                      res, undo);
-    }
-    BR_CHECK_GOTO(br_cuda_check(cu->EventRecord(kept->finished, s), "cuEventRecord", ecs[0]->rank),
-                  res, undo);
-    for (int i = 0; i < n - 1; i++) {
-        if ((br_cu_stream_t)ops[i][0].stream != s) {
-            BR_CHECK_GOTO(br_cuda_check(cu->StreamWaitEvent((br_cu_stream_t)ops[i][0].stream,
-                                                            kept->finished, 0),
-                                        "cuStreamWaitEvent", ecs[i]->rank),
-                          res, undo);
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        cl->rank[ecs[i]->rank].q[cl->rank[ecs[i]->rank].launched % BR_CUDA_QUEUE].nops = 0;
-        cl->rank[ecs[i]->rank].launched++;
-    }
-    kept->next = cl->kept;
-    cl->kept = kept;
-    kept = NULL;
-    BR_INFO(NCCL_COLL, "rank %d: %d rank%s' device calls captured into a CUDA graph (%d blocks)",
-            ecs[0]->rank, n, n == 1 ? "" : "s", b->nblocks);
-    goto out;
-undo:
-    /* Nothing was launched: the deposits leave the queues again. */
-    for (int i = 0; i < n; i++) {
-        br_cuda_rank_t *q = &cl->rank[ecs[i]->rank];
-        if (q->next > q->launched) {
-            q->q[(q->next - 1) % BR_CUDA_QUEUE].nops = 0;
-            q->next--;
-        }
-    }
-out:
-    if (kept != NULL) {
-        br_cuda_fifos_free(cl, &kept->fifos);
-        if (kept->desc != NULL) {
-            cu->MemFreeHost(kept->desc);
-        }
-        if (kept->finished != NULL) {
-            cu->EventDestroy(kept->finished);
-        }
-        free(kept);
-    }
-    br_cuda_build_free(per_dev);
-    pthread_mutex_unlock(&cl->mu);
-    capture_mode_restore(cu, mode);
-    cu->CtxSetCurrent(saved);
-    free(in_unit);
-    free(stack);
-    return res;
 }
 
 ncclResult_t br_exec_cuda_async_error(br_exec_comm_t *ec)

@@ -130,6 +130,23 @@ typedef struct {
     int ncopies, cap_copies;
 } br_cuda_build_t;
 
+/* exec_cuda.c, for exec_cuda_capture.c. Callers hold cl->mu except for the capture mode. */
+/* Relaxed stream-capture mode for this thread while it allocates; returns the mode to give
+ * back to br_cuda_capture_restore. */
+int br_cuda_capture_relax(const br_cuda_t *cu);
+void br_cuda_capture_restore(const br_cuda_t *cu, int mode);
+/* The clique's setup and watchdog, at its first device call (a failure fails the clique). */
+void br_cuda_ensure_setup(br_clique_t *cl, int rank);
+/* Rank r's next deposit: ops (one stream) and the event that says its stream reached them. */
+ncclResult_t br_cuda_dep_add(br_clique_t *cl, int r, const br_op_t *ops, int nops);
+/* Is every rank's next deposit a collective one (in_unit: all ranks)? Or, from rank a, a
+ * set of send/recv-only next deposits that pair up among themselves (in_unit: which;
+ * stack: room for nranks)? */
+int br_cuda_unit_collective(br_clique_t *cl, char *in_unit);
+int br_cuda_unit_p2p(br_clique_t *cl, int a, char *in_unit, int *stack);
+/* The launch's words shared with the host: abort, timeout, the failure claim and report. */
+void br_cuda_launch_words(const br_clique_t *cl, br_dev_launch_t *L);
+
 /* exec_cuda_setup.c: contexts, kernels, FIFOs, flags, events (once per clique). */
 ncclResult_t br_cuda_setup(br_clique_t *cl, int rank);
 /* A set of FIFOs for every connection, zeroed; and its release. */
