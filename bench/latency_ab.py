@@ -5,7 +5,10 @@
 On a small VM one run of an 8-byte benchmark moves by 2x with where the host puts the
 vCPUs at that moment, so two builds compared one after the other say little. This runs
 every build (and vader) once per round, round after round, and prints the median and the
-minimum of each over the rounds: the builds share the machine's moods.
+minimum of each over the rounds: the builds share the machine's moods. Each later column
+is then set against the first round by round: in how many rounds it was faster, and the
+sign test's two-sided p-value for that count (a difference that a 5-round A/B showed
+here more than once and 10 rounds took back scores p > 0.3; 9 of 10 rounds is p = 0.02).
 
   bench/latency_ab.py --coll allgather --ranks 2 --rounds 10 \\
       base=/tmp/base-build new=build-bench
@@ -15,6 +18,7 @@ copied out of one: the copy keeps a build from before a change). vader needs mpi
 the mpi_bench that bench/compare builds (--mpi-bench, default build-bench/bench).
 """
 import argparse
+import math
 import os
 import statistics
 import subprocess
@@ -32,6 +36,14 @@ def first_row(text, col):
     return None
 
 
+def sign_test(wins, n):
+    """Two-sided p-value of `wins` rounds out of n under a fair coin."""
+    if n == 0:
+        return 1.0
+    k = min(wins, n - wins)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--coll", default="allgather",
@@ -40,6 +52,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--bytes", default="8")
     ap.add_argument("--iters", type=int, default=200000)
+    ap.add_argument("--warm", type=int, default=2000,
+                    help="warm-up calls per run (default 2000; fewer for large --bytes)")
     ap.add_argument("--mpi-bench", default=os.path.join(HERE, "..", "build-bench", "bench",
                                                         "mpi_bench"))
     ap.add_argument("--no-vader", action="store_true")
@@ -47,7 +61,7 @@ def main():
     args = ap.parse_args()
 
     dtype = "float" if args.coll in ("allreduce", "reducescatter", "reduce") else "uint8"
-    common = ["-b", args.bytes, "-e", args.bytes, "-n", str(args.iters), "-w", "2000",
+    common = ["-b", args.bytes, "-e", args.bytes, "-n", str(args.iters), "-w", str(args.warm),
               "-c", "0"]
     runs = []
     for b in args.builds:
@@ -78,6 +92,13 @@ def main():
     for label, v in times.items():
         print("  %-10s median %.3f  min %.3f  max %.3f   %s" %
               (label, statistics.median(v), min(v), max(v), " ".join("%.2f" % x for x in v)))
+    base = runs[0][0]
+    for label, v in list(times.items())[1:]:
+        pairs = [(a, b) for a, b in zip(times[base], v) if a != b]
+        wins = sum(b < a for a, b in pairs)
+        print("  %s against %s: %.2fx the median time; faster in %d of %d rounds (sign test "
+              "p = %.2f)" % (label, base, statistics.median(v) / statistics.median(times[base]),
+                             wins, len(pairs), sign_test(wins, len(pairs))))
 
 
 if __name__ == "__main__":
