@@ -311,24 +311,38 @@ void br_cuda_launch_words(const br_clique_t *cl, br_dev_launch_t *L)
     L->claim = (uint32_t *)(uintptr_t)cl->claim_d;
 }
 
-/* Launch the unit's kernels and write its ranks' done words. Caller holds cl->mu. */
-static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
+size_t br_cuda_desc_fill(const br_clique_t *cl, char *h, br_cu_ptr_t d, size_t at,
+                         const br_cuda_build_t *b, br_dev_launch_t *L)
 {
-    const br_cuda_t *cu = br_cuda(NULL);
-    br_cuda_build_t per_dev[BR_CUDA_MAX_DEVS];
-    br_cuda_desc_t *desc = NULL;
-    char msg[640] = "";
-    ncclResult_t res;
-    size_t need = 0, at = 0;
+    size_t bb = (size_t)b->nblocks * sizeof(br_dev_block_t);
+    size_t wb = (size_t)b->nworks * sizeof(br_dev_work_t);
 
-    memset(per_dev, 0, sizeof(per_dev));
-    res = br_cuda_build(cl, in_unit, cl->fifos.conn_d, per_dev, msg, sizeof(msg));
+    memset(L, 0, sizeof(*L));
+    at = (at + 127) & ~(size_t)127;
+    memcpy(h + at, b->blocks, bb);
+    L->blocks = (const br_dev_block_t *)(uintptr_t)(d + at);
+    at = (at + bb + 127) & ~(size_t)127;
+    memcpy(h + at, b->works, wb);
+    L->works = (const br_dev_work_t *)(uintptr_t)(d + at);
+    br_cuda_launch_words(cl, L);
+    return at + wb;
+}
+
+/* The unit's work per device, checked against the blocks each device holds at once;
+ * *need_p: the descriptor bytes of them all. A failure fails the clique. */
+static ncclResult_t unit_build(br_clique_t *cl, const char *in_unit, int rank,
+                               br_cuda_build_t *per_dev, size_t *need_p)
+{
+    char msg[640] = "";
+    ncclResult_t res = br_cuda_build(cl, in_unit, cl->fifos.conn_d, per_dev, msg, sizeof(msg));
+
     if (res != ncclSuccess) {
         char full[768];
         snprintf(full, sizeof(full), "device calls: %s", msg[0] ? msg : "out of memory");
         clique_fail(cl, res, full);
-        goto out;
+        return res;
     }
+    *need_p = 0;
     for (int d = 0; d < cl->ndevs; d++) {
         if (per_dev[d].nwaiting > cl->devs[d].capacity) {
             snprintf(msg, sizeof(msg),
@@ -337,81 +351,95 @@ static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
                      rank, br_host_name(), per_dev[d].nwaiting, cl->devs[d].ordinal,
                      cl->devs[d].capacity);
             clique_fail(cl, ncclInvalidUsage, msg);
-            res = ncclInvalidUsage;
-            goto out;
+            return ncclInvalidUsage;
         }
-        need += 256 + (size_t)per_dev[d].nblocks * sizeof(br_dev_block_t) +
-                (size_t)per_dev[d].nworks * sizeof(br_dev_work_t);
+        *need_p += 256 + (size_t)per_dev[d].nblocks * sizeof(br_dev_block_t) +
+                   (size_t)per_dev[d].nworks * sizeof(br_dev_work_t);
     }
-    BR_CHECK_GOTO(desc_get(cl, need, rank, &desc), res, out);
-    for (int d = 0; d < cl->ndevs; d++) {
-        br_cuda_dev_t *dv = &cl->devs[d];
-        br_cuda_build_t *b = &per_dev[d];
-        BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(dv->ctx), "cuCtxSetCurrent", rank), res, out);
-        /* Inputs ready: every rank's call was reached on its stream. */
-        for (int r = 0; r < cl->nranks; r++) {
-            if (in_unit[r]) {
-                br_cuda_rank_t *q = &cl->rank[r];
-                BR_CHECK_GOTO(
-                    br_cuda_check(
-                        cu->StreamWaitEvent(dv->stream, q->arrive[q->launched % BR_CUDA_QUEUE], 0),
-                        "cuStreamWaitEvent", rank),
-                    res, out);
-            }
-        }
-        if (b->nblocks > 0) {
-            br_dev_launch_t L;
-            size_t bb = (size_t)b->nblocks * sizeof(br_dev_block_t);
-            size_t wb = (size_t)b->nworks * sizeof(br_dev_work_t);
-            at = (at + 127) & ~(size_t)127;
-            memcpy(desc->h + at, b->blocks, bb);
-            memset(&L, 0, sizeof(L));
-            L.blocks = (const br_dev_block_t *)(uintptr_t)(desc->d + at);
-            at = (at + bb + 127) & ~(size_t)127;
-            memcpy(desc->h + at, b->works, wb);
-            L.works = (const br_dev_work_t *)(uintptr_t)(desc->d + at);
-            at += wb;
-            br_cuda_launch_words(cl, &L);
-            void *params[1] = {&L};
-            BR_CHECK_GOTO(
-                br_cuda_check(cu->LaunchKernel(dv->fn, (unsigned)b->nblocks, 1, 1, BR_DEV_NTHREADS,
-                                               1, 1, 0, dv->stream, params, NULL),
-                              "cuLaunchKernel", rank),
-                res, out);
-        }
-        if (d > 0) {
-            BR_CHECK_GOTO(
-                br_cuda_check(cu->EventRecord(dv->finished, dv->stream), "cuEventRecord", rank),
-                res, out);
+    return ncclSuccess;
+}
+
+/* Device d's part of the unit on its launch stream: once every member's call was reached
+ * on its stream (the inputs are ready), its kernel, on descriptors placed from *at_p in
+ * desc; a device after the first then records that it finished. */
+static ncclResult_t unit_launch_dev(br_clique_t *cl, const char *in_unit, int rank, int d,
+                                    const br_cuda_build_t *b, br_cuda_desc_t *desc, size_t *at_p)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    br_cuda_dev_t *dv = &cl->devs[d];
+
+    BR_CHECK(br_cuda_check(cu->CtxSetCurrent(dv->ctx), "cuCtxSetCurrent", rank));
+    for (int r = 0; r < cl->nranks; r++) {
+        if (in_unit[r]) {
+            const br_cuda_rank_t *q = &cl->rank[r];
+            BR_CHECK(br_cuda_check(
+                cu->StreamWaitEvent(dv->stream, q->arrive[q->launched % BR_CUDA_QUEUE], 0),
+                "cuStreamWaitEvent", rank));
         }
     }
-    /* The done words, on the first device's stream after every device's kernel. */
+    if (b->nblocks > 0) {
+        br_dev_launch_t L;
+        *at_p = br_cuda_desc_fill(cl, desc->h, desc->d, *at_p, b, &L);
+        void *params[1] = {&L};
+        BR_CHECK(br_cuda_check(cu->LaunchKernel(dv->fn, (unsigned)b->nblocks, 1, 1,
+                                                BR_DEV_NTHREADS, 1, 1, 0, dv->stream, params,
+                                                NULL),
+                               "cuLaunchKernel", rank));
+    }
+    if (d > 0) {
+        BR_CHECK(br_cuda_check(cu->EventRecord(dv->finished, dv->stream), "cuEventRecord", rank));
+    }
+    return ncclSuccess;
+}
+
+/* The unit's ranks' done words, on the first device's stream after every device's kernel;
+ * the descriptors are free again once that stream gets there. */
+static ncclResult_t unit_done_words(br_clique_t *cl, const char *in_unit, int rank,
+                                    br_cuda_desc_t *desc)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
     br_cuda_dev_t *d0 = &cl->devs[0];
-    BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(d0->ctx), "cuCtxSetCurrent", rank), res, out);
+
+    BR_CHECK(br_cuda_check(cu->CtxSetCurrent(d0->ctx), "cuCtxSetCurrent", rank));
     for (int d = 1; d < cl->ndevs; d++) {
-        BR_CHECK_GOTO(br_cuda_check(cu->StreamWaitEvent(d0->stream, cl->devs[d].finished, 0),
-                                    "cuStreamWaitEvent", rank),
-                      res, out);
+        BR_CHECK(br_cuda_check(cu->StreamWaitEvent(d0->stream, cl->devs[d].finished, 0),
+                               "cuStreamWaitEvent", rank));
     }
     for (int r = 0; r < cl->nranks; r++) {
         if (in_unit[r]) {
-            BR_CHECK_GOTO(br_cuda_check(cu->StreamWriteValue32(
-                                            d0->stream, cl->done_d + (size_t)r * sizeof(uint32_t),
-                                            (uint32_t)(cl->rank[r].launched + 1), 0),
-                                        "cuStreamWriteValue32", rank),
-                          res, out);
+            BR_CHECK(br_cuda_check(
+                cu->StreamWriteValue32(d0->stream, cl->done_d + (size_t)r * sizeof(uint32_t),
+                                       (uint32_t)(cl->rank[r].launched + 1), 0),
+                "cuStreamWriteValue32", rank));
         }
     }
-    BR_CHECK_GOTO(br_cuda_check(cu->EventRecord(desc->done, d0->stream), "cuEventRecord", rank),
-                  res, out);
+    BR_CHECK(br_cuda_check(cu->EventRecord(desc->done, d0->stream), "cuEventRecord", rank));
     desc->used = 1;
-out:
+    return ncclSuccess;
+}
+
+/* Launch the unit's kernels and write its ranks' done words. Caller holds cl->mu. */
+static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
+{
+    br_cuda_build_t per_dev[BR_CUDA_MAX_DEVS];
+    br_cuda_desc_t *desc = NULL;
+    size_t need = 0, at = 0;
+
+    memset(per_dev, 0, sizeof(per_dev));
+    ncclResult_t res = unit_build(cl, in_unit, rank, per_dev, &need);
+    if (res == ncclSuccess) {
+        res = desc_get(cl, need, rank, &desc);
+    }
+    for (int d = 0; d < cl->ndevs && res == ncclSuccess; d++) {
+        res = unit_launch_dev(cl, in_unit, rank, d, &per_dev[d], desc, &at);
+    }
+    if (res == ncclSuccess) {
+        res = unit_done_words(cl, in_unit, rank, desc);
+    }
     br_cuda_build_free(per_dev);
     if (res != ncclSuccess && !cl->failed) {
         char m2[256];
-        snprintf(m2, sizeof(m2),
-                 "rank %d (host %s): a device launch failed (see the warning "
-                 "above)",
+        snprintf(m2, sizeof(m2), "rank %d (host %s): a device launch failed (see the warning above)",
                  rank, br_host_name());
         clique_fail(cl, res, m2);
     }

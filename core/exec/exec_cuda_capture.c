@@ -96,23 +96,17 @@ static ncclResult_t capture_descriptors(br_clique_t *cl, const br_cuda_build_t *
                                         br_cuda_kept_t *kept, br_dev_launch_t *L)
 {
     const br_cuda_t *cu = br_cuda(NULL);
-    size_t bb = (size_t)b->nblocks * sizeof(br_dev_block_t);
-    size_t wb = (size_t)b->nworks * sizeof(br_dev_work_t);
-    size_t at = (bb + 127) & ~(size_t)127;
+    size_t bytes = 256 + (size_t)b->nblocks * sizeof(br_dev_block_t) +
+                   (size_t)b->nworks * sizeof(br_dev_work_t);
     br_cu_ptr_t desc_d;
 
-    BR_CHECK(br_cuda_check(cu->MemHostAlloc(&kept->desc, 256 + bb + wb,
+    BR_CHECK(br_cuda_check(cu->MemHostAlloc(&kept->desc, bytes,
                                             BR_CU_MEMHOSTALLOC_PORTABLE |
                                                 BR_CU_MEMHOSTALLOC_DEVICEMAP),
                            "cuMemHostAlloc (captured descriptors)", rank));
     BR_CHECK(br_cuda_check(cu->MemHostGetDevicePointer(&desc_d, kept->desc, 0),
                            "cuMemHostGetDevicePointer", rank));
-    memcpy(kept->desc, b->blocks, bb);
-    memcpy((char *)kept->desc + at, b->works, wb);
-    memset(L, 0, sizeof(*L));
-    L->blocks = (const br_dev_block_t *)(uintptr_t)desc_d;
-    L->works = (const br_dev_work_t *)(uintptr_t)(desc_d + at);
-    br_cuda_launch_words(cl, L);
+    (void)br_cuda_desc_fill(cl, kept->desc, desc_d, 0, b, L);
     return ncclSuccess;
 }
 

@@ -146,6 +146,11 @@ int br_cuda_unit_collective(br_clique_t *cl, char *in_unit);
 int br_cuda_unit_p2p(br_clique_t *cl, int a, char *in_unit, int *stack);
 /* The launch's words shared with the host: abort, timeout, the failure claim and report. */
 void br_cuda_launch_words(const br_clique_t *cl, br_dev_launch_t *L);
+/* Build b's blocks and works into descriptor memory (host view h, device view d) from
+ * offset `at` on, each 128-byte aligned, and L pointed at them with the launch's words;
+ * returns the offset after them. */
+size_t br_cuda_desc_fill(const br_clique_t *cl, char *h, br_cu_ptr_t d, size_t at,
+                         const br_cuda_build_t *b, br_dev_launch_t *L);
 
 /* exec_cuda_setup.c: contexts, kernels, FIFOs, flags, events (once per clique). */
 ncclResult_t br_cuda_setup(br_clique_t *cl, int rank);
