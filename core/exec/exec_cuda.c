@@ -353,8 +353,7 @@ static ncclResult_t unit_build(br_clique_t *cl, const char *in_unit, int rank,
             clique_fail(cl, ncclInvalidUsage, msg);
             return ncclInvalidUsage;
         }
-        *need_p += 256 + (size_t)per_dev[d].nblocks * sizeof(br_dev_block_t) +
-                   (size_t)per_dev[d].nworks * sizeof(br_dev_work_t);
+        *need_p += br_cuda_desc_bytes(&per_dev[d]);
     }
     return ncclSuccess;
 }

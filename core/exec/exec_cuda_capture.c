@@ -96,11 +96,9 @@ static ncclResult_t capture_descriptors(br_clique_t *cl, const br_cuda_build_t *
                                         br_cuda_kept_t *kept, br_dev_launch_t *L)
 {
     const br_cuda_t *cu = br_cuda(NULL);
-    size_t bytes = 256 + (size_t)b->nblocks * sizeof(br_dev_block_t) +
-                   (size_t)b->nworks * sizeof(br_dev_work_t);
     br_cu_ptr_t desc_d;
 
-    BR_CHECK(br_cuda_check(cu->MemHostAlloc(&kept->desc, bytes,
+    BR_CHECK(br_cuda_check(cu->MemHostAlloc(&kept->desc, br_cuda_desc_bytes(b),
                                             BR_CU_MEMHOSTALLOC_PORTABLE |
                                                 BR_CU_MEMHOSTALLOC_DEVICEMAP),
                            "cuMemHostAlloc (captured descriptors)", rank));
@@ -181,23 +179,6 @@ static ncclResult_t capture_launch(br_clique_t *cl, br_exec_comm_t *const *ecs,
     return res;
 }
 
-/* A kept launch that did not make it into the capture. */
-static void kept_free(br_clique_t *cl, br_cuda_kept_t *kept)
-{
-    const br_cuda_t *cu = br_cuda(NULL);
-    if (kept == NULL) {
-        return;
-    }
-    br_cuda_fifos_free(cl, &kept->fifos);
-    if (kept->desc != NULL) {
-        cu->MemFreeHost(kept->desc);
-    }
-    if (kept->finished != NULL) {
-        cu->EventDestroy(kept->finished);
-    }
-    free(kept);
-}
-
 /* Deposits made for the capture leave the queues again (nothing was launched). */
 static void deposits_undo(br_clique_t *cl, br_exec_comm_t *const *ecs, int n)
 {
@@ -274,7 +255,7 @@ ncclResult_t br_exec_cuda_capture(br_exec_comm_t *const *ecs, const br_op_t *con
             deposits_undo(cl, ecs, n);
         }
     }
-    kept_free(cl, kept);
+    br_cuda_kept_free(cl, kept); /* one that did not make it into the capture */
     pthread_mutex_unlock(&cl->mu);
     br_cuda_capture_restore(cu, mode);
     cu->CtxSetCurrent(saved);

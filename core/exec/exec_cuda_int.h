@@ -151,12 +151,20 @@ void br_cuda_launch_words(const br_clique_t *cl, br_dev_launch_t *L);
  * returns the offset after them. */
 size_t br_cuda_desc_fill(const br_clique_t *cl, char *h, br_cu_ptr_t d, size_t at,
                          const br_cuda_build_t *b, br_dev_launch_t *L);
+/* The room br_cuda_desc_fill needs for b, alignment included. */
+static inline size_t br_cuda_desc_bytes(const br_cuda_build_t *b)
+{
+    return 256 + (size_t)b->nblocks * sizeof(br_dev_block_t) +
+           (size_t)b->nworks * sizeof(br_dev_work_t);
+}
 
 /* exec_cuda_setup.c: contexts, kernels, FIFOs, flags, events (once per clique). */
 ncclResult_t br_cuda_setup(br_clique_t *cl, int rank);
 /* A set of FIFOs for every connection, zeroed; and its release. */
 ncclResult_t br_cuda_fifos_alloc(br_clique_t *cl, br_cuda_fifos_t *f, int rank);
 void br_cuda_fifos_free(br_clique_t *cl, br_cuda_fifos_t *f);
+/* A captured launch's own FIFOs, descriptors and event (NULL: nothing). */
+void br_cuda_kept_free(br_clique_t *cl, br_cuda_kept_t *k);
 void br_cuda_teardown(br_clique_t *cl);
 /* Index of the connection (channel c, from -> to) among cl->conn_key, or -1. */
 int br_cuda_conn_index(const br_clique_t *cl, int c, int from, int to);

@@ -285,6 +285,22 @@ void br_cuda_fifos_free(br_clique_t *cl, br_cuda_fifos_t *f)
     memset(f, 0, sizeof(*f));
 }
 
+void br_cuda_kept_free(br_clique_t *cl, br_cuda_kept_t *k)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    if (k == NULL) {
+        return;
+    }
+    br_cuda_fifos_free(cl, &k->fifos);
+    if (k->desc != NULL) {
+        cu->MemFreeHost(k->desc);
+    }
+    if (k->finished != NULL) {
+        cu->EventDestroy(k->finished);
+    }
+    free(k);
+}
+
 void br_cuda_teardown(br_clique_t *cl)
 {
     const br_cuda_t *cu = br_cuda(NULL);
@@ -302,14 +318,7 @@ void br_cuda_teardown(br_clique_t *cl)
     while (cl->kept != NULL) {
         br_cuda_kept_t *k = cl->kept;
         cl->kept = k->next;
-        br_cuda_fifos_free(cl, &k->fifos);
-        if (k->desc != NULL) {
-            cu->MemFreeHost(k->desc);
-        }
-        if (k->finished != NULL) {
-            cu->EventDestroy(k->finished);
-        }
-        free(k);
+        br_cuda_kept_free(cl, k);
     }
     cu->CtxSetCurrent(cl->devs[0].ctx);
     if (cl->ring_d != 0) {
