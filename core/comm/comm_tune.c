@@ -128,6 +128,7 @@ static ncclResult_t plan_setup(ncclComm_t comm)
         pc.direct_lo = tc->arena->cma_bytes;
         pc.direct_hi = tc->arena->cma_max;
     }
+    pc.one_process = br_transport_one_process(tc);
     return br_plan_create(&pc, g, &comm->plan);
 }
 

@@ -8,7 +8,9 @@
  * address, every rank that needs it copies it straight from the owner's memory, and the
  * owner returns only once all its readers are done (the caller may reuse the buffer
  * after that): one copy per byte instead of two through a FIFO; a Broadcast's root
- * writes part of every reader's output meanwhile. OneShot Broadcast and AllGather larger
+ * writes part of every reader's output meanwhile. A DirectRead AllReduce publishes its
+ * input's and output's addresses: each rank reduces its part of the elements from every
+ * input, then copies the others' parts from their outputs (below). OneShot Broadcast and AllGather larger
  * than an arena buffer move in chunks of one buffer each (below).
  */
 #include <errno.h>
@@ -328,18 +330,18 @@ static void peer_copy_failed(br_exec_comm_t *ec, const br_work_t *w, int r, cons
                                 : "");
 }
 
-/* DirectRead: copy bytes [off, off + bytes) of rank r's input to dst + off. */
-static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, char *dst, size_t off,
-                     size_t bytes)
+/* DirectRead: copy bytes [off, off + bytes) of rank r's published buffer `which`
+ * (BR_ARENA_IN, BR_ARENA_OUT) to dst. */
+static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, int which, char *dst,
+                     size_t off, size_t bytes)
 {
     const void *src = NULL;
     size_t done = 0;
     int err = br_arena_read_peer(ec->arena, &ec->tc->peers[r], &ec->tc->peers[ec->rank],
-                                 w->arena_k, dst, off, bytes, br_exec_streams(ec, &w->op), &src,
-                                 &done);
+                                 w->arena_k, which, dst, off, bytes, br_exec_streams(ec, &w->op),
+                                 &src, &done);
     if (err != 0) {
-        peer_copy_failed(ec, w, r, "reading", (const char *)src + off, dst + off, done, bytes,
-                         err);
+        peer_copy_failed(ec, w, r, "reading", (const char *)src + off, dst, done, bytes, err);
         return -1;
     }
     return 0;
@@ -399,6 +401,95 @@ static int write_readers(br_exec_comm_t *ec, const br_work_t *w, size_t split)
     return 0;
 }
 
+/* ---- DirectRead AllReduce (ranks that are threads of one process) ----
+ * Rank r owns part r of the elements (part_of). It folds that part of every rank's input
+ * into its own output, loading the others' inputs where they are, and says so with its
+ * `done` for arena operation k. Then it copies every other rank's part out of that rank's
+ * output into its own, each once that rank's `done` passed k (phase 4), and says so with
+ * its `done` for k + 1, the call's second arena number (nothing is published under it).
+ * Before it returns it waits until every rank's `done` passed k + 1 (phase 2): they have
+ * read its input and its output. In place, a rank overwrites its input's part j only
+ * after rank j, that part's one reader, is done with it. Each rank reads (n-1)/n of the
+ * bytes from the others' inputs, folds 1/n and copies (n-1)/n from their outputs, with no
+ * FIFO between, where a ring copies every byte into and out of a FIFO at each of its
+ * 2(n-1) steps. Every part is folded by one rank only, so every rank gets the same bits.
+ * The plan offers it only where every peer's buffers can be loaded from here; between
+ * processes each read would be a process_vm_readv, which measured no faster than the
+ * ring (plan_model.c). */
+
+/* The elements [*lo, *lo + *len) rank r folds: page-aligned parts of equal size, the
+ * last ones shorter (or empty). */
+static void part_of(const br_op_t *op, int n, int r, size_t *lo, size_t *len)
+{
+    size_t tsz = br_type_size(op->type), align = 4096 / tsz;
+    size_t per = (op->count + (size_t)n - 1) / (size_t)n;
+    per = (per + align - 1) / align * align;
+    size_t a = per * (size_t)r, b = a + per;
+    *lo = a < op->count ? a : op->count;
+    *len = (b < op->count ? b : op->count) - *lo;
+}
+
+/* Fold this rank's part of every input into its output, a piece at a time so that with
+ * more than 2 ranks the partial sums are read back from the cache. */
+#define BR_DIRECT_PIECE ((size_t)128 << 10)
+static int reduce_part(br_exec_comm_t *ec, const br_work_t *w)
+{
+    const br_op_t *op = &w->op;
+    size_t tsz = br_type_size(op->type), lo, len, step = BR_DIRECT_PIECE / tsz;
+    int n = ec->nranks, me = ec->rank;
+
+    part_of(op, n, me, &lo, &len);
+    for (size_t at = lo; at < lo + len; at += step) {
+        size_t cnt = lo + len - at < step ? lo + len - at : step, off = at * tsz;
+        char *out = (char *)op->recvbuff + off;
+        const char *acc = (const char *)op->sendbuff + off;
+        if (op->redop.kind == BR_RED_PREMULSUM) { /* br_reduce scales its local operand only */
+            br_reduce(out, NULL, acc, cnt, &op->redop, 0);
+            acc = out;
+        }
+        for (int i = 1; i < n; i++) {
+            int r = (me + i) % n; /* not every rank on rank 0's memory at once */
+            const char *src = br_arena_peer_ptr(ec->arena, &ec->tc->peers[r],
+                                                &ec->tc->peers[me], w->arena_k, BR_ARENA_IN,
+                                                off + cnt * tsz);
+            if (src == NULL) {
+                br_exec_fail(ec, ncclInternalError, "rank %d: AllReduce #%llu: DirectRead "
+                             "chosen, but rank %d's input cannot be loaded from this process",
+                             me, (unsigned long long)op->seq, r);
+                return -1;
+            }
+            br_reduce(out, acc, src + off, cnt, &op->redop, i == n - 1 ? BR_REDUCE_POST : 0);
+            acc = out;
+        }
+    }
+    return 0;
+}
+
+/* Phase 4: copy every other rank's reduced part out of its output, once it is there.
+ * Returns 1 when all are copied, 0 when waiting for one, -1 on a failed copy. */
+static int gather_parts(br_exec_queue_t *q, br_work_t *w)
+{
+    br_exec_comm_t *ec = q->ec;
+    const br_op_t *op = &w->op;
+    size_t tsz = br_type_size(op->type), lo, len;
+    int n = ec->nranks;
+
+    for (; w->arena_next < n; w->arena_next++) {
+        int r = (ec->rank + w->arena_next) % n;
+        if (!br_arena_read_by(ec->arena, r, w->arena_k)) {
+            q->wait_peer = r;
+            q->wait_what = "its part of the reduction from";
+            return 0;
+        }
+        part_of(op, n, r, &lo, &len);
+        if (len > 0 && read_peer(ec, w, r, BR_ARENA_OUT, (char *)op->recvbuff + lo * tsz,
+                                 lo * tsz, len * tsz) != 0) {
+            return -1;
+        }
+    }
+    return 1;
+}
+
 /* DirectRead: the local part and the reads, once every input it needs is published. */
 static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
 {
@@ -406,10 +497,14 @@ static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
     size_t bytes = br_op_bytes(op);
     int n = ec->nranks, me = ec->rank;
 
+    if (op->func == BR_FUNC_ALLREDUCE) {
+        return reduce_part(ec, w);
+    }
     if (op->func == BR_FUNC_BROADCAST) {
         size_t split = root_split(ec, w);
         if (me != op->root) {
-            return read_peer(ec, w, op->root, op->recvbuff, split, bytes - split);
+            return read_peer(ec, w, op->root, BR_ARENA_IN, (char *)op->recvbuff + split, split,
+                             bytes - split);
         }
         if (op->recvbuff != op->sendbuff) {
             br_exec_copy_out(ec, op, op->recvbuff, op->sendbuff, bytes);
@@ -423,7 +518,8 @@ static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
     /* Start after ourselves, so the ranks do not all read rank 0 first. */
     for (int i = 1; i < n; i++) {
         int r = (me + i) % n;
-        if (read_peer(ec, w, r, (char *)op->recvbuff + (size_t)r * bytes, 0, bytes) != 0) {
+        if (read_peer(ec, w, r, BR_ARENA_IN, (char *)op->recvbuff + (size_t)r * bytes, 0,
+                      bytes) != 0) {
             return -1;
         }
     }
@@ -437,18 +533,57 @@ static int wait_readers(br_exec_queue_t *q, br_work_t *w)
     br_exec_comm_t *ec = q->ec;
     const br_op_t *op = &w->op;
     int reader = op->func == BR_FUNC_BROADCAST && ec->rank != op->root;
+    uint64_t last = w->arena_k + w->arena_nchunk - 1; /* an AllReduce's second number */
     for (; w->arena_next < ec->nranks; w->arena_next++) {
         int r = w->arena_next;
         if (r == ec->rank || (reader && r != op->root)) {
             continue;
         }
-        if (!br_arena_read_by(ec->arena, r, w->arena_k)) {
+        if (!br_arena_read_by(ec->arena, r, last)) {
             q->wait_peer = r;
-            q->wait_what = reader ? "its output to be written by" : "its input to be read by";
+            q->wait_what = reader                         ? "its output to be written by"
+                           : op->func == BR_FUNC_ALLREDUCE ? "its input and output to be read by"
+                                                           : "its input to be read by";
             return 0;
         }
     }
     return 1;
+}
+
+/* DirectRead after this rank's own reads: an AllReduce's phase 4, then phase 2 (every
+ * reader done). Returns 1 when the call is finished (*done_p set), 0 when waiting, -1 on
+ * an error. */
+static int direct_rest(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    if (w->arena_phase == 4) {
+        int r = gather_parts(q, w);
+        if (r <= 0) {
+            return r;
+        }
+        br_arena_done(q->ec->arena, q->ec->rank, w->arena_k + 1);
+        w->arena_phase = 2;
+        w->arena_next = 0;
+    }
+    if (!wait_readers(q, w)) {
+        return 0;
+    }
+    *done_p = 1;
+    return 1;
+}
+
+/* DirectRead: what a rank publishes of one of its buffers. */
+static void publish_buf(br_arena_buf_t *b, const void *buf, size_t bytes)
+{
+    br_hostmem_ref_t ref;
+    b->addr = (uint64_t)(uintptr_t)buf;
+    b->mem_fd = -1;
+    if (br_hostmem_find(buf, bytes, &ref)) {
+        /* ncclMemAlloc memory: peers map it once and copy with memcpy. */
+        b->mem_id = ref.id;
+        b->mem_fd = ref.fd;
+        b->mem_off = ref.off;
+        b->mem_size = ref.size;
+    }
 }
 
 /* Phase 0: publish this rank's input (or its address) once the buffer is free. */
@@ -467,18 +602,14 @@ static int publish(br_exec_queue_t *q, br_work_t *w)
     if (op->algo == BR_ALGO_DIRECT_READ) {
         /* A Broadcast reader publishes where its output is: the root writes part of it. */
         int reader = op->func == BR_FUNC_BROADCAST && ec->rank != op->root;
-        const void *buf = reader ? op->recvbuff : op->sendbuff;
-        br_arena_addr_t pub = {.addr = (uint64_t)(uintptr_t)buf, .mem_fd = -1};
+        br_arena_addr_t pub;
+        memset(&pub, 0, sizeof(pub));
+        publish_buf(&pub.buf[BR_ARENA_IN], reader ? op->recvbuff : op->sendbuff, br_op_bytes(op));
+        if (op->func == BR_FUNC_ALLREDUCE) {
+            publish_buf(&pub.buf[BR_ARENA_OUT], op->recvbuff, br_op_bytes(op));
+        }
         if (op->func == BR_FUNC_BROADCAST && !reader) {
             pub.split = bcast_split(ec, op);
-        }
-        br_hostmem_ref_t ref;
-        if (br_hostmem_find(buf, br_op_bytes(op), &ref)) {
-            /* ncclMemAlloc memory: peers map it once and copy with memcpy. */
-            pub.mem_id = ref.id;
-            pub.mem_fd = ref.fd;
-            pub.mem_off = ref.off;
-            pub.mem_size = ref.size;
         }
         d = br_desc_make(op, sizeof(pub));
         br_arena_publish(ec->arena, ec->rank, w->arena_k, 1, &pub, sizeof(pub), &d);
@@ -505,6 +636,9 @@ uint64_t br_work_arena_chunks(const br_exec_comm_t *ec, const br_op_t *op)
 {
     size_t bytes = br_op_bytes(op), each = ec->arena->max_bytes;
 
+    if (op->algo == BR_ALGO_DIRECT_READ && op->func == BR_FUNC_ALLREDUCE) {
+        return 2; /* its inputs' reads, then its outputs' (DirectRead AllReduce, above) */
+    }
     if (op->algo != BR_ALGO_ONESHOT || each == 0 || bytes <= each ||
         (op->func != BR_FUNC_BROADCAST && op->func != BR_FUNC_ALLGATHER)) {
         return 1;
@@ -682,16 +816,12 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
             return r;
         }
     }
-    if (w->arena_nchunk > 1) {
+    if (op->algo == BR_ALGO_ONESHOT && w->arena_nchunk > 1) {
         return arena_chunked(q, w, done_p);
     }
 
-    if (w->arena_phase == 2) {
-        if (!wait_readers(q, w)) {
-            return 0;
-        }
-        *done_p = 1;
-        return 1;
+    if (w->arena_phase == 2 || w->arena_phase == 4) {
+        return direct_rest(q, w, done_p);
     }
     if (w->arena_phase == 0) {
         w->arena_defer = defer_can(ec, w);
@@ -727,17 +857,19 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
         *done_p = 1;
         return moved + 1;
     }
-    /* DirectRead: an owner waits for its readers, and a Broadcast reader for the root's
-     * writes into its output if it makes any (read before `done` lets the root's slot go). */
-    int wait = op->algo == BR_ALGO_DIRECT_READ &&
-               (op->func == BR_FUNC_ALLGATHER || ec->rank == op->root || root_split(ec, w) > 0);
+    /* DirectRead: an AllReduce goes on to read the others' parts; an owner waits for its
+     * readers, and a Broadcast reader for the root's writes into its output if it makes
+     * any (read before `done` lets the root's slot go). */
+    int phase = op->algo != BR_ALGO_DIRECT_READ        ? 0
+                : op->func == BR_FUNC_ALLREDUCE        ? 4
+                : op->func == BR_FUNC_ALLGATHER || ec->rank == op->root || root_split(ec, w) > 0
+                    ? 2
+                    : 0;
     br_arena_done(ec->arena, ec->rank, w->arena_k);
-    if (wait) {
-        w->arena_phase = 2;
-        w->arena_next = 0;
-        if (!wait_readers(q, w)) {
-            return moved + 1;
-        }
+    if (phase != 0) {
+        w->arena_phase = phase;
+        w->arena_next = phase == 4 ? 1 : 0;
+        return direct_rest(q, w, done_p) < 0 ? -1 : moved + 1;
     }
     *done_p = 1;
     return moved + 1;

@@ -48,13 +48,15 @@ struct br_work {
     uint64_t arena_k;  /* the operation's number in the arena */
     int arena_phase;   /* 0: input not published, 1: published, reading; 2: waiting for
                         * readers of our input (DirectRead); 3: only the deferred checks
-                        * of earlier root Broadcasts (br_exec_defer_settle) */
+                        * of earlier root Broadcasts (br_exec_defer_settle); 4: reading
+                        * the others' reduced parts (DirectRead AllReduce) */
     int arena_next;    /* first rank whose input (or done) has not been seen yet */
     int arena_small;   /* the input goes in a small slot */
     int arena_defer;   /* a OneShot Broadcast's root: other ranks checked after it returns */
     /* A OneShot Broadcast or AllGather larger than an arena buffer moves in chunks of a
-     * buffer each, chunk j as arena operation arena_k + j (exec_arena.c). */
-    uint64_t arena_nchunk; /* chunks (1: not cut) */
+     * buffer each, chunk j as arena operation arena_k + j (exec_arena.c); a DirectRead
+     * AllReduce takes two numbers. */
+    uint64_t arena_nchunk; /* chunks (1: not cut), or arena numbers taken */
     uint64_t arena_pub;    /* chunks of this rank's input published */
     uint64_t arena_rd;     /* chunks read (or, for a Broadcast root, checked) */
     int event;         /* index in the batch's events, or -1 */

@@ -41,6 +41,7 @@ typedef struct {
     size_t arena_bytes;   /* node arena: most bytes a rank publishes per operation; 0: none */
     size_t direct_lo;     /* DirectRead: smallest input read in place; 0: never */
     size_t direct_hi;     /* and the largest (0: no limit) */
+    int one_process;      /* every rank is a thread of one process (loads reach any buffer) */
     size_t oneshot_bytes; /* BRAID_ONESHOT_BYTES: the one-shot paths' cap per rank */
     double share;         /* ranks per core on the busiest machine, at least 1 */
     int collnet;          /* every rank joined a collnet communicator (CollNet AllReduce) */

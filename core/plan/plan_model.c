@@ -32,11 +32,27 @@ static size_t arena_bytes(const br_plan_t *p, int func, size_t bytes)
     return func == BR_FUNC_REDUCESCATTER ? bytes * (size_t)p->pc.nranks : bytes;
 }
 
+/* DirectRead: AllGather and Broadcast inputs of direct_lo..direct_hi bytes, and where the
+ * ranks are threads of one process, AllGather, Broadcast and AllReduce inputs from
+ * direct_lo up. There a rank loads the others' buffers where they are (an AllReduce folds
+ * their inputs and copies their results), which measured ahead of the rings and of the
+ * arena's chunks at every size from 256 KiB to 64 MiB (2 to 8 threads, AllReduce 1.5-5x
+ * the ring's busbw); direct_hi caps process_vm_readv, which between processes lost to
+ * the arena's chunks above it. Between processes an AllReduce keeps the ring: read with
+ * process_vm_readv, it measured no faster (2 and 4 ranks, 1 to 16 MiB;
+ * docs/performance.md). */
 static int direct_fits(const br_plan_t *p, int func, size_t bytes)
 {
     const br_plan_comm_t *pc = &p->pc;
-    return pc->arena_bytes > 0 && pc->direct_lo > 0 &&
-           (func == BR_FUNC_ALLGATHER || func == BR_FUNC_BROADCAST) && bytes >= pc->direct_lo &&
+    /* An empty call fits any window (it only meets the others), so that NCCL_ALGO naming
+     * DirectRead alone does not refuse it. */
+    if (pc->arena_bytes == 0 || pc->direct_lo == 0 || (bytes > 0 && bytes < pc->direct_lo)) {
+        return 0;
+    }
+    if (pc->one_process) {
+        return func == BR_FUNC_ALLGATHER || func == BR_FUNC_BROADCAST || func == BR_FUNC_ALLREDUCE;
+    }
+    return (func == BR_FUNC_ALLGATHER || func == BR_FUNC_BROADCAST) &&
            (pc->direct_hi == 0 || bytes <= pc->direct_hi);
 }
 
@@ -49,7 +65,9 @@ static int arena_available(const br_plan_t *p, int func, int algo, size_t bytes,
     }
     if (algo == BR_ALGO_DIRECT_READ) {
         *why = "reads AllGather and Broadcast inputs of BRAID_CMA_BYTES..BRAID_CMA_MAX_BYTES "
-               "in place, where every rank may read the others' memory";
+               "in place, where every rank may read the others' memory, and AllGather, "
+               "Broadcast and AllReduce inputs from BRAID_CMA_BYTES up where the ranks are "
+               "threads of one process";
         return direct_fits(p, func, bytes);
     }
     *why = "takes inputs up to BRAID_ONESHOT_BYTES per rank (16 KiB with 2 ranks), and "
@@ -296,7 +314,14 @@ static double model_us(const br_plan_t *p, int func, int algo, int proto, size_t
                (double)arena_bytes(p, func, bytes) * (n + 1) / (h->arena_gbps * 1e3);
     default: { /* DirectRead */
         /* A Broadcast's root writes 1/n of every reader's output while the reader reads
-         * the rest (exec_arena.c), so each of the n ranks copies (n-1)/n of the bytes. */
+         * the rest (exec_arena.c), so each of the n ranks copies (n-1)/n of the bytes. An
+         * AllReduce rank folds (n-1)/n of the bytes from the others' inputs and copies as
+         * much from their outputs, its core shared with `share` ranks. */
+        if (func == BR_FUNC_ALLREDUCE) {
+            double each = (double)bytes * (n - 1) / n * p->pc.share;
+            return h->direct_base + 2.0 * (n - 1) * h->direct_peer +
+                   each / (h->direct_gbps * 1e3) + each / (h->fold_gbps * 1e3);
+        }
         double reads = func == BR_FUNC_ALLGATHER ? (double)(n - 1) : 1.0;
         double copied = func == BR_FUNC_ALLGATHER ? reads : (double)(n - 1) / n;
         return h->direct_base + reads * h->direct_peer +

@@ -146,17 +146,26 @@ typedef struct {
     _Alignas(64) _Atomic uint64_t done; /* operations this rank finished reading */
 } br_arena_ctrl_t;
 
-/* What a DirectRead rank publishes: its buffer's address and, when the buffer lies in
- * memory from ncclMemAlloc (a memfd), where peers of other processes can map it; a
- * Broadcast's root also says how much of every reader's output it writes itself. */
+/* One buffer a DirectRead rank publishes: its address and, when it lies in memory from
+ * ncclMemAlloc (a memfd), where peers of other processes can map it. */
 typedef struct {
     uint64_t addr;
-    uint64_t split;    /* Broadcast root: bytes [0, split) of each reader's output */
     uint64_t mem_id;   /* the allocation's number in its process; 0: not mappable */
     uint64_t mem_off;  /* the buffer's offset in it */
     uint64_t mem_size; /* its size */
     int32_t mem_fd;    /* its descriptor in the owner's process */
     int32_t pad;
+} br_arena_buf_t;
+
+/* Which of them. */
+#define BR_ARENA_IN 0  /* the input (a Broadcast reader: its output, which the root writes) */
+#define BR_ARENA_OUT 1 /* an AllReduce's output, where the others read its reduced part */
+
+/* What a DirectRead rank publishes for an operation; a Broadcast's root also says how
+ * much of every reader's output it writes itself. */
+typedef struct {
+    br_arena_buf_t buf[2]; /* BR_ARENA_IN, BR_ARENA_OUT */
+    uint64_t split;        /* Broadcast root: bytes [0, split) of each reader's output */
 } br_arena_addr_t;
 
 /* A peer's ncclMemAlloc memory mapped here, kept between calls (least recently used
@@ -250,20 +259,28 @@ static inline int br_arena_read_by(const br_arena_t *a, int r, uint64_t k)
 }
 
 /*
- * DirectRead: copy `bytes` at offset `off` of rank r's input of operation k (whose address
- * it published) to dst + off. Between processes with process_vm_readv, within one with
- * memcpy, and from a buffer in the owner's ncclMemAlloc memory with memcpy from a mapping
- * kept between calls (made on first use); those copies with non-temporal stores when
- * `stream` is set (br_copy_stream). Returns 0, or an errno value with *done_p the bytes
- * copied before it failed.
+ * DirectRead: where bytes [0, end) of rank owner's published buffer `which` of operation k
+ * can be read here with plain loads: the owner is this process, or the buffer lies in its
+ * ncclMemAlloc memory, mapped here once and kept (made on first use). NULL: between
+ * processes, copy it with br_arena_read_peer.
  */
-int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner,
-                       const br_peer_info_t *me, uint64_t k, char *dst, size_t off, size_t bytes,
-                       int stream, const void **src_p, size_t *done_p);
+char *br_arena_peer_ptr(br_arena_t *a, const br_peer_info_t *owner, const br_peer_info_t *me,
+                        uint64_t k, int which, size_t end);
+
+/*
+ * DirectRead: copy `bytes` at offset `off` of rank owner's published buffer `which` of
+ * operation k to dst: with memcpy where br_arena_peer_ptr gives a pointer (non-temporal
+ * stores when `stream` is set, br_copy_stream), else with process_vm_readv. Returns 0, or
+ * an errno value with *src_p the owner's buffer and *done_p the bytes copied before it
+ * failed.
+ */
+int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner, const br_peer_info_t *me,
+                       uint64_t k, int which, char *dst, size_t off, size_t bytes, int stream,
+                       const void **src_p, size_t *done_p);
 
 /*
  * DirectRead Broadcast: the root copies `bytes` from src to the start of the output whose
- * address rank `owner` published for operation k (process_vm_writev between processes,
+ * address rank `owner` published (BR_ARENA_IN) for operation k (process_vm_writev between processes,
  * which the kernel allows exactly where it allows process_vm_readv: both check ptrace
  * attach rights). Returns 0, or an errno value with *done_p the bytes copied before it.
  */
@@ -304,6 +321,8 @@ typedef struct br_transport_comm {
 br_transport_t br_transport_select(const br_transport_comm_t *tc, int peer);
 /* The same for any two ranks (symmetric), so every rank can judge every link alike. */
 br_transport_t br_transport_select_pair(const br_peer_info_t *a, const br_peer_info_t *b);
+/* Is every rank a thread of this process (so any rank's buffers can be loaded here)? */
+int br_transport_one_process(const br_transport_comm_t *tc);
 const char *br_transport_name(br_transport_t kind);
 
 /*

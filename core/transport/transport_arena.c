@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,7 +313,7 @@ void br_arena_unmap_all(br_arena_t *a)
  * cannot be: the caller then copies with process_vm_readv/writev. The descriptor is only
  * opened while the owner is inside the call that published it, so it still names that
  * allocation; its size is checked all the same. */
-static char *arena_map(br_arena_t *a, const br_peer_info_t *owner, const br_arena_addr_t *pub)
+static char *arena_map(br_arena_t *a, const br_peer_info_t *owner, const br_arena_buf_t *pub)
 {
     br_arena_map_t *m = NULL, *lru = &a->maps[0];
     char path[64];
@@ -365,7 +366,7 @@ static char *arena_map(br_arena_t *a, const br_peer_info_t *owner, const br_aren
 }
 
 /* Where the owner's published buffer is mapped here, or NULL. */
-static char *arena_mapped(br_arena_t *a, const br_peer_info_t *owner, const br_arena_addr_t *pub,
+static char *arena_mapped(br_arena_t *a, const br_peer_info_t *owner, const br_arena_buf_t *pub,
                           size_t end)
 {
     if (pub->mem_id == 0 || pub->mem_off > pub->mem_size || end > pub->mem_size - pub->mem_off) {
@@ -375,43 +376,53 @@ static char *arena_mapped(br_arena_t *a, const br_peer_info_t *owner, const br_a
     return base != NULL ? base + pub->mem_off : NULL;
 }
 
-int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner,
-                       const br_peer_info_t *me, uint64_t k, char *dst, size_t off, size_t bytes,
-                       int stream, const void **src_p, size_t *done_p)
+/* Rank owner's published buffer `which` of operation k. */
+static br_arena_buf_t published_buf(const br_arena_t *a, int owner, uint64_t k, int which)
 {
-    br_arena_addr_t pub;
+    br_arena_buf_t b;
+    memcpy(&b, br_arena_data(a, owner, k, 1) + offsetof(br_arena_addr_t, buf) + (size_t)which * sizeof(b),
+           sizeof(b));
+    return b;
+}
 
-    memcpy(&pub, br_arena_data(a, owner->rank, k, 1), sizeof(pub));
-    char *src = (char *)(uintptr_t)pub.addr;
+char *br_arena_peer_ptr(br_arena_t *a, const br_peer_info_t *owner, const br_peer_info_t *me,
+                        uint64_t k, int which, size_t end)
+{
+    br_arena_buf_t pub = published_buf(a, owner->rank, k, which);
+    if (owner->pid_hash == me->pid_hash) {
+        return (char *)(uintptr_t)pub.addr;
+    }
+    return arena_mapped(a, owner, &pub, end);
+}
+
+int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner, const br_peer_info_t *me,
+                       uint64_t k, int which, char *dst, size_t off, size_t bytes, int stream,
+                       const void **src_p, size_t *done_p)
+{
+    const char *from = br_arena_peer_ptr(a, owner, me, k, which, off + bytes);
+    char *src = (char *)(uintptr_t)published_buf(a, owner->rank, k, which).addr;
+
     *src_p = src;
     *done_p = 0;
-    char *from = owner->pid_hash == me->pid_hash ? src : arena_mapped(a, owner, &pub, off + bytes);
     if (from != NULL) {
-        br_copy_out(dst + off, from + off, bytes, stream);
+        br_copy_out(dst, from + off, bytes, stream);
         *done_p = bytes;
         return 0;
     }
-    return cma_copy(owner->pid, dst + off, src + off, bytes, 0, done_p);
+    return cma_copy(owner->pid, dst, src + off, bytes, 0, done_p);
 }
 
 int br_arena_write_peer(br_arena_t *a, const br_peer_info_t *owner,
                         const br_peer_info_t *me, uint64_t k, const char *src, size_t bytes,
                         void **dst_p, size_t *done_p)
 {
-    br_arena_addr_t pub;
+    char *to = br_arena_peer_ptr(a, owner, me, k, BR_ARENA_IN, bytes);
+    char *dst = (char *)(uintptr_t)published_buf(a, owner->rank, k, BR_ARENA_IN).addr;
 
-    memcpy(&pub, br_arena_data(a, owner->rank, k, 1), sizeof(pub));
-    char *dst = (char *)(uintptr_t)pub.addr;
     *dst_p = dst;
     *done_p = 0;
-    if (owner->pid_hash == me->pid_hash) {
-        memcpy(dst, src, bytes);
-        *done_p = bytes;
-        return 0;
-    }
-    char *mapped = arena_mapped(a, owner, &pub, bytes);
-    if (mapped != NULL) {
-        memcpy(mapped, src, bytes);
+    if (to != NULL) {
+        memcpy(to, src, bytes);
         *done_p = bytes;
         return 0;
     }

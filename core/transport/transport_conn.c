@@ -44,6 +44,17 @@ br_transport_t br_transport_select_pair(const br_peer_info_t *me, const br_peer_
     return BR_TRANSPORT_NET;
 }
 
+int br_transport_one_process(const br_transport_comm_t *tc)
+{
+    const br_peer_info_t *me = &tc->peers[tc->rank];
+    for (int r = 0; r < tc->nranks; r++) {
+        if (tc->peers[r].pid_hash != me->pid_hash || tc->peers[r].host_hash != me->host_hash) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 size_t br_transport_ctrl_bytes(void)
 {
     return (sizeof(br_fifo_ctrl_t) + 4095) & ~(size_t)4095;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Buffers read in place across processes (issue 19): AllGather and Broadcast on buffers
+ * Buffers read in place across processes (issue 19): AllGather and Broadcast (and
+ * AllReduce, read in place between threads, through the ring between processes) on buffers
  * from ncclMemAlloc (which peers map once and keep mapped), registered with
  * ncclCommRegister or not, and on plain malloc memory (process_vm_readv), mixed in one
  * call, in place and out of place, at sizes below and above the split of a Broadcast's
@@ -83,7 +84,40 @@ static int check_bytes(brt_rank_ctx_t *ctx, const char *what, const unsigned cha
     return 0;
 }
 
-/* One AllGather and one Broadcast per (size, placement) on send/recv buffers of the given
+/* An AllReduce (uint8 sum, which wraps) of c elements: between threads of one process it
+ * reads the peers' buffers in place (DirectRead), between processes it runs the ring. */
+static int allreduce_once(brt_rank_ctx_t *ctx, ncclComm_t comm, buf_t *send, buf_t *recv,
+                          size_t c, int inplace, int round)
+{
+    unsigned char *in = (unsigned char *)(inplace ? recv->p : send->p);
+    unsigned char *out = (unsigned char *)recv->p;
+
+    for (size_t i = 0; i < c; i++) {
+        in[i] = val(ctx->rank, i, round);
+    }
+    if (!inplace) {
+        memset(out, 0x3c, c);
+    }
+    brt_doing(ctx, "AllReduce count %zu %s round %d", c, inplace ? "in place" : "", round);
+    if (ncclAllReduce(in, out, c, ncclUint8, ncclSum, comm, NULL) != ncclSuccess) {
+        brt_fail(ctx, "AllReduce: %s", ncclGetLastError(comm));
+        return 1;
+    }
+    for (size_t i = 0; i < c; i++) {
+        unsigned want = 0;
+        for (int r = 0; r < ctx->nranks; r++) {
+            want += val(r, i, round);
+        }
+        if (out[i] != (unsigned char)want) {
+            brt_fail(ctx, "AllReduce round %d: byte %zu is %u, want %u", round, i, out[i],
+                     want & 0xffu);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* One AllGather, one Broadcast and one AllReduce per (size, placement) on send/recv buffers of the given
  * kinds; buffers are (re)allocated only when `fresh`. */
 static int one_round(brt_rank_ctx_t *ctx, ncclComm_t comm, buf_t *send, buf_t *recv, int round)
 {
@@ -125,6 +159,9 @@ static int one_round(brt_rank_ctx_t *ctx, ncclComm_t comm, buf_t *send, buf_t *r
                 return 1;
             }
             if (check_bytes(ctx, "Broadcast", (unsigned char *)recv->p, root, c, round + 1)) {
+                return 1;
+            }
+            if (allreduce_once(ctx, comm, send, recv, c, inplace, round + 2)) {
                 return 1;
             }
         }
