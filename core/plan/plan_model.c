@@ -33,14 +33,17 @@ static size_t arena_bytes(const br_plan_t *p, int func, size_t bytes)
 }
 
 /* DirectRead: AllGather and Broadcast inputs of direct_lo..direct_hi bytes, and where the
- * ranks are threads of one process, AllGather, Broadcast and AllReduce inputs from
- * direct_lo up. There a rank loads the others' buffers where they are (an AllReduce folds
- * their inputs and copies their results), which measured ahead of the rings and of the
- * arena's chunks at every size from 256 KiB to 64 MiB (2 to 8 threads, AllReduce 1.5-5x
- * the ring's busbw); direct_hi caps process_vm_readv, which between processes lost to
- * the arena's chunks above it. Between processes an AllReduce keeps the ring: read with
- * process_vm_readv, it measured no faster (2 and 4 ranks, 1 to 16 MiB;
- * docs/performance.md). */
+ * ranks are threads of one process, AllReduce inputs from direct_lo up and AllGather and
+ * Broadcast ones too at 2 ranks. There a rank loads the others' buffers where they are
+ * (an AllReduce folds their inputs and copies their results): at 2, 4 and 8 threads from
+ * 1 to 64 MiB AllReduce measured 1.6-2.9x the ring's busbw (docs/performance.md). An
+ * AllGather or Broadcast of 3 or more ranks keeps direct_hi: above it its n - 1 readers
+ * each read an input from memory where the arena's chunks read it once and pass it on
+ * through the cache (at 4 and 8 threads from 16 MiB the two measured within the noise,
+ * 0.8-1.4x); at 2 ranks the one reader reads it once either way (2 threads, 16 MiB:
+ * 1.6-2.3x the chunks). Between processes direct_hi caps process_vm_readv, which lost to
+ * the arena's chunks above it, and an AllReduce keeps the ring: read with
+ * process_vm_readv it measured no faster (2 and 4 ranks, 1 to 16 MiB). */
 static int direct_fits(const br_plan_t *p, int func, size_t bytes)
 {
     const br_plan_comm_t *pc = &p->pc;
@@ -49,11 +52,13 @@ static int direct_fits(const br_plan_t *p, int func, size_t bytes)
     if (pc->arena_bytes == 0 || pc->direct_lo == 0 || (bytes > 0 && bytes < pc->direct_lo)) {
         return 0;
     }
+    int capped = pc->direct_hi != 0 && bytes > pc->direct_hi;
     if (pc->one_process) {
-        return func == BR_FUNC_ALLGATHER || func == BR_FUNC_BROADCAST || func == BR_FUNC_ALLREDUCE;
+        return func == BR_FUNC_ALLREDUCE ||
+               ((func == BR_FUNC_ALLGATHER || func == BR_FUNC_BROADCAST) &&
+                (pc->nranks == 2 || !capped));
     }
-    return (func == BR_FUNC_ALLGATHER || func == BR_FUNC_BROADCAST) &&
-           (pc->direct_hi == 0 || bytes <= pc->direct_hi);
+    return (func == BR_FUNC_ALLGATHER || func == BR_FUNC_BROADCAST) && !capped;
 }
 
 static int arena_available(const br_plan_t *p, int func, int algo, size_t bytes, const char **why)
@@ -65,9 +70,9 @@ static int arena_available(const br_plan_t *p, int func, int algo, size_t bytes,
     }
     if (algo == BR_ALGO_DIRECT_READ) {
         *why = "reads AllGather and Broadcast inputs of BRAID_CMA_BYTES..BRAID_CMA_MAX_BYTES "
-               "in place, where every rank may read the others' memory, and AllGather, "
-               "Broadcast and AllReduce inputs from BRAID_CMA_BYTES up where the ranks are "
-               "threads of one process";
+               "in place, where every rank may read the others' memory, and AllReduce inputs "
+               "(AllGather and Broadcast at 2 ranks) from BRAID_CMA_BYTES up where the ranks "
+               "are threads of one process";
         return direct_fits(p, func, bytes);
     }
     *why = "takes inputs up to BRAID_ONESHOT_BYTES per rank (16 KiB with 2 ranks), and "
