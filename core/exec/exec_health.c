@@ -210,6 +210,98 @@ static void post_wait(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t key, cons
     br_bootstrap_post_wait(ec->tc->boot, key, peers, what);
 }
 
+/* A blocked receive on a net connection the peer has closed will never complete: fail
+ * with the plugin's reason. Returns 1 when it failed the communicator. */
+static int check_net_closed(br_exec_batch_t *b, br_exec_comm_t *ec, char *what, size_t cap)
+{
+    for (int i = 0; i < b->n; i++) {
+        const br_exec_queue_t *q = &b->queues[i];
+        const br_work_t *w = queue_head(q);
+        const br_conn_t *c = NULL;
+        if (q->ec != ec || w == NULL) {
+            continue;
+        }
+        if (w->kind == BR_WORK_RECV) {
+            c = w->conn;
+        } else if (w->kind == BR_WORK_SCHED && q->wait_peer >= 0 && q->wait_what != NULL &&
+                   strcmp(q->wait_what, "data from") == 0) {
+            c = br_exec_chan_recv(ec, w->ch, q->wait_peer);
+        }
+        if (c != NULL && c->net != NULL &&
+            atomic_load_explicit(&c->net->failed, memory_order_acquire) != ncclSuccess &&
+            recv_starved(c) && !symptom_wait(ec)) {
+            describe_wait(q, what, cap);
+            br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): %s; while in %s", ec->rank,
+                         br_host_name(), c->net->why, what);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Only a peer that a blocked operation waits for matters: a rank that finished its work
+ * and left is no error. Ranks blocked further away learn through abort notices. Returns 1
+ * when a peer of this host that we wait for is dead (the communicator failed). */
+static int check_dead_peer(br_exec_batch_t *b, br_exec_comm_t *ec, char *what, size_t cap)
+{
+    const br_transport_comm_t *tc = ec->tc;
+    for (int i = 0; i < b->n; i++) {
+        const br_exec_queue_t *q = &b->queues[i];
+        int p = q->wait_peer;
+        if (q->ec != ec || queue_head(q) == NULL || p < 0 || p >= ec->nranks || p == ec->rank) {
+            continue;
+        }
+        const br_peer_info_t *pi = &tc->peers[p];
+        if (pi->host_hash != tc->peers[ec->rank].host_hash ||
+            pi->pid_hash == tc->peers[ec->rank].pid_hash) {
+            continue;
+        }
+        /* Over the network, what a peer sent before exiting may still be on its way up
+         * through the plugin: keep progressing a little before calling it lost. */
+        if (br_exec_pid_is_dead(pi->pid) &&
+            !(br_transport_select(tc, p) == BR_TRANSPORT_NET && symptom_wait(ec))) {
+            describe_wait(q, what, cap);
+            br_exec_fail(ec, ncclRemoteError,
+                         "rank %d (pid %d on host %s) died while rank %d was in %s", p, pi->pid,
+                         pi->host, ec->rank, what);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* BRAID_TIMEOUT: halfway, tell the peers what we wait in, so that whoever times out can
+ * find the rank at the end of the chain of waits; at the timeout, fail naming it. Returns
+ * 1 when it failed the communicator. */
+static int check_timeout(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_ns,
+                         const char *what)
+{
+    int64_t timeout = BR_PARAM_INT(TIMEOUT);
+    const br_exec_queue_t *blocked = NULL;
+    for (int i = 0; i < b->n && blocked == NULL; i++) {
+        if (b->queues[i].ec == ec && queue_head(&b->queues[i]) != NULL) {
+            blocked = &b->queues[i];
+        }
+    }
+    if (timeout <= 0 || blocked == NULL) {
+        return 0;
+    }
+    uint64_t key = wait_key(queue_head(blocked));
+    if (blocked_ns > (uint64_t)timeout * 500000000ull && ec->wait_posted != key) {
+        post_wait(b, ec, key, what);
+    }
+    if (blocked_ns > (uint64_t)timeout * 1000000000ull) {
+        char chain[600];
+        explain_chain(ec, blocked, chain, sizeof(chain));
+        br_exec_fail(ec, ncclRemoteError,
+                     "rank %d (host %s): no progress for %lld s (BRAID_TIMEOUT) in %s%s%s", ec->rank,
+                     br_host_name(), (long long)timeout, what, chain,
+                     chain[0] != '\0' ? "" : ": is that rank stuck, or did the ranks make different calls?");
+        return 1;
+    }
+    return 0;
+}
+
 int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_ns)
 {
     br_transport_comm_t *tc = ec->tc;
@@ -236,28 +328,8 @@ int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocke
             return 1;
         }
     }
-    /* A blocked receive on a net connection the peer has closed will never complete. */
-    for (int i = 0; i < b->n; i++) {
-        const br_exec_queue_t *q = &b->queues[i];
-        const br_work_t *w = queue_head(q);
-        const br_conn_t *c = NULL;
-        if (q->ec != ec || w == NULL) {
-            continue;
-        }
-        if (w->kind == BR_WORK_RECV) {
-            c = w->conn;
-        } else if (w->kind == BR_WORK_SCHED && q->wait_peer >= 0 && q->wait_what != NULL &&
-                   strcmp(q->wait_what, "data from") == 0) {
-            c = br_exec_chan_recv(ec, w->ch, q->wait_peer);
-        }
-        if (c != NULL && c->net != NULL &&
-            atomic_load_explicit(&c->net->failed, memory_order_acquire) != ncclSuccess &&
-            recv_starved(c) && !symptom_wait(ec)) {
-            describe_wait(q, what, sizeof(what));
-            br_exec_fail(ec, ncclRemoteError, "rank %d (host %s): %s; while in %s", ec->rank,
-                         br_host_name(), c->net->why, what);
-            return 1;
-        }
+    if (check_net_closed(b, ec, what, sizeof(what))) {
+        return 1;
     }
     if (tc->proxy != NULL && br_proxy_error(tc->proxy, msg, sizeof(msg)) != ncclSuccess &&
         !symptom_wait(ec)) {
@@ -265,56 +337,10 @@ int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocke
                      br_host_name(), msg, what);
         return 1;
     }
-    /* Only a peer that a blocked operation waits for matters: a rank that finished its
-     * work and left is no error. Ranks blocked further away learn through abort notices. */
-    for (int i = 0; i < b->n; i++) {
-        const br_exec_queue_t *q = &b->queues[i];
-        int p = q->wait_peer;
-        if (q->ec != ec || queue_head(q) == NULL || p < 0 || p >= ec->nranks || p == ec->rank) {
-            continue;
-        }
-        const br_peer_info_t *pi = &tc->peers[p];
-        if (pi->host_hash != tc->peers[ec->rank].host_hash ||
-            pi->pid_hash == tc->peers[ec->rank].pid_hash) {
-            continue;
-        }
-        /* Over the network, what a peer sent before exiting may still be on its way up
-         * through the plugin: keep progressing a little before calling it lost. */
-        if (br_exec_pid_is_dead(pi->pid) &&
-            !(br_transport_select(tc, p) == BR_TRANSPORT_NET && symptom_wait(ec))) {
-            describe_wait(q, what, sizeof(what));
-            br_exec_fail(ec, ncclRemoteError,
-                         "rank %d (pid %d on host %s) died while rank %d was in %s", p, pi->pid,
-                         pi->host, ec->rank, what);
-            return 1;
-        }
-    }
-    int64_t timeout = BR_PARAM_INT(TIMEOUT);
-    const br_exec_queue_t *blocked = NULL;
-    for (int i = 0; i < b->n && blocked == NULL; i++) {
-        if (b->queues[i].ec == ec && queue_head(&b->queues[i]) != NULL) {
-            blocked = &b->queues[i];
-        }
-    }
-    if (timeout <= 0 || blocked == NULL) {
-        return 0;
-    }
-    /* Halfway to the timeout, tell the peers what we wait in, so that whoever times out
-     * can find the rank at the end of the chain of waits. */
-    uint64_t key = wait_key(queue_head(blocked));
-    if (blocked_ns > (uint64_t)timeout * 500000000ull && ec->wait_posted != key) {
-        post_wait(b, ec, key, what);
-    }
-    if (blocked_ns > (uint64_t)timeout * 1000000000ull) {
-        char chain[600];
-        explain_chain(ec, blocked, chain, sizeof(chain));
-        br_exec_fail(ec, ncclRemoteError,
-                     "rank %d (host %s): no progress for %lld s (BRAID_TIMEOUT) in %s%s%s", ec->rank,
-                     br_host_name(), (long long)timeout, what, chain,
-                     chain[0] != '\0' ? "" : ": is that rank stuck, or did the ranks make different calls?");
+    if (check_dead_peer(b, ec, what, sizeof(what))) {
         return 1;
     }
-    return 0;
+    return check_timeout(b, ec, blocked_ns, what);
 }
 
 void br_exec_watchdog_warn(br_exec_batch_t *b, uint64_t blocked_ns)
