@@ -345,6 +345,67 @@ static void announce_failure(br_exec_comm_t *ec)
     br_log_set_last_error(ec->error_msg);
 }
 
+/* One pass over the batch's queues: every head item steps as far as it can, and items
+ * that finish make way for the next. Returns the steps made, with *pending_p the queues
+ * not yet finished, or -1 with *res_p the error of the communicator that failed. */
+static int step_queues(br_exec_batch_t *b, int *pending_p, ncclResult_t *res_p)
+{
+    int moved = 0;
+    for (int i = 0; i < b->n; i++) {
+        br_exec_queue_t *q = &b->queues[i];
+        while (q->cur < q->n) {
+            int done = 0;
+            br_work_t *w = &q->items[q->cur];
+            if (w->event >= 0 && !w->kch_started) {
+                br_exec_prof_work_start(b, w);
+            }
+            int r = br_work_step(q, w, &done);
+            if (r < 0) {
+                *res_p = q->ec->error;
+                return -1;
+            }
+            moved += r;
+            if (!done) {
+                break;
+            }
+            if (w->kch != NULL) {
+                br_exec_prof_work_done(b, w);
+            }
+            br_oplog_note(q->ec, w->op.log_ticket, BR_OPLOG_EV_ITEM_DONE, -1, NULL, 0);
+            q->cur++;
+        }
+        *pending_p += q->cur < q->n;
+    }
+    return moved;
+}
+
+/* The next call on a communicator checks what its last root Broadcasts deferred (as far
+ * as the other ranks have published: no wait here). 1 with *res_p set on a mismatch. */
+static int settle_deferred(br_exec_batch_t *b, ncclResult_t *res_p)
+{
+    for (int i = 0; i < b->n; i++) {
+        br_exec_comm_t *ec = b->queues[i].ec;
+        if (ec->defer != NULL && br_exec_defer_settle(ec, 0) != ncclSuccess) {
+            *res_p = ec->error;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The health of every communicator of a batch blocked for blocked_ns: 1 with *res_p set
+ * when one of them failed. */
+static int health_round(br_exec_batch_t *b, uint64_t blocked_ns, ncclResult_t *res_p)
+{
+    for (int i = 0; i < b->n; i++) {
+        if (br_exec_health_check(b, b->queues[i].ec, blocked_ns)) {
+            *res_p = b->queues[i].ec->error;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static ncclResult_t host_run(br_exec_batch_t *b)
 {
     ncclResult_t res = ncclSuccess;
@@ -373,41 +434,13 @@ static ncclResult_t host_run(br_exec_batch_t *b)
         res = b->queues[revoked - 1].ec->error;
         goto fail;
     }
-    for (int i = 0; i < b->n; i++) {
-        /* The next call on a communicator checks what its last root Broadcasts deferred
-         * (as far as the other ranks have published: no wait here). */
-        br_exec_comm_t *ec = b->queues[i].ec;
-        if (ec->defer != NULL && br_exec_defer_settle(ec, 0) != ncclSuccess) {
-            res = ec->error;
-            goto fail;
-        }
+    if (settle_deferred(b, &res)) {
+        goto fail;
     }
     for (;;) {
-        int pending = 0, moved = 0;
-        for (int i = 0; i < b->n; i++) {
-            br_exec_queue_t *q = &b->queues[i];
-            while (q->cur < q->n) {
-                int done = 0;
-                br_work_t *w = &q->items[q->cur];
-                if (w->event >= 0 && !w->kch_started) {
-                    br_exec_prof_work_start(b, w);
-                }
-                int r = br_work_step(q, w, &done);
-                if (r < 0) {
-                    res = q->ec->error;
-                    goto fail;
-                }
-                moved += r;
-                if (!done) {
-                    break;
-                }
-                if (w->kch != NULL) {
-                    br_exec_prof_work_done(b, w);
-                }
-                br_oplog_note(q->ec, w->op.log_ticket, BR_OPLOG_EV_ITEM_DONE, -1, NULL, 0);
-                q->cur++;
-            }
-            pending += q->cur < q->n;
+        int pending = 0, moved = step_queues(b, &pending, &res);
+        if (moved < 0) {
+            goto fail;
         }
         if (!pending) {
             break;
@@ -449,11 +482,8 @@ static ncclResult_t host_run(br_exec_batch_t *b)
         if (now >= next_check) {
             next_check = now + 100000000ull;
             oplog_heads(b, BR_OPLOG_EV_WAIT, blocked_since); /* whom it waits for may change */
-            for (int i = 0; i < b->n; i++) {
-                if (br_exec_health_check(b, b->queues[i].ec, now - blocked_since)) {
-                    res = b->queues[i].ec->error;
-                    goto fail;
-                }
+            if (health_round(b, now - blocked_since, &res)) {
+                goto fail;
             }
         }
         if (warn_ns > 0 && now >= next_warn) {
