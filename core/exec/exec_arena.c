@@ -10,8 +10,8 @@
  * after that): one copy per byte instead of two through a FIFO; a Broadcast's root
  * writes part of every reader's output meanwhile. A DirectRead AllReduce publishes its
  * input's and output's addresses: each rank reduces its part of the elements from every
- * input, then copies the others' parts from their outputs (below). OneShot Broadcast and AllGather larger
- * than an arena buffer move in chunks of one buffer each (below).
+ * input, then copies the others' parts from their outputs (below). OneShot Broadcast and
+ * AllGather larger than an arena buffer move in chunks of one buffer each (below).
  */
 #include <errno.h>
 #include <stdio.h>

@@ -438,8 +438,9 @@ static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
     br_cuda_build_free(per_dev);
     if (res != ncclSuccess && !cl->failed) {
         char m2[256];
-        snprintf(m2, sizeof(m2), "rank %d (host %s): a device launch failed (see the warning above)",
-                 rank, br_host_name());
+        snprintf(m2, sizeof(m2),
+                 "rank %d (host %s): a device launch failed (see the warning above)", rank,
+                 br_host_name());
         clique_fail(cl, res, m2);
     }
     return res;

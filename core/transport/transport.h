@@ -280,9 +280,9 @@ int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner, const br_peer
 
 /*
  * DirectRead Broadcast: the root copies `bytes` from src to the start of the output whose
- * address rank `owner` published (BR_ARENA_IN) for operation k (process_vm_writev between processes,
- * which the kernel allows exactly where it allows process_vm_readv: both check ptrace
- * attach rights). Returns 0, or an errno value with *done_p the bytes copied before it.
+ * address rank `owner` published (BR_ARENA_IN) for operation k (process_vm_writev between
+ * processes, which the kernel allows exactly where it allows process_vm_readv: both check
+ * ptrace attach rights). Returns 0, or an errno value with *done_p the bytes copied before it.
  */
 int br_arena_write_peer(br_arena_t *a, const br_peer_info_t *owner,
                         const br_peer_info_t *me, uint64_t k, const char *src, size_t bytes,

@@ -13,7 +13,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,28 +378,36 @@ static char *arena_mapped(br_arena_t *a, const br_peer_info_t *owner, const br_a
 /* Rank owner's published buffer `which` of operation k. */
 static br_arena_buf_t published_buf(const br_arena_t *a, int owner, uint64_t k, int which)
 {
+    const br_arena_addr_t *pub = (const br_arena_addr_t *)br_arena_data(a, owner, k, 1);
     br_arena_buf_t b;
-    memcpy(&b, br_arena_data(a, owner, k, 1) + offsetof(br_arena_addr_t, buf) + (size_t)which * sizeof(b),
-           sizeof(b));
+    memcpy(&b, &pub->buf[which], sizeof(b));
     return b;
+}
+
+/* Where the owner's buffer `pub` can be loaded here (its bytes [0, end)), or NULL. */
+static char *loadable(br_arena_t *a, const br_peer_info_t *owner, const br_peer_info_t *me,
+                      const br_arena_buf_t *pub, size_t end)
+{
+    if (owner->pid_hash == me->pid_hash) {
+        return (char *)(uintptr_t)pub->addr;
+    }
+    return arena_mapped(a, owner, pub, end);
 }
 
 char *br_arena_peer_ptr(br_arena_t *a, const br_peer_info_t *owner, const br_peer_info_t *me,
                         uint64_t k, int which, size_t end)
 {
     br_arena_buf_t pub = published_buf(a, owner->rank, k, which);
-    if (owner->pid_hash == me->pid_hash) {
-        return (char *)(uintptr_t)pub.addr;
-    }
-    return arena_mapped(a, owner, &pub, end);
+    return loadable(a, owner, me, &pub, end);
 }
 
 int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner, const br_peer_info_t *me,
                        uint64_t k, int which, char *dst, size_t off, size_t bytes, int stream,
                        const void **src_p, size_t *done_p)
 {
-    const char *from = br_arena_peer_ptr(a, owner, me, k, which, off + bytes);
-    char *src = (char *)(uintptr_t)published_buf(a, owner->rank, k, which).addr;
+    br_arena_buf_t pub = published_buf(a, owner->rank, k, which);
+    const char *from = loadable(a, owner, me, &pub, off + bytes);
+    char *src = (char *)(uintptr_t)pub.addr;
 
     *src_p = src;
     *done_p = 0;
@@ -416,8 +423,9 @@ int br_arena_write_peer(br_arena_t *a, const br_peer_info_t *owner,
                         const br_peer_info_t *me, uint64_t k, const char *src, size_t bytes,
                         void **dst_p, size_t *done_p)
 {
-    char *to = br_arena_peer_ptr(a, owner, me, k, BR_ARENA_IN, bytes);
-    char *dst = (char *)(uintptr_t)published_buf(a, owner->rank, k, BR_ARENA_IN).addr;
+    br_arena_buf_t pub = published_buf(a, owner->rank, k, BR_ARENA_IN);
+    char *to = loadable(a, owner, me, &pub, bytes);
+    char *dst = (char *)(uintptr_t)pub.addr;
 
     *dst_p = dst;
     *done_p = 0;

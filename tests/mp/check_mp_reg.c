@@ -117,8 +117,8 @@ static int allreduce_once(brt_rank_ctx_t *ctx, ncclComm_t comm, buf_t *send, buf
     return 0;
 }
 
-/* One AllGather, one Broadcast and one AllReduce per (size, placement) on send/recv buffers of the given
- * kinds; buffers are (re)allocated only when `fresh`. */
+/* One AllGather, one Broadcast and one AllReduce per (size, placement) on send/recv buffers
+ * of the given kinds; buffers are (re)allocated only when `fresh`. */
 static int one_round(brt_rank_ctx_t *ctx, ncclComm_t comm, buf_t *send, buf_t *recv, int round)
 {
     static const size_t counts[] = {4096, 65536 + 4099, 300000, 1 << 20};
