@@ -12,11 +12,7 @@
  * that runs its operations in order (event records and waits, 32-bit value waits and
  * writes, 64-bit ones too, copies, memsets, kernel launches), and a kernel launch runs every block of the
  * grid as its own CPU thread, all at once: the co-residency the executor relies on. Stream
- * capture records what capturing streams are given (streams join a capture by waiting on
- * an event recorded in it) and a graph launch replays it in order on one stream, which
- * keeps every dependency the capture had. As the driver does, allocations fail while a
- * capture forbids them (a capture this thread began, or a global-mode one of any thread),
- * unless cuThreadExchangeStreamCaptureMode made this thread relaxed.
+ * capture and graphs are in fake_cuda_capture.c.
  * BRAID_FAKE_CUDA_EXCLUSIVE=<file> makes the GPU run one process's streams at a time, a
  * stream keeping it while it has work, waits included (a lock on that file): the model of
  * a GPU shared by processes without MPS where a stream waiting for another process holds
@@ -37,21 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dev_prims.h"
-
-typedef int CUresult;
-#define OK 0
-#define ERR_INVALID_VALUE 1
-#define ERR_INVALID_CONTEXT 201
-#define ERR_NOT_FOUND 500
-#define ERR_NOT_READY 600
-#define ERR_CAPTURE_UNSUPPORTED 900
-
-#define EXPORT __attribute__((visibility("default")))
-
-/* The entry points are the driver's ABI, declared by cuda.h, which an emulation built
- * without the toolkit does not include: no prototypes to check them against here. */
-#pragma GCC diagnostic ignored "-Wmissing-prototypes"
+#include "fake_cuda_int.h"
 
 /* ---- memory ---- */
 
@@ -116,25 +98,6 @@ static int alloc_remove(uintptr_t base, int opened, alloc_t *out)
 
 /* Device memory is a shared mapping of a memfd, so that another process can map it from
  * an IPC handle, as a GPU's memory is reached by other processes' contexts. */
-/* The stream-capture rules for "potentially unsafe" calls such as allocations. */
-static __thread int thread_capture_mode; /* 0 global (the default), 1 thread-local, 2 relaxed */
-static __thread int local_captures;      /* non-relaxed captures this thread began */
-static int global_captures;              /* global-mode captures of any thread */
-
-static int capture_forbids(void)
-{
-    return thread_capture_mode != 2 &&
-           (local_captures > 0 ||
-            (thread_capture_mode == 0 && __atomic_load_n(&global_captures, __ATOMIC_SEQ_CST) > 0));
-}
-
-EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode)
-{
-    int old = thread_capture_mode;
-    thread_capture_mode = *mode;
-    *mode = old;
-    return OK;
-}
 
 EXPORT CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes)
 {
@@ -439,14 +402,6 @@ EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int
 
 /* ---- events ---- */
 
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint64_t recorded;  /* records enqueued */
-    uint64_t completed; /* records executed */
-    int captured;       /* last recorded inside a capture */
-} event_t;
-
 EXPORT CUresult cuEventCreate(void **e, unsigned flags)
 {
     event_t *ev = calloc(1, sizeof(*ev));
@@ -495,51 +450,6 @@ EXPORT CUresult cuEventQuery(void *e)
 }
 
 /* ---- streams ---- */
-
-typedef enum {
-    OP_RECORD,
-    OP_WAIT_EVENT,
-    OP_WAIT_VALUE,
-    OP_WRITE_VALUE,
-    OP_REDUCE,
-    OP_COPY,
-    OP_SET,
-    OP_KERNEL
-} op_kind_t;
-
-typedef struct op {
-    op_kind_t kind;
-    event_t *ev;
-    uint64_t gen;
-    volatile void *addr;
-    uint64_t value;
-    int wide; /* 64-bit value operation */
-    br_dev_reduce_t reduce;
-    void *dst;
-    const void *src;
-    size_t n;
-    unsigned char byte;
-    br_dev_launch_t launch;
-    unsigned nblocks;
-    struct op *next;
-} op_t;
-
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    op_t *head, *tail;
-    int busy, stop, capturing;
-    int capture_mode; /* of the capture begun on this stream */
-    pthread_t worker;
-} stream_t;
-
-/* The capture in progress (one at a time): its operations in the order they were given. */
-static pthread_mutex_t cap_mu = PTHREAD_MUTEX_INITIALIZER;
-static op_t *cap_head, *cap_tail;
-
-typedef struct {
-    op_t *ops; /* a list, replayed in order */
-} graph_t;
 
 typedef struct {
     const br_dev_launch_t *L;
@@ -668,17 +578,30 @@ static void *stream_main(void *p)
     return NULL;
 }
 
+/* Every stream made (its slot NULL once destroyed), so that a capture's end reaches them. */
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
 static stream_t *all_streams[256];
 static int nstreams_seen;
+
+void streams_end_capture(void)
+{
+    pthread_mutex_lock(&streams_mu);
+    for (int i = 0; i < nstreams_seen; i++) {
+        if (all_streams[i] != NULL) {
+            all_streams[i]->capturing = 0;
+        }
+    }
+    pthread_mutex_unlock(&streams_mu);
+}
 
 static stream_t *stream_new(void)
 {
     stream_t *s = calloc(1, sizeof(*s));
-    pthread_mutex_lock(&cap_mu);
+    pthread_mutex_lock(&streams_mu);
     if (nstreams_seen < 256) {
         all_streams[nstreams_seen++] = s;
     }
-    pthread_mutex_unlock(&cap_mu);
+    pthread_mutex_unlock(&streams_mu);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_create(&s->worker, NULL, stream_main, s);
@@ -694,7 +617,7 @@ static void legacy_make(void)
     legacy = stream_new();
 }
 
-static stream_t *stream_of(void *h)
+stream_t *stream_of(void *h)
 {
     if (h == NULL) {
         pthread_once(&legacy_once, legacy_make);
@@ -703,19 +626,11 @@ static stream_t *stream_of(void *h)
     return h;
 }
 
-static void push(void *h, op_t *o)
+void push(void *h, op_t *o)
 {
     stream_t *s = stream_of(h);
     if (s->capturing) {
-        pthread_mutex_lock(&cap_mu);
-        o->next = NULL;
-        if (cap_tail != NULL) {
-            cap_tail->next = o;
-        } else {
-            cap_head = o;
-        }
-        cap_tail = o;
-        pthread_mutex_unlock(&cap_mu);
+        capture_append(o);
         return;
     }
     pthread_mutex_lock(&s->mu);
@@ -730,7 +645,7 @@ static void push(void *h, op_t *o)
     pthread_mutex_unlock(&s->mu);
 }
 
-static op_t *op_new(op_kind_t k)
+op_t *op_new(op_kind_t k)
 {
     op_t *o = calloc(1, sizeof(*o));
     o->kind = k;
@@ -764,13 +679,13 @@ EXPORT CUresult cuStreamDestroy_v2(void *h)
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->worker, NULL);
-    pthread_mutex_lock(&cap_mu);
+    pthread_mutex_lock(&streams_mu);
     for (int i = 0; i < nstreams_seen; i++) {
         if (all_streams[i] == s) {
             all_streams[i] = NULL;
         }
     }
-    pthread_mutex_unlock(&cap_mu);
+    pthread_mutex_unlock(&streams_mu);
     free(s);
     return OK;
 }
@@ -907,107 +822,3 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
     return OK;
 }
 
-EXPORT CUresult cuStreamBeginCapture_v2(void *h, int mode)
-{
-    stream_of(h)->capture_mode = mode;
-    if (mode != 2) {
-        local_captures++;
-    }
-    if (mode == 0) {
-        __atomic_add_fetch(&global_captures, 1, __ATOMIC_SEQ_CST);
-    }
-    pthread_mutex_lock(&cap_mu);
-    cap_head = cap_tail = NULL;
-    pthread_mutex_unlock(&cap_mu);
-    stream_of(h)->capturing = 1;
-    return OK;
-}
-
-EXPORT CUresult cuStreamEndCapture(void *h, void **graph)
-{
-    graph_t *g = calloc(1, sizeof(*g));
-    if (stream_of(h)->capture_mode != 2 && local_captures > 0) {
-        local_captures--;
-    }
-    if (stream_of(h)->capture_mode == 0) {
-        __atomic_sub_fetch(&global_captures, 1, __ATOMIC_SEQ_CST);
-    }
-    stream_of(h)->capturing = 0;
-    for (int i = 0; i < nstreams_seen; i++) {
-        if (all_streams[i] != NULL) {
-            all_streams[i]->capturing = 0;
-        }
-    }
-    pthread_mutex_lock(&cap_mu);
-    g->ops = cap_head;
-    cap_head = cap_tail = NULL;
-    pthread_mutex_unlock(&cap_mu);
-    *graph = g;
-    return OK;
-}
-
-static void ops_free(op_t *o)
-{
-    while (o != NULL) {
-        op_t *next = o->next;
-        free(o);
-        o = next;
-    }
-}
-
-/* An executable graph: its own copy of the graph's operations. */
-EXPORT CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags)
-{
-    graph_t *g = graph, *e = calloc(1, sizeof(*e));
-    op_t **tail = &e->ops;
-    (void)flags;
-    for (const op_t *c = g->ops; c != NULL; c = c->next) {
-        op_t *o = op_new(c->kind);
-        *o = *c;
-        o->next = NULL;
-        *tail = o;
-        tail = &o->next;
-    }
-    *exec = e;
-    return OK;
-}
-
-/* Replay: the captured operations in capture order on one stream. Waits on events recorded
- * in the capture are met by that order; records are made again for outside observers. */
-EXPORT CUresult cuGraphLaunch(void *exec, void *h)
-{
-    graph_t *g = exec;
-    for (op_t *c = g->ops; c != NULL; c = c->next) {
-        if (c->kind == OP_WAIT_EVENT) {
-            continue;
-        }
-        if (c->kind == OP_RECORD) {
-            cuEventRecord(c->ev, h);
-            continue;
-        }
-        op_t *o = op_new(c->kind);
-        *o = *c;
-        o->next = NULL;
-        push(h, o);
-    }
-    return OK;
-}
-
-EXPORT CUresult cuGraphDestroy(void *graph)
-{
-    graph_t *g = graph;
-    ops_free(g->ops);
-    free(g);
-    return OK;
-}
-
-EXPORT CUresult cuGraphExecDestroy(void *exec)
-{
-    return cuGraphDestroy(exec);
-}
-
-EXPORT CUresult cuStreamIsCapturing(void *h, int *status)
-{
-    *status = stream_of(h)->capturing;
-    return OK;
-}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The emulated CUDA driver's own header (tests/cuda-emu): what fake_cuda.c (memory,
+ * devices, events, streams, launches) and fake_cuda_capture.c (stream capture and graphs)
+ * share. Everything here is hidden in libcuda.so.1 but the EXPORT entry points. */
+#ifndef FAKE_CUDA_INT_H_
+#define FAKE_CUDA_INT_H_
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dev_prims.h"
+
+typedef int CUresult;
+#define OK 0
+#define ERR_INVALID_VALUE 1
+#define ERR_INVALID_CONTEXT 201
+#define ERR_NOT_FOUND 500
+#define ERR_NOT_READY 600
+#define ERR_CAPTURE_UNSUPPORTED 900
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* The entry points are the driver's ABI, declared by cuda.h, which an emulation built
+ * without the toolkit does not include: no prototypes to check them against here. */
+#pragma GCC diagnostic ignored "-Wmissing-prototypes"
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t recorded;  /* records enqueued */
+    uint64_t completed; /* records executed */
+    int captured;       /* last recorded inside a capture */
+} event_t;
+
+/* ---- stream operations ---- */
+
+typedef enum {
+    OP_RECORD,
+    OP_WAIT_EVENT,
+    OP_WAIT_VALUE,
+    OP_WRITE_VALUE,
+    OP_REDUCE,
+    OP_COPY,
+    OP_SET,
+    OP_KERNEL
+} op_kind_t;
+
+typedef struct op {
+    op_kind_t kind;
+    event_t *ev;
+    uint64_t gen;
+    volatile void *addr;
+    uint64_t value;
+    int wide; /* 64-bit value operation */
+    br_dev_reduce_t reduce;
+    void *dst;
+    const void *src;
+    size_t n;
+    unsigned char byte;
+    br_dev_launch_t launch;
+    unsigned nblocks;
+    struct op *next;
+} op_t;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    op_t *head, *tail;
+    int busy, stop, capturing;
+    int capture_mode; /* of the capture begun on this stream */
+    pthread_t worker;
+} stream_t;
+
+/* fake_cuda.c: the stream of a handle (NULL: the legacy default stream), a new operation,
+ * and giving one to a stream (to the capture while the stream captures). */
+stream_t *stream_of(void *h);
+op_t *op_new(op_kind_t k);
+void push(void *h, op_t *o);
+/* fake_cuda.c: every stream leaves the capture (it ended). */
+void streams_end_capture(void);
+CUresult cuEventRecord(void *e, void *h);
+
+/* fake_cuda_capture.c: does a capture forbid this thread "potentially unsafe" calls such
+ * as allocations? And the capture's next operation, in the order given. */
+int capture_forbids(void);
+void capture_append(op_t *o);
+
+#endif
