@@ -151,7 +151,7 @@ typedef struct {
     int prof_mask;
     void *prof_parent;  /* the call's CollApi / P2pApi event */
     void *prof_group;   /* the GroupApi event it was called in */
-    /* Its record in the communicator's operation log (core/exec/exec_oplog.c), 0: none. */
+    /* Its record in the communicator's operation log (core/exec/host/exec_oplog.c), 0: none. */
     uint64_t log_ticket;
     /* Which executor: 0 host (the buffers are host memory), 1 CUDA (device memory of the
      * communicator's device; the call is ordered on `stream`). */

@@ -12,7 +12,7 @@
  * thread 0 frees the received slots and publishes the sent ones. Every thread keeps the
  * same copy of the walk's state (streams, step numbers), computed from the same inputs.
  *
- * What a step computes follows the host executor's interpreter (core/exec/exec_sched.c):
+ * What a step computes follows the host executor's interpreter (core/exec/host/exec_sched.c):
  * a REDUCE folds the local input first, then the received partial results, the last with
  * the final division (POST); a reduction's first contributor sends its input scaled for
  * PreMulSum; LOCAL copies input to output; FROM_OUTPUT sends what the output holds; the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The contract between the CUDA executor (core/exec/exec_cuda.c, host C) and the kernels
+ * The contract between the CUDA executor (core/exec/cuda/exec_cuda.c, host C) and the kernels
  * (core/device/, CUDA C): what one launch carries. The host fills these structs in pinned
  * or device memory; the kernel reads them. Plain data only (no C++, no host-only types), so
  * both compilers agree on the layout; every pointer in them is a device-accessible address.

@@ -226,12 +226,16 @@ extern const br_exec_ops_t br_exec_host;
  * of a lone ncclAllReduce, which allocates nothing once the batch has grown. */
 ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op);
 
+/* Is a process of this host gone (exited, or a zombie nobody reaped yet)? The host
+ * executor's health checks and the CUDA stager's both ask (host/exec_health.c). */
+int br_exec_pid_is_dead(int pid);
+
 /* Record a failure on the communicator (first one wins) and WARN it. */
 void br_exec_fail(br_exec_comm_t *ec, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /*
- * The CUDA executor (exec_cuda*.c): device calls of ranks that are threads of this process.
+ * The CUDA executor (cuda/exec_cuda*.c): device calls of ranks that are threads of this process.
  * A communicator joins its clique (its ranks in this process) at init. A rank's device
  * calls of one group are one deposit, which returns at once, ordered on the call's stream;
  * deposits launch in units (every rank's next one when they hold collectives, else sends
@@ -275,7 +279,7 @@ void br_exec_cuda_detach(br_exec_comm_t *ec);
 int br_exec_cuda_nchannels(const br_exec_comm_t *ec);
 
 /*
- * Device calls of a communicator whose ranks are in several processes (exec_cuda_stage.c):
+ * Device calls of a communicator whose ranks are in several processes (cuda/exec_cuda_stage.c):
  * the stream copies the inputs to pinned host memory, a thread of the rank (the stager)
  * runs the calls there with the host executor, and the stream copies the outputs back;
  * nothing waits on the SMs. br_exec_cuda_deposit / _wait / _submit / _async_error /

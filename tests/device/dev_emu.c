@@ -193,7 +193,7 @@ typedef struct {
 } fold_t;
 
 /* dst = the host executor's fold of received partial results kids[0..nk) into the input of
- * rank r (core/exec/exec_sched.c, fold()), post: the reduction ends here. */
+ * rank r (core/exec/host/exec_sched.c, fold()), post: the reduction ends here. */
 static void fold_into(const fold_t *F, void *dst, unsigned char kids[][8], int nk, int r, int post)
 {
     if (nk == 0) { /* a first contributor: its input, pre-multiplied */

@@ -36,7 +36,6 @@
 
 #include "device.h"
 #include "exec_cuda_stage_int.h"
-#include "exec_int.h"
 #include "util.h"
 
 #define IPC_RELEASED (1ull << 62) /* an inbox value past every barrier */

@@ -171,7 +171,5 @@ ncclResult_t br_exec_run_item(br_exec_comm_t *ec, const br_work_t *w);
 /* Free ec's deferred Broadcast checks (exec_arena.c). */
 void br_exec_defer_free(br_exec_comm_t *ec);
 
-/* Is a process of this host gone (exited, or a zombie nobody reaped yet)? exec_health.c */
-int br_exec_pid_is_dead(int pid);
 
 #endif /* BR_EXEC_INT_H_ */
