@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Install what building and testing Braid needs on Debian 12 (run as root, or with sudo).
-# --no-torch leaves out PyTorch (the demo does not need it).
+#   (no option)  everything: the library, the tests, the soft-RoCE guest, PyTorch
+#   --no-torch   all of that but PyTorch
+#   --demo       only what building the library and its tools needs (scripts/demo.sh)
 set -euo pipefail
-# libibverbs-dev builds plugins/net-ib; the rest runs its tests in a QEMU guest on this
-# machine's root with soft-RoCE (tests/rdma-vm): the guest's kernel and modules, QEMU,
-# busybox for its initramfs, the rxe verbs provider and the rdma tool.
-pkgs=(build-essential cmake pkg-config check libsubunit-dev libfabric-dev libfabric-bin
-      libhwloc-dev iproute2 procps libibverbs-dev ibverbs-providers ibverbs-utils
-      qemu-system-x86 linux-image-amd64 busybox)
+mode=${1:-}
+case "$mode" in
+"" | --no-torch | --demo) ;;
+*) echo "usage: $0 [--no-torch | --demo]" >&2; exit 2 ;;
+esac
+# The library: a compiler, CMake, pkg-config and hwloc (topology detection).
+pkgs=(build-essential cmake pkg-config libhwloc-dev)
+# The tests: Check, the libfabric and verbs plugins (plugins/net-ofi, plugins/net-ib) and
+# the tools the tests call; the rest runs net-ib's tests in a QEMU guest on this machine's
+# root with soft-RoCE (tests/rdma-vm): the guest's kernel and modules, QEMU, busybox for
+# its initramfs, the rxe verbs provider and the rdma tool.
+if [ "$mode" != --demo ]; then
+    pkgs+=(check libsubunit-dev libfabric-dev libfabric-bin iproute2 procps libibverbs-dev
+           ibverbs-providers ibverbs-utils qemu-system-x86 linux-image-amd64 busybox)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,7 +29,7 @@ done
 # without their recommendations (a desktop's worth of packages PyTorch does not need).
 torch_pkgs=(python3-torch libtorch-dev python3-dev python3-setuptools pybind11-dev ninja-build)
 missing_torch=()
-if [ "${1:-}" != "--no-torch" ]; then
+if [ -z "$mode" ]; then
     for p in "${torch_pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
             missing_torch+=("$p")

@@ -14,7 +14,7 @@ jobs=$(nproc)
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} FI_TCP_IFACE=${FI_TCP_IFACE:-lo}
 
 echo "== build (Release, -Werror)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBRAID_WERROR=ON > /dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBRAID_WERROR=ON -DBRAID_TESTS=ON > /dev/null
 cmake --build build -j"$jobs"
 echo "== tests"
 # A test that fails is run once more, and the first failure stays in the log: timing on a
