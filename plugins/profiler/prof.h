@@ -3,7 +3,8 @@
  * The trace profiler's internals. A context (one per communicator) owns a preallocated
  * pool of event records handed out by an atomic bump index, so startEvent never locks
  * or allocates; an event's handle is its record. Records live until finalize, which
- * writes them as one Chrome-trace JSON file per rank (prof_trace.c).
+ * writes them as one Chrome-trace JSON file per rank (prof_trace.c); a context still
+ * live when its process exits is written then.
  */
 #ifndef PROF_H_
 #define PROF_H_
@@ -67,6 +68,7 @@ struct prof_ctx {
     uint64_t clock_base_mono_ns;
     uint64_t clock_base_real_ns; /* CLOCK_REALTIME at the same instant, for the trace */
     char dir[512];
+    struct prof_ctx *next_live; /* the list of live contexts, under prof_plugin.c's lock */
 };
 
 /* Monotonic time in ns. */

@@ -5,13 +5,18 @@
  * pool and tells the core which events to emit through the shared activation mask;
  * start/stop/record (prof_event.c) fill the pool from any thread without locks; finalize
  * writes <BRAID_PROFILER_DIR>/braid-trace-<commHash>-r<rank>.json (prof_trace.c) and
- * frees the context. v5 descriptors are copied into the v6 layout (same members, same
- * offsets) so one code path serves both.
+ * frees the context. No trace is lost in silence: init creates a missing directory, or
+ * fails with the reason; a process that exits with contexts never finalized (no
+ * ncclCommDestroy) writes them from the library's destructor. v5 descriptors are copied
+ * into the v6 layout (same members, same offsets) so one code path serves both.
  */
+#include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +35,10 @@
 #define PROF_DEFAULT_MASK_V5 (NCCL_PROFILER_EVENT_MASK_V5 & ~ncclProfileProxyCtrl)
 #define PROF_DEFAULT_MASK_V6 (NCCL_PROFILER_EVENT_MASK_V6 & ~ncclProfileProxyCtrl)
 #define PROF_MAX_EVENTS (1 << 26)
+
+/* Contexts initialized and not yet finalized, for the exit-time flush. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static prof_ctx_t *live_list;
 
 static uint64_t realtime_ns(void)
 {
@@ -87,11 +96,100 @@ static ncclResult_t alloc_ctx(int version, uint64_t comm_hash, const char *comm_
     return ncclSuccess;
 }
 
+/* Makes sure the trace can be written in dir: creates it and its missing parents (as
+ * mkdir -p), then checks that it is a directory this process may write into. Failing
+ * here, at init, names the directory now rather than losing the trace at finalize. */
+static ncclResult_t ensure_dir(const char *dir)
+{
+    char path[sizeof(((prof_ctx_t *)0)->dir)];
+    struct stat st;
+    size_t len = strlen(dir);
+
+    if (len == 0 || len >= sizeof(path)) {
+        BR_WARN(NCCL_INIT, "profiler: BRAID_PROFILER_DIR '%s' is empty or too long", dir);
+        return ncclInvalidUsage;
+    }
+    memcpy(path, dir, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (path[i] != '/' && path[i] != '\0') {
+            continue;
+        }
+        char saved = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            BR_WARN(NCCL_INIT, "profiler: cannot create the trace directory %s: %s", path,
+                    strerror(errno));
+            return ncclSystemError;
+        }
+        path[i] = saved;
+    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        BR_WARN(NCCL_INIT, "profiler: the trace directory %s is not a directory", dir);
+        return ncclSystemError;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        BR_WARN(NCCL_INIT, "profiler: cannot write into the trace directory %s: %s", dir,
+                strerror(errno));
+        return ncclSystemError;
+    }
+    return ncclSuccess;
+}
+
+/* At exit (or when the library is unloaded), writes the trace of every context of this
+ * process that was never finalized: a program that returns from main without
+ * ncclCommDestroy still leaves its trace. Events still open are written as such (see
+ * prof_trace.c); threads still recording are not waited for. Contexts inherited through
+ * fork() belong to the parent, which writes them itself. */
+__attribute__((destructor)) static void flush_live_at_exit(void)
+{
+    pid_t pid = getpid();
+
+    pthread_mutex_lock(&live_lock);
+    for (prof_ctx_t *ctx = live_list; ctx != NULL; ctx = ctx->next_live) {
+        if (ctx->pid != pid) {
+            continue;
+        }
+        BR_WARN(NCCL_INIT,
+                "profiler: comm 0x%llx rank %d was not destroyed before the process exited; "
+                "writing its trace now",
+                (unsigned long long)ctx->comm_hash, ctx->rank);
+        (void)prof_trace_write(ctx, NULL, 0); /* a failure was logged */
+    }
+    live_list = NULL; /* written once; the memory goes with the process */
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_add(prof_ctx_t *ctx)
+{
+    pthread_mutex_lock(&live_lock);
+    ctx->next_live = live_list;
+    live_list = ctx;
+    pthread_mutex_unlock(&live_lock);
+}
+
+/* Returns 0 when ctx was no longer listed: the exit-time flush wrote it already. */
+static int live_remove(prof_ctx_t *ctx)
+{
+    int found = 0;
+
+    pthread_mutex_lock(&live_lock);
+    for (prof_ctx_t **p = &live_list; *p != NULL; p = &(*p)->next_live) {
+        if (*p == ctx) {
+            *p = ctx->next_live;
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
 static ncclResult_t prof_init(int version, void **context, uint64_t comm_hash, int *mask,
                               const char *comm_name, int nnodes, int nranks, int rank,
                               ncclDebugLogger_t logger)
 {
     prof_ctx_t *ctx = NULL;
+    ncclResult_t res;
     int want;
 
     /* Every init of one core passes the same logger; skip the needless racing write. */
@@ -103,6 +201,12 @@ static ncclResult_t prof_init(int version, void **context, uint64_t comm_hash, i
         return ncclInternalError;
     }
     BR_CHECK(alloc_ctx(version, comm_hash, comm_name, &ctx));
+    res = ensure_dir(ctx->dir);
+    if (res != ncclSuccess) {
+        free(ctx->events);
+        free(ctx);
+        return res;
+    }
     ctx->rank = rank;
     ctx->nranks = nranks;
     ctx->nnodes = nnodes;
@@ -113,6 +217,7 @@ static ncclResult_t prof_init(int version, void **context, uint64_t comm_hash, i
             "profiler Braid trace (v%d): comm 0x%llx rank %d/%d, mask 0x%x, "
             "up to %zu events, trace in %s",
             version, (unsigned long long)comm_hash, rank, nranks, want, ctx->capacity, ctx->dir);
+    live_add(ctx);
     *context = ctx;
     return ncclSuccess;
 }
@@ -186,7 +291,9 @@ static ncclResult_t prof_finalize(void *context)
         return ncclSuccess;
     }
     /* A failed write was logged; the communicator's teardown goes on regardless. */
-    (void)prof_trace_write(ctx, NULL, 0);
+    if (live_remove(ctx)) {
+        (void)prof_trace_write(ctx, NULL, 0);
+    }
     free(ctx->events);
     free(ctx);
     return ncclSuccess;
