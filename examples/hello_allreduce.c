@@ -17,14 +17,14 @@
 #define COUNT 4
 
 /* Prints the failed call with NCCL's reason and leaves the process with status 1. */
-#define CHECK(call)                                                                         \
-    do {                                                                                    \
-        ncclResult_t r_ = (call);                                                           \
-        if (r_ != ncclSuccess) {                                                            \
-            fprintf(stderr, "%s failed: %s: %s\n", #call, ncclGetErrorString(r_),           \
-                    ncclGetLastError(NULL));                                                \
-            exit(1);                                                                        \
-        }                                                                                   \
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        ncclResult_t r_ = (call);                                                                  \
+        if (r_ != ncclSuccess) {                                                                   \
+            fprintf(stderr, "%s failed: %s: %s\n", #call, ncclGetErrorString(r_),                  \
+                    ncclGetLastError(NULL));                                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static int run_rank(ncclUniqueId id, int rank)
