@@ -6,13 +6,18 @@
  * value came from (default, environment, or a configuration file's path) and its one-line
  * doc. --markdown prints the table as Markdown; --defaults ignores the environment and the
  * configuration files, which makes the output reproducible (docs/params.md is generated
- * with --markdown --defaults at build time). Single-threaded; links br_util directly.
+ * with --markdown --defaults at build time). The plugins' parameters follow the core's
+ * (info_env.c). Before the tables, the environment is checked: unknown or misspelt
+ * NCCL_* / BRAID_* names and values that do not parse (--check prints only that).
+ * --plugins shows what plugins a communicator would load and why (info_plugins.c).
+ * Single-threaded; links br_util directly, and libnccl.so.2 for --plugins.
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "info.h"
 #include "nccl.h"
 #include "param.h"
 
@@ -122,7 +127,10 @@ static void print_markdown(const opts_t *o, const br_param_row_t *rows, int n)
           "takes the environment's place for `NCCL_*` variables and comes before it for "
           "`BRAID_*` ones. "
           "Sizes accept `K`, `M` and `G` suffixes. Run `braid-info` to see the values in "
-          "effect and where each came from.\n\n",
+          "effect and where each came from, `braid-info --check` to find unknown or "
+          "misspelt `NCCL_*` / `BRAID_*` variables and invalid values, and "
+          "`braid-info --plugins` to see which plugins a communicator would load and "
+          "why.\n\n",
           out);
     if (o->defaults) {
         fputs("| Variable | Type | Level | Default | Description |\n", out);
@@ -149,11 +157,34 @@ static void print_markdown(const opts_t *o, const br_param_row_t *rows, int n)
     }
 }
 
+/* The environment check, before the table; nothing when all is well. */
+static void print_findings(FILE *out)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+
+    if (mem == NULL) {
+        return;
+    }
+    int found = info_check_env(mem);
+    fclose(mem);
+    if (found > 0) {
+        fprintf(out, "\nEnvironment check (%d finding%s):\n%s", found, found > 1 ? "s" : "", buf);
+    }
+    free(buf);
+}
+
 static void usage(FILE *out)
 {
-    fputs("usage: braid-info [--version] [--params] [--markdown] [--defaults] [-o FILE]\n"
+    fputs("usage: braid-info [--version] [--params] [--check] [--plugins] [--markdown]\n"
+          "                  [--defaults] [-o FILE]\n"
           "  --version   print the Braid and NCCL API versions only\n"
-          "  --params    print every parameter: key, value, source and doc (the default)\n"
+          "  --params    print every parameter: key, value, source and doc (the default),\n"
+          "              after the findings of --check\n"
+          "  --check     only check the environment: unknown or misspelt NCCL_*/BRAID_*\n"
+          "              variables and invalid values; exit status 1 when any is found\n"
+          "  --plugins   show which env, net, tuner and profiler plugins would load, and why\n"
           "  --markdown  print the parameter table as Markdown\n"
           "  --defaults  show default values, ignoring the environment and config files\n"
           "  -o FILE     write to FILE instead of standard output\n",
@@ -165,6 +196,8 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {
         {"version", no_argument, NULL, 'v'},
         {"params", no_argument, NULL, 'p'},
+        {"check", no_argument, NULL, 'c'},
+        {"plugins", no_argument, NULL, 'P'},
         {"markdown", no_argument, NULL, 'm'},
         {"defaults", no_argument, NULL, 'd'},
         {"output", required_argument, NULL, 'o'},
@@ -173,12 +206,14 @@ int main(int argc, char **argv)
     };
     opts_t o = {.out = stdout};
     const char *path = NULL;
-    int only_version = 0, c, n;
+    int only_version = 0, check = 0, plugins = 0, c, n;
 
-    while ((c = getopt_long(argc, argv, "vpmdo:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "vpcPmdo:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'v': only_version = 1; break;
         case 'p': only_version = 0; break;
+        case 'c': check = 1; break;
+        case 'P': plugins = 1; break;
         case 'm': o.markdown = 1; break;
         case 'd': o.defaults = 1; break;
         case 'o': path = optarg; break;
@@ -196,18 +231,28 @@ int main(int argc, char **argv)
         return 1;
     }
     const br_param_row_t *rows = br_param_table(&n);
-    if (o.markdown && !only_version) {
+    int status = 0;
+    if (check) {
+        status = info_check_env(o.out) > 0;
+    } else if (plugins) {
+        status = info_print_plugins(o.out);
+    } else if (o.markdown && !only_version) {
         print_markdown(&o, rows, n);
+        info_print_plugin_params(o.out, 1, o.defaults);
     } else {
         print_version(o.out);
         if (!only_version) {
+            if (!o.defaults) {
+                print_findings(o.out);
+            }
             fputc('\n', o.out);
             print_text(&o, rows, n);
+            info_print_plugin_params(o.out, 0, o.defaults);
         }
     }
     if (fflush(o.out) != 0 || (path != NULL && fclose(o.out) != 0)) {
         perror(path != NULL ? path : "stdout");
         return 1;
     }
-    return 0;
+    return status;
 }
