@@ -73,6 +73,7 @@ static const char *env_lookup(const char *name)
 ncclResult_t br_plugin_env_open(const char *plugin)
 {
     br_plugin_lib_t *lib = NULL;
+    char before[2048], reason[600]; /* the plugin's own reason, should init fail */
     int which = -1;
     ncclResult_t res;
 
@@ -87,10 +88,12 @@ ncclResult_t br_plugin_env_open(const char *plugin)
     if (res != ncclSuccess || lib == NULL) {
         goto done;
     }
+    snprintf(before, sizeof(before), "%s", br_log_last_error());
     res = env_init(lib, which);
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_ENV, "ENV/Plugin: %s (%s): init failed: %s", lib->path,
-                env_symbols[which], br_plugin_result_str(res));
+        br_plugin_init_reason(before, reason, sizeof(reason));
+        BR_WARN(NCCL_INIT | NCCL_ENV, "ENV/Plugin: %s (%s): init failed: %s%s", lib->path,
+                env_symbols[which], br_plugin_result_str(res), reason);
         br_plugin_lib_close(lib);
         res = ncclInvalidUsage;
         goto done;

@@ -35,6 +35,11 @@ typedef struct {
     int count;
 } br_plugin_report_t;
 
+/* A plugin's own reason for a failed init: what it logged at WARN during the call, found
+ * as this thread's last error when that differs from `before` (the text saved just
+ * before the call). Writes ": <reason>" into out, or "" when the plugin said nothing. */
+void br_plugin_init_reason(const char *before, char *out, size_t len);
+
 /* Append "what (why...)" to the report. */
 void br_plugin_report_add(br_plugin_report_t *rep, const char *what, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -58,6 +58,18 @@ void br_plugin_report_add(br_plugin_report_t *rep, const char *what, const char 
     rep->count++;
 }
 
+void br_plugin_init_reason(const char *before, char *out, size_t len)
+{
+    const char *now = br_log_last_error();
+
+    /* The plugin's WARN went through br_log_plugin, which records it like the core's. */
+    if (now[0] != '\0' && strcmp(now, before) != 0) {
+        snprintf(out, len, ": %s", now);
+    } else if (len > 0) {
+        out[0] = '\0';
+    }
+}
+
 const char *br_plugin_result_str(ncclResult_t res)
 {
     switch (res) {

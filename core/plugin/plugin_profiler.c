@@ -107,6 +107,7 @@ ncclResult_t br_plugin_profiler_open(const br_profiler_request_t *req, br_profil
     const char *name;
     int which = -1;
     ncclResult_t res;
+    char before[2048], reason[600]; /* the plugin's own reason, should init fail */
 
     *prof_p = NULL;
     BR_CHECK(br_plugin_find(&prof_kind, req->plugin, net_lib, &lib, &which));
@@ -129,13 +130,15 @@ ncclResult_t br_plugin_profiler_open(const br_profiler_request_t *req, br_profil
         res = ncclInvalidUsage;
         goto err_free;
     }
+    snprintf(before, sizeof(before), "%s", br_log_last_error());
     res = prof_init(st, exported, req);
     if (res != ncclSuccess) {
         /* As in NCCL: a profiler that fails init is off for this comm, not fatal. */
+        br_plugin_init_reason(before, reason, sizeof(reason));
         BR_WARN(NCCL_INIT,
-                "PROFILER/Plugin: %s (%s): init failed: %s; profiling is off for "
+                "PROFILER/Plugin: %s (%s): init failed: %s%s; profiling is off for "
                 "this communicator",
-                lib->path, prof_symbols[which], br_plugin_result_str(res));
+                lib->path, prof_symbols[which], br_plugin_result_str(res), reason);
         res = ncclSuccess;
         goto err_free;
     }

@@ -214,6 +214,7 @@ ncclResult_t br_plugin_tuner_open(const br_tuner_request_t *req, br_tuner_t **tu
     const char *name;
     int which = -1;
     ncclResult_t res;
+    char before[2048], reason[600]; /* the plugin's own reason, should init fail */
 
     *tuner_p = NULL;
     BR_CHECK(br_plugin_find(&tuner_kind, req->plugin, net_lib, &lib, &which));
@@ -241,10 +242,12 @@ ncclResult_t br_plugin_tuner_open(const br_tuner_request_t *req, br_tuner_t **tu
         res = ncclInvalidUsage;
         goto err_free;
     }
+    snprintf(before, sizeof(before), "%s", br_log_last_error());
     res = st->adapter->init(st, req);
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_TUNING, "TUNER/Plugin: %s (%s): init failed: %s", lib->path,
-                tuner_symbols[which], br_plugin_result_str(res));
+        br_plugin_init_reason(before, reason, sizeof(reason));
+        BR_WARN(NCCL_INIT | NCCL_TUNING, "TUNER/Plugin: %s (%s): init failed: %s%s", lib->path,
+                tuner_symbols[which], br_plugin_result_str(res), reason);
         goto err_free;
     }
     /* Re-check what was copied after init: a plugin may patch its table there. */

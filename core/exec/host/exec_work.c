@@ -78,8 +78,9 @@ void br_desc_mismatch(br_exec_comm_t *ec, const br_op_t *op, int peer, const cha
     br_slot_desc_t mine_d = br_desc_make(op, 0);
     char mine[200];
     br_desc_describe(mine, sizeof(mine), &mine_d);
-    br_exec_fail(ec, ncclInvalidUsage, "mismatched calls: rank %d is in %s but rank %d %s %s%s",
-                 ec->rank, mine, peer, what, theirs, hint);
+    br_exec_fail(ec, ncclInvalidUsage,
+                 "rank %d (host %s): mismatched calls: rank %d is in %s but rank %d %s %s%s",
+                 ec->rank, br_host_name(), ec->rank, mine, peer, what, theirs, hint);
 }
 
 int br_desc_check(br_exec_comm_t *ec, const br_work_t *w, int peer, const br_slot_desc_t *d,
@@ -93,9 +94,9 @@ int br_desc_check(br_exec_comm_t *ec, const br_work_t *w, int peer, const br_slo
     }
     if (d->bytes != bytes) {
         br_exec_fail(ec, ncclInvalidUsage,
-                     "mismatched calls: rank %d expected %zu bytes from rank %d for %s #%llu "
-                     "(count %zu, %s) but received %llu",
-                     ec->rank, bytes, peer, br_func_name(op->func), (unsigned long long)op->seq,
+                     "rank %d (host %s): mismatched calls: rank %d expected %zu bytes from "
+                     "rank %d for %s #%llu (count %zu, %s) but received %llu",
+                     ec->rank, br_host_name(), ec->rank, bytes, peer, br_func_name(op->func), (unsigned long long)op->seq,
                      op->count, br_type_name(op->type), (unsigned long long)d->bytes);
         return -1;
     }

@@ -25,6 +25,8 @@ static ncclResult_t tt_init_old(size_t nranks, size_t nnodes, ncclDebugLogger_t 
     testtuner_stats.nnodes = nnodes;
     *ctx = &tt_ctx;
 #ifdef TESTTUNER_INIT_FAIL
+    /* Says why, as a plugin should: the reason must reach ncclGetLastError. */
+    log(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__, "testtuner: rule 3 is bad on purpose");
     return ncclInternalError;
 #else
     return ncclSuccess;
