@@ -46,4 +46,27 @@ grep -qE "NET/Plugin: loaded .*libnccl-net-socket.so" "$out" || fail "no net plu
 grep -qE "TUNER/Plugin: loaded .*libnccl-tuner-default.so" "$out" || fail "no tuner line"
 grep -qE "PROFILER/Plugin: loaded .*libnccl-profiler-braid.so" "$out" || fail "no profiler line"
 grep -qE "ENV/Plugin: no plugin found: tried libnccl-env.so" "$out" || fail "no env plugin line"
+# --check-plugin takes any library: Braid's pass; a table of the wrong size and a library
+# without tables fail.
+libdir=$(dirname "$(ldd "$info" | awk '$1 == "libnccl.so.2" { print $3 }')")
+for p in "$libdir"/libnccl-net-socket.so "$libdir"/libnccl-tuner-default.so \
+    "$libdir"/libnccl-profiler-braid.so; do
+    "$info" --check-plugin "$p" > "$out" || fail "--check-plugin $p"
+    grep -q "Braid loads: ncclNetPlugin_v12\|Braid loads: ncclTunerPlugin_v6\|Braid loads: ncclProfiler_v6" \
+        "$out" || fail "--check-plugin $p names no version"
+done
+tmp=$(mktemp -d)
+printf 'struct t { const char *name; void *init; };\n%s\n' \
+    '__attribute__((visibility("default"))) const struct t ncclTunerPlugin_v6 = {"Short", (void *)1};' \
+    > "$tmp/short.c"
+cc -shared -fPIC -o "$tmp/libnccl-tuner-short.so" "$tmp/short.c"
+rc=0
+"$info" --check-plugin "$tmp/libnccl-tuner-short.so" > "$out" || rc=$?
+rm -rf "$tmp"
+cat "$out"
+[ "$rc" -eq 1 ] && grep -q "ncclTunerPlugin_v6 *is 16 bytes; this version's struct is 40: FAIL" "$out" ||
+    fail "--check-plugin passed a table of the wrong size"
+rc=0
+"$info" --check-plugin "$libdir/libnccl.so.2" > "$out" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "no plugin table of any kind" "$out" || fail "libnccl.so.2 passed as a plugin"
 echo "braid-info: ok"

@@ -9,7 +9,8 @@
  * with --markdown --defaults at build time). The plugins' parameters follow the core's
  * (info_env.c). Before the tables, the environment is checked: unknown or misspelt
  * NCCL_* / BRAID_* names and values that do not parse (--check prints only that).
- * --plugins shows what plugins a communicator would load and why (info_plugins.c).
+ * --plugins shows what plugins a communicator would load and why (info_plugins.c);
+ * --check-plugin FILE checks any plugin library's exported tables (info_abi.c).
  * Single-threaded; links br_util directly, and libnccl.so.2 for --plugins.
  */
 #include <getopt.h>
@@ -185,6 +186,9 @@ static void usage(FILE *out)
           "  --check     only check the environment: unknown or misspelt NCCL_*/BRAID_*\n"
           "              variables and invalid values; exit status 1 when any is found\n"
           "  --plugins   show which env, net, tuner and profiler plugins would load, and why\n"
+          "  --check-plugin FILE\n"
+          "              check a plugin library's exported tables (any vendor's): sizes,\n"
+          "              names, init; exit status 1 on a problem\n"
           "  --markdown  print the parameter table as Markdown\n"
           "  --defaults  show default values, ignoring the environment and config files\n"
           "  -o FILE     write to FILE instead of standard output\n",
@@ -198,6 +202,7 @@ int main(int argc, char **argv)
         {"params", no_argument, NULL, 'p'},
         {"check", no_argument, NULL, 'c'},
         {"plugins", no_argument, NULL, 'P'},
+        {"check-plugin", required_argument, NULL, 'A'},
         {"markdown", no_argument, NULL, 'm'},
         {"defaults", no_argument, NULL, 'd'},
         {"output", required_argument, NULL, 'o'},
@@ -206,14 +211,16 @@ int main(int argc, char **argv)
     };
     opts_t o = {.out = stdout};
     const char *path = NULL;
+    const char *plugin_file = NULL;
     int only_version = 0, check = 0, plugins = 0, c, n;
 
-    while ((c = getopt_long(argc, argv, "vpcPmdo:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "vpcPA:mdo:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'v': only_version = 1; break;
         case 'p': only_version = 0; break;
         case 'c': check = 1; break;
         case 'P': plugins = 1; break;
+        case 'A': plugin_file = optarg; break;
         case 'm': o.markdown = 1; break;
         case 'd': o.defaults = 1; break;
         case 'o': path = optarg; break;
@@ -232,7 +239,9 @@ int main(int argc, char **argv)
     }
     const br_param_row_t *rows = br_param_table(&n);
     int status = 0;
-    if (check) {
+    if (plugin_file != NULL) {
+        status = info_check_plugin(o.out, plugin_file);
+    } else if (check) {
         status = info_check_env(o.out) > 0;
     } else if (plugins) {
         status = info_print_plugins(o.out);

@@ -36,4 +36,9 @@ int info_check_env(FILE *out);
  * log at INFO, captured in a temporary file. Returns 0, or 1 when that failed. */
 int info_print_plugins(FILE *out);
 
+/* Checks the exported tables of a plugin library (any vendor's): each a data object of
+ * its version's exact size, with a name and an init; says which version Braid loads.
+ * Returns 0 when all is well, 1 otherwise. */
+int info_check_plugin(FILE *out, const char *path);
+
 #endif /* BRAID_INFO_H_ */
