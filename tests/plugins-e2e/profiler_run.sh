@@ -16,4 +16,12 @@ fi
 python3 "$merge" --check --expect-ranks 4 "$dir"/braid-trace-*.json
 python3 "$merge" -o "$dir/merged.json" "$dir"/braid-trace-*.json
 grep -q '"AllReduce' "$dir/merged.json" || { echo "FAIL: no AllReduce events in the trace"; exit 1; }
-echo "OK: 4 rank traces, events paired, merged"
+# The per-operation table: one row per collective run, each with its calls.
+python3 "$merge" --check --summary "$dir"/braid-trace-*.json > "$dir/summary"
+cat "$dir/summary"
+head -1 "$dir/summary" | grep -q "^operation *algorithm *protocol *calls *bytes/call *mean us *max us" ||
+    { echo "FAIL: no summary header"; exit 1; }
+for op in AllReduce AllGather Broadcast; do
+    grep -qE "^$op +[A-Z_]+ +[A-Z0-9]+ +[0-9]+ " "$dir/summary" || { echo "FAIL: no $op row"; exit 1; }
+done
+echo "OK: 4 rank traces, events paired, merged, summarized"
