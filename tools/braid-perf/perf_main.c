@@ -291,7 +291,8 @@ static void *rank_thread(void *arg)
     } else {
         ncclResult_t res = ncclCommInitRank(&r.comm, r.nranks, p->id, r.rank);
         if (res != ncclSuccess) {
-            perf_fatal(&r, "ncclCommInitRank failed: %s", ncclGetErrorString(res));
+            perf_fatal(&r, "ncclCommInitRank failed: %s: %s", ncclGetErrorString(res),
+                       ncclGetLastError(NULL));
         }
     }
     th->ret = perf_rank_main(&r);
