@@ -2,7 +2,8 @@
 """braid_torch: Braid as the torch.distributed backend "braid", for CPU tensors.
 
     import braid_torch  # registers the backend
-    torch.distributed.init_process_group("braid")
+    torch.distributed.init_process_group("braid")               # every CPU collective
+    torch.distributed.init_process_group("cpu:braid,cuda:nccl")  # CPU on Braid, GPU on NCCL
 
 Collectives run on Braid's host-memory path (libnccl.so.2 built by this repository),
 on one communication thread per process group. docs/pytorch.md says what is supported.
@@ -28,4 +29,5 @@ def _create(store, rank, size, timeout):
 
 
 if not hasattr(dist.Backend, "BRAID"):
-    dist.Backend.register_backend("braid", _create)
+    # A backend for CPU tensors only: GPU tensors go to the backend named for "cuda".
+    dist.Backend.register_backend("braid", _create, devices=["cpu"])

@@ -114,7 +114,7 @@ class Checker:
 
 def make_op(op, tensor_factor=False):
     if op == "PREMUL_SUM":
-        arg = [torch.tensor(PREMUL)] if tensor_factor else PREMUL
+        arg = torch.tensor(PREMUL) if tensor_factor else PREMUL
         return dist._make_nccl_premul_sum(arg)
     return getattr(dist.ReduceOp, op)
 

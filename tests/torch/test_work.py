@@ -9,7 +9,7 @@ Run under torchrun with 2 processes (tests/torch/torch_test.sh 2 test_work.py). 
   - both ranks isend then irecv (not batched), small and large: no deadlock;
   - bad arguments raise ValueError at the call, with the reason;
   - a call the ranks disagree on raises RuntimeError on wait() carrying Braid's text;
-  - a call that outlives the group's timeout raises "timed out", later calls on the group
+  - a call that outlives the group's timeout raises "Timed out", later calls on the group
     fail at once, destroy_process_group works, and the other groups carry on;
   - destroying a group with work still queued runs that work first.
 Prints one line per failed check; exits 1 on any failure.
@@ -153,8 +153,9 @@ def errors(rank, size):
         torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND), ValueError, "no Braid equivalent")
     expect_error("wrong list length", lambda: dist.all_gather([torch.ones(2)], torch.ones(2)),
                  ValueError, "one per rank")
-    expect_error("any-source recv refused", lambda: dist.recv(torch.ones(2)),
-                 ValueError, "any source")
+    sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,))
+    expect_error("sparse MAX refused", lambda: dist.all_reduce(sparse, op=dist.ReduceOp.MAX),
+                 ValueError, "summed only")
 
     # The ranks disagree on the size: Braid fails the call on both, saying so.
     g = dist.new_group([0, 1])
@@ -171,7 +172,7 @@ def timeout(rank, size):
     if rank == 0:
         start = time.monotonic()
         expect_error("timed out", lambda: dist.all_reduce(torch.ones(3), group=g),
-                     RuntimeError, "timed out after 2000 ms")
+                     RuntimeError, "Timed out after 2000 ms")
         took = time.monotonic() - start
         check("timeout honoured", 1.9 < took < 10, f"took {took:.2f} s")
         start = time.monotonic()

@@ -10,7 +10,9 @@
  * buffer of the whole result. Complex tensors travel as pairs of their real type. bool
  * travels as uint8, its SUM as MAX and its PRODUCT as MIN (logical or / and).
  */
+#include <algorithm>
 #include <stdexcept>
+#include <thread>
 
 #include "braid_pg.hpp"
 
@@ -208,7 +210,7 @@ RedOp red_op(const c10d::ReduceOp &rop, const at::Tensor &t, const char *call)
         }
         break;
     case c10d::ReduceOp::PREMUL_SUM: {
-        auto *sup = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(rop.supplement_.get());
+        auto *sup = dynamic_cast<c10d::PreMulSumSupplement *>(rop.supplement_.get());
         if (is_bool) {
             break;
         }
@@ -218,8 +220,8 @@ RedOp red_op(const c10d::ReduceOp &rop, const at::Tensor &t, const char *call)
         }
         // The scalar is a value of the data's (real) type, as ncclRedOpCreatePreMulSum wants.
         at::ScalarType st = cplx ? c10::toRealValueType(t.scalar_type()) : t.scalar_type();
-        if (!sup->tensor_factors.empty()) {
-            const at::Tensor &f = sup->tensor_factors[0];
+        if (sup->tensor_factor.defined()) {
+            const at::Tensor &f = sup->tensor_factor;
             if (!f.device().is_cpu() || f.numel() != 1 || f.is_complex()) {
                 refuse(std::string(call) +
                        ": the PREMUL_SUM factor must be a real one-element CPU tensor");
@@ -280,7 +282,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tens
                                                             const c10d::BroadcastOptions &opts)
 {
     const at::Tensor &t = single(tensors, "broadcast");
-    auto w = make_work(c10d::OpType::BROADCAST, "braid:broadcast", tensors, opts.timeout);
+    auto w = make_work(c10d::OpType::BROADCAST, "braid:broadcast", tensors, tensors, opts.timeout);
     Raw b = output(*w, t, true);
     int root = static_cast<int>(opts.rootRank);
     w->issue = [b, root](ncclComm_t comm, ncclRedOp_t) {
@@ -292,8 +294,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tensor> &tensors,
                                                             const c10d::AllreduceOptions &opts)
 {
+    if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) {
+        return allreduce_sparse(tensors, opts); // as Gloo: whichever entry PyTorch takes
+    }
     const at::Tensor &t = single(tensors, "all_reduce");
-    auto w = make_work(c10d::OpType::ALLREDUCE, "braid:all_reduce", tensors, opts.timeout);
+    auto w = make_work(c10d::OpType::ALLREDUCE, "braid:all_reduce", tensors, tensors, opts.timeout);
     w->redop = red_op(opts.reduceOp, t, "all_reduce");
     Raw b = output(*w, t, true);
     w->issue = [b](ncclComm_t comm, ncclRedOp_t op) {
@@ -310,7 +315,7 @@ ProcessGroupBraid::allreduce_coalesced(std::vector<at::Tensor> &tensors,
     if (tensors.empty()) {
         refuse(std::string(call) + ": no tensors");
     }
-    auto w = make_work(c10d::OpType::ALLREDUCE_COALESCED, "braid:all_reduce_coalesced", tensors,
+    auto w = make_work(c10d::OpType::ALLREDUCE_COALESCED, "braid:all_reduce", tensors, tensors,
                        opts.timeout);
     // One reduction for the whole group, so one dtype.
     w->redop = red_op(opts.reduceOp, tensors[0], call);
@@ -332,11 +337,92 @@ ProcessGroupBraid::allreduce_coalesced(std::vector<at::Tensor> &tensors,
     return enqueue(w);
 }
 
+namespace
+{
+
+/* Sums a sparse (COO) tensor across the group in place, as Gloo does: every rank's
+ * indices and values are gathered (padded to the largest count, after an all-gather of
+ * the counts), joined, and coalesced, which adds the values of equal indices. Braid's
+ * calls run one after the other: each needs the result of the one before. */
+ncclResult_t sparse_sum(at::Tensor &t, int n, ncclComm_t comm)
+{
+    at::Tensor c = t.coalesce();
+    at::Tensor idx = c._indices().contiguous(); // [sparse dims, nnz], int64
+    at::Tensor val = c._values().contiguous();  // [nnz, dense dims...]
+    int64_t nnz = c._nnz();
+    auto i64 = at::TensorOptions().dtype(at::kLong);
+    at::Tensor mine = at::full({1}, nnz, i64);
+    at::Tensor counts = at::empty({n}, i64);
+    ncclResult_t res = ncclAllGather(mine.data_ptr(), counts.data_ptr(), 1, ncclInt64, comm,
+                                     nullptr);
+    if (res != ncclSuccess) {
+        return res;
+    }
+    int64_t most = counts.max().item<int64_t>();
+    int64_t sdim = idx.size(0);
+    at::Tensor idx_pad = at::zeros({sdim, most}, i64);
+    idx_pad.narrow(1, 0, nnz).copy_(idx);
+    std::vector<int64_t> vshape = val.sizes().vec();
+    vshape[0] = most;
+    at::Tensor val_pad = at::zeros(vshape, val.options());
+    val_pad.narrow(0, 0, nnz).copy_(val);
+    at::Tensor idx_all = at::empty({n, sdim, most}, i64);
+    vshape.insert(vshape.begin(), n);
+    at::Tensor val_all = at::empty(vshape, val.options());
+    Raw vi = raw(idx_pad), vv = raw(val_pad);
+    res = ncclAllGather(vi.p(), idx_all.data_ptr(), vi.n, vi.type, comm, nullptr);
+    if (res == ncclSuccess) {
+        res = ncclAllGather(vv.p(), val_all.data_ptr(), vv.n, vv.type, comm, nullptr);
+    }
+    if (res != ncclSuccess) {
+        return res;
+    }
+    std::vector<at::Tensor> idx_parts, val_parts;
+    for (int r = 0; r < n; r++) {
+        int64_t k = counts[r].item<int64_t>();
+        idx_parts.push_back(idx_all[r].narrow(1, 0, k));
+        val_parts.push_back(val_all[r].narrow(0, 0, k));
+    }
+    at::Tensor sum = at::sparse_coo_tensor(at::cat(idx_parts, 1), at::cat(val_parts, 0),
+                                           t.sizes(), t.options())
+                         .coalesce();
+    t.copy_(sum);
+    return ncclSuccess;
+}
+
+} // namespace
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::allreduce_sparse(std::vector<at::Tensor> &tensors,
+                                    const c10d::AllreduceOptions &opts)
+{
+    const char *call = "all_reduce (sparse)";
+    if (tensors.size() != 1) {
+        refuse(std::string(call) + ": expects one tensor per process, got " +
+               std::to_string(tensors.size()));
+    }
+    at::Tensor t = tensors[0];
+    if (t.layout() != at::kSparse || !t.device().is_cpu()) {
+        refuse(std::string(call) + ": takes sparse COO tensors on the CPU (torch.sparse_coo)");
+    }
+    if (opts.reduceOp != c10d::ReduceOp::SUM) {
+        refuse(std::string(call) + ": sparse tensors are summed only (ReduceOp.SUM), as with "
+                                   "gloo");
+    }
+    braid_type(t.scalar_type());
+    auto w = make_work(c10d::OpType::_ALLREDUCE_SPARSE, "braid:sparse_all_reduce", tensors,
+                       tensors, opts.timeout);
+    w->solo = true;
+    int n = size_;
+    w->issue = [t, n](ncclComm_t comm, ncclRedOp_t) mutable { return sparse_sum(t, n, comm); };
+    return enqueue(w);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor> &tensors,
                                                          const c10d::ReduceOptions &opts)
 {
     const at::Tensor &t = single(tensors, "reduce");
-    auto w = make_work(c10d::OpType::REDUCE, "braid:reduce", tensors, opts.timeout);
+    auto w = make_work(c10d::OpType::REDUCE, "braid:reduce", tensors, tensors, opts.timeout);
     w->redop = red_op(opts.reduceOp, t, "reduce");
     Raw b = output(*w, t, true);
     int root = static_cast<int>(opts.rootRank);
@@ -356,7 +442,7 @@ ProcessGroupBraid::allgather(std::vector<std::vector<at::Tensor>> &outputs,
                std::to_string(outputs.size()));
     }
     check_list(outputs[0], in, size_, "all_gather");
-    auto w = make_work(c10d::OpType::ALLGATHER, "braid:all_gather", outputs[0], opts.timeout);
+    auto w = make_work(c10d::OpType::ALLGATHER, "braid:all_gather", inputs, outputs[0], opts.timeout);
     Raw src = input(in);
     Raw dst = flat_list(*w, outputs[0], in, false);
     issue_allgather(*w, src, dst);
@@ -371,7 +457,7 @@ ProcessGroupBraid::_allgather_base(at::Tensor &output_tensor, at::Tensor &input_
     check_tensor(input_tensor, call);
     check_like(output_tensor, input_tensor, input_tensor.numel() * size_, call);
     auto w = make_work(c10d::OpType::_ALLGATHER_BASE, "braid:all_gather_into_tensor",
-                       {output_tensor}, opts.timeout);
+                       {input_tensor}, {output_tensor}, opts.timeout);
     Raw src = input(input_tensor);
     Raw dst = output(*w, output_tensor, false);
     issue_allgather(*w, src, dst);
@@ -395,7 +481,7 @@ ProcessGroupBraid::allgather_coalesced(std::vector<std::vector<at::Tensor>> &out
         }
         all_out.insert(all_out.end(), list.begin(), list.end());
     }
-    auto w = make_work(c10d::OpType::ALLGATHER_COALESCED, "braid:all_gather_coalesced", all_out,
+    auto w = make_work(c10d::OpType::ALLGATHER_COALESCED, "braid:all_gather", inputs, all_out,
                        opts.timeout);
     std::vector<std::pair<Raw, Raw>> bufs;
     for (size_t i = 0; i < inputs.size(); i++) {
@@ -438,7 +524,7 @@ ProcessGroupBraid::gather(std::vector<std::vector<at::Tensor>> &outputs,
     if (is_root) {
         check_list(out, in, size_, "gather");
     }
-    auto w = make_work(c10d::OpType::GATHER, "braid:gather", out, opts.timeout);
+    auto w = make_work(c10d::OpType::GATHER, "braid:gather", inputs, out, opts.timeout);
     Raw src = input(in);
     Raw dst = is_root ? flat_list(*w, out, in, false) : Raw();
     w->issue = [src, dst, root](ncclComm_t comm, ncclRedOp_t) {
@@ -466,7 +552,8 @@ ProcessGroupBraid::scatter(std::vector<at::Tensor> &outputs,
     if (is_root) {
         check_list(inputs[0], out, size_, "scatter");
     }
-    auto w = make_work(c10d::OpType::SCATTER, "braid:scatter", outputs, opts.timeout);
+    auto w = make_work(c10d::OpType::SCATTER, "braid:scatter", is_root ? inputs[0] : outputs, outputs,
+                       opts.timeout);
     Raw src = is_root ? flat_list(*w, inputs[0], out, true) : Raw();
     Raw dst = output(*w, out, false);
     w->issue = [src, dst, root](ncclComm_t comm, ncclRedOp_t) {
@@ -487,7 +574,8 @@ ProcessGroupBraid::reduce_scatter(std::vector<at::Tensor> &outputs,
                std::to_string(inputs.size()));
     }
     check_list(inputs[0], out, size_, "reduce_scatter");
-    auto w = make_work(c10d::OpType::REDUCE_SCATTER, "braid:reduce_scatter", outputs, opts.timeout);
+    auto w = make_work(c10d::OpType::REDUCE_SCATTER, "braid:reduce_scatter", inputs[0], outputs,
+                       opts.timeout);
     w->redop = red_op(opts.reduceOp, out, "reduce_scatter");
     Raw src = flat_list(*w, inputs[0], out, true);
     Raw dst = output(*w, out, false);
@@ -503,11 +591,73 @@ ProcessGroupBraid::_reduce_scatter_base(at::Tensor &output_tensor, at::Tensor &i
     check_tensor(output_tensor, call);
     check_like(input_tensor, output_tensor, output_tensor.numel() * size_, call);
     auto w = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, "braid:reduce_scatter_tensor",
-                       {output_tensor}, opts.timeout);
+                       {input_tensor}, {output_tensor}, opts.timeout);
     w->redop = red_op(opts.reduceOp, output_tensor, call);
     Raw src = input(input_tensor);
     Raw dst = output(*w, output_tensor, false);
     issue_reduce_scatter(*w, src, dst);
+    return enqueue(w);
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                   std::vector<at::Tensor> &inputs,
+                                                   const c10d::AllgatherOptions &opts)
+{
+    const char *call = "all_gather_into_tensor (coalesced)";
+    if (outputs.size() != inputs.size() || inputs.empty()) {
+        refuse(std::string(call) + ": expects as many outputs as inputs, at least one");
+    }
+    auto w = make_work(c10d::OpType::ALLGATHER_COALESCED, "braid:all_gather_into_tensor", inputs,
+                       outputs, opts.timeout);
+    std::vector<std::pair<Raw, Raw>> bufs;
+    for (size_t i = 0; i < inputs.size(); i++) {
+        check_tensor(inputs[i], call);
+        check_like(outputs[i], inputs[i], inputs[i].numel() * size_, call);
+        bufs.emplace_back(input(inputs[i]), output(*w, outputs[i], false));
+    }
+    w->issue = [bufs](ncclComm_t comm, ncclRedOp_t) {
+        return grouped([&] {
+            ncclResult_t res = ncclSuccess;
+            for (size_t i = 0; i < bufs.size() && res == ncclSuccess; i++) {
+                const Raw &s = bufs[i].first;
+                res = ncclAllGather(s.p(), bufs[i].second.p(), s.n, s.type, comm, nullptr);
+            }
+            return res;
+        });
+    };
+    return enqueue(w);
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupBraid::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                   std::vector<at::Tensor> &inputs,
+                                                   const c10d::ReduceScatterOptions &opts)
+{
+    const char *call = "reduce_scatter_tensor (coalesced)";
+    if (outputs.size() != inputs.size() || inputs.empty()) {
+        refuse(std::string(call) + ": expects as many outputs as inputs, at least one");
+    }
+    auto w = make_work(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, "braid:reduce_scatter_tensor",
+                       inputs, outputs, opts.timeout);
+    // One reduction for the whole group, so one dtype.
+    w->redop = red_op(opts.reduceOp, outputs[0], call);
+    std::vector<std::pair<Raw, Raw>> bufs;
+    for (size_t i = 0; i < inputs.size(); i++) {
+        check_like(outputs[i], outputs[0], outputs[i].numel(), call);
+        check_like(inputs[i], outputs[0], outputs[i].numel() * size_, call);
+        bufs.emplace_back(input(inputs[i]), output(*w, outputs[i], false));
+    }
+    w->issue = [bufs](ncclComm_t comm, ncclRedOp_t op) {
+        return grouped([&] {
+            ncclResult_t res = ncclSuccess;
+            for (size_t i = 0; i < bufs.size() && res == ncclSuccess; i++) {
+                const Raw &d = bufs[i].second;
+                res = ncclReduceScatter(bufs[i].first.p(), d.p(), d.n, d.type, op, comm, nullptr);
+            }
+            return res;
+        });
+    };
     return enqueue(w);
 }
 
@@ -563,8 +713,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(at::Tensor &outp
     std::vector<size_t> soff, scount, roff, rcount;
     split_blocks(input_tensor, input_splits, size_, "input", soff, scount);
     split_blocks(output_tensor, output_splits, size_, "output", roff, rcount);
-    auto w = make_work(c10d::OpType::ALLTOALL_BASE, "braid:all_to_all_single", {output_tensor},
-                       opts.timeout);
+    auto w = make_work(c10d::OpType::ALLTOALL_BASE, "braid:all_to_all_single", {input_tensor},
+                       {output_tensor}, opts.timeout);
     Raw src = input(input_tensor);
     Raw dst = output(*w, output_tensor, false);
     int n = size_;
@@ -596,7 +746,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tenso
         refuse(std::string(call) + ": expects lists of " + std::to_string(size_) +
                " tensors (one per rank)");
     }
-    auto w = make_work(c10d::OpType::ALLTOALL, "braid:all_to_all", outputs, opts.timeout);
+    auto w = make_work(c10d::OpType::ALLTOALL, "braid:all_to_all", inputs, outputs, opts.timeout);
     std::vector<Raw> src, dst;
     for (int p = 0; p < size_; p++) {
         check_tensor(inputs[p], call);
@@ -620,44 +770,102 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tenso
     return enqueue(w);
 }
 
+std::string ProcessGroupBraid::p2p_key(int src, int dst, int tag)
+{
+    return "braid_p2p/" + std::to_string(src) + "/" + std::to_string(dst) + "/" +
+           std::to_string(tag);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor> &tensors, int dst,
-                                                       int /* tag */)
+                                                       int tag)
 {
     // Braid, as NCCL, has no tags: sends and receives between two ranks match in order.
     const at::Tensor &t = single(tensors, "send");
-    auto w = make_work(c10d::OpType::SEND, "braid:send", tensors, c10d::kUnsetTimeout);
+    auto w = make_work(c10d::OpType::SEND, "braid:send", tensors, tensors, c10d::kUnsetTimeout);
     Raw b = input(t);
     w->p2p = p2p_flush_;
     w->issue = [b, dst](ncclComm_t comm, ncclRedOp_t) {
         return ncclSend(b.p(), b.n, b.type, dst, comm, nullptr);
     };
+    // Announced at the call, before it can wait on anything, so that a receive from any
+    // source on `dst` finds it (one round trip to the store per send).
+    store_->add(p2p_key(rank_, dst, tag), 1);
     return enqueue(w);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor> &tensors, int src,
-                                                       int /* tag */)
+                                                       int tag)
 {
     const at::Tensor &t = single(tensors, "recv");
-    auto w = make_work(c10d::OpType::RECV, "braid:recv", tensors, c10d::kUnsetTimeout);
+    auto w = make_work(c10d::OpType::RECV, "braid:recv", tensors, tensors, c10d::kUnsetTimeout);
     Raw b = output(*w, t, false);
     w->p2p = p2p_flush_;
     w->issue = [b, src](ncclComm_t comm, ncclRedOp_t) {
         return ncclRecv(b.p(), b.n, b.type, src, comm, nullptr);
     };
+    {
+        // This message from `src` is spoken for: a later receive from any source must
+        // not count it as waiting.
+        std::lock_guard<std::mutex> lock(recv_mu_);
+        received_[{src, tag}]++;
+    }
     return enqueue(w);
 }
 
-c10::intrusive_ptr<c10d::Work>
-ProcessGroupBraid::recvAnysource(std::vector<at::Tensor> & /* tensors */, int /* tag */)
+int ProcessGroupBraid::wait_any_source(int tag)
 {
-    refuse("recv: receiving from any source is not supported (Braid, as NCCL, has no "
-           "wildcard receive); pass src");
+    // Polls the senders' counters, from the rank after this one round, and backs off
+    // from 50 us to 10 ms between rounds: a receive from any source waits for a person's
+    // timescale message more often than for a tight loop's.
+    std::chrono::microseconds pause(50);
+    for (;;) {
+        for (int i = 1; i <= size_; i++) {
+            int src = (rank_ + i) % size_;
+            int64_t sent = store_->add(p2p_key(src, rank_, tag), 0);
+            std::lock_guard<std::mutex> lock(recv_mu_);
+            int64_t &got = received_[{src, tag}];
+            if (sent > got) {
+                got++;
+                return src;
+            }
+        }
+        if (failed_) {
+            std::lock_guard<std::mutex> lock(mu_);
+            throw std::runtime_error(
+                timed_out_.empty()
+                    ? std::string("braid:recvAnySource: the process group was destroyed while "
+                                  "waiting for a sender")
+                    : timed_out_ + " waiting for a sender (receive from any source)");
+        }
+        std::this_thread::sleep_for(pause);
+        pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(10));
+    }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recvAnysource(std::vector<at::Tensor> &tensors,
+                                                                int tag)
+{
+    // Braid, as NCCL, has no wildcard receive: the communication thread finds a rank
+    // whose announced sends to this one are ahead of those received (wait_any_source),
+    // then receives from it.
+    const at::Tensor &t = single(tensors, "recv");
+    auto w = make_work(c10d::OpType::RECVANYSOURCE, "braid:recvAnySource", tensors, tensors,
+                       c10d::kUnsetTimeout);
+    Raw b = output(*w, t, false);
+    w->p2p = p2p_flush_;
+    BraidWork *self = w.get(); // the batch holds the Work while its issue runs
+    w->issue = [this, b, tag, self](ncclComm_t comm, ncclRedOp_t) {
+        int src = wait_any_source(tag);
+        self->source_rank = src;
+        return ncclRecv(b.p(), b.n, b.type, src, comm, nullptr);
+    };
+    return enqueue(w);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOptions &opts)
 {
     // Every rank must enter before any leaves: a one-byte all-reduce gives that.
-    auto w = make_work(c10d::OpType::BARRIER, "braid:barrier", {}, opts.timeout);
+    auto w = make_work(c10d::OpType::BARRIER, "braid:barrier", {}, {}, opts.timeout);
     Raw b = raw(at::zeros({1}, at::TensorOptions().dtype(at::kByte)));
     w->issue = [b](ncclComm_t comm, ncclRedOp_t) {
         return ncclAllReduce(b.p(), b.p(), 1, ncclUint8, ncclSum, comm, nullptr);

@@ -41,8 +41,12 @@ std::string braid_error(ncclComm_t comm, ncclResult_t res)
 } // namespace
 
 BraidWork::BraidWork(int rank, c10d::OpType type, const char *name_,
-                     std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout_)
-    : c10d::Work(rank, type, name_), name(name_), timeout(timeout_), outputs_(std::move(outputs)),
+                     std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
+                     std::chrono::milliseconds timeout_)
+    // With a title and the inputs, Work opens the profiler's event (shapes included) and
+    // closes it in finish().
+    : c10d::Work(rank, type, name_, std::optional<std::vector<at::Tensor>>(std::move(inputs))),
+      name(name_), timeout(timeout_), outputs_(std::move(outputs)),
       future_(
           c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get())))
 {
@@ -59,6 +63,11 @@ c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture()
 std::vector<at::Tensor> BraidWork::result()
 {
     return outputs_;
+}
+
+int BraidWork::sourceRank() const
+{
+    return source_rank.load();
 }
 
 void P2PFlush::run()
@@ -111,7 +120,7 @@ void BraidWork::complete(std::exception_ptr err)
 
 ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store> &store, int rank,
                                      int size, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size), timeout_(timeout)
+    : c10d::Backend(rank, size), store_(store), timeout_(timeout)
 {
     // As ProcessGroupNCCL: rank 0 makes the id, the store carries it to the others
     // (the store's prefix is the group's name, so every group has its own key).
@@ -140,7 +149,6 @@ ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store> &stor
                                  " of " + std::to_string(size) +
                                  ") failed: " + braid_error(nullptr, res));
     }
-    init();
     p2p_flush_ = std::make_shared<P2PFlush>();
     p2p_flush_->pg = this;
     comm_thread_ = std::thread([this] { comm_loop(); });
@@ -168,6 +176,8 @@ ProcessGroupBraid::~ProcessGroupBraid()
         }
         stop_ = true;
     }
+    // A receive from any source still waiting for a sender gives up.
+    failed_ = true;
     queue_cv_.notify_all();
     comm_thread_.join();
     // The watchdog may sleep towards the last call's deadline: wake it to see the stop.
@@ -187,10 +197,12 @@ ProcessGroupBraid::~ProcessGroupBraid()
 }
 
 WorkPtr ProcessGroupBraid::make_work(c10d::OpType type, const char *name,
+                                     std::vector<at::Tensor> inputs,
                                      std::vector<at::Tensor> outputs,
                                      std::chrono::milliseconds timeout)
 {
     if (timeout == c10d::kUnsetTimeout) {
+        std::lock_guard<std::mutex> lock(mu_); // setTimeout may change it
         timeout = timeout_;
     }
     // None (0 or less) or beyond a century: wait for ever, within what the clock can add.
@@ -198,7 +210,8 @@ WorkPtr ProcessGroupBraid::make_work(c10d::OpType type, const char *name,
     if (timeout <= std::chrono::milliseconds(0) || timeout > forever) {
         timeout = forever;
     }
-    return c10::make_intrusive<BraidWork>(rank_, type, name, std::move(outputs), timeout);
+    return c10::make_intrusive<BraidWork>(rank_, type, name, std::move(inputs),
+                                          std::move(outputs), timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(WorkPtr work)
@@ -206,6 +219,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(WorkPtr work)
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (coalescing_) {
+            if (work->solo) {
+                throw std::invalid_argument(std::string("braid: ") + work->name +
+                                            " cannot be coalesced with other calls; issue it "
+                                            "outside the coalescing manager");
+            }
             coalesced_.push_back(work);
             return work;
         }
@@ -248,27 +266,39 @@ void ProcessGroupBraid::startCoalescing()
     coalescing_ = true;
 }
 
-void ProcessGroupBraid::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>> & /* reqs */)
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::endCoalescing()
 {
     // The calls made since startCoalescing go to Braid in one group, so that sends and
     // receives between the same ranks in either order do not wait on each other. Each
-    // call's Work (already returned to the caller) completes when the group does.
+    // call's Work (already returned to the caller) completes when the group does, and so
+    // does the one returned here, which issues nothing of its own.
+    auto all = make_work(c10d::OpType::COALESCED, "braid:coalesced", {}, {}, c10d::kUnsetTimeout);
+    all->issue = [](ncclComm_t, ncclRedOp_t) { return ncclSuccess; };
     {
         std::lock_guard<std::mutex> lock(mu_);
         coalescing_ = false;
-        if (coalesced_.empty()) {
-            return;
+        for (auto &w : coalesced_) {
+            all->timeout = std::max(all->timeout, w->timeout);
         }
+        coalesced_.push_back(all);
         queue_.push_back(std::move(coalesced_));
         coalesced_.clear();
     }
     queue_cv_.notify_one();
+    return all;
+}
+
+void ProcessGroupBraid::setTimeout(std::chrono::milliseconds timeout)
+{
+    std::lock_guard<std::mutex> lock(mu_);
+    timeout_ = timeout; // for the calls issued from now on
 }
 
 std::exception_ptr ProcessGroupBraid::run_batch(std::vector<WorkPtr> &batch)
 {
     const char *name = batch.size() == 1 ? batch[0]->name : "braid:group";
     std::vector<ncclRedOp_t> made;
+    std::exception_ptr thrown;
     ncclResult_t res = ncclSuccess;
     bool grouped = batch.size() > 1;
     if (grouped) {
@@ -285,7 +315,14 @@ std::exception_ptr ProcessGroupBraid::run_batch(std::vector<WorkPtr> &batch)
             }
             made.push_back(op);
         }
-        res = w.issue(comm_, op);
+        try {
+            res = w.issue(comm_, op);
+        } catch (...) {
+            // Thrown by a receive from any source, or by PyTorch in a sparse all_reduce;
+            // the group is still closed below.
+            thrown = std::current_exception();
+            break;
+        }
     }
     if (grouped) {
         // Always close the group; its result is the batch's when the calls were queued.
@@ -297,6 +334,9 @@ std::exception_ptr ProcessGroupBraid::run_batch(std::vector<WorkPtr> &batch)
     std::string detail = res == ncclSuccess ? "" : braid_error(comm_, res);
     for (ncclRedOp_t op : made) {
         ncclRedOpDestroy(op, comm_);
+    }
+    if (thrown) {
+        return thrown;
     }
     if (res == ncclSuccess) {
         return nullptr;
@@ -362,9 +402,11 @@ void ProcessGroupBraid::watchdog_loop()
             watchdog_cv_.wait_until(lock, deadline);
             continue;
         }
-        timed_out_ = std::string(running_name_) + " timed out after " +
+        // PyTorch's tests (and users' scripts) look for " Timed out " in the text.
+        timed_out_ = std::string(running_name_) + ": Timed out after " +
                      std::to_string(running_timeout_.count()) +
                      " ms (the process group's timeout) on rank " + std::to_string(rank_);
+        failed_ = true;
         // Revoke under the lock: it only flags the communicator, and the blocked call
         // returns on its own thread within about 100 ms with Braid's reason.
         ncclCommRevoke(comm_, NCCL_REVOKE_DEFAULT);
@@ -377,10 +419,10 @@ namespace py = pybind11;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
 {
-    // ProcessGroup and Store are registered by torch.distributed's module.
+    // Backend and Store are registered by torch.distributed's module.
     py::module::import("torch.distributed");
     m.doc() = "Braid (NCCL API on host memory) as a torch.distributed backend";
-    py::class_<braid_torch::ProcessGroupBraid, c10d::ProcessGroup,
+    py::class_<braid_torch::ProcessGroupBraid, c10d::Backend,
                c10::intrusive_ptr<braid_torch::ProcessGroupBraid>>(m, "ProcessGroupBraid")
         .def(py::init<const c10::intrusive_ptr<c10d::Store> &, int, int,
                       std::chrono::milliseconds>(),

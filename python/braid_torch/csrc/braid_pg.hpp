@@ -13,13 +13,20 @@
  * polled, or another kind of call is issued, and then go to Braid together as one group:
  * so two ranks that both send first, then receive, do not wait on each other's send.
  *
- * C++ only because PyTorch's c10d API is C++ (PyTorch 1.13, as Debian 12 ships it).
+ * Receives from any source: every send announces itself in the group's store (a counter
+ * per sender, receiver and tag); a receive without a source waits, on the communication
+ * thread, for a sender whose count is ahead of what this rank has received from it, then
+ * receives from that sender.
+ *
+ * C++ only because PyTorch's c10d API is C++ (PyTorch 2.x: a c10d::Backend for the CPU).
  */
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,7 +34,7 @@
 #include <vector>
 
 #include <nccl.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace braid_torch
@@ -60,14 +67,18 @@ class BraidWork : public c10d::Work
      * created). Runs on the communication thread; must not block on anything but Braid. */
     using Issue = std::function<ncclResult_t(ncclComm_t comm, ncclRedOp_t op)>;
 
-    BraidWork(int rank, c10d::OpType type, const char *name, std::vector<at::Tensor> outputs,
-              std::chrono::milliseconds timeout);
+    /* `name` is also the profiler's title (e.g. "braid:all_reduce"); `inputs` give the
+     * profiler event its shapes. */
+    BraidWork(int rank, c10d::OpType type, const char *name, std::vector<at::Tensor> inputs,
+              std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout);
 
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
     std::vector<at::Tensor> result() override;
     /* A held-back send or receive is queued first (with the others held back). */
     bool wait(std::chrono::milliseconds timeout) override;
     bool isCompleted() override;
+    /* The sender a receive from any source took its message from (-1 before). */
+    int sourceRank() const override;
 
     /* Called once by the communication thread: on success (err null) copies staged outputs
      * to the caller's tensors, then completes the Work and its Future. */
@@ -81,6 +92,10 @@ class BraidWork : public c10d::Work
      * list outputs, filled from the dense buffers Braid wrote. */
     std::vector<std::pair<at::Tensor, at::Tensor>> copy_back;
     std::shared_ptr<P2PFlush> p2p; // set for a send or receive
+    /* Must run alone, not inside a Braid group (it reads results of its own Braid calls
+     * before it makes the next: sparse all_reduce). */
+    bool solo = false;
+    std::atomic<int> source_rank{-1};
 
   private:
     std::vector<at::Tensor> outputs_;
@@ -89,7 +104,7 @@ class BraidWork : public c10d::Work
 
 using WorkPtr = c10::intrusive_ptr<BraidWork>;
 
-class ProcessGroupBraid : public c10d::ProcessGroup
+class ProcessGroupBraid : public c10d::Backend
 {
   public:
     /* Creates the Braid communicator: rank 0 makes the unique id and sets it in `store`,
@@ -106,8 +121,14 @@ class ProcessGroupBraid : public c10d::ProcessGroup
         return "braid";
     }
 
+    bool supportsCoalescing() const override
+    {
+        return true;
+    }
     void startCoalescing() override;
-    void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>> &reqs) override;
+    /* One Work for the calls made since startCoalescing, run as one Braid group. */
+    c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+    void setTimeout(std::chrono::milliseconds timeout) override;
 
     c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
                                              const c10d::BroadcastOptions &opts) override;
@@ -116,6 +137,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup
     c10::intrusive_ptr<c10d::Work>
     allreduce_coalesced(std::vector<at::Tensor> &tensors,
                         const c10d::AllreduceCoalescedOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor> &tensors,
+                                                    const c10d::AllreduceOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
                                           const c10d::ReduceOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -127,6 +150,10 @@ class ProcessGroupBraid : public c10d::ProcessGroup
     allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
                         std::vector<at::Tensor> &inputs,
                         const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work>
+    allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                    std::vector<at::Tensor> &inputs,
+                                    const c10d::AllgatherOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
                                           std::vector<at::Tensor> &inputs,
                                           const c10d::GatherOptions &opts) override;
@@ -139,6 +166,10 @@ class ProcessGroupBraid : public c10d::ProcessGroup
     c10::intrusive_ptr<c10d::Work>
     _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                          const c10d::ReduceScatterOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work>
+    reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                    std::vector<at::Tensor> &inputs,
+                                    const c10d::ReduceScatterOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
                                                  std::vector<int64_t> &output_splits,
                                                  std::vector<int64_t> &input_splits,
@@ -156,11 +187,18 @@ class ProcessGroupBraid : public c10d::ProcessGroup
 
   private:
     /* A new Work for one call, with the call's timeout (the group's when unset). */
-    WorkPtr make_work(c10d::OpType type, const char *name, std::vector<at::Tensor> outputs,
-                      std::chrono::milliseconds timeout);
+    WorkPtr make_work(c10d::OpType type, const char *name, std::vector<at::Tensor> inputs,
+                      std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout);
     /* Queues the Work (or holds it back: a send or receive, a call between
      * startCoalescing and endCoalescing) and returns it. */
     c10::intrusive_ptr<c10d::Work> enqueue(WorkPtr work);
+
+    /* The store key that counts the sends from `src` to `dst` with `tag`. */
+    static std::string p2p_key(int src, int dst, int tag);
+    /* On the communication thread: waits until some rank has sent this rank a message with
+     * `tag` that it has not received yet, and returns that rank (the lowest when several
+     * have). Throws when the group times out or is destroyed meanwhile. */
+    int wait_any_source(int tag);
 
   public:
     /* Queues the sends and receives held back, as one group. */
@@ -177,7 +215,12 @@ class ProcessGroupBraid : public c10d::ProcessGroup
     std::exception_ptr run_batch(std::vector<WorkPtr> &batch);
 
     ncclComm_t comm_ = nullptr;
+    c10::intrusive_ptr<c10d::Store> store_;
     std::chrono::milliseconds timeout_;
+    /* Messages received so far from each (source, tag): counted when a receive with a
+     * source is issued, and when a receive from any source has chosen its source. */
+    std::mutex recv_mu_;
+    std::map<std::pair<int, int>, int64_t> received_;
 
     std::mutex mu_; // guards everything below
     std::condition_variable queue_cv_;
@@ -194,6 +237,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup
     std::chrono::milliseconds running_timeout_{0};
     /* Set by the watchdog when a call timed out; every later call fails with it. */
     std::string timed_out_;
+    std::atomic<bool> failed_{false}; // timed_out_ is set, or the group stops
 
     std::thread comm_thread_;
     std::thread watchdog_thread_;
