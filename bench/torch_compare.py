@@ -136,7 +136,7 @@ def busbw(coll, n, size, time_us):
 
 
 def torchrun(n, argv, env):
-    cmd = [sys.executable, "-m", "braid_torch.run", "--nnodes=1", f"--nproc_per_node={n}",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={n}",
            "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "--monitor_interval=0.2"] + argv
     run = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if run.returncode != 0:

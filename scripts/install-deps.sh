@@ -26,10 +26,14 @@ missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# The PyTorch backend (python/braid_torch) and its tests (label "torch"): Debian's PyTorch
-# 1.13 for /usr/bin/python3 and what torch.utils.cpp_extension builds with, installed
-# without their recommendations (a desktop's worth of packages PyTorch does not need).
-torch_pkgs=(python3-torch libtorch-dev python3-dev python3-setuptools pybind11-dev ninja-build)
+# The PyTorch backend (python/braid_torch) and its tests (label "torch"): PyTorch 2.13's
+# CPU build from pip for /usr/bin/python3 (Debian's own PyTorch is 1.13, which braid_torch
+# no longer builds against), expecttest for PyTorch's distributed test suite, and what
+# torch.utils.cpp_extension builds with from apt, without their recommendations. pip
+# installs under /usr/local (--break-system-packages: Debian marks its Python as managed
+# by apt). Pinned: an unpinned `pip install torch` fetches a CUDA build of several GB.
+torch_pkgs=(python3-dev python3-pip python3-setuptools ninja-build)
+torch_pip=(torch==2.13.0 expecttest)
 missing_torch=()
 if [ -z "$mode" ]; then
     for p in "${torch_pkgs[@]}"; do
@@ -48,4 +52,12 @@ if [ ${#missing[@]} -gt 0 ] || [ ${#missing_torch[@]} -gt 0 ]; then
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends \
             "${missing_torch[@]}"
     fi
+fi
+if [ -z "$mode" ] &&
+    ! /usr/bin/python3 -c "import torch, expecttest; assert torch.__version__.startswith('2.13.0')" \
+        2>/dev/null; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO /usr/bin/python3 -m pip install --break-system-packages --disable-pip-version-check \
+        "${torch_pip[@]}"
 fi

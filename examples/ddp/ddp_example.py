@@ -8,7 +8,7 @@ program, whose SIZE is 4000. That takes minutes per step on a small CPU, so --si
 (and --batch) take smaller values. Inputs are seeded per rank, and the model by --seed,
 so two runs on different backends see the same numbers.
 
-    python3 -m braid_torch.run --nproc_per_node=2 examples/ddp/ddp_example.py --size 256
+    python3 -m torch.distributed.run --nproc_per_node=2 examples/ddp/ddp_example.py --size 256
 
 --save PATTERN writes each rank's final parameters (torch.save of a list) to
 PATTERN.format(rank=rank); --trace FILE writes rank 0's profiler trace; rank 0 prints

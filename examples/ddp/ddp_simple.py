@@ -6,11 +6,10 @@ The model is y = w * 7 * x with one parameter w = 5. Rank r feeds x = r, so its 
 dy/dw is 7 * r; DDP averages the gradient over the ranks, so with 2 ranks every rank
 prints "reduced dy/dw: 3.5" (with n ranks, 7 * (n - 1) / 2).
 
-    python3 -m braid_torch.run --nproc_per_node=2 examples/ddp/ddp_simple.py
+    python3 -m torch.distributed.run --nproc_per_node=2 examples/ddp/ddp_simple.py
 
-(braid_torch.run is torchrun with Debian 12's start-up bug fixed; elsewhere torchrun
-itself does.) --backend gloo runs the same on Gloo; --trace FILE writes the profiler's
-Chrome trace from rank 0, as the lecture's program does.
+(torchrun, PyTorch 2.x.) --backend gloo runs the same on Gloo; --trace FILE writes the
+profiler's Chrome trace from rank 0, as the lecture's program does.
 """
 import argparse
 import contextlib

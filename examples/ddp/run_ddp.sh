@@ -25,14 +25,13 @@ done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# torchrun on 2 local processes (braid_torch.run: torchrun with Debian 12's start-up bug
-# fixed), on a free port so that parallel runs do not collide. torchrun picks the
-# workers' MASTER_PORT by binding a free port and letting it go, so another process can
+# torchrun on 2 local processes, on a free port so that parallel runs do not collide.
+# torchrun picks the workers' MASTER_PORT by binding a free port and letting it go, so another process can
 # take it first ("Address already in use"): such a start is tried again, twice at most.
 torchrun2() {
     local log="$out/torchrun.log" attempt
     for attempt in 1 2 3; do
-        if "$py" -m braid_torch.run --nnodes=1 --nproc_per_node=2 --rdzv_backend=c10d \
+        if "$py" -m torch.distributed.run --nnodes=1 --nproc_per_node=2 --rdzv_backend=c10d \
             --rdzv_endpoint=localhost:0 --monitor_interval=0.2 "$@" > "$log" 2>&1; then
             cat "$log"
             return 0

@@ -13,7 +13,7 @@ if [ -n "${BRAID_TORCH_SKIP:-}" ]; then
     exit 77
 fi
 if ! "$py" -c "import torch" 2>/dev/null; then
-    echo "SKIP: $py has no torch (apt-get install python3-torch libtorch-dev)"
+    echo "SKIP: $py has no torch (scripts/install-deps.sh installs torch==2.13.0)"
     exit 77
 fi
 export PYTHONPATH="${BRAID_TORCH_PYTHONPATH}${PYTHONPATH:+:$PYTHONPATH}"
@@ -23,15 +23,15 @@ if [ "$1" = "--exec" ]; then
 fi
 nproc=$1
 shift
-# braid_torch.run is torchrun with Debian 12's argument-parsing bug fixed (see its
-# docstring). Port 0: parallel tests must not share torchrun's default port. torchrun
+# torchrun (torch.distributed.run). Port 0: parallel tests must not share torchrun's
+# default port. torchrun
 # then picks the workers' MASTER_PORT by binding a free port and letting it go, and
 # another test can take it before rank 0 binds it again ("Address already in use"):
 # that start is tried again, twice at most; any other failure is the test's.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for attempt in 1 2 3; do
-    if "$py" -m braid_torch.run --nnodes=1 --nproc_per_node="$nproc" --rdzv_backend=c10d \
+    if "$py" -m torch.distributed.run --nnodes=1 --nproc_per_node="$nproc" --rdzv_backend=c10d \
         --rdzv_endpoint=localhost:0 --monitor_interval=0.2 "$@" > "$log" 2>&1; then
         cat "$log"
         exit 0

@@ -41,6 +41,10 @@ std::string type_name(at::ScalarType st)
     case at::kFloat: return "torch.float32";
     case at::kDouble: return "torch.float64";
     case at::kBool: return "torch.bool";
+    case at::kUInt32: return "torch.uint32";
+    case at::kUInt64: return "torch.uint64";
+    case at::kFloat8_e4m3fn: return "torch.float8_e4m3fn";
+    case at::kFloat8_e5m2: return "torch.float8_e5m2";
     case at::kComplexFloat: return "torch.complex64";
     case at::kComplexDouble: return "torch.complex128";
     default: return std::string("torch.") + c10::toString(st);
@@ -59,6 +63,11 @@ ncclDataType_t braid_type(at::ScalarType st)
     case at::kBool: return ncclUint8;
     case at::kInt: return ncclInt32;
     case at::kLong: return ncclInt64;
+    case at::kUInt32: return ncclUint32;
+    case at::kUInt64: return ncclUint64;
+    // NCCL's float8 types are OCP's e4m3 (finite, no infinities: PyTorch's "fn") and e5m2.
+    case at::kFloat8_e4m3fn: return ncclFloat8e4m3;
+    case at::kFloat8_e5m2: return ncclFloat8e5m2;
     case at::kHalf: return ncclFloat16;
     case at::kBFloat16: return ncclBfloat16;
     case at::kFloat: return ncclFloat32;
@@ -66,7 +75,8 @@ ncclDataType_t braid_type(at::ScalarType st)
     default:
         refuse("tensors of dtype " + type_name(st) +
                " have no Braid (NCCL) type; Braid takes float16, bfloat16, float32, float64, "
-               "int8, uint8, int32, int64, bool and complex64/128");
+               "float8_e4m3fn, float8_e5m2, int8, uint8, int32, uint32, int64, uint64, bool "
+               "and complex64/128");
     }
 }
 

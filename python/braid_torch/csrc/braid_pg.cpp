@@ -210,8 +210,13 @@ WorkPtr ProcessGroupBraid::make_work(c10d::OpType type, const char *name,
     if (timeout <= std::chrono::milliseconds(0) || timeout > forever) {
         timeout = forever;
     }
-    return c10::make_intrusive<BraidWork>(rank_, type, name, std::move(inputs),
-                                          std::move(outputs), timeout);
+    auto w = c10::make_intrusive<BraidWork>(rank_, type, name, std::move(inputs),
+                                            std::move(outputs), timeout);
+    if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+        type != c10d::OpType::RECVANYSOURCE && type != c10d::OpType::COALESCED) {
+        w->seq = ++seq_;
+    }
+    return w;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(WorkPtr work)

@@ -79,6 +79,10 @@ class BraidWork : public c10d::Work
     bool isCompleted() override;
     /* The sender a receive from any source took its message from (-1 before). */
     int sourceRank() const override;
+    uint64_t getSequencenumber() const override
+    {
+        return seq;
+    }
 
     /* Called once by the communication thread: on success (err null) copies staged outputs
      * to the caller's tensors, then completes the Work and its Future. */
@@ -96,6 +100,7 @@ class BraidWork : public c10d::Work
      * before it makes the next: sparse all_reduce). */
     bool solo = false;
     std::atomic<int> source_rank{-1};
+    uint64_t seq = 0; // the group's sequence number of this call (collectives only)
 
   private:
     std::vector<at::Tensor> outputs_;
@@ -129,6 +134,18 @@ class ProcessGroupBraid : public c10d::Backend
     /* One Work for the calls made since startCoalescing, run as one Braid group. */
     c10::intrusive_ptr<c10d::Work> endCoalescing() override;
     void setTimeout(std::chrono::milliseconds timeout) override;
+    /* Sequence numbers count the collectives issued on the group: 0 on every rank at
+     * the start, one more per collective (sends and receives differ between ranks and do
+     * not count), so that ranks issuing the same calls agree (TORCH_DISTRIBUTED_DEBUG's
+     * checks compare them). */
+    void setSequenceNumberForGroup() override
+    {
+        seq_ = 0;
+    }
+    uint64_t getSequenceNumberForGroup() override
+    {
+        return seq_;
+    }
 
     c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
                                              const c10d::BroadcastOptions &opts) override;
@@ -215,6 +232,7 @@ class ProcessGroupBraid : public c10d::Backend
     std::exception_ptr run_batch(std::vector<WorkPtr> &batch);
 
     ncclComm_t comm_ = nullptr;
+    std::atomic<uint64_t> seq_{0};
     c10::intrusive_ptr<c10d::Store> store_;
     std::chrono::milliseconds timeout_;
     /* Messages received so far from each (source, tag): counted when a receive with a
