@@ -293,6 +293,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tens
 {
     const at::Tensor &t = single(tensors, "broadcast");
     auto w = make_work(c10d::OpType::BROADCAST, "braid:broadcast", tensors, tensors, opts.timeout);
+    w->sync = !opts.asyncOp;
     Raw b = output(*w, t, true);
     int root = static_cast<int>(opts.rootRank);
     w->issue = [b, root](ncclComm_t comm, ncclRedOp_t) {
@@ -309,6 +310,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tens
     }
     const at::Tensor &t = single(tensors, "all_reduce");
     auto w = make_work(c10d::OpType::ALLREDUCE, "braid:all_reduce", tensors, tensors, opts.timeout);
+    w->sync = !opts.asyncOp;
     w->redop = red_op(opts.reduceOp, t, "all_reduce");
     Raw b = output(*w, t, true);
     w->issue = [b](ncclComm_t comm, ncclRedOp_t op) {
@@ -327,6 +329,7 @@ ProcessGroupBraid::allreduce_coalesced(std::vector<at::Tensor> &tensors,
     }
     auto w = make_work(c10d::OpType::ALLREDUCE_COALESCED, "braid:all_reduce", tensors, tensors,
                        opts.timeout);
+    w->sync = !opts.asyncOp;
     // One reduction for the whole group, so one dtype.
     w->redop = red_op(opts.reduceOp, tensors[0], call);
     std::vector<Raw> bufs;
@@ -422,6 +425,7 @@ ProcessGroupBraid::allreduce_sparse(std::vector<at::Tensor> &tensors,
     braid_type(t.scalar_type());
     auto w = make_work(c10d::OpType::_ALLREDUCE_SPARSE, "braid:sparse_all_reduce", tensors,
                        tensors, opts.timeout);
+    w->sync = !opts.asyncOp;
     w->solo = true;
     int n = size_;
     w->issue = [t, n](ncclComm_t comm, ncclRedOp_t) mutable { return sparse_sum(t, n, comm); };
@@ -433,6 +437,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor>
 {
     const at::Tensor &t = single(tensors, "reduce");
     auto w = make_work(c10d::OpType::REDUCE, "braid:reduce", tensors, tensors, opts.timeout);
+    w->sync = !opts.asyncOp;
     w->redop = red_op(opts.reduceOp, t, "reduce");
     Raw b = output(*w, t, true);
     int root = static_cast<int>(opts.rootRank);
@@ -453,6 +458,7 @@ ProcessGroupBraid::allgather(std::vector<std::vector<at::Tensor>> &outputs,
     }
     check_list(outputs[0], in, size_, "all_gather");
     auto w = make_work(c10d::OpType::ALLGATHER, "braid:all_gather", inputs, outputs[0], opts.timeout);
+    w->sync = !opts.asyncOp;
     Raw src = input(in);
     Raw dst = flat_list(*w, outputs[0], in, false);
     issue_allgather(*w, src, dst);
@@ -468,6 +474,7 @@ ProcessGroupBraid::_allgather_base(at::Tensor &output_tensor, at::Tensor &input_
     check_like(output_tensor, input_tensor, input_tensor.numel() * size_, call);
     auto w = make_work(c10d::OpType::_ALLGATHER_BASE, "braid:all_gather_into_tensor",
                        {input_tensor}, {output_tensor}, opts.timeout);
+    w->sync = !opts.asyncOp;
     Raw src = input(input_tensor);
     Raw dst = output(*w, output_tensor, false);
     issue_allgather(*w, src, dst);
@@ -493,6 +500,7 @@ ProcessGroupBraid::allgather_coalesced(std::vector<std::vector<at::Tensor>> &out
     }
     auto w = make_work(c10d::OpType::ALLGATHER_COALESCED, "braid:all_gather", inputs, all_out,
                        opts.timeout);
+    w->sync = !opts.asyncOp;
     std::vector<std::pair<Raw, Raw>> bufs;
     for (size_t i = 0; i < inputs.size(); i++) {
         check_tensor(inputs[i], call);
@@ -535,6 +543,7 @@ ProcessGroupBraid::gather(std::vector<std::vector<at::Tensor>> &outputs,
         check_list(out, in, size_, "gather");
     }
     auto w = make_work(c10d::OpType::GATHER, "braid:gather", inputs, out, opts.timeout);
+    w->sync = !opts.asyncOp;
     Raw src = input(in);
     Raw dst = is_root ? flat_list(*w, out, in, false) : Raw();
     w->issue = [src, dst, root](ncclComm_t comm, ncclRedOp_t) {
@@ -564,6 +573,7 @@ ProcessGroupBraid::scatter(std::vector<at::Tensor> &outputs,
     }
     auto w = make_work(c10d::OpType::SCATTER, "braid:scatter", is_root ? inputs[0] : outputs, outputs,
                        opts.timeout);
+    w->sync = !opts.asyncOp;
     Raw src = is_root ? flat_list(*w, inputs[0], out, true) : Raw();
     Raw dst = output(*w, out, false);
     w->issue = [src, dst, root](ncclComm_t comm, ncclRedOp_t) {
@@ -586,6 +596,7 @@ ProcessGroupBraid::reduce_scatter(std::vector<at::Tensor> &outputs,
     check_list(inputs[0], out, size_, "reduce_scatter");
     auto w = make_work(c10d::OpType::REDUCE_SCATTER, "braid:reduce_scatter", inputs[0], outputs,
                        opts.timeout);
+    w->sync = !opts.asyncOp;
     w->redop = red_op(opts.reduceOp, out, "reduce_scatter");
     Raw src = flat_list(*w, inputs[0], out, true);
     Raw dst = output(*w, out, false);
@@ -602,6 +613,7 @@ ProcessGroupBraid::_reduce_scatter_base(at::Tensor &output_tensor, at::Tensor &i
     check_like(input_tensor, output_tensor, output_tensor.numel() * size_, call);
     auto w = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, "braid:reduce_scatter_tensor",
                        {input_tensor}, {output_tensor}, opts.timeout);
+    w->sync = !opts.asyncOp;
     w->redop = red_op(opts.reduceOp, output_tensor, call);
     Raw src = input(input_tensor);
     Raw dst = output(*w, output_tensor, false);
@@ -620,6 +632,7 @@ ProcessGroupBraid::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outp
     }
     auto w = make_work(c10d::OpType::ALLGATHER_COALESCED, "braid:all_gather_into_tensor", inputs,
                        outputs, opts.timeout);
+    w->sync = !opts.asyncOp;
     std::vector<std::pair<Raw, Raw>> bufs;
     for (size_t i = 0; i < inputs.size(); i++) {
         check_tensor(inputs[i], call);
@@ -650,6 +663,7 @@ ProcessGroupBraid::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &outp
     }
     auto w = make_work(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, "braid:reduce_scatter_tensor",
                        inputs, outputs, opts.timeout);
+    w->sync = !opts.asyncOp;
     // One reduction for the whole group, so one dtype.
     w->redop = red_op(opts.reduceOp, outputs[0], call);
     std::vector<std::pair<Raw, Raw>> bufs;
@@ -725,6 +739,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(at::Tensor &outp
     split_blocks(output_tensor, output_splits, size_, "output", roff, rcount);
     auto w = make_work(c10d::OpType::ALLTOALL_BASE, "braid:all_to_all_single", {input_tensor},
                        {output_tensor}, opts.timeout);
+    w->sync = !opts.asyncOp;
     Raw src = input(input_tensor);
     Raw dst = output(*w, output_tensor, false);
     int n = size_;
@@ -757,6 +772,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tenso
                " tensors (one per rank)");
     }
     auto w = make_work(c10d::OpType::ALLTOALL, "braid:all_to_all", inputs, outputs, opts.timeout);
+    w->sync = !opts.asyncOp;
     std::vector<Raw> src, dst;
     for (int p = 0; p < size_; p++) {
         check_tensor(inputs[p], call);
@@ -876,6 +892,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOpt
 {
     // Every rank must enter before any leaves: a one-byte all-reduce gives that.
     auto w = make_work(c10d::OpType::BARRIER, "braid:barrier", {}, {}, opts.timeout);
+    w->sync = !opts.asyncOp;
     Raw b = raw(at::zeros({1}, at::TensorOptions().dtype(at::kByte)));
     w->issue = [b](ncclComm_t comm, ncclRedOp_t) {
         return ncclAllReduce(b.p(), b.p(), 1, ncclUint8, ncclSum, comm, nullptr);

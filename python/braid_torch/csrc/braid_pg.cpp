@@ -221,26 +221,45 @@ WorkPtr ProcessGroupBraid::make_work(c10d::OpType type, const char *name,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(WorkPtr work)
 {
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (coalescing_) {
-            if (work->solo) {
-                throw std::invalid_argument(std::string("braid: ") + work->name +
-                                            " cannot be coalesced with other calls; issue it "
-                                            "outside the coalescing manager");
-            }
-            coalesced_.push_back(work);
-            return work;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (coalescing_) {
+        if (work->solo) {
+            throw std::invalid_argument(std::string("braid: ") + work->name +
+                                        " cannot be coalesced with other calls; issue it "
+                                        "outside the coalescing manager");
         }
-        if (work->p2p) {
-            p2p_held_.push_back(work);
-            return work;
-        }
-        // Calls run in issue order: the sends and receives issued before this one first.
-        queue_p2p_locked();
-        queue_.push_back({work});
+        coalesced_.push_back(work);
+        return work;
     }
-    queue_cv_.notify_one();
+    if (work->p2p) {
+        p2p_held_.push_back(work);
+        return work;
+    }
+    // Calls run in issue order: the sends and receives issued before this one first.
+    queue_p2p_locked();
+    bool idle = queue_.empty() && !comm_busy_ && !inline_busy_ && timed_out_.empty();
+    if (!work->sync || !idle) {
+        queue_.push_back({work});
+        lock.unlock();
+        queue_cv_.notify_one();
+        return work;
+    }
+    // Nothing of the group is queued or running, and the caller waits for this call
+    // anyway: run it here. The communication thread leaves the queue alone meanwhile.
+    inline_busy_ = true;
+    std::vector<WorkPtr> batch{work};
+    std::exception_ptr err;
+    {
+        at::NoGradGuard no_grad;
+        err = run_watched(lock, batch);
+    }
+    inline_busy_ = false;
+    bool queued = !queue_.empty();
+    lock.unlock();
+    if (queued) {
+        queue_cv_.notify_one(); // calls from other threads, queued while this one ran
+    }
+    work->complete(err);
     return work;
 }
 
@@ -353,36 +372,43 @@ std::exception_ptr ProcessGroupBraid::run_batch(std::vector<WorkPtr> &batch)
     return std::make_exception_ptr(std::runtime_error(std::string(name) + " failed: " + detail));
 }
 
+std::exception_ptr ProcessGroupBraid::run_watched(std::unique_lock<std::mutex> &lock,
+                                                  std::vector<WorkPtr> &batch)
+{
+    if (!timed_out_.empty()) {
+        // The communicator is revoked: fail at once, saying why.
+        return std::make_exception_ptr(std::runtime_error(
+            std::string(batch[0]->name) + " not run: the process group timed out earlier (" +
+            timed_out_ + "); destroy it with torch.distributed.destroy_process_group()"));
+    }
+    running_name_ = batch.size() == 1 ? batch[0]->name : "braid:group";
+    running_since_ = std::chrono::steady_clock::now();
+    running_timeout_ = batch[0]->timeout;
+    for (auto &w : batch) {
+        running_timeout_ = std::max(running_timeout_, w->timeout);
+    }
+    watchdog_cv_.notify_one();
+    lock.unlock();
+    std::exception_ptr err = run_batch(batch);
+    lock.lock();
+    running_name_ = nullptr;
+    return err;
+}
+
 void ProcessGroupBraid::comm_loop()
 {
     at::NoGradGuard no_grad;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-        queue_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        // A caller running its own call (enqueue) goes first: it was issued earlier.
+        queue_cv_.wait(lock, [this] { return (stop_ || !queue_.empty()) && !inline_busy_; });
         if (queue_.empty()) {
             return; // stopping, and every queued call has run
         }
         std::vector<WorkPtr> batch = std::move(queue_.front());
         queue_.pop_front();
-        std::exception_ptr err;
-        if (!timed_out_.empty()) {
-            // The communicator is revoked: fail at once, saying why.
-            err = std::make_exception_ptr(std::runtime_error(
-                std::string(batch[0]->name) + " not run: the process group timed out earlier (" +
-                timed_out_ + "); destroy it with torch.distributed.destroy_process_group()"));
-        } else {
-            running_name_ = batch.size() == 1 ? batch[0]->name : "braid:group";
-            running_since_ = std::chrono::steady_clock::now();
-            running_timeout_ = batch[0]->timeout;
-            for (auto &w : batch) {
-                running_timeout_ = std::max(running_timeout_, w->timeout);
-            }
-            watchdog_cv_.notify_one();
-            lock.unlock();
-            err = run_batch(batch);
-            lock.lock();
-            running_name_ = nullptr;
-        }
+        comm_busy_ = true;
+        std::exception_ptr err = run_watched(lock, batch);
         // Complete outside the lock: Future callbacks may queue new calls.
         lock.unlock();
         for (auto &w : batch) {
@@ -390,6 +416,7 @@ void ProcessGroupBraid::comm_loop()
         }
         batch.clear();
         lock.lock();
+        comm_busy_ = false;
     }
 }
 
