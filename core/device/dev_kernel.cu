@@ -5,6 +5,7 @@
  * host emulation test runs). Type, reduction and protocol are switches at run time, so a
  * single entry point serves every collective and the build stays small.
  */
+#include "dev_direct.h"
 #include "dev_prims.h"
 
 extern "C" __global__ void __launch_bounds__(BR_DEV_NTHREADS) br_dev_kernel(br_dev_launch_t L)
@@ -16,4 +17,11 @@ extern "C" __global__ void __launch_bounds__(BR_DEV_NTHREADS) br_dev_kernel(br_d
 extern "C" __global__ void __launch_bounds__(BR_DEV_NTHREADS) br_dev_reduce_kernel(br_dev_reduce_t P)
 {
     br_dev_reduce_n(&P, (int)blockIdx.x, (int)gridDim.x);
+}
+
+/* Ranks that are threads of one process on one GPU: one collective read and written in place
+ * by every thread of the grid (dev_direct.h). */
+extern "C" __global__ void __launch_bounds__(BR_DEV_NTHREADS) br_dev_direct_kernel(br_dev_direct_t D)
+{
+    br_dev_direct_run(&D, (int)blockIdx.x, (int)gridDim.x);
 }

@@ -21,6 +21,9 @@ extern "C" {
 #define BR_DEV_KERNEL_NAME "br_dev_kernel"
 /* The reduce kernel's (ranks in several processes): one br_dev_reduce_t by value. */
 #define BR_DEV_REDUCE_KERNEL_NAME "br_dev_reduce_kernel"
+/* The direct kernel's (ranks that are threads of one process on one GPU): one
+ * br_dev_direct_t by value (dev_direct.h). */
+#define BR_DEV_DIRECT_KERNEL_NAME "br_dev_direct_kernel"
 
 /* The fatbin image (br_dev_fatbin_size bytes; 0 when this build has no kernels). */
 extern const unsigned char br_dev_fatbin[];

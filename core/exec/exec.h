@@ -299,6 +299,8 @@ ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, 
                                         uint64_t *ticket_p);
 ncclResult_t br_exec_cuda_stage_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream);
 void br_exec_cuda_stage_abort(br_exec_comm_t *ec);
+/* br_exec_cuda_async_error's for a staged rank: a peer's failure notice counts. */
+ncclResult_t br_exec_cuda_stage_async_error(br_exec_comm_t *ec);
 /* br_exec_cuda_pending's answer for a staged rank. */
 int br_exec_cuda_stage_pending(br_exec_comm_t *ec);
 void br_exec_cuda_stage_detach(br_exec_comm_t *ec);

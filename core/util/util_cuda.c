@@ -146,15 +146,15 @@ static void load(void)
     LOAD(MemHostAlloc, NULL, "cuMemHostAlloc");
     LOAD(MemFreeHost, NULL, "cuMemFreeHost");
     LOAD(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer");
-    LOAD(MemsetD8, "cuMemsetD8_v2", "cuMemsetD8");
+    LOAD(MemsetD8Async, NULL, "cuMemsetD8Async");
     LOAD(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync");
     LOAD(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync");
-    LOAD(Memcpy, NULL, "cuMemcpy");
     LOAD(ModuleLoadData, NULL, "cuModuleLoadData");
     LOAD(ModuleGetFunction, NULL, "cuModuleGetFunction");
     LOAD(OccupancyMaxActiveBlocksPerMultiprocessor, NULL,
          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     LOAD(LaunchKernel, NULL, "cuLaunchKernel");
+    LOAD(LaunchCooperativeKernel, NULL, "cuLaunchCooperativeKernel");
     LOAD(StreamCreate, NULL, "cuStreamCreate");
     LOAD(StreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy");
     LOAD(StreamSynchronize, NULL, "cuStreamSynchronize");

@@ -71,10 +71,11 @@ typedef struct {
     br_cu_result_t (*MemHostAlloc)(void **p, size_t bytes, unsigned flags);
     br_cu_result_t (*MemFreeHost)(void *p);
     br_cu_result_t (*MemHostGetDevicePointer)(br_cu_ptr_t *d, void *h, unsigned flags);
-    br_cu_result_t (*MemsetD8)(br_cu_ptr_t p, unsigned char v, size_t n);
+    /* Only the stream-ordered memset and copies: the synchronous ones return before their
+     * bytes land and do not order with non-blocking streams (docs/cuda.md). */
+    br_cu_result_t (*MemsetD8Async)(br_cu_ptr_t p, unsigned char v, size_t n, br_cu_stream_t s);
     br_cu_result_t (*MemcpyHtoDAsync)(br_cu_ptr_t dst, const void *src, size_t n, br_cu_stream_t s);
     br_cu_result_t (*MemcpyDtoHAsync)(void *dst, br_cu_ptr_t src, size_t n, br_cu_stream_t s);
-    br_cu_result_t (*Memcpy)(br_cu_ptr_t dst, br_cu_ptr_t src, size_t n);
     br_cu_result_t (*ModuleLoadData)(br_cu_module_t *m, const void *image);
     br_cu_result_t (*ModuleGetFunction)(br_cu_function_t *f, br_cu_module_t m, const char *name);
     br_cu_result_t (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *n, br_cu_function_t f,
@@ -82,6 +83,10 @@ typedef struct {
     br_cu_result_t (*LaunchKernel)(br_cu_function_t f, unsigned gx, unsigned gy, unsigned gz,
                                    unsigned bx, unsigned by, unsigned bz, unsigned smem,
                                    br_cu_stream_t s, void **params, void **extra);
+    /* Every block resident at once or none (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE). */
+    br_cu_result_t (*LaunchCooperativeKernel)(br_cu_function_t f, unsigned gx, unsigned gy,
+                                              unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                              unsigned smem, br_cu_stream_t s, void **params);
     br_cu_result_t (*StreamCreate)(br_cu_stream_t *s, unsigned flags);
     br_cu_result_t (*StreamDestroy)(br_cu_stream_t s);
     br_cu_result_t (*StreamSynchronize)(br_cu_stream_t s);

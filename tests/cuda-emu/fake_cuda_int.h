@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dev_direct.h"
 #include "dev_prims.h"
 
 typedef int CUresult;
@@ -43,7 +44,9 @@ typedef enum {
     OP_REDUCE,
     OP_COPY,
     OP_SET,
-    OP_KERNEL
+    OP_KERNEL,
+    OP_LAND,      /* a synchronous cuMemcpy / cuMemsetD8 landing later (legacy stream) */
+    OP_WAIT_LEGACY /* a blocking stream's implicit wait for the legacy stream's earlier work */
 } op_kind_t;
 
 typedef struct op {
@@ -60,6 +63,12 @@ typedef struct op {
     unsigned char byte;
     br_dev_launch_t launch;
     unsigned nblocks;
+    int cooperative;    /* OP_KERNEL: every block resident at once, or none */
+    int direct;         /* OP_KERNEL: the direct kernel (br_dev_direct_t in `direct_args`) */
+    br_dev_direct_t direct_args;
+    uint64_t qseq;      /* its place in its stream's hardware queue */
+    void *land_tmp;     /* OP_LAND: the bytes to land (NULL: a memset of `byte`) */
+    int land_slot;      /* OP_LAND: its record in the pending landings */
     struct op *next;
 } op_t;
 
@@ -70,6 +79,14 @@ typedef struct {
     int busy, stop, capturing;
     int capture_mode; /* of the capture begun on this stream */
     pthread_t worker;
+    int id;           /* creation order, for messages */
+    int dev;          /* the device of the context it was made in */
+    int hwq;          /* the hardware queue it is multiplexed onto */
+    int blocking;     /* made without CU_STREAM_NON_BLOCKING: ordered after the legacy stream */
+    int legacy;       /* the legacy default stream */
+    uint64_t pushed, completed; /* operations given to it, and run */
+    uint64_t head_since_ns;     /* when its current operation began */
+    int in_turn;      /* its current operation waits for its turn in the hardware queue */
 } stream_t;
 
 /* fake_cuda.c: the stream of a handle (NULL: the legacy default stream), a new operation,

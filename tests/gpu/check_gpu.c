@@ -494,6 +494,80 @@ static void section_coll_threads(void)
     }
 }
 
+/* A rank's thread of `biggroup`: eight lone calls (each launch's descriptor buffer used
+ * once), then one group of many AllReduces, whose descriptors outgrow the buffer its launch
+ * reuses, while the other rank's stream may already wait for that launch. */
+static void *biggroup_main(void *p)
+{
+    enum { CALLS = 32, COUNT = 1024 };
+    rank_arg_t *a = p;
+    ncclComm_t comm;
+    cudaStream_t s;
+    float *dbuf, *host = malloc((size_t)CALLS * COUNT * sizeof(float));
+    CUDA_OK(cudaSetDevice(0));
+    if (ncclCommInitRank(&comm, a->n, a->id, a->rank) != ncclSuccess) {
+        a->fails = 1;
+        free(host);
+        return NULL;
+    }
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_OK(cudaMalloc((void **)&dbuf, (size_t)CALLS * COUNT * sizeof(float)));
+    for (size_t i = 0; i < (size_t)CALLS * COUNT; i++) {
+        host[i] = (float)(a->rank + 1);
+    }
+    CUDA_OK(cudaMemcpyAsync(dbuf, host, (size_t)CALLS * COUNT * sizeof(float),
+                            cudaMemcpyHostToDevice, s));
+    for (int k = 0; k < 8; k++) { /* sums of 1 and 2 on the first element, 8 times */
+        a->fails += ncclAllReduce(dbuf + (size_t)(CALLS - 1) * COUNT,
+                                  dbuf + (size_t)(CALLS - 1) * COUNT, 1, ncclFloat, ncclSum, comm,
+                                  s) != ncclSuccess;
+    }
+    ncclGroupStart();
+    for (int k = 0; k < CALLS - 1; k++) {
+        ncclAllReduce(dbuf + (size_t)k * COUNT, dbuf + (size_t)k * COUNT, COUNT, ncclFloat, ncclSum,
+                      comm, s);
+    }
+    ncclResult_t res = ncclGroupEnd();
+    EXPECT(res == ncclSuccess, "biggroup: rank %d: group of %d AllReduces: %s", a->rank,
+           CALLS - 1, ncclGetLastError(comm));
+    alarm(120);
+    CUDA_OK(cudaStreamSynchronize(s));
+    alarm(0);
+    CUDA_OK(cudaMemcpy(host, dbuf, (size_t)CALLS * COUNT * sizeof(float), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (size_t i = 0; i < (size_t)(CALLS - 1) * COUNT; i++) {
+        bad += host[i] != 3.0f;
+    }
+    EXPECT(bad == 0, "biggroup: rank %d: %d wrong elements (first %g, not 3)", a->rank, bad,
+           host[0]);
+    a->fails += bad != 0;
+    cudaFree(dbuf);
+    ncclCommDestroy(comm);
+    cudaStreamDestroy(s);
+    free(host);
+    return NULL;
+}
+
+/* Two ranks with a thread each, one group large enough that its launch's descriptors need
+ * a bigger buffer than the one it reuses. */
+static void section_biggroup(void)
+{
+    pthread_t th[2];
+    rank_arg_t a[2];
+    ncclUniqueId id;
+    int fails = 0;
+    ncclGetUniqueId(&id);
+    for (int r = 0; r < 2; r++) {
+        a[r] = (rank_arg_t){id, r, 2, NULL, 0, 0};
+        pthread_create(&th[r], NULL, biggroup_main, &a[r]);
+    }
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        fails += a[r].fails;
+    }
+    printf("biggroup: 2 ranks, one thread each, a group of 31 AllReduces: %d failed\n", fails);
+}
+
 /* ---- ranks as processes ---- */
 
 static void id_to_hex(const ncclUniqueId *id, char *hex)
@@ -621,6 +695,40 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
         free(thin);
         free(big);
         ncclCommDestroy(comm);
+    } else if (!strcmp(what, "grow")) {
+        /* Calls that each need more staging than any before, none waited for before the
+         * next: a slot reused after BR_CUDA_QUEUE calls must grow while the stream still
+         * waits for the calls before it (freeing its old buffer there waited for the whole
+         * device, the stager's own stream included). */
+        enum { CALLS = 16, STEP = 65536 };
+        size_t total = (size_t)STEP * CALLS * (CALLS + 1) / 2;
+        float *dbuf, *host = malloc(total * sizeof(float));
+        CUDA_OK(cudaMalloc((void **)&dbuf, total * sizeof(float)));
+        for (size_t i = 0; i < total; i++) {
+            host[i] = (float)(rank + 1 + (int)(i % 5));
+        }
+        CUDA_OK(cudaMemcpyAsync(dbuf, host, total * sizeof(float), cudaMemcpyHostToDevice, s));
+        for (size_t k = 0, at = 0; k < CALLS; at += STEP * (k + 1), k++) {
+            EXPECT(ncclAllReduce(dbuf + at, dbuf + at, STEP * (k + 1), ncclFloat, ncclSum, comm,
+                                 s) == ncclSuccess,
+                   "process rank %d: AllReduce %zu of growing size: %s", rank, k,
+                   ncclGetLastError(comm));
+        }
+        alarm(120);
+        CUDA_OK(cudaStreamSynchronize(s));
+        alarm(0);
+        CUDA_OK(cudaMemcpy(host, dbuf, total * sizeof(float), cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t i = 0; i < total; i++) {
+            bad += host[i] != (float)(n * (n + 1) / 2 + n * (int)(i % 5));
+        }
+        EXPECT(bad == 0, "process rank %d: %zu wrong elements after calls of growing size", rank,
+               bad);
+        printf("procs grow: rank %d: %d calls of growing size, %zu wrong\n", rank, (int)CALLS,
+               bad);
+        cudaFree(dbuf);
+        free(host);
+        ncclCommDestroy(comm);
     } else if (!strcmp(what, "stuck")) {
         /* A GPU that runs one process at a time, keeping it while a stream waits, with
          * streams told to wait in the GPU all the same (the emulator's exclusive model,
@@ -628,7 +736,7 @@ static int proc_rank_main(const char *what, int rank, int n, const char *hex)
          * both ranks within the wait timeout, saying why, instead of hanging. */
         float *dbuf;
         CUDA_OK(cudaMalloc((void **)&dbuf, 4096));
-        const char *msg = failed_call(comm, s, rank, dbuf, "had not reached the call");
+        const char *msg = failed_call(comm, s, rank, dbuf, "not reached");
         printf("procs stuck: rank %d: %s\n", rank, msg);
         cudaFree(dbuf);
         ncclCommAbort(comm);
@@ -737,13 +845,33 @@ static void section_procs(void)
 {
     run_procs("coll", 2);
     run_procs("coll", 4);
+    run_procs("grow", 2);
     run_procs("dead", 2);
     run_procs("dead-later", 2);
     run_procs("abort", 2);
 }
 
-/* Rank 0 calls, rank 1 has not yet: rank 0's call returned and its stream waits, while
- * another stream's work completes; then rank 1 calls and both finish. */
+/* Rank 0's call, made by a thread of its own (a thread that drives several ranks groups
+ * their calls, as with NCCL). */
+typedef struct {
+    ncclComm_t comm;
+    float *buf;
+    cudaStream_t s;
+    ncclResult_t res;
+    int returned;
+} overlap_call_t;
+
+static void *overlap_rank0(void *arg)
+{
+    overlap_call_t *c = arg;
+    c->res = ncclAllReduce(c->buf, c->buf, 1024, ncclFloat, ncclSum, c->comm, c->s);
+    __atomic_store_n(&c->returned, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Rank 0 calls, rank 1 has not yet: rank 0's AllReduce does not finish (its call waits for
+ * rank 1's on the host, or its stream in the GPU), while another stream's work completes;
+ * then rank 1 calls and both finish. */
 static void section_overlap(void)
 {
     ncclComm_t comms[2];
@@ -762,14 +890,19 @@ static void section_overlap(void)
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
     CUDA_OK(cudaMalloc((void **)&scratch, 1 << 20));
-    EXPECT(ncclAllReduce(buf[0], buf[0], 1024, ncclFloat, ncclSum, comms[0], s[0]) == ncclSuccess,
-           "rank 0's AllReduce: %s", ncclGetLastError(comms[0]));
+    overlap_call_t c0 = {comms[0], buf[0], s[0], ncclSuccess, 0};
+    pthread_t t0;
+    EXPECT(pthread_create(&t0, NULL, overlap_rank0, &c0) == 0, "thread for rank 0");
+    usleep(20000);
     CUDA_OK(cudaMemsetAsync(scratch, 1, 1 << 20, other));
     CUDA_OK(cudaStreamSynchronize(other));
-    EXPECT(cudaStreamQuery(s[0]) == cudaErrorNotReady,
-           "rank 0's stream finished before rank 1 called");
+    EXPECT(!__atomic_load_n(&c0.returned, __ATOMIC_ACQUIRE) ||
+               cudaStreamQuery(s[0]) == cudaErrorNotReady,
+           "rank 0's AllReduce finished before rank 1 called");
     EXPECT(ncclAllReduce(buf[1], buf[1], 1024, ncclFloat, ncclSum, comms[1], s[1]) == ncclSuccess,
            "rank 1's AllReduce: %s", ncclGetLastError(comms[1]));
+    pthread_join(t0, NULL);
+    EXPECT(c0.res == ncclSuccess, "rank 0's AllReduce: %s", ncclGetLastError(comms[0]));
     for (int r = 0; r < 2; r++) {
         CUDA_OK(cudaStreamSynchronize(s[r]));
         CUDA_OK(cudaMemcpy(host, buf[r], sizeof(host), cudaMemcpyDeviceToHost));
@@ -835,14 +968,19 @@ static void section_abort(void)
     init_all(comms, 2, 0);
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CUDA_OK(cudaMalloc((void **)&dev, 4096));
-    EXPECT(ncclAllReduce(dev, dev, 1024, ncclFloat, ncclSum, comms[0], s) == ncclSuccess,
-           "rank 0's AllReduce: %s", ncclGetLastError(comms[0]));
+    /* Rank 1 never calls: rank 0's call waits for it (on the host, or its stream in the
+     * GPU) until another thread aborts the communicator. A call or a stream that is never
+     * released ends the test here. The ctest entries leave BRAID_CUDA_WAIT_TIMEOUT at its
+     * default (600 s), so only the abort can release them. */
     pthread_create(&th, NULL, abort_later, &comms[0]);
-    /* A stream that is never released ends the test here. The ctest entries leave
-     * BRAID_CUDA_WAIT_TIMEOUT at its default (600 s), so only the abort can release it. */
     alarm(20);
+    ncclResult_t res = ncclAllReduce(dev, dev, 1024, ncclFloat, ncclSum, comms[0], s);
     CUDA_OK(cudaStreamSynchronize(s));
     alarm(0);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comms[0], &async);
+    EXPECT(res != ncclSuccess || async != ncclSuccess,
+           "rank 0's AllReduce, aborted while it waited for rank 1, reported nothing");
     pthread_join(th, NULL);
     ncclCommAbort(comms[1]);
     cudaFree(dev);
@@ -942,6 +1080,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "all") || !strcmp(what, "coll") || !strcmp(what, "threads")) {
         section_coll_threads();
+    }
+    if (!strcmp(what, "all") || !strcmp(what, "biggroup")) {
+        section_biggroup();
     }
     if (!strcmp(what, "all") || !strcmp(what, "overlap")) {
         section_overlap();

@@ -4,35 +4,44 @@
  *
  * The ranks of one communicator that live in this process form a clique. A rank's device
  * calls of one group (or one lone call) are a deposit, with a ticket in the rank's queue.
- * The deposit records an event on the call's stream (the inputs are ready there) and the
- * stream then waits, in the stream, until the rank's `done` word reaches the ticket: the
- * call returns at once, as NCCL's do.
+ * The deposit records an event on the call's stream (the inputs are ready there).
  *
  * Deposits launch in units, each rank's in call order. A unit is every rank's next deposit
  * when those hold collectives (they must all hold the same ones), or a set of next
  * deposits holding only sends and receives that pair up among themselves (ranks outside
  * the set call nothing). The call that completes a unit launches it: one kernel per device
  * of the clique holding the blocks of every rank of that device, after waiting for every
- * rank's event; then the `done` words of the unit's ranks are written in the stream.
+ * rank's event; then an event per rank of the unit is recorded after the kernels. A call
+ * returns once its unit is launched: a rank whose peers have not called yet waits for them
+ * on the host (briefly spinning, then sleeping, at most BRAID_CUDA_WAIT_TIMEOUT), and its
+ * stream then waits for the unit's event. Every wait between streams is an event, which
+ * CUDA sees: a stream memory wait enqueued before the launch that releases it could hold
+ * that launch up for ever when the two streams share a hardware queue (cuda.h's warning on
+ * stream memory operations; CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-LM sets, puts every
+ * stream in one). Ranks of one GPU whose calls are collectives take the direct kernel
+ * (dev_direct.h), which reads every rank's input in place and writes every output: no FIFO,
+ * one pass over memory.
  *
  * Why one launch for all ranks: a block that waits for a peer's block must wait for
  * something that runs. Kernels of separate launches are co-resident only when the GPU has
  * room and its scheduler puts them side by side, which nothing guarantees (several ranks on
  * one GPU, other work, streams sharing a hardware queue). Blocks of one launch whose grid
  * fits the GPU at once all become resident once earlier work drains, so no wait between
- * them can deadlock. Waiting for a rank that has not called yet happens in the streams
- * (stream memory operations), never on the SMs. Each launch waits only for deposits made
- * before it (a rank's deposits launch in order), so the launch streams cannot deadlock
- * either. What it costs: a unit starts when its slowest rank's call is reached.
+ * them can deadlock. Waiting for a rank that has not called yet happens on the host, never
+ * on the SMs. Each launch waits only for deposits made before it (a rank's deposits launch
+ * in order), so the launch streams cannot deadlock either. What it costs: a unit starts
+ * when its slowest rank's call is reached, and a call returns when its peers have called.
  *
  * Nothing waits for ever without a diagnosis: kernels give up after BRAID_CUDA_WAIT_TIMEOUT
  * and report who they waited for; a watchdog thread per clique fails deposits whose peers
- * never call, naming what each rank did call; either way every waiting stream is released
- * and the error reaches every rank's calls and ncclCommGetAsyncError.
+ * never call, naming what each rank did call, and launches that never finish (a kernel that
+ * never got to run); either way the error reaches every rank's calls and
+ * ncclCommGetAsyncError.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "device.h"
@@ -124,28 +133,9 @@ ncclResult_t br_exec_cuda_attach(br_exec_comm_t *ec, uint64_t hash, int device)
 
 /* ---- failures ---- */
 
-/* No unit launches any more: let every stream that waits go on. The launch streams drain
- * first (finite work: their kernels stop waiting once failed or aborted), so no `done`
- * write of theirs lands after ours. Caller holds cl->mu. */
-static void release_streams(br_clique_t *cl)
-{
-    const br_cuda_t *cu = br_cuda(NULL);
-    if (cl->done == NULL) {
-        return; /* no stream ever waited */
-    }
-    for (int d = 0; d < cl->ndevs; d++) {
-        if (cl->devs[d].stream != NULL) {
-            cu->CtxSetCurrent(cl->devs[d].ctx);
-            cu->StreamSynchronize(cl->devs[d].stream);
-        }
-    }
-    for (int r = 0; r < cl->nranks; r++) {
-        __atomic_store_n(&cl->done[r], 0x7fffffffu, __ATOMIC_RELEASE);
-    }
-}
-
-/* Fail every rank of the clique (sticky) with msg and release the streams. Caller holds
- * cl->mu. */
+/* Fail every rank of the clique (sticky) with msg; calls waiting for their peers return
+ * it. Streams wait only for units that were launched, whose kernels end (a failure or an
+ * abort stops their waits). Caller holds cl->mu. */
 static void clique_fail(br_clique_t *cl, ncclResult_t res, const char *msg)
 {
     if (cl->failed) {
@@ -158,7 +148,6 @@ static void clique_fail(br_clique_t *cl, ncclResult_t res, const char *msg)
             br_exec_fail(cl->ec[r], res, "%s", msg);
         }
     }
-    release_streams(cl);
     pthread_cond_broadcast(&cl->cv);
 }
 
@@ -264,7 +253,10 @@ int br_cuda_unit_p2p(br_clique_t *cl, int a, char *in_unit, int *stack)
     return 1;
 }
 
-/* A descriptor buffer of at least `bytes` whose last launch has finished. */
+/* A descriptor buffer of at least `bytes` whose last launch has finished. One that grows
+ * keeps its old memory until the clique ends: cuMemFreeHost waits for every stream of the
+ * context, and calls that hold cl->mu must never wait for a stream (one may wait for a
+ * launch that needs cl->mu). Growth doubles, so what is kept is at most the final size. */
 static ncclResult_t desc_get(br_clique_t *cl, size_t bytes, int rank, br_cuda_desc_t **out)
 {
     const br_cuda_t *cu = br_cuda(NULL);
@@ -276,18 +268,23 @@ static ncclResult_t desc_get(br_clique_t *cl, size_t bytes, int rank, br_cuda_de
     }
     if (b->cap < bytes) {
         void *p = NULL;
-        size_t cap = 65536;
+        size_t cap = b->cap > 0 ? 2 * b->cap : 65536;
         while (cap < bytes) {
             cap *= 2;
-        }
-        if (b->h != NULL) {
-            cu->MemFreeHost(b->h);
-            b->h = NULL;
-            b->cap = 0;
         }
         BR_CHECK(br_cuda_check(
             cu->MemHostAlloc(&p, cap, BR_CU_MEMHOSTALLOC_PORTABLE | BR_CU_MEMHOSTALLOC_DEVICEMAP),
             "cuMemHostAlloc (descriptors)", rank));
+        if (b->h != NULL) {
+            br_cuda_kept_t *k = NULL;
+            if (br_calloc(&k, 1, "CUDA descriptors") != ncclSuccess) {
+                cu->MemFreeHost(p);
+                return ncclSystemError;
+            }
+            k->desc = b->h; /* freed with the clique's captured launches */
+            k->next = cl->kept;
+            cl->kept = k;
+        }
         b->h = p;
         b->cap = cap;
         BR_CHECK(br_cuda_check(cu->MemHostGetDevicePointer(&b->d, p, 0),
@@ -380,10 +377,13 @@ static ncclResult_t unit_launch_dev(br_clique_t *cl, const char *in_unit, int ra
         br_dev_launch_t L;
         *at_p = br_cuda_desc_fill(cl, desc->h, desc->d, *at_p, b, &L);
         void *params[1] = {&L};
-        BR_CHECK(br_cuda_check(cu->LaunchKernel(dv->fn, (unsigned)b->nblocks, 1, 1,
-                                                BR_DEV_NTHREADS, 1, 1, 0, dv->stream, params,
-                                                NULL),
-                               "cuLaunchKernel", rank));
+        /* Cooperative: its blocks wait for each other, so all of them must be resident
+         * together; a plain launch may start some beside another clique's kernel and
+         * leave the rest waiting for room that kernel, spinning too, never gives back. */
+        BR_CHECK(br_cuda_check(cu->LaunchCooperativeKernel(dv->fn, (unsigned)b->nblocks, 1, 1,
+                                                           BR_DEV_NTHREADS, 1, 1, 0, dv->stream,
+                                                           params),
+                               "cuLaunchCooperativeKernel", rank));
     }
     if (d > 0) {
         BR_CHECK(br_cuda_check(cu->EventRecord(dv->finished, dv->stream), "cuEventRecord", rank));
@@ -391,10 +391,10 @@ static ncclResult_t unit_launch_dev(br_clique_t *cl, const char *in_unit, int ra
     return ncclSuccess;
 }
 
-/* The unit's ranks' done words, on the first device's stream after every device's kernel;
- * the descriptors are free again once that stream gets there. */
-static ncclResult_t unit_done_words(br_clique_t *cl, const char *in_unit, int rank,
-                                    br_cuda_desc_t *desc)
+/* The unit's ranks' done events, on the first device's stream after every device's
+ * kernel; the descriptors are free again once that stream gets there. */
+static ncclResult_t unit_done_events(br_clique_t *cl, const char *in_unit, int rank,
+                                     br_cuda_desc_t *desc)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     br_cuda_dev_t *d0 = &cl->devs[0];
@@ -406,19 +406,124 @@ static ncclResult_t unit_done_words(br_clique_t *cl, const char *in_unit, int ra
     }
     for (int r = 0; r < cl->nranks; r++) {
         if (in_unit[r]) {
+            const br_cuda_rank_t *q = &cl->rank[r];
             BR_CHECK(br_cuda_check(
-                cu->StreamWriteValue32(d0->stream, cl->done_d + (size_t)r * sizeof(uint32_t),
-                                       (uint32_t)(cl->rank[r].launched + 1), 0),
-                "cuStreamWriteValue32", rank));
+                cu->EventRecord(q->done[q->launched % BR_CUDA_QUEUE], d0->stream),
+                "cuEventRecord", rank));
         }
     }
     BR_CHECK(br_cuda_check(cu->EventRecord(desc->done, d0->stream), "cuEventRecord", rank));
     desc->used = 1;
+    desc->since_ns = br_time_ns();
+    for (int r = 0; r < cl->nranks; r++) {
+        if (in_unit[r]) {
+            br_cuda_op_describe(desc->what, sizeof(desc->what), &br_cuda_head(cl, r)->ops[0]);
+            break;
+        }
+    }
     return ncclSuccess;
 }
 
-/* Launch the unit's kernels and write its ranks' done words. Caller holds cl->mu. */
-static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
+/* ---- the direct kernel ---- */
+
+/* Can the unit run on the direct kernel? Every rank on one device, calls that are the
+ * direct kernel's collectives and agree across ranks (those that do not go the FIFO path,
+ * whose build says what is wrong), a PreMulSum scalar the same everywhere. */
+static int direct_fits(const br_clique_t *cl, const char *in_unit)
+{
+    if (cl->ndevs != 1 || cl->nranks > BR_DEV_DIRECT_MAX || BR_PARAM_INT(CUDA_DIRECT) == 0) {
+        return 0;
+    }
+    const br_cuda_dep_t *d0 = br_cuda_head((br_clique_t *)cl, 0);
+    for (int r = 0; r < cl->nranks; r++) {
+        const br_cuda_dep_t *d = br_cuda_head((br_clique_t *)cl, r);
+        if (!in_unit[r] || d->nops != d0->nops) {
+            return 0;
+        }
+        for (int i = 0; i < d->nops; i++) {
+            const br_op_t *a = &d0->ops[i], *b = &d->ops[i];
+            switch (b->func) {
+            case BR_FUNC_ALLREDUCE:
+            case BR_FUNC_BROADCAST:
+            case BR_FUNC_REDUCE:
+            case BR_FUNC_ALLGATHER:
+            case BR_FUNC_REDUCESCATTER: break;
+            default: return 0;
+            }
+            if (b->func != a->func || b->count != a->count || b->type != a->type ||
+                b->root != a->root || b->redop.kind != a->redop.kind ||
+                b->redop.scalar_dev != NULL || b->redop.scalar_f != a->redop.scalar_f ||
+                b->redop.scalar_i != a->redop.scalar_i || b->redop.divisor != a->redop.divisor) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* One collective of the unit (index i of every rank's deposit) on the direct kernel. */
+static ncclResult_t direct_launch(br_clique_t *cl, int i, int rank)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    const br_cuda_dev_t *dv = &cl->devs[0];
+    const br_op_t *op = &br_cuda_head(cl, 0)->ops[i];
+    br_dev_direct_t D;
+    memset(&D, 0, sizeof(D));
+    D.bytes = op->count * br_type_size(op->type);
+    D.nranks = (uint32_t)cl->nranks;
+    D.func = (uint32_t)op->func;
+    D.root = (uint32_t)(op->root >= 0 ? op->root : 0);
+    D.type = (uint32_t)op->type;
+    D.red = (uint32_t)op->redop.kind;
+    D.scalar_f = op->redop.scalar_f;
+    D.scalar_i = op->redop.scalar_i;
+    D.divisor = op->redop.divisor;
+    uintptr_t bits = (uintptr_t)D.bytes;
+    for (int r = 0; r < cl->nranks; r++) {
+        const br_op_t *o = &br_cuda_head(cl, r)->ops[i];
+        D.in[r] = (const char *)o->sendbuff;
+        D.out[r] = (char *)o->recvbuff;
+        bits |= (uintptr_t)o->sendbuff | (uintptr_t)o->recvbuff;
+    }
+    D.aligned = (bits & 15) == 0;
+    uint64_t work = (D.bytes + 15) / 16 * br_dev_direct_segments(&D);
+    if (work == 0) {
+        return ncclSuccess;
+    }
+    /* Enough blocks to keep every SM's memory pipe full; the grid strides over the rest. */
+    uint64_t blocks = (work + BR_DEV_NTHREADS - 1) / BR_DEV_NTHREADS;
+    uint64_t most = (uint64_t)(dv->sms > 0 ? dv->sms : 1) * 4;
+    blocks = blocks > most ? most : blocks;
+    void *params[1] = {&D};
+    return br_cuda_check(cu->LaunchKernel(dv->direct_fn, (unsigned)blocks, 1, 1, BR_DEV_NTHREADS,
+                                          1, 1, 0, dv->stream, params, NULL),
+                         "cuLaunchKernel (direct)", rank);
+}
+
+/* The unit on the direct kernel: after every rank's call was reached on its stream, one
+ * launch per collective, then the ranks' done events. */
+static ncclResult_t direct_unit(br_clique_t *cl, const char *in_unit, int rank)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    br_cuda_dev_t *dv = &cl->devs[0];
+    br_cuda_desc_t *desc = NULL;
+
+    BR_CHECK(desc_get(cl, 0, rank, &desc));
+    BR_CHECK(br_cuda_check(cu->CtxSetCurrent(dv->ctx), "cuCtxSetCurrent", rank));
+    for (int r = 0; r < cl->nranks; r++) {
+        const br_cuda_rank_t *q = &cl->rank[r];
+        BR_CHECK(br_cuda_check(
+            cu->StreamWaitEvent(dv->stream, q->arrive[q->launched % BR_CUDA_QUEUE], 0),
+            "cuStreamWaitEvent", rank));
+    }
+    for (int i = 0; i < br_cuda_head(cl, 0)->nops; i++) {
+        BR_CHECK(direct_launch(cl, i, rank));
+    }
+    return unit_done_events(cl, in_unit, rank, desc);
+}
+
+/* The unit on the FIFO kernels: built, checked against what each device holds, launched. */
+static ncclResult_t fifo_unit(br_clique_t *cl, const char *in_unit, int rank)
 {
     br_cuda_build_t per_dev[BR_CUDA_MAX_DEVS];
     br_cuda_desc_t *desc = NULL;
@@ -433,9 +538,18 @@ static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
         res = unit_launch_dev(cl, in_unit, rank, d, &per_dev[d], desc, &at);
     }
     if (res == ncclSuccess) {
-        res = unit_done_words(cl, in_unit, rank, desc);
+        res = unit_done_events(cl, in_unit, rank, desc);
     }
     br_cuda_build_free(per_dev);
+    return res;
+}
+
+/* Launch the unit's kernels (the direct kernel where it fits, else the FIFO kernels) and
+ * record its ranks' done events. A failure fails the clique. Caller holds cl->mu. */
+static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
+{
+    ncclResult_t res = direct_fits(cl, in_unit) ? direct_unit(cl, in_unit, rank)
+                                                : fifo_unit(cl, in_unit, rank);
     if (res != ncclSuccess && !cl->failed) {
         char m2[256];
         snprintf(m2, sizeof(m2),
@@ -472,7 +586,8 @@ static ncclResult_t launch_ready(br_clique_t *cl, int rank)
         for (int r = 0; r < cl->nranks; r++) {
             if (in_unit[r]) {
                 cl->rank[r].q[cl->rank[r].launched % BR_CUDA_QUEUE].nops = 0;
-                cl->rank[r].launched++;
+                __atomic_store_n(&cl->rank[r].launched, cl->rank[r].launched + 1,
+                                 __ATOMIC_RELEASE);
             }
         }
         progress = 1;
@@ -519,6 +634,40 @@ static void check_stalled(br_clique_t *cl)
     clique_fail(cl, ncclInvalidUsage, msg);
 }
 
+/* Launches whose kernels have not finished long after they were launched: the kernels'
+ * own waits time out, so a launch this late never got to run (the GPU held other work
+ * that does not end, or a stream it waits for is held up). Caller holds cl->mu. */
+static void check_launches(br_clique_t *cl)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    uint64_t limit = wait_limit_ns();
+    char msg[768];
+    if (limit == 0 || cl->failed) {
+        return;
+    }
+    /* The kernels' own timeout first, and some room for the report to land. */
+    limit += 5000000000ull;
+    for (int i = 0; i < BR_CUDA_DESC_BUFS; i++) {
+        br_cuda_desc_t *b = &cl->desc[i];
+        if (!b->used || b->since_ns == 0 || br_time_ns() - b->since_ns < limit) {
+            continue;
+        }
+        cu->CtxSetCurrent(cl->devs[0].ctx);
+        if (cu->EventQuery(b->done) != BR_CU_ERROR_NOT_READY) {
+            b->since_ns = 0; /* finished */
+            continue;
+        }
+        snprintf(msg, sizeof(msg),
+                 "rank 0 (host %s): a device launch of %s has not finished %llu s after it "
+                 "was launched: its kernel never got to run (other work held the GPU, or "
+                 "the launch stream waits behind a stream that does not move; "
+                 "CUDA_DEVICE_MAX_CONNECTIONS puts several streams in one hardware queue)",
+                 br_host_name(), b->what, (unsigned long long)((br_time_ns() - b->since_ns) / 1000000000ull));
+        clique_fail(cl, ncclUnhandledCudaError, msg);
+        return;
+    }
+}
+
 static void *watchdog_main(void *arg)
 {
     br_clique_t *cl = arg;
@@ -534,6 +683,7 @@ static void *watchdog_main(void *arg)
         pthread_cond_timedwait(&cl->cv, &cl->mu, &ts);
         poll_status(cl);
         check_stalled(cl);
+        check_launches(cl);
     }
     pthread_mutex_unlock(&cl->mu);
     return NULL;
@@ -756,6 +906,29 @@ out:
     return res;
 }
 
+/* Until ticket t of rank r is launched, or the clique failed (the watchdog fails deposits
+ * whose peers do not call within BRAID_CUDA_WAIT_TIMEOUT): spins a little, for the usual
+ * case of ranks' threads calling together, then sleeps on cl->cv. Caller holds cl->mu. */
+static void wait_launched(br_clique_t *cl, int r, uint64_t t)
+{
+    uint64_t *launched = &cl->rank[r].launched;
+    if (__atomic_load_n(launched, __ATOMIC_ACQUIRE) > t) {
+        return;
+    }
+    pthread_mutex_unlock(&cl->mu);
+    for (int i = 0; i < 2000 && __atomic_load_n(launched, __ATOMIC_ACQUIRE) <= t &&
+                    !__atomic_load_n(&cl->failed, __ATOMIC_ACQUIRE);
+         i++) {
+        if (i >= 200) {
+            sched_yield();
+        }
+    }
+    pthread_mutex_lock(&cl->mu);
+    while (*launched <= t && !cl->failed) {
+        pthread_cond_wait(&cl->cv, &cl->mu);
+    }
+}
+
 ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream)
 {
     br_clique_t *cl = ec->cuda;
@@ -771,15 +944,21 @@ ncclResult_t br_exec_cuda_wait(br_exec_comm_t *ec, uint64_t ticket, void *stream
     }
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&cl->mu);
+    wait_launched(cl, ec->rank, ticket);
+    if (cl->rank[ec->rank].launched <= ticket) {
+        br_exec_fail(ec, ncclInvalidUsage, "%s", cl->fail_msg);
+        res = ec->error;
+        goto out;
+    }
     res = br_cuda_check(cu->CtxSetCurrent(cl->devs[cl->rank_dev[ec->rank]].ctx), "cuCtxSetCurrent",
                         ec->rank);
     if (res == ncclSuccess) {
-        res = br_cuda_check(cu->StreamWaitValue32((br_cu_stream_t)stream,
-                                                  cl->done_d + (size_t)ec->rank * sizeof(uint32_t),
-                                                  (uint32_t)(ticket + 1),
-                                                  BR_CU_STREAM_WAIT_VALUE_GEQ),
-                            "cuStreamWaitValue32", ec->rank);
+        res = br_cuda_check(
+            cu->StreamWaitEvent((br_cu_stream_t)stream,
+                                cl->rank[ec->rank].done[ticket % BR_CUDA_QUEUE], 0),
+            "cuStreamWaitEvent", ec->rank);
     }
+out:
     pthread_mutex_unlock(&cl->mu);
     cu->CtxSetCurrent(saved);
     return res;
@@ -798,6 +977,9 @@ ncclResult_t br_exec_cuda_submit(br_exec_comm_t *ec, const br_op_t *ops, int nop
 ncclResult_t br_exec_cuda_async_error(br_exec_comm_t *ec)
 {
     br_clique_t *cl = ec->cuda;
+    if (ec->stage != NULL) {
+        return br_exec_cuda_stage_async_error(ec);
+    }
     if (cl != NULL) {
         pthread_mutex_lock(&cl->mu);
         poll_status(cl);
@@ -842,10 +1024,17 @@ int br_exec_cuda_pending(br_exec_comm_t *ec)
         return 0;
     }
     pthread_mutex_lock(&cl->mu);
-    /* Tickets handed out against the `done` word its stream writes (the ticket + 1 of the
-     * last finished one, 32 bits wide). */
-    int pending = (uint32_t)cl->rank[ec->rank].next !=
-                  __atomic_load_n(&cl->done[ec->rank], __ATOMIC_ACQUIRE);
+    /* Deposits not launched yet, or the last launched one's kernels not finished. */
+    const br_cuda_rank_t *q = &cl->rank[ec->rank];
+    int pending = q->next != q->launched;
+    if (!pending && q->launched > 0) {
+        br_cu_context_t saved = NULL;
+        br_cuda(NULL)->CtxGetCurrent(&saved);
+        br_cuda(NULL)->CtxSetCurrent(cl->devs[0].ctx);
+        pending = br_cuda(NULL)->EventQuery(q->done[(q->launched - 1) % BR_CUDA_QUEUE]) ==
+                  BR_CU_ERROR_NOT_READY;
+        br_cuda(NULL)->CtxSetCurrent(saved);
+    }
     pthread_mutex_unlock(&cl->mu);
     return pending;
 }

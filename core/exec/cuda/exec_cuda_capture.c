@@ -127,9 +127,10 @@ static ncclResult_t capture_enqueue(br_clique_t *cl, br_exec_comm_t *const *ecs,
     }
     if (nblocks > 0) {
         void *params[1] = {L};
-        BR_CHECK(br_cuda_check(cu->LaunchKernel(cl->devs[0].fn, (unsigned)nblocks, 1, 1,
-                                                BR_DEV_NTHREADS, 1, 1, 0, s, params, NULL),
-                               "cuLaunchKernel", ecs[0]->rank));
+        /* Cooperative, as eager launches: its blocks wait for each other (exec_cuda.c). */
+        BR_CHECK(br_cuda_check(cu->LaunchCooperativeKernel(cl->devs[0].fn, (unsigned)nblocks, 1,
+                                                           1, BR_DEV_NTHREADS, 1, 1, 0, s, params),
+                               "cuLaunchCooperativeKernel", ecs[0]->rank));
     }
     BR_CHECK(br_cuda_check(cu->EventRecord(kept->finished, s), "cuEventRecord", ecs[0]->rank));
     for (int i = 0; i < n - 1; i++) {

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "dev_direct.h"
 #include "dev_work.h"
 #include "exec.h"
 #include "util_cuda.h"
@@ -26,8 +27,9 @@ typedef struct {
 typedef struct {
     br_cuda_dep_t q[BR_CUDA_QUEUE];      /* ticket t in q[t % BR_CUDA_QUEUE] */
     br_cu_event_t arrive[BR_CUDA_QUEUE]; /* recorded on the rank's stream at the deposit */
+    br_cu_event_t done[BR_CUDA_QUEUE];   /* recorded on the launch stream after its unit */
     uint64_t next;                       /* tickets handed out */
-    uint64_t launched;                   /* tickets launched */
+    uint64_t launched;                   /* tickets launched (read without cl->mu too) */
 } br_cuda_rank_t;
 
 typedef struct {
@@ -35,6 +37,8 @@ typedef struct {
     br_cu_context_t ctx;
     br_cu_module_t mod;
     br_cu_function_t fn;
+    br_cu_function_t direct_fn; /* the direct kernel (dev_direct.h) */
+    int sms;
     br_cu_stream_t stream;  /* launch stream */
     br_cu_event_t finished; /* after its kernel (the first device's stream waits on it) */
     int capacity;           /* blocks of the kernel resident at once */
@@ -46,7 +50,9 @@ typedef struct {
     br_cu_ptr_t d;
     size_t cap;
     br_cu_event_t done;
-    int used; /* done was recorded at least once */
+    int used;          /* done was recorded at least once */
+    uint64_t since_ns; /* when it was last launched (0: seen finished) */
+    char what[96];     /* the launch's first call, for messages */
 } br_cuda_desc_t;
 
 /* A set of FIFOs: one per connection (channel, from, to) of the clique. */
@@ -97,8 +103,6 @@ struct br_cuda_clique {
     br_cuda_flags_t *flags; /* pinned, mapped */
     br_cu_ptr_t flags_d;
     br_cu_ptr_t claim_d; /* device word a failing block claims first */
-    uint32_t *done;      /* [nranks] pinned, mapped: tickets finished per rank */
-    br_cu_ptr_t done_d;
     br_cuda_desc_t desc[BR_CUDA_DESC_BUFS];
     int desc_next;
     /* Failure (sticky): no more launches, every waiting stream released. */

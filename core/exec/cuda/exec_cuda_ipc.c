@@ -20,10 +20,13 @@
  *
  * Who may: ranks on one host, one per process (a process with several ranks uses the
  * clique's launches for them only when they are all its ranks), the driver's IPC and
- * 64-bit stream memory operations, BRAID_CUDA_IPC. The ranks agree at the first device
- * call (two host AllGathers): each says whether it can, with its buffer's IPC handle,
- * then whether it could map everyone's. Either every rank takes the direct path from the
- * second deposit on, or none does, with INFO saying why.
+ * 64-bit stream memory operations, BRAID_CUDA_IPC. The ranks agree when the communicator
+ * is made (two bootstrap AllGathers): each says whether it can, with its buffer's IPC
+ * handle, then whether it could map everyone's. Either every rank takes the direct path
+ * from its first device call on, or none does, with INFO saying why. The set-up loads the
+ * reduce kernel, allocates, maps and frees: calls that wait for every stream of the
+ * context, so it runs before any stream can wait for this rank (at the first deposit, a
+ * stream already waiting for the stager hung the stager that set up: docs/cuda.md).
  *
  * Failures: the stager watches each deposit's end (an event). A peer process that died,
  * or a wait longer than BRAID_CUDA_WAIT_TIMEOUT, fails the communicator naming the rank,
@@ -62,6 +65,8 @@ void br_ipc_decide(br_cuda_stage_t *st)
     for (int q = 0; q < ec->nranks && why == NULL; q++) {
         if (pi[q].machine_hash != pi[ec->rank].machine_hash) {
             why = "ranks are on several hosts";
+        } else if (pi[q].gpu_busid[0] == '\0') {
+            why = "a rank's process has no CUDA device";
         }
         for (int p = 0; p < q && why == NULL; p++) {
             if (pi[p].pid_hash == pi[q].pid_hash) {
@@ -127,8 +132,9 @@ static void hello_make(br_cuda_stage_t *st, ipc_hello_t *h)
         what = "cuStreamCreate";
     } else if ((e = cu->MemAlloc(&s->mine, BR_IPC_INBOX + s->data_bytes)) != BR_CU_SUCCESS) {
         what = "cuMemAlloc of the staging buffer";
-    } else if ((e = cu->MemsetD8(s->mine, 0, BR_IPC_INBOX)) != BR_CU_SUCCESS) {
-        what = "cuMemsetD8";
+    } else if ((e = cu->MemsetD8Async(s->mine, 0, BR_IPC_INBOX, s->aux)) != BR_CU_SUCCESS ||
+               (e = cu->StreamSynchronize(s->aux)) != BR_CU_SUCCESS) {
+        what = "cuMemsetD8Async of the inbox";
     } else if ((e = cu->IpcGetMemHandle(&h->handle, s->mine)) != BR_CU_SUCCESS) {
         what = "cuIpcGetMemHandle";
     }
@@ -139,39 +145,29 @@ static void hello_make(br_cuda_stage_t *st, ipc_hello_t *h)
     h->ok = 1;
 }
 
-/* One host AllGather of `bytes` per rank, run by the stager as the deposit's seq. */
-static ncclResult_t exchange(br_cuda_stage_t *st, const void *mine, void *all, size_t bytes,
-                             uint64_t seq)
+/* One bootstrap AllGather of `bytes` per rank: all[rank] is this rank's on entry. */
+static ncclResult_t exchange(br_cuda_stage_t *st, void *all, size_t bytes)
 {
-    br_op_t op;
-    memset(&op, 0, sizeof(op));
-    op.func = BR_FUNC_ALLGATHER;
-    op.sendbuff = mine;
-    op.recvbuff = all;
-    op.count = bytes;
-    op.type = ncclUint8;
-    op.redop.type = ncclUint8;
-    op.peer = -1;
-    op.seq = seq;
-    ncclResult_t res = st->run(st->run_arg, &op, 1);
+    ncclResult_t res = br_bootstrap_allgather(st->ec->tc->boot, all, bytes);
     if (res != ncclSuccess) {
-        BR_WARN(NCCL_INIT | NCCL_COLL,
+        BR_WARN(NCCL_INIT,
                 "rank %d (host %s): setting up device calls across processes failed (an "
-                "exchange among the ranks at their first device call, #%llu)",
-                st->ec->rank, br_host_name(), (unsigned long long)seq);
+                "exchange among the ranks while the communicator was made)",
+                st->ec->rank, br_host_name());
     }
     return res;
 }
 
-void br_ipc_setup(br_cuda_stage_t *st, uint64_t seq)
+ncclResult_t br_ipc_setup(br_cuda_stage_t *st)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     br_exec_comm_t *ec = st->ec;
     ipc_state_t *s = &st->ipc;
     int n = ec->nranks, r = ec->rank, opened = 0, state = -1;
     ipc_hello_t mine, *all = NULL;
-    int32_t ok, *oks = NULL;
+    int32_t *oks = NULL;
     char why[200] = "";
+    ncclResult_t res = ncclSuccess;
 
     hello_make(st, &mine);
     if (br_calloc(&all, (size_t)n, "CUDA IPC set-up") != ncclSuccess ||
@@ -179,13 +175,15 @@ void br_ipc_setup(br_cuda_stage_t *st, uint64_t seq)
         br_calloc(&s->peer, (size_t)n, "CUDA IPC set-up") != ncclSuccess ||
         br_calloc(&s->pid, (size_t)n, "CUDA IPC set-up") != ncclSuccess) {
         snprintf(why, sizeof(why), "out of memory");
-        goto out; /* the exchange below is not reached: the communicator fails anyway */
+        res = ncclSystemError;
+        goto out;
     }
-    if (exchange(st, &mine, all, sizeof(mine), seq) != ncclSuccess) {
+    all[r] = mine;
+    if ((res = exchange(st, all, sizeof(mine))) != ncclSuccess) {
         snprintf(why, sizeof(why), "the set-up exchange failed");
         goto out;
     }
-    ok = 1;
+    int32_t ok = 1;
     for (int q = 0; q < n; q++) {
         s->pid[q] = all[q].pid;
         if (!all[q].ok && ok) {
@@ -208,7 +206,8 @@ void br_ipc_setup(br_cuda_stage_t *st, uint64_t seq)
         }
         opened++;
     }
-    if (exchange(st, &ok, oks, sizeof(ok), seq) != ncclSuccess) {
+    oks[r] = ok;
+    if ((res = exchange(st, oks, sizeof(ok))) != ncclSuccess) {
         snprintf(why, sizeof(why), "the set-up exchange failed");
         goto out;
     }
@@ -247,12 +246,10 @@ out:
                 "path (%s)",
                 r, why);
     }
-    pthread_mutex_lock(&st->mu);
     s->state = state;
-    pthread_cond_broadcast(&st->cv);
-    pthread_mutex_unlock(&st->mu);
     free(all);
     free(oks);
+    return res;
 }
 
 int br_ipc_handles(const br_op_t *op)
@@ -477,6 +474,19 @@ static void laggards(br_cuda_stage_t *st, uint64_t gen, char *buf, size_t len)
     }
 }
 
+int br_ipc_peer_failed(br_cuda_stage_t *st)
+{
+    char why[600], msg[900];
+    int from = -1;
+    if (st->failed || !br_bootstrap_poll_abort(st->ec->tc->boot, &from, why, sizeof(why))) {
+        return 0;
+    }
+    snprintf(msg, sizeof(msg), "rank %d (host %s): rank %d reported a failure: %s", st->ec->rank,
+             br_host_name(), from, why);
+    br_stage_fail(st, ncclRemoteError, msg);
+    return 1;
+}
+
 int br_ipc_watch(br_cuda_stage_t *st)
 {
     const br_cuda_t *cu = br_cuda(NULL);
@@ -492,6 +502,9 @@ int br_ipc_watch(br_cuda_stage_t *st)
     if (s->fl_done == s->fl_next || st->failed) {
         return s->fl_done < s->fl_next;
     }
+    if (br_ipc_peer_failed(st)) {
+        return 1;
+    }
     const ipc_flight_t *f = &s->flight[s->fl_done % BR_IPC_INFLIGHT];
     uint64_t waited = br_time_ns() - f->since_ns;
     if (waited < 100000000ull) {
@@ -502,6 +515,7 @@ int br_ipc_watch(br_cuda_stage_t *st)
             snprintf(msg, sizeof(msg),
                      "rank %d (pid %d on host %s) died while rank %d's device %s waited for it", q,
                      s->pid[q], ec->tc->peers[q].host, ec->rank, f->what);
+            br_bootstrap_abort_notify(ec->tc->boot, msg);
             br_stage_fail(st, ncclRemoteError, msg);
             return 1;
         }
@@ -509,11 +523,22 @@ int br_ipc_watch(br_cuda_stage_t *st)
     uint64_t limit = (uint64_t)BR_PARAM_INT(CUDA_WAIT_TIMEOUT) * 1000000000ull;
     if (limit > 0 && waited > limit) {
         laggards(st, f->gen, who, sizeof(who));
-        snprintf(msg, sizeof(msg),
-                 "rank %d (host %s): device %s waited %llu s for rank(s) %s, whose streams "
-                 "have not reached it",
-                 ec->rank, br_host_name(), f->what, (unsigned long long)(waited / 1000000000ull),
-                 who);
+        if (who[0] != '\0') {
+            snprintf(msg, sizeof(msg),
+                     "rank %d (host %s): device %s waited %llu s for rank(s) %s, whose streams "
+                     "have not reached it",
+                     ec->rank, br_host_name(), f->what,
+                     (unsigned long long)(waited / 1000000000ull), who);
+        } else {
+            snprintf(msg, sizeof(msg),
+                     "rank %d (host %s): device %s has not finished after %llu s: every peer's "
+                     "stream reached it; this rank's own stream has not reached it",
+                     ec->rank, br_host_name(), f->what,
+                     (unsigned long long)(waited / 1000000000ull));
+        }
+        /* The peers first: once this rank's stream is released it passes its barriers, and
+         * their streams with it; they must know the results are not to be trusted. */
+        br_bootstrap_abort_notify(ec->tc->boot, msg);
         br_stage_fail(st, ncclInvalidUsage, msg);
     }
     return 1;

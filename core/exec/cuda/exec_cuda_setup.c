@@ -47,12 +47,15 @@ static ncclResult_t dev_setup(br_clique_t *cl, br_cuda_dev_t *d, int rank)
         return ncclUnhandledCudaError;
     }
     CU(cu->ModuleGetFunction(&d->fn, d->mod, BR_DEV_KERNEL_NAME), "cuModuleGetFunction", rank);
+    CU(cu->ModuleGetFunction(&d->direct_fn, d->mod, BR_DEV_DIRECT_KERNEL_NAME),
+       "cuModuleGetFunction", rank);
     CU(cu->StreamCreate(&d->stream, BR_CU_STREAM_NON_BLOCKING), "cuStreamCreate", rank);
     CU(cu->EventCreate(&d->finished, BR_CU_EVENT_DISABLE_TIMING), "cuEventCreate", rank);
     CU(cu->DeviceGetAttribute(&sms, BR_CU_DEV_ATTR_SM_COUNT, dev), "cuDeviceGetAttribute", rank);
     CU(cu->OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, d->fn, BR_DEV_NTHREADS, 0),
        "cuOccupancyMaxActiveBlocksPerMultiprocessor", rank);
     d->capacity = sms * per_sm;
+    d->sms = sms;
     (void)cl;
     return ncclSuccess;
 }
@@ -190,7 +193,8 @@ ncclResult_t br_cuda_setup(br_clique_t *cl, int rank)
     }
     CU(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", rank);
     CU(cu->MemAlloc(&cl->claim_d, 64), "cuMemAlloc (failure claim)", rank);
-    CU(cu->MemsetD8(cl->claim_d, 0, 64), "cuMemsetD8", rank);
+    CU(cu->MemsetD8Async(cl->claim_d, 0, 64, cl->devs[0].stream), "cuMemsetD8Async", rank);
+    CU(cu->StreamSynchronize(cl->devs[0].stream), "cuStreamSynchronize", rank);
     void *fh = NULL;
     CU(cu->MemHostAlloc(&fh, sizeof(br_cuda_flags_t),
                         BR_CU_MEMHOSTALLOC_PORTABLE | BR_CU_MEMHOSTALLOC_DEVICEMAP),
@@ -198,17 +202,18 @@ ncclResult_t br_cuda_setup(br_clique_t *cl, int rank)
     memset(fh, 0, sizeof(br_cuda_flags_t));
     cl->flags = fh;
     CU(cu->MemHostGetDevicePointer(&cl->flags_d, fh, 0), "cuMemHostGetDevicePointer", rank);
-    fh = NULL;
-    CU(cu->MemHostAlloc(&fh, (size_t)cl->nranks * sizeof(uint32_t),
-                        BR_CU_MEMHOSTALLOC_PORTABLE | BR_CU_MEMHOSTALLOC_DEVICEMAP),
-       "cuMemHostAlloc (done words)", rank);
-    memset(fh, 0, (size_t)cl->nranks * sizeof(uint32_t));
-    cl->done = fh;
-    CU(cu->MemHostGetDevicePointer(&cl->done_d, fh, 0), "cuMemHostGetDevicePointer", rank);
     for (int r = 0; r < cl->nranks; r++) {
         CU(cu->CtxSetCurrent(cl->devs[cl->rank_dev[r]].ctx), "cuCtxSetCurrent", rank);
         for (int i = 0; i < BR_CUDA_QUEUE; i++) {
             CU(cu->EventCreate(&cl->rank[r].arrive[i], BR_CU_EVENT_DISABLE_TIMING), "cuEventCreate",
+               rank);
+        }
+    }
+    /* Done events are recorded on the first device's launch stream. */
+    CU(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", rank);
+    for (int r = 0; r < cl->nranks; r++) {
+        for (int i = 0; i < BR_CUDA_QUEUE; i++) {
+            CU(cu->EventCreate(&cl->rank[r].done[i], BR_CU_EVENT_DISABLE_TIMING), "cuEventCreate",
                rank);
         }
     }
@@ -237,7 +242,9 @@ ncclResult_t br_cuda_fifos_alloc(br_clique_t *cl, br_cuda_fifos_t *f, int rank)
     BR_CHECK_GOTO(br_calloc(&f->mem, (size_t)(cl->nconn > 0 ? cl->nconn : 1), "CUDA FIFOs"), res,
                   out);
     /* Each FIFO in its receiver's GPU, zeroed: no LL or LL128 line looks current before
-     * its sender first writes the slot. */
+     * its sender first writes the slot. Zeroed and filled on each device's launch stream,
+     * which is then synchronised: the synchronous memset and copy would run on the legacy
+     * stream, which kernels on non-blocking streams do not wait for. */
     for (int i = 0; i < cl->nconn; i++) {
         int to = cl->conn_key[3 * i + 2];
         br_cuda_dev_t *d = &cl->devs[cl->rank_dev[to]];
@@ -247,9 +254,9 @@ ncclResult_t br_cuda_fifos_alloc(br_clique_t *cl, br_cuda_fifos_t *f, int rank)
             br_cuda_check(cu->MemAlloc(&m, slot * BR_STEPS + ctl), "cuMemAlloc (FIFO)", rank), res,
             out);
         f->mem[i] = m;
-        BR_CHECK_GOTO(
-            br_cuda_check(cu->MemsetD8(m, 0, slot * BR_STEPS + ctl), "cuMemsetD8 (FIFO)", rank),
-            res, out);
+        BR_CHECK_GOTO(br_cuda_check(cu->MemsetD8Async(m, 0, slot * BR_STEPS + ctl, d->stream),
+                                    "cuMemsetD8Async (FIFO)", rank),
+                      res, out);
         conns[i].buf = (char *)(uintptr_t)m;
         conns[i].slot_bytes = slot;
         conns[i].tail = (uint64_t *)(uintptr_t)(m + slot * BR_STEPS);
@@ -261,9 +268,17 @@ ncclResult_t br_cuda_fifos_alloc(br_clique_t *cl, br_cuda_fifos_t *f, int rank)
     BR_CHECK_GOTO(
         br_cuda_check(cu->MemAlloc(&f->conn_d, conn_bytes), "cuMemAlloc (connections)", rank), res,
         out);
-    BR_CHECK_GOTO(br_cuda_check(cu->Memcpy(f->conn_d, (br_cu_ptr_t)(uintptr_t)conns, conn_bytes),
-                                "cuMemcpy (connections)", rank),
+    BR_CHECK_GOTO(br_cuda_check(cu->MemcpyHtoDAsync(f->conn_d, conns, conn_bytes,
+                                                     cl->devs[0].stream),
+                                "cuMemcpyHtoDAsync (connections)", rank),
                   res, out);
+    for (int d = 0; d < cl->ndevs; d++) {
+        BR_CHECK_GOTO(br_cuda_check(cu->CtxSetCurrent(cl->devs[d].ctx), "cuCtxSetCurrent", rank),
+                      res, out);
+        BR_CHECK_GOTO(br_cuda_check(cu->StreamSynchronize(cl->devs[d].stream),
+                                    "cuStreamSynchronize (FIFOs)", rank),
+                      res, out);
+    }
 out:
     free(conns);
     return res;
@@ -332,6 +347,9 @@ void br_cuda_teardown(br_clique_t *cl)
             if (cl->rank[r].arrive[i] != NULL) {
                 cu->EventDestroy(cl->rank[r].arrive[i]);
             }
+            if (cl->rank[r].done[i] != NULL) {
+                cu->EventDestroy(cl->rank[r].done[i]);
+            }
         }
     }
     for (int i = 0; i < BR_CUDA_DESC_BUFS; i++) {
@@ -344,9 +362,6 @@ void br_cuda_teardown(br_clique_t *cl)
     }
     if (cl->flags != NULL) {
         cu->MemFreeHost(cl->flags);
-    }
-    if (cl->done != NULL) {
-        cu->MemFreeHost(cl->done);
     }
     for (int d = 0; d < cl->ndevs; d++) {
         br_cu_device_t dev;

@@ -227,18 +227,19 @@ static void *stager_main(void *arg)
         }
         uint64_t t = st->taken;
         stage_slot_t *s = &st->slot[t % BR_CUDA_QUEUE];
-        int setup = st->ipc.state == 0;
         pthread_mutex_unlock(&st->mu);
         ncclResult_t res = ncclSuccess;
         int ready = wait_ready(st, t, why, sizeof(why));
         if (ready == 0) {
-            if (setup) {
-                br_ipc_setup(st, s->ops[0].seq); /* with the first deposit, on every rank */
-            }
             res = stage_run(st, s);
         } else if (ready == -2) {
             /* The peers wait for this rank in the host executor: they learn why now. */
             br_bootstrap_abort_notify(st->ec->tc->boot, why);
+        }
+        if (ready == 0 && res == ncclSuccess) {
+            /* Published before st->mu: a depositing thread may hold it while the stream
+             * that waits for this word holds up others (its hardware queue). */
+            __atomic_store_n(done_word(st, t), slot_value(t), __ATOMIC_RELEASE);
         }
         pthread_mutex_lock(&st->mu);
         if (ready == -2) {
@@ -302,7 +303,10 @@ ncclResult_t br_exec_cuda_attach_staged(br_exec_comm_t *ec, int device, br_cuda_
                                     "cuEventCreate", ec->rank),
                       res, fail);
     }
-    br_ipc_decide(st); /* before the stager reads it */
+    br_ipc_decide(st);
+    if (st->ipc.state == 0) {
+        BR_CHECK_GOTO(br_ipc_setup(st), res, fail);
+    }
     if (pthread_create(&st->thread, NULL, stager_main, st) != 0) {
         BR_WARN(NCCL_INIT, "rank %d: cannot start the thread that stages device calls", ec->rank);
         res = ncclSystemError;
@@ -328,24 +332,40 @@ static void stage_unregister(br_cuda_stage_t *st, stage_slot_t *s)
     }
 }
 
-/* Slot s big enough for the layout's `bytes`, its previous use copied out. Caller holds
- * st->mu; the current context is the stager's. */
+/* Wait, with st->mu released, until the stream copied slot s's last deposit out (its
+ * `freed` event): the stream may wait behind other streams in its hardware queue, and
+ * those for the stager, which takes st->mu to finish a deposit. Caller holds st->mu;
+ * ticket t is not handed out yet, so neither the stager nor the stream touches s. */
+static ncclResult_t slot_drained(br_cuda_stage_t *st, stage_slot_t *s)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    br_cu_result_t e = BR_CU_SUCCESS;
+    uint64_t start = br_time_ns();
+    if (!s->used) {
+        return ncclSuccess;
+    }
+    pthread_mutex_unlock(&st->mu);
+    for (unsigned i = 0; (e = cu->EventQuery(s->freed)) == BR_CU_ERROR_NOT_READY; i++) {
+        stage_backoff(i, i < 64 ? 0 : br_time_ns() - start);
+    }
+    pthread_mutex_lock(&st->mu);
+    return br_cuda_check(e, "cuEventQuery", st->ec->rank);
+}
+
+/* Slot s big enough for the layout's `bytes`, its previous use copied out. A slot that
+ * grows keeps its old buffer until the communicator ends: cuMemFreeHost waits for every
+ * stream of the context, and a stream may be waiting for this very stager (a deposit
+ * made earlier, or another communicator's). Growth at least doubles, so what is kept is
+ * at most the final size again. Caller holds st->mu; the current context is the stager's. */
 static ncclResult_t slot_ready(br_cuda_stage_t *st, stage_slot_t *s, int nops, size_t bytes)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     int rank = st->ec->rank;
-    if (s->used) {
-        BR_CHECK(br_cuda_check(cu->EventSynchronize(s->freed), "cuEventSynchronize", rank));
-    }
+    BR_CHECK(slot_drained(st, s));
     if (s->mem_bytes < bytes) {
         size_t want = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
         void *p = NULL;
-        if (s->mem != NULL) {
-            stage_unregister(st, s);
-            cu->MemFreeHost(s->mem);
-            s->mem = NULL;
-            s->mem_bytes = 0;
-        }
+        want = want < 2 * s->mem_bytes ? 2 * s->mem_bytes : want;
         br_cu_result_t e = cu->MemHostAlloc(&p, want, BR_CU_MEMHOSTALLOC_PORTABLE);
         if (e != BR_CU_SUCCESS) {
             BR_WARN(NCCL_ALLOC,
@@ -353,6 +373,17 @@ static ncclResult_t slot_ready(br_cuda_stage_t *st, stage_slot_t *s, int nops, s
                     "calls across processes: %s",
                     rank, br_host_name(), want, br_cuda_error_string(e));
             return ncclSystemError;
+        }
+        if (s->mem != NULL) {
+            stage_unregister(st, s);
+            stage_retired_t *old = malloc(sizeof(*old));
+            if (old == NULL) {
+                cu->MemFreeHost(p);
+                return ncclSystemError;
+            }
+            old->mem = s->mem;
+            old->next = st->retired;
+            st->retired = old;
         }
         s->mem = p;
         s->mem_bytes = want;
@@ -400,6 +431,10 @@ static ncclResult_t stage_put(br_cuda_stage_t *st, const br_op_t *ops, int nops,
     uint64_t t = st->next;
     stage_slot_t *s = &st->slot[t % BR_CUDA_QUEUE];
     BR_CHECK(slot_ready(st, s, nops, bytes));
+    if (st->failed) { /* while slot_ready waited without st->mu */
+        BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", ec->rank, ec->error_msg);
+        return ec->error != ncclSuccess ? ec->error : ncclInvalidUsage;
+    }
     bytes = 0;
     for (int i = 0; i < nops; i++) {
         stage_layout_t *l = &s->lay[i];
@@ -510,10 +545,6 @@ ncclResult_t br_exec_cuda_stage_deposit(br_exec_comm_t *ec, const br_op_t *ops, 
     *ticket_p = BR_CUDA_NO_TICKET;
     cu->CtxGetCurrent(&saved);
     pthread_mutex_lock(&st->mu);
-    /* Whether the direct path is on is settled with the first deposit, on every rank. */
-    while (!st->failed && st->ipc.state == 0 && st->next > 0) {
-        pthread_cond_wait(&st->cv, &st->mu);
-    }
     if (st->failed) {
         res = ec->error != ncclSuccess ? ec->error : ncclInvalidUsage;
         BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", ec->rank, ec->error_msg);
@@ -599,6 +630,15 @@ out:
     return res;
 }
 
+ncclResult_t br_exec_cuda_stage_async_error(br_exec_comm_t *ec)
+{
+    br_cuda_stage_t *st = ec->stage;
+    pthread_mutex_lock(&st->mu);
+    br_ipc_peer_failed(st);
+    pthread_mutex_unlock(&st->mu);
+    return ec->error;
+}
+
 void br_exec_cuda_stage_quiesce(br_exec_comm_t *ec)
 {
     br_cuda_stage_t *st = ec->stage;
@@ -673,6 +713,12 @@ void br_exec_cuda_stage_detach(br_exec_comm_t *ec)
         }
         free(s->ops);
         free(s->lay);
+    }
+    while (st->retired != NULL) {
+        stage_retired_t *old = st->retired;
+        st->retired = old->next;
+        cu->MemFreeHost(old->mem);
+        free(old);
     }
     br_ipc_free(st);
     if (st->words != NULL) {

@@ -45,7 +45,7 @@ typedef struct {
  * the first BR_IPC_INBOX bytes of each hold an inbox, word q written by rank q's stream
  * when it passes a barrier. */
 typedef struct {
-    int state;         /* 0 not known yet (set up with the first deposit), 1 on, -1 off */
+    int state;         /* 0 not known yet (set up when the communicator is made), 1 on, -1 off */
     size_t data_bytes; /* bytes of each rank's staging after the inbox */
     br_cu_ptr_t mine;  /* this rank's staging (cuMemAlloc) */
     br_cu_ptr_t *peer; /* [nranks]: each rank's, mapped with cuIpcOpenMemHandle */
@@ -59,6 +59,12 @@ typedef struct {
     uint64_t fl_next, fl_done; /* deposits given, and seen complete */
 } ipc_state_t;
 
+/* Staging a slot outgrew, kept until the communicator ends (exec_cuda_stage.c). */
+typedef struct stage_retired {
+    void *mem;
+    struct stage_retired *next;
+} stage_retired_t;
+
 struct br_cuda_stage {
     br_exec_comm_t *ec;
     int device;
@@ -70,6 +76,7 @@ struct br_cuda_stage {
     pthread_t thread;
     int started, stop;
     stage_slot_t slot[BR_CUDA_QUEUE];
+    stage_retired_t *retired;
     uint32_t *words; /* pinned, mapped: ready[QUEUE], then done[QUEUE] */
     br_cu_ptr_t words_d;
     uint64_t next;  /* tickets handed out */
@@ -87,15 +94,16 @@ struct br_cuda_stage {
 void br_stage_fail(br_cuda_stage_t *st, ncclResult_t res, const char *why);
 
 /* exec_cuda_ipc.c */
-/* May this communicator use the direct path at all (one host, one rank per process, the
- * driver's IPC and 64-bit stream operations, BRAID_CUDA_IPC)? Sets ipc.state to 0 (to be
- * set up with the first deposit) or -1, saying why at INFO. Same answer on every rank, except
- * for what a rank's own driver or settings lack, which the set-up exchange shares. */
+/* May this communicator use the direct path at all (one host, one rank per process, every
+ * rank with a GPU, BRAID_CUDA_IPC)? Sets ipc.state to 0 (to be set up) or -1, saying why
+ * at INFO. Same answer on every rank, except for what a rank's own driver or settings
+ * lack, which the set-up exchange shares. */
 void br_ipc_decide(br_cuda_stage_t *st);
-/* With the first deposit, in the stager, before running it: allocate, exchange handles
- * (two host AllGathers under the deposit's sequence number), map the peers'; ipc.state
- * becomes 1 or -1 on every rank alike. seq: the deposit's first call's. */
-void br_ipc_setup(br_cuda_stage_t *st, uint64_t seq);
+/* When the communicator is made, before any stream can wait for this rank: load the reduce
+ * kernel, allocate, exchange handles (two bootstrap AllGathers), map the peers'; ipc.state
+ * becomes 1 or -1 on every rank alike. Fails only when the exchange does (the ranks could
+ * not agree); a rank that cannot take the direct path says so in the exchange. */
+ncclResult_t br_ipc_setup(br_cuda_stage_t *st);
 /* Is op a call the direct path runs (a collective)? */
 int br_ipc_handles(const br_op_t *op);
 /* Enqueue op on its stream (direct path on). Caller holds st->mu, in the stager's context. */
@@ -106,6 +114,9 @@ ncclResult_t br_ipc_flight_add(br_cuda_stage_t *st, br_cu_stream_t stream, const
  * waiting past BRAID_CUDA_WAIT_TIMEOUT, or for a peer whose process died, fails the
  * communicator naming who. Returns whether any is still in flight. Caller holds st->mu. */
 int br_ipc_watch(br_cuda_stage_t *st);
+/* Has a peer reported a failure (a bootstrap abort notice)? Then the communicator fails
+ * naming it, and 1 is returned. Caller holds st->mu. */
+int br_ipc_peer_failed(br_cuda_stage_t *st);
 /* Let this rank's stream pass every barrier (the communicator failed). */
 void br_ipc_release(br_cuda_stage_t *st);
 /* Unmap and free (the streams are done with it). */

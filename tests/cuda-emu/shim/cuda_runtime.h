@@ -26,6 +26,7 @@ int cuDevicePrimaryCtxRetain(void **, int);
 int cuCtxSetCurrent(void *);
 int cuMemAlloc_v2(unsigned long long *, size_t);
 int cuMemFree_v2(unsigned long long);
+int cuCtxSynchronize(void);
 int cuMemcpy(unsigned long long, unsigned long long, size_t);
 int cuMemsetD8Async(unsigned long long, unsigned char, size_t, void *);
 int cuMemcpyAsync(unsigned long long, unsigned long long, size_t, void *);
@@ -102,7 +103,7 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, 
  * landed when it returns, and no stream has work then. */
 static inline cudaError_t cudaDeviceSynchronize(void)
 {
-    return cudaSuccess;
+    return emu_err(cuCtxSynchronize());
 }
 
 static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
