@@ -39,5 +39,5 @@ cat <<EOT
 device tool, run:
   carry: ["$rel/bin", "$rel/lib", ".gpu-carry/lib", ".gpu-carry/cudart", ".gpu-carry/nccl-tests-bin.tgz"]
   command: export R=\$OUT; c=/usr/local/cuda/lib64; [ -e \$c/libcudart.so.13 ] || c=\$PWD/.gpu-carry/cudart; export LD_LIBRARY_PATH=\$c; chmod +x $rel/bin/*; OUT=/tmp/g bash tests/gpu/run.sh \$PWD/$rel 2>&1 | tee \$R/run.log; tar czf \$R/gpu-out.tgz --exclude='*.json' -C /tmp g
-  timeout_s: 540 (run.sh keeps to BRAID_GPU_BUDGET, 480 s by default)
+  timeout_s: 520 (run.sh keeps to BRAID_GPU_BUDGET, 450 s by default; --smoke: 170 s, timeout_s 200)
 EOT

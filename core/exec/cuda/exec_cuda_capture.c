@@ -200,7 +200,7 @@ static void deposits_commit(br_clique_t *cl, br_exec_comm_t *const *ecs, int n,
     for (int i = 0; i < n; i++) {
         br_cuda_rank_t *q = &cl->rank[ecs[i]->rank];
         q->q[q->launched % BR_CUDA_QUEUE].nops = 0;
-        q->launched++;
+        __atomic_store_n(&q->launched, q->launched + 1, __ATOMIC_RELEASE); /* read unlocked */
     }
     kept->next = cl->kept;
     cl->kept = kept;
