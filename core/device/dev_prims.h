@@ -556,13 +556,27 @@ BR_DEV_HD void br_dev_reduce_n(const br_dev_reduce_t *P, int b, int nb)
     }
 }
 
+/* The block's copy of work item `from` (in descriptor memory, which may be host-mapped):
+ * every thread copies 16-byte words of it, so the item crosses PCIe once per block instead
+ * of once per read (its fields are read on every poll of a wait). */
+BR_DEV_HD void br_dev_work_load(br_dev_work_t *to, const br_dev_work_t *from)
+{
+    const br_dev_v2_t *s = (const br_dev_v2_t *)from;
+    br_dev_v2_t *d = (br_dev_v2_t *)to;
+    for (uint32_t k = (uint32_t)BR_DEV_TID; k < sizeof(br_dev_work_t) / 16;
+         k += (uint32_t)BR_DEV_NTHR) {
+        d[k] = s[k];
+    }
+    BR_DEV_SYNC();
+}
+
 /*
  * Block b of launch L runs its work items in order; it stops at the first failure (its own,
- * reported in L, or another block's). pick and bad are block-wide scratch: shared memory
- * under CUDA, the caller's variables in the host build.
+ * reported in L, or another block's). pick, bad and the work item's copy `w` are block-wide
+ * scratch: shared memory under CUDA, the caller's variables in the host build.
  */
 BR_DEV_HD void br_dev_run_block_with(const br_dev_launch_t *L, int b, volatile int *pick,
-                                     volatile int *bad)
+                                     volatile int *bad, br_dev_work_t *w)
 {
     const br_dev_block_t *B = &L->blocks[b];
     if (BR_DEV_TID == 0) {
@@ -570,7 +584,8 @@ BR_DEV_HD void br_dev_run_block_with(const br_dev_launch_t *L, int b, volatile i
     }
     BR_DEV_SYNC();
     for (uint32_t i = 0; i < B->nworks; i++) {
-        const br_dev_work_t *w = &L->works[B->first + i];
+        BR_DEV_SYNC(); /* every thread is done with the previous item's copy */
+        br_dev_work_load(w, &L->works[B->first + i]);
         if (w->kind == BR_DEV_WORK_COPY) {
             br_dev_copy(w);
             BR_DEV_SYNC();
@@ -594,13 +609,15 @@ BR_DEV_HD void br_dev_run_block_with(const br_dev_launch_t *L, int b, volatile i
 BR_DEV_HD void br_dev_run_block(const br_dev_launch_t *L, int b)
 {
     __shared__ int pick, bad;
-    br_dev_run_block_with(L, b, &pick, &bad);
+    __shared__ __align__(16) br_dev_work_t w;
+    br_dev_run_block_with(L, b, &pick, &bad, &w);
 }
 #else
 static inline void br_dev_run_block(const br_dev_launch_t *L, int b)
 {
     int pick = 0, bad = 0;
-    br_dev_run_block_with(L, b, &pick, &bad);
+    br_dev_work_t w __attribute__((aligned(16)));
+    br_dev_run_block_with(L, b, &pick, &bad, &w);
 }
 #endif
 

@@ -604,11 +604,18 @@ static const char *failed_call(ncclComm_t comm, cudaStream_t s, int rank, float 
     alarm(120);
     CUDA_OK(cudaStreamSynchronize(s));
     alarm(0);
+    /* Asynchronous errors are polled, as PyTorch's watchdog does: a peer's failure notice
+     * may land just after this rank's stream was released. */
     ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm, &async);
+    for (int i = 0; i < 100 && res == ncclSuccess && async == ncclSuccess; i++) {
+        ncclCommGetAsyncError(comm, &async);
+        if (async == ncclSuccess) {
+            usleep(50000);
+        }
+    }
     const char *msg = ncclGetLastError(comm);
     EXPECT(res != ncclSuccess || async != ncclSuccess,
-           "process rank %d: an AllReduce that could not complete reported nothing", rank);
+           "process rank %d: an AllReduce that could not complete reported nothing in 5 s", rank);
     EXPECT(strstr(msg, needle) != NULL, "process rank %d: the error does not say '%s': '%s'", rank,
            needle, msg);
     return msg;

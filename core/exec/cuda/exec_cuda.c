@@ -48,6 +48,9 @@
 #include "exec_cuda_int.h"
 #include "util.h"
 
+/* Kernels copy a work item into shared memory in 16-byte words (dev_prims.h). */
+_Static_assert(sizeof(br_dev_work_t) % 16 == 0, "br_dev_work_t is not a whole number of 16 bytes");
+
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static br_clique_t *registry;
 
