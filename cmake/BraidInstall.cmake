@@ -37,7 +37,14 @@ endforeach()
 foreach(tool braid-info braid-perf braid-perf-mpi braid-sim braid-demo)
   if(TARGET ${tool})
     set_target_properties(${tool} PROPERTIES INSTALL_RPATH "${braid_tool_rpath}")
-    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT braid)
+    # braid-perf-mpi (built where CMake finds MPI) is installed, but not packaged: the
+    # package would then depend on one MPI for everyone.
+    if(tool STREQUAL "braid-perf-mpi")
+      set(component mpi)
+    else()
+      set(component braid)
+    endif()
+    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ${component})
   endif()
 endforeach()
 install(PROGRAMS ${CMAKE_SOURCE_DIR}/tools/braid-trace-merge/braid-trace-merge
@@ -86,4 +93,6 @@ set(CPACK_DEBIAN_PACKAGE_CONFLICTS "libnccl2, libnccl-dev")
 set(CPACK_DEBIAN_PACKAGE_REPLACES "libnccl2, libnccl-dev")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3") # braid-trace-merge
 set(CPACK_STRIP_FILES OFF)
+# One package, of the "braid" component only (build dir; project; component; subdir).
+set(CPACK_INSTALL_CMAKE_PROJECTS "${CMAKE_BINARY_DIR};braid;braid;/")
 include(CPack)

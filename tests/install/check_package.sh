@@ -19,6 +19,8 @@ for field in "Package: braid" "Provides: libnccl2, libnccl-dev" "Conflicts: libn
     grep -qF " $field" "$tmp/info" || { echo "FAIL: no '$field'"; exit 1; }
 done
 grep -E "^ Depends:.*libhwloc" "$tmp/info" || { echo "FAIL: Depends lacks libhwloc"; exit 1; }
+# braid-perf-mpi stays out: the package must not depend on one MPI for everyone.
+! grep -E "^ Depends:.*(mpi|libcudart)" "$tmp/info" || { echo "FAIL: Depends names MPI or CUDA"; exit 1; }
 dpkg-deb -c "$deb" > "$tmp/contents"
 for f in ./usr/include/nccl.h ./usr/lib/libnccl.so.2 ./usr/lib/libbraid.so \
     ./usr/lib/libnccl-net-socket.so ./usr/lib/pkgconfig/braid.pc \
