@@ -14,9 +14,9 @@ esac
 pkgs=(build-essential cmake pkg-config libhwloc-dev)
 # The tests: Check, the libfabric and verbs plugins (plugins/net-ofi, plugins/net-ib),
 # the tools the tests call, and Open MPI (the MPI example of docs/guide-hpc.md and
-# braid-perf-mpi, run by the docs_guide_hpc test); the rest runs net-ib's tests in a QEMU guest on this machine's
-# root with soft-RoCE (tests/rdma-vm): the guest's kernel and modules, QEMU, busybox for
-# its initramfs, the rxe verbs provider and the rdma tool.
+# braid-perf-mpi, run by the docs_guide_hpc test); the rest runs net-ib's tests in a QEMU
+# guest on this machine's root with soft-RoCE (tests/rdma-vm): the guest's kernel and
+# modules, QEMU, busybox for its initramfs, the rxe verbs provider and the rdma tool.
 if [ "$mode" != --demo ]; then
     pkgs+=(check libsubunit-dev libfabric-dev libfabric-bin iproute2 procps libibverbs-dev
            ibverbs-providers ibverbs-utils openmpi-bin libopenmpi-dev
