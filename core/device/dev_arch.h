@@ -42,6 +42,13 @@ BR_DEV_HD void br_dev_fence(void)
     __threadfence_system();
 }
 
+/* The same for observers on this GPU only (fence.sc.gpu): enough when every block that
+ * reads or writes the memory runs on this GPU, and far cheaper than the system scope. */
+BR_DEV_HD void br_dev_fence_gpu(void)
+{
+    __threadfence();
+}
+
 /* Acquire load of a FIFO counter: data the writer published before its release store is
  * visible to this thread (and, after a block barrier, to the whole block). */
 BR_DEV_HD uint64_t br_dev_ld_acquire(const uint64_t *p)
@@ -180,6 +187,11 @@ BR_DEV_HD uint64_t br_dev_d2u(double d)
     } while (0)
 
 static inline void br_dev_fence(void)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+static inline void br_dev_fence_gpu(void)
 {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }

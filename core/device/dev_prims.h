@@ -170,7 +170,8 @@ BR_DEV_HD int br_dev_step_ready(const br_dev_walk_t *X, int s, const br_dev_plan
             br_dev_v2_t v = br_dev_ld_volatile16(slot);
             filled = (v.lo >> 32) == flag && (v.hi >> 32) == flag;
         } else {
-            filled = br_dev_ld_volatile16(slot + 112).hi == flag;
+            /* LL128: the line's flag word, its last 8 bytes */
+            filled = br_dev_ld_word((const uint64_t *)(slot + 120)) == flag;
         }
         if (!filled) {
             *peer = P->st.recv[i];
@@ -370,6 +371,7 @@ BR_DEV_HD int br_dev_step_run(br_dev_walk_t *X, int s, volatile int *bad)
         return -1;
     }
     S.bad = bad;
+    S.one_gpu = (int)X->L->one_gpu;
     br_dev_wait_init(&W, X->L, X->B->rank);
     br_dev_send_prepare(X, &P, &S);
     if (w->proto == BR_PROTO_SIMPLE) {
@@ -484,6 +486,7 @@ BR_DEV_HD void br_dev_copy(const br_dev_work_t *w)
     S.pre = 0;
     S.R = NULL;
     S.bad = NULL;
+    S.one_gpu = 0;
     br_dev_data_simple(&S);
 }
 

@@ -11,9 +11,11 @@
  *  - Simple: slots are plain memory; the counters carry the ordering (dev_prims.h).
  *  - LL: a line is one 16-byte store {data0, flag, data1, flag}, read by one 16-byte load;
  *    a reader spins on its own lines until both flags are the step's.
- *  - LL128: a writer stores the 7 data pieces of a line, fences, then stores the last piece
- *    {word 14, flag}; a reader spins on that last piece, fences, then reads the others
- *    (fence-to-fence synchronisation through the flag).
+ *  - LL128: a writer stores the 7 data pieces of a line and word 14, fences, then stores
+ *    the flag word (the line's last 8 bytes); a reader spins on the flag word, fences, then
+ *    reads the others, word 14 included (fence-to-fence synchronisation through the flag:
+ *    nothing is read from the store that carries the flag, so no 16-byte atomicity is
+ *    assumed). The fences are GPU-scope when every rank of the launch is on one GPU.
  */
 #ifndef BR_DEVICE_DEV_PROTO_H_
 #define BR_DEVICE_DEV_PROTO_H_
@@ -118,6 +120,7 @@ typedef struct {
     int pre;                   /* FIRST: pre-multiply */
     const br_dev_red_t *R;
     volatile int *bad; /* block-wide: a thread gave up waiting */
+    int one_gpu;       /* LL128: GPU-scope fences (every peer on this GPU) */
 } br_dev_step_t;
 
 /* ---- user memory: any alignment, partial pieces at the end ---- */
@@ -316,20 +319,29 @@ BR_DEV_HD void br_dev_data_ll(const br_dev_step_t *S, br_dev_wait_t *W)
 
 /* ---- LL128 ---- */
 
-/* Wait for line l of received operand i: returns its last piece {word 14, flag}. */
-BR_DEV_HD br_dev_v2_t br_dev_ll128_wait(const br_dev_step_t *S, br_dev_wait_t *W, int i, uint64_t l)
+/* Wait for line l of received operand i: until its flag word (the line's last 8 bytes)
+ * is the step's. Returns 1 when it is, 0 when the wait gave up. */
+BR_DEV_HD int br_dev_ll128_wait(const br_dev_step_t *S, br_dev_wait_t *W, int i, uint64_t l)
 {
-    const char *p = S->rb[i] + l * BR_DEV_LL128_LINE + 112;
+    const uint64_t *flag = (const uint64_t *)(S->rb[i] + l * BR_DEV_LL128_LINE + 120);
     for (;;) {
-        br_dev_v2_t v = br_dev_ld_volatile16(p);
-        if (v.hi == S->rflag[i]) {
-            return v;
+        if (br_dev_ld_word(flag) == S->rflag[i]) {
+            return 1;
         }
         if (*S->bad || br_dev_wait_tick(W, S->rpeer[i], S->rstep[i])) {
             *S->bad = 1;
-            return v;
+            return 0;
         }
     }
+}
+
+/* Word 14 of line l of received operand i (its last data bytes), read after the fence. */
+BR_DEV_HD br_dev_v2_t br_dev_ll128_word14(const br_dev_step_t *S, int i, uint64_t line)
+{
+    br_dev_v2_t t;
+    t.lo = br_dev_ld_word((const uint64_t *)(S->rb[i] + line + 112));
+    t.hi = 0;
+    return t;
 }
 
 BR_DEV_HD void br_dev_data_ll128(const br_dev_step_t *S, br_dev_wait_t *W)
@@ -341,11 +353,20 @@ BR_DEV_HD void br_dev_data_ll128(const br_dev_step_t *S, br_dev_wait_t *W)
         uint64_t base = l * BR_DEV_LL128_DATA, line = l * BR_DEV_LL128_LINE;
         br_dev_v2_t t0 = zero, t1 = zero, t2 = zero, v = zero;
         if (S->nr > 0 && base < S->bytes) {
-            t0 = br_dev_ll128_wait(S, W, 0, l);
-            t1 = S->nr > 1 ? br_dev_ll128_wait(S, W, 1, l) : zero;
-            t2 = S->nr > 2 ? br_dev_ll128_wait(S, W, 2, l) : zero;
-            /* Acquire: the flags seen, the pieces stored before the writer's fence are. */
-            br_dev_fence();
+            int seen = br_dev_ll128_wait(S, W, 0, l);
+            seen = seen && (S->nr < 2 || br_dev_ll128_wait(S, W, 1, l));
+            seen = seen && (S->nr < 3 || br_dev_ll128_wait(S, W, 2, l));
+            /* Acquire: the flags seen, what was stored before the writer's fence is. */
+            if (S->one_gpu) {
+                br_dev_fence_gpu();
+            } else {
+                br_dev_fence();
+            }
+            if (seen) {
+                t0 = br_dev_ll128_word14(S, 0, line);
+                t1 = S->nr > 1 ? br_dev_ll128_word14(S, 1, line) : zero;
+                t2 = S->nr > 2 ? br_dev_ll128_word14(S, 2, line) : zero;
+            }
         }
         for (uint32_t k = 0; k < 8; k++) {
             uint64_t off = base + 16u * k;
@@ -372,14 +393,18 @@ BR_DEV_HD void br_dev_data_ll128(const br_dev_step_t *S, br_dev_wait_t *W)
             }
         }
         if (S->ns > 0) {
-            /* Release: the data pieces before the flag piece that publishes them. A line
-             * cut short sends its flag piece (with zero data) all the same. */
-            br_dev_fence();
+            /* Release: the data pieces and word 14 before the flag word that publishes
+             * them. A line cut short sends its flag (with zero data) all the same. */
             for (int i = 0; i < S->ns; i++) {
-                br_dev_v2_t last;
-                last.lo = v.lo;
-                last.hi = S->sflag[i];
-                br_dev_st_volatile16(S->sb[i] + line + 112, last);
+                br_dev_st_word((uint64_t *)(S->sb[i] + line + 112), v.lo);
+            }
+            if (S->one_gpu) {
+                br_dev_fence_gpu();
+            } else {
+                br_dev_fence();
+            }
+            for (int i = 0; i < S->ns; i++) {
+                br_dev_st_word((uint64_t *)(S->sb[i] + line + 120), S->sflag[i]);
             }
         }
     }

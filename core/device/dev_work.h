@@ -148,6 +148,7 @@ typedef struct {
     volatile int32_t *fail_rank;  /* rank whose block failed */
     volatile int32_t *fail_peer;  /* the peer it waited for or disagreed with (-1: none) */
     volatile uint64_t *fail_step; /* the step */
+    uint32_t one_gpu; /* every block of every rank on this GPU: LL128 fences at GPU scope */
 } br_dev_launch_t;
 
 /*

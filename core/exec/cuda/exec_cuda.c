@@ -309,6 +309,7 @@ void br_cuda_launch_words(const br_clique_t *cl, br_dev_launch_t *L)
     L->fail_step = (volatile uint64_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_step));
     L->wait_timeout_ns = wait_limit_ns();
     L->claim = (uint32_t *)(uintptr_t)cl->claim_d;
+    L->one_gpu = cl->ndevs == 1;
 }
 
 size_t br_cuda_desc_fill(const br_clique_t *cl, char *h, br_cu_ptr_t d, size_t at,
@@ -665,7 +666,8 @@ static void check_launches(br_clique_t *cl)
                  "was launched: its kernel never got to run (other work held the GPU, or "
                  "the launch stream waits behind a stream that does not move; "
                  "CUDA_DEVICE_MAX_CONNECTIONS puts several streams in one hardware queue)",
-                 br_host_name(), b->what, (unsigned long long)((br_time_ns() - b->since_ns) / 1000000000ull));
+                 br_host_name(), b->what,
+                 (unsigned long long)((br_time_ns() - b->since_ns) / 1000000000ull));
         clique_fail(cl, ncclUnhandledCudaError, msg);
         return;
     }
