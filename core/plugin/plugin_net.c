@@ -381,8 +381,13 @@ static ncclResult_t net_try_lib(net_walk_t *w, br_plugin_lib_t *lib, br_net_t **
     snprintf(net->name, sizeof(net->name), "%s", name);
     snprintf(net->path, sizeof(net->path), "%.255s", lib->path);
 
+    char before[2048], reason[200]; /* the plugin's own reason, should init fail */
+    snprintf(before, sizeof(before), "%s", br_log_last_error());
     res = probe->adapter->init(net, st, req, why, sizeof(why));
     if (res != ncclSuccess) {
+        br_plugin_init_reason(before, reason, sizeof(reason));
+        size_t len = strlen(why);
+        snprintf(why + len, sizeof(why) - len, "%s", reason);
         net_skip(w, 1, lib->path, why);
         goto err_free;
     }

@@ -388,8 +388,10 @@ static const struct {
     const char *plugin;
     const char *reason;
 } named_failures[] = {
-    {"testinitfail", "init failed"},       {"testzero", "reports 0 devices"},
-    {"testnosym", "no ncclNetPlugin_v12"}, {"testv7only", "exports only ncclNetPlugin_v7"},
+    {"testinitfail", "init failed: ncclSystemError: testnet: no fabric on purpose"},
+    {"testzero", "reports 0 devices"},
+    {"testnosym", "no ncclNetPlugin_v12"},
+    {"testv7only", "exports only ncclNetPlugin_v7"},
     {"doesnotexist", "not found"},
 };
 

@@ -393,6 +393,10 @@ static ncclResult_t tn_init_v12(void **ctx, uint64_t comm_id, ncclNetCommConfig_
 {
     (void)log;
     tn_prof_cb = prof;
+#ifdef TESTNET_INIT_FAIL
+    /* Says why, as a plugin should: the reason must reach the core's report. */
+    log(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__, "testnet: no fabric on purpose");
+#endif
     return tn_init_percomm(ctx, comm_id, config != NULL ? config->trafficClass : -2);
 }
 
