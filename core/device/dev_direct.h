@@ -16,9 +16,11 @@
  * others one. Reductions fold the ranks' inputs in rank order, as the IPC path's reduce
  * kernel does: every rank gets the same bits.
  *
- * On the GPU a float32 sum whose pointers are all 16-byte aligned takes a vector path of
- * float4 loads and stores with the type and operation fixed outside the loop; every other
- * type and operation goes through the interpreter's per-piece arithmetic (dev_reduce.h).
+ * On the GPU, when every pointer is 16-byte aligned, Broadcast and AllGather of any type and
+ * sums of float32, bfloat16 and float16 take vector paths (16 bytes a thread, the type and
+ * operation fixed at compile time, narrow sums rounded at each step as the rings round
+ * them); every other case goes through the interpreter's per-piece arithmetic
+ * (dev_reduce.h).
  */
 #ifndef BR_DEVICE_DEV_DIRECT_H_
 #define BR_DEVICE_DEV_DIRECT_H_
@@ -109,38 +111,112 @@ BR_DEV_HD void br_dev_direct_piece(const br_dev_direct_t *D, const br_dev_red_t 
 }
 
 #ifdef __CUDACC__
-/* float32 sum, every pointer 16-byte aligned: four floats a thread at a time, the type and
- * the operation known at compile time. Returns 0 when the call is not one for it. */
-static __device__ __forceinline__ int br_dev_direct_f32sum(const br_dev_direct_t *D, uint64_t first,
-                                                           uint64_t stride)
+/* The vector paths: every pointer, and the segment, 16-byte aligned; the type and the
+ * operation fixed at compile time, one uint4 (16 bytes) a thread at a time. */
+
+/* Lane j (of 8) of a uint4 of 16-bit values, and back. */
+static __device__ __forceinline__ uint32_t br_dev_h8_get(const uint4 &v, int j)
 {
-    if (!D->aligned || D->type != ncclFloat32 || D->red != BR_RED_SUM ||
-        (D->func != BR_FUNC_ALLREDUCE && D->func != BR_FUNC_REDUCESCATTER &&
-         D->func != BR_FUNC_REDUCE)) {
-        return 0;
+    uint32_t w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
+    return (j & 1) ? w >> 16 : w & 0xffffu;
+}
+
+template <int T> static __device__ __forceinline__ uint4 br_dev_sum16_narrow(uint4 a, uint4 b);
+
+/* a (+)= b over 16 bytes of type T, rounded to T at each step as the rings are. */
+template <int T> static __device__ __forceinline__ uint4 br_dev_sum16(uint4 a, uint4 b)
+{
+    if constexpr (T == ncclFloat32) {
+        float4 x = *(float4 *)&a, y = *(float4 *)&b;
+        x.x = __fadd_rn(x.x, y.x);
+        x.y = __fadd_rn(x.y, y.y);
+        x.z = __fadd_rn(x.z, y.z);
+        x.w = __fadd_rn(x.w, y.w);
+        return *(uint4 *)&x;
+    } else {
+        return br_dev_sum16_narrow<T>(a, b);
     }
+}
+
+/* The 16-bit types' sums, eight lanes. */
+template <int T> static __device__ __forceinline__ uint4 br_dev_sum16_narrow(uint4 a, uint4 b)
+{
+    uint32_t o[4];
+    for (int j = 0; j < 8; j += 2) {
+        uint32_t lo, hi;
+        if (T == ncclBfloat16) {
+            lo = br_dev_bf16_st(__fadd_rn(br_dev_bf16_ld(br_dev_h8_get(a, j)),
+                                          br_dev_bf16_ld(br_dev_h8_get(b, j))));
+            hi = br_dev_bf16_st(__fadd_rn(br_dev_bf16_ld(br_dev_h8_get(a, j + 1)),
+                                          br_dev_bf16_ld(br_dev_h8_get(b, j + 1))));
+        } else {
+            lo = br_dev_f16_st(__fadd_rn(br_dev_f16_ld(br_dev_h8_get(a, j)),
+                                         br_dev_f16_ld(br_dev_h8_get(b, j))));
+            hi = br_dev_f16_st(__fadd_rn(br_dev_f16_ld(br_dev_h8_get(a, j + 1)),
+                                         br_dev_f16_ld(br_dev_h8_get(b, j + 1))));
+        }
+        o[j / 2] = (lo & 0xffffu) | (hi << 16);
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+/* Sums of type T (AllReduce, Reduce, ReduceScatter), rank order, as the generic path. */
+template <int T>
+static __device__ void br_dev_direct_sum(const br_dev_direct_t *D, uint64_t first, uint64_t stride)
+{
     uint64_t pieces = D->bytes / 16, segs = br_dev_direct_segments(D);
     const uint32_t n = D->nranks;
     for (uint64_t i = first; i < pieces * segs; i += stride) {
         uint64_t seg = i / pieces, p = i - seg * pieces;
-        uint64_t at = seg * D->bytes / 16 + p;
-        float4 a = ((const float4 *)D->in[0])[at];
+        uint64_t at = seg * pieces + p;
+        uint4 a = ((const uint4 *)D->in[0])[at];
         for (uint32_t k = 1; k < n; k++) {
-            float4 b = ((const float4 *)D->in[k])[at];
-            a.x += b.x;
-            a.y += b.y;
-            a.z += b.z;
-            a.w += b.w;
+            a = br_dev_sum16<T>(a, ((const uint4 *)D->in[k])[at]);
         }
         if (D->func == BR_FUNC_ALLREDUCE) {
             for (uint32_t r = 0; r < n; r++) {
-                ((float4 *)D->out[r])[p] = a;
+                ((uint4 *)D->out[r])[p] = a;
             }
         } else {
-            ((float4 *)D->out[D->func == BR_FUNC_REDUCE ? D->root : seg])[p] = a;
+            ((uint4 *)D->out[D->func == BR_FUNC_REDUCE ? D->root : seg])[p] = a;
         }
     }
-    return 1;
+}
+
+/* Broadcast and AllGather: copies, any type. */
+static __device__ void br_dev_direct_copy(const br_dev_direct_t *D, uint64_t first, uint64_t stride)
+{
+    uint64_t pieces = D->bytes / 16, segs = br_dev_direct_segments(D);
+    for (uint64_t i = first; i < pieces * segs; i += stride) {
+        uint64_t seg = i / pieces, p = i - seg * pieces;
+        uint32_t src = D->func == BR_FUNC_BROADCAST ? D->root : (uint32_t)seg;
+        uint4 v = ((const uint4 *)D->in[src])[p];
+        for (uint32_t r = 0; r < D->nranks; r++) {
+            ((uint4 *)D->out[r])[seg * pieces + p] = v;
+        }
+    }
+}
+
+/* The vector path for D, if it has one; returns 0 when it has none. */
+static __device__ __forceinline__ int br_dev_direct_vector(const br_dev_direct_t *D, uint64_t first,
+                                                           uint64_t stride)
+{
+    if (!D->aligned) {
+        return 0;
+    }
+    if (D->func == BR_FUNC_BROADCAST || D->func == BR_FUNC_ALLGATHER) {
+        br_dev_direct_copy(D, first, stride);
+        return 1;
+    }
+    if (D->red != BR_RED_SUM) {
+        return 0;
+    }
+    switch (D->type) {
+    case ncclFloat32: br_dev_direct_sum<ncclFloat32>(D, first, stride); return 1;
+    case ncclBfloat16: br_dev_direct_sum<ncclBfloat16>(D, first, stride); return 1;
+    case ncclFloat16: br_dev_direct_sum<ncclFloat16>(D, first, stride); return 1;
+    default: return 0;
+    }
 }
 #endif
 
@@ -150,7 +226,7 @@ BR_DEV_HD void br_dev_direct_run(const br_dev_direct_t *D, int b, int nb)
     uint64_t first = (uint64_t)b * (uint64_t)BR_DEV_NTHR + (uint64_t)BR_DEV_TID;
     uint64_t stride = (uint64_t)nb * (uint64_t)BR_DEV_NTHR;
 #ifdef __CUDACC__
-    if (br_dev_direct_f32sum(D, first, stride)) {
+    if (br_dev_direct_vector(D, first, stride)) {
         return;
     }
 #endif
