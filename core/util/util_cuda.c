@@ -67,20 +67,22 @@ int br_cuda_in_process(void)
      * device buffer needs libcuda loaded and then cuInit and an allocation, which take
      * longer than a tick, so a buffer made after a look is seen by a later one. */
     uint64_t now = br_time_coarse_ns() + 1;
-    if (atomic_load_explicit(&looked_at, memory_order_relaxed) == now) {
-        return 0;
+    if (atomic_load_explicit(&looked_at, memory_order_acquire) == now) {
+        return atomic_load(&in_process);
     }
     dl_iterate_phdr(adds_cb, &adds);
-    atomic_store_explicit(&looked_at, now, memory_order_relaxed);
-    if (adds == atomic_load_explicit(&seen_adds, memory_order_relaxed)) {
-        return 0;
+    if (adds != atomic_load_explicit(&seen_adds, memory_order_relaxed)) {
+        dl_iterate_phdr(find_cb, &found);
+        if (found) {
+            atomic_store(&in_process, 1);
+        }
+        atomic_store(&seen_adds, adds);
     }
-    dl_iterate_phdr(find_cb, &found);
-    atomic_store(&seen_adds, adds);
-    if (found) {
-        atomic_store(&in_process, 1);
-    }
-    return found;
+    /* Only once the answer is known: a thread that looks in the same tick while another
+     * is still looking must not take "not yet" for the answer (two ranks' threads creating
+     * their communicators at once saw no CUDA in one of them). */
+    atomic_store_explicit(&looked_at, now, memory_order_release);
+    return found || atomic_load(&in_process);
 }
 
 /* Look up sym (and the versioned name first, when given). */
