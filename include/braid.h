@@ -34,6 +34,31 @@ extern "C" {
 ncclResult_t braidDumpState(const char *path);
 ncclResult_t pbraidDumpState(const char *path);
 
+/*
+ * Braid's per-call options: entries of the vendor extension list of an ncclCollConfig_t
+ * (config.ext, a chain of ncclConfigExt_t) whose key.vendorId is BRAID_VENDOR_ID. NVIDIA's
+ * NCCL ignores them, so a program can set them whichever library it runs on; Braid ignores
+ * the entries of other vendors. Every rank must pass the same options for a call. An entry
+ * with Braid's vendor id and an optionId Braid does not know, a value it cannot parse, or
+ * the same key twice is refused (ncclInvalidArgument) naming the call.
+ *
+ *   BRAID_OPT_PROTO           val.s: the protocols the call may use, as NCCL_PROTO takes
+ *                             them ("Simple", "LL,Simple", "^LL"); with algSelection it
+ *                             narrows the choice the plan makes for this one call, and
+ *                             forceAlgSelection says whether a choice that cannot run is
+ *                             an error (1, the default) or ignored. Added in Braid 0.2.
+ *   BRAID_OPT_DETERMINISTIC   reserved: val.i 1 will ask for a result that does not depend
+ *                             on timing or channel count. Refused today (ncclInvalidUsage).
+ *   BRAID_OPT_ACCUMULATE_FP32 reserved: val.i 1 will ask that 16-bit and 8-bit floats be
+ *                             reduced in 32-bit floats. Refused today (ncclInvalidUsage).
+ *
+ * Option ids are never reused; a new option takes the next number.
+ */
+#define BRAID_VENDOR_ID 0x627264 /* "brd" */
+#define BRAID_OPT_PROTO 1
+#define BRAID_OPT_DETERMINISTIC 2
+#define BRAID_OPT_ACCUMULATE_FP32 3
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,6 +24,16 @@ ncclResult_t br_api_check_comm(ncclComm_t comm, const char *fn);
  * its comm, so another thread's ncclCommAbort cannot free it underneath. */
 ncclResult_t br_api_hold_comm(ncclComm_t comm, const char *fn);
 
+/* Refuse a call Braid does not implement: a WARN naming the function, the rank (when comm
+ * is a live communicator) and the host, and ncclInvalidUsage. `what` says what is missing. */
+ncclResult_t br_api_refuse(ncclComm_t comm, const char *fn, const char *what);
+
+/* Check a call's ncclCollConfig_t (NULL: none) and set op's own selection, channel bounds
+ * and profiler tag from it (api_collcfg.c). has_algos: the call has algorithms to select
+ * (collectives; not AlltoAll, Gather, Scatter). Fails with a WARN naming rank and call. */
+ncclResult_t br_api_collcfg_apply(ncclComm_t comm, const char *fn, int has_algos,
+                                  const ncclCollConfig_t *in, br_op_t *op);
+
 /* NCCL 2.28's device API (nccl_device.h, not nccl.h): programs built against NCCL import
  * its two host entry points (PyTorch 2.11's libtorch_cuda does, and fails to load where
  * they are missing). Braid exports them and refuses them with a clear error. */

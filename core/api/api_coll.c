@@ -30,6 +30,7 @@ typedef struct {
     int send_needed;     /* does this rank read sendbuff / write recvbuff */
     int recv_needed;
     cudaStream_t stream;
+    const ncclCollConfig_t *cfg; /* the nccl*Config variants' config, or NULL */
 } call_t;
 
 #define ARG_FAIL(comm, c, ...)                                                                     \
@@ -164,6 +165,10 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_op_t *op)
     op->type = c->type;
     op->root = c->has_root ? c->root : 0;
     op->peer = c->has_peer ? c->peer : -1;
+    int has_algos = c->func != BR_FUNC_ALLTOALL && c->func != BR_FUNC_GATHER &&
+                    c->func != BR_FUNC_SCATTER && c->func != BR_FUNC_SEND &&
+                    c->func != BR_FUNC_RECV;
+    BR_CHECK(br_api_collcfg_apply(comm, c->fn, has_algos, c->cfg, op));
     return route(comm, c, op);
 }
 
@@ -201,14 +206,43 @@ static call_t call_init(const char *fn, br_func_t func, const void *sb, void *rb
     return c;
 }
 
+static ncclResult_t coll_allreduce(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
+                    const ncclCollConfig_t *cfg)
+{
+    call_t c = call_init(fn, BR_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype);
+    c.stream = stream;
+    c.cfg = cfg;
+    c.op = op;
+    c.has_op = 1;
+    return submit(comm, &c);
+}
+
 BR_API(ncclResult_t, ncclAllReduce,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
 {
-    call_t c = call_init("ncclAllReduce", BR_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype);
+    return coll_allreduce("ncclAllReduce", sendbuff, recvbuff, count, datatype, op, comm, stream, NULL);
+}
+
+BR_API(ncclResult_t, ncclAllReduceConfig,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
+{
+    return coll_allreduce("ncclAllReduceConfig", sendbuff, recvbuff, count, datatype, op, comm, stream, config);
+}
+
+static ncclResult_t coll_broadcast(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+        ncclComm_t comm, cudaStream_t stream,
+                    const ncclCollConfig_t *cfg)
+{
+    call_t c = call_init(fn, BR_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
-    c.op = op;
-    c.has_op = 1;
+    c.cfg = cfg;
+    c.root = root;
+    c.has_root = 1;
+    /* Only the root reads sendbuff. */
+    c.send_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
     return submit(comm, &c);
 }
 
@@ -216,13 +250,14 @@ BR_API(ncclResult_t, ncclBroadcast,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream))
 {
-    call_t c = call_init("ncclBroadcast", BR_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype);
-    c.stream = stream;
-    c.root = root;
-    c.has_root = 1;
-    /* Only the root reads sendbuff. */
-    c.send_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
-    return submit(comm, &c);
+    return coll_broadcast("ncclBroadcast", sendbuff, recvbuff, count, datatype, root, comm, stream, NULL);
+}
+
+BR_API(ncclResult_t, ncclBroadcastConfig,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+        ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
+{
+    return coll_broadcast("ncclBroadcastConfig", sendbuff, recvbuff, count, datatype, root, comm, stream, config);
 }
 
 BR_API(ncclResult_t, ncclBcast,
@@ -232,12 +267,13 @@ BR_API(ncclResult_t, ncclBcast,
     return pncclBroadcast(buff, buff, count, datatype, root, comm, stream);
 }
 
-BR_API(ncclResult_t, ncclReduce,
-       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
+static ncclResult_t coll_reduce(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
+                    const ncclCollConfig_t *cfg)
 {
-    call_t c = call_init("ncclReduce", BR_FUNC_REDUCE, sendbuff, recvbuff, count, datatype);
+    call_t c = call_init(fn, BR_FUNC_REDUCE, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
+    c.cfg = cfg;
     c.op = op;
     c.has_op = 1;
     c.root = root;
@@ -247,14 +283,57 @@ BR_API(ncclResult_t, ncclReduce,
     return submit(comm, &c);
 }
 
+BR_API(ncclResult_t, ncclReduce,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
+{
+    return coll_reduce("ncclReduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream, NULL);
+}
+
+BR_API(ncclResult_t, ncclReduceConfig,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
+{
+    return coll_reduce("ncclReduceConfig", sendbuff, recvbuff, count, datatype, op, root, comm, stream, config);
+}
+
+static ncclResult_t coll_allgather(const char *fn, const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+        ncclComm_t comm, cudaStream_t stream,
+                    const ncclCollConfig_t *cfg)
+{
+    call_t c = call_init(fn, BR_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount,
+                         datatype);
+    c.stream = stream;
+    c.cfg = cfg;
+    c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
+    return submit(comm, &c);
+}
+
 BR_API(ncclResult_t, ncclAllGather,
        (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
         ncclComm_t comm, cudaStream_t stream))
 {
-    call_t c = call_init("ncclAllGather", BR_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount,
+    return coll_allgather("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, comm, stream, NULL);
+}
+
+BR_API(ncclResult_t, ncclAllGatherConfig,
+       (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+        ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
+{
+    return coll_allgather("ncclAllGatherConfig", sendbuff, recvbuff, sendcount, datatype, comm, stream, config);
+}
+
+static ncclResult_t coll_reducescatter(const char *fn, const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
+        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
+                    const ncclCollConfig_t *cfg)
+{
+    call_t c = call_init(fn, BR_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount,
                          datatype);
     c.stream = stream;
-    c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
+    c.cfg = cfg;
+    c.op = op;
+    c.has_op = 1;
+    c.send_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
     return submit(comm, &c);
 }
 
@@ -262,13 +341,14 @@ BR_API(ncclResult_t, ncclReduceScatter,
        (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
 {
-    call_t c = call_init("ncclReduceScatter", BR_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount,
-                         datatype);
-    c.stream = stream;
-    c.op = op;
-    c.has_op = 1;
-    c.send_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
-    return submit(comm, &c);
+    return coll_reducescatter("ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, comm, stream, NULL);
+}
+
+BR_API(ncclResult_t, ncclReduceScatterConfig,
+       (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
+        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
+{
+    return coll_reducescatter("ncclReduceScatterConfig", sendbuff, recvbuff, recvcount, datatype, op, comm, stream, config);
 }
 
 BR_API(ncclResult_t, ncclSend,
@@ -337,22 +417,38 @@ static ncclResult_t p2p_pattern(ncclComm_t comm, const call_t *c)
     return res != ncclSuccess ? res : end;
 }
 
-BR_API(ncclResult_t, ncclAlltoAll,
-       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-        ncclComm_t comm, cudaStream_t stream))
+static ncclResult_t coll_alltoall(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+        ncclComm_t comm, cudaStream_t stream,
+                    const ncclCollConfig_t *cfg)
 {
-    call_t c = call_init("ncclAlltoAll", BR_FUNC_ALLTOALL, sendbuff, recvbuff, count, datatype);
+    call_t c = call_init(fn, BR_FUNC_ALLTOALL, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
+    c.cfg = cfg;
     c.send_mult = c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
     return p2p_pattern(comm, &c);
 }
 
-BR_API(ncclResult_t, ncclGather,
-       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+BR_API(ncclResult_t, ncclAlltoAll,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
         ncclComm_t comm, cudaStream_t stream))
 {
-    call_t c = call_init("ncclGather", BR_FUNC_GATHER, sendbuff, recvbuff, count, datatype);
+    return coll_alltoall("ncclAlltoAll", sendbuff, recvbuff, count, datatype, comm, stream, NULL);
+}
+
+BR_API(ncclResult_t, ncclAlltoAllConfig,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+        ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
+{
+    return coll_alltoall("ncclAlltoAllConfig", sendbuff, recvbuff, count, datatype, comm, stream, config);
+}
+
+static ncclResult_t coll_gather(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+        ncclComm_t comm, cudaStream_t stream,
+                    const ncclCollConfig_t *cfg)
+{
+    call_t c = call_init(fn, BR_FUNC_GATHER, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
+    c.cfg = cfg;
     c.root = root;
     c.has_root = 1;
     c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
@@ -360,17 +456,46 @@ BR_API(ncclResult_t, ncclGather,
     return p2p_pattern(comm, &c);
 }
 
-BR_API(ncclResult_t, ncclScatter,
+BR_API(ncclResult_t, ncclGather,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream))
 {
-    call_t c = call_init("ncclScatter", BR_FUNC_SCATTER, sendbuff, recvbuff, count, datatype);
+    return coll_gather("ncclGather", sendbuff, recvbuff, count, datatype, root, comm, stream, NULL);
+}
+
+BR_API(ncclResult_t, ncclGatherConfig,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+        ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
+{
+    return coll_gather("ncclGatherConfig", sendbuff, recvbuff, count, datatype, root, comm, stream, config);
+}
+
+static ncclResult_t coll_scatter(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+        ncclComm_t comm, cudaStream_t stream,
+                    const ncclCollConfig_t *cfg)
+{
+    call_t c = call_init(fn, BR_FUNC_SCATTER, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
+    c.cfg = cfg;
     c.root = root;
     c.has_root = 1;
     c.send_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
     c.send_needed = comm != NULL && br_comm_is_live(comm) && comm->rank == root;
     return p2p_pattern(comm, &c);
+}
+
+BR_API(ncclResult_t, ncclScatter,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+        ncclComm_t comm, cudaStream_t stream))
+{
+    return coll_scatter("ncclScatter", sendbuff, recvbuff, count, datatype, root, comm, stream, NULL);
+}
+
+BR_API(ncclResult_t, ncclScatterConfig,
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+        ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
+{
+    return coll_scatter("ncclScatterConfig", sendbuff, recvbuff, count, datatype, root, comm, stream, config);
 }
 
 BR_API(ncclResult_t, ncclRedOpCreatePreMulSum,
@@ -667,5 +792,19 @@ BR_API(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t wi
     }
     h->magic = 0;
     free(h);
+    return ncclSuccess;
+}
+
+BR_API(ncclResult_t, ncclWinGetUserPtr, (ncclComm_t comm, ncclWindow_t win, void **outUserPtr))
+{
+    win_handle_t *h = (win_handle_t *)(void *)win;
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, "ncclWinGetUserPtr"));
+    if (h == NULL || h->magic != WIN_MAGIC || outUserPtr == NULL) {
+        BR_WARN(NCCL_REG, "ncclWinGetUserPtr: rank %d: %s", comm->rank,
+                outUserPtr == NULL ? "outUserPtr is NULL" : "win is not a window");
+        return ncclInvalidArgument;
+    }
+    *outUserPtr = h->buff;
     return ncclSuccess;
 }

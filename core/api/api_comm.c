@@ -45,6 +45,18 @@ ncclResult_t br_api_hold_comm(ncclComm_t comm, const char *fn)
     return ncclSuccess;
 }
 
+ncclResult_t br_api_refuse(ncclComm_t comm, const char *fn, const char *what)
+{
+    if (comm != NULL && br_comm_is_live(comm)) {
+        BR_WARN(NCCL_INIT, "%s: rank %d (host %s): %s is not implemented by Braid", fn, comm->rank,
+                br_host_name(), what);
+    } else {
+        BR_WARN(NCCL_INIT, "%s (host %s): %s is not implemented by Braid", fn, br_host_name(),
+                what);
+    }
+    return ncclInvalidUsage;
+}
+
 BR_API(ncclResult_t, ncclGetVersion, (int *version))
 {
     br_api_enter(NULL);
@@ -418,6 +430,7 @@ BR_API(const char *, ncclGetErrorString, (ncclResult_t result))
     case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError: return "remote process exited or there was a network error";
     case ncclInProgress: return "NCCL operation in progress";
+    case ncclTimeout: return "operation timed out (BRAID_TIMEOUT or a connection deadline)";
     default: return "unknown result code";
     }
 }

@@ -157,7 +157,22 @@ typedef struct {
      * communicator's device; the call is ordered on `stream`). */
     int on_device;
     void *stream; /* the user's cudaStream_t */
+    /* The call's own configuration (ncclCollConfig_t, core/api/api_collcfg.c): algorithms
+     * and protocols it may use (bits 1 << BR_ALGO_* / BR_PROTO_*; 0: any), whether a
+     * selection that cannot run is an error (else the plan chooses as if none was given),
+     * bounds on its channels (0: none), and the user's profiler tag (0: none). */
+    uint32_t call_algos, call_protos;
+    int call_force;
+    int call_min_ch, call_max_ch;
+    uint64_t user_tag;
 } br_op_t;
+
+/* Does the call's own configuration let it run (algo, proto)? */
+static inline int br_op_allows(const br_op_t *op, int algo, int proto)
+{
+    return (op->call_algos == 0 || (op->call_algos >> algo & 1u)) &&
+           (op->call_protos == 0 || (op->call_protos >> proto & 1u));
+}
 
 /* Bytes of the call as NCCL sizes it for tuning: count x type size (per rank). */
 static inline size_t br_op_bytes(const br_op_t *op)

@@ -48,30 +48,55 @@ static int dev_channels(size_t bytes, int proto, int max_nch)
     return n > (size_t)max_nch ? max_nch : (int)n;
 }
 
-ncclResult_t br_plan_choose_device(br_plan_t *p, br_op_t *op, int max_nch)
+/* The cheapest (algorithm, protocol) the CUDA executor runs for op, among those op's own
+ * selection allows when `own`; *algo_p is -1 when there is none. */
+static void dev_best(const br_plan_t *p, const br_op_t *op, int own, int max_nch, int *algo_p,
+                     int *proto_p, int *nch_p)
 {
-    int func = (int)op->func, best_algo = -1, best_proto = -1, best_nch = 1;
+    int func = (int)op->func;
     size_t bytes = br_op_bytes(op);
     double best = 0;
 
+    *algo_p = -1;
     for (int algo = BR_ALGO_TREE; algo <= BR_ALGO_RING; algo++) {
         if (algo == BR_ALGO_TREE && func != BR_FUNC_ALLREDUCE && func != BR_FUNC_BROADCAST &&
             func != BR_FUNC_REDUCE) {
             continue;
         }
         for (int proto = 0; proto < BR_NUM_PROTOS; proto++) {
-            if (!p->enabled[func][algo][proto]) {
+            if (!p->enabled[func][algo][proto] || (own && !br_op_allows(op, algo, proto))) {
                 continue;
             }
             int nch = dev_channels(bytes, proto, max_nch);
             double us = dev_us(p, func, algo, proto, bytes, nch);
-            if (best_algo < 0 || us < best) {
+            if (*algo_p < 0 || us < best) {
                 best = us;
-                best_algo = algo;
-                best_proto = proto;
-                best_nch = nch;
+                *algo_p = algo;
+                *proto_p = proto;
+                *nch_p = nch;
             }
         }
+    }
+}
+
+ncclResult_t br_plan_choose_device(br_plan_t *p, br_op_t *op, int max_nch)
+{
+    int func = (int)op->func, best_algo = -1, best_proto = -1, best_nch = 1;
+    size_t bytes = br_op_bytes(op);
+    int own = op->call_algos != 0 || op->call_protos != 0;
+
+    dev_best(p, op, own, max_nch, &best_algo, &best_proto, &best_nch);
+    if (best_algo < 0 && own && !op->call_force) {
+        own = 0; /* forceAlgSelection 0: as if the call selected nothing */
+        dev_best(p, op, own, max_nch, &best_algo, &best_proto, &best_nch);
+    }
+    if (best_algo < 0 && own) {
+        BR_WARN(NCCL_TUNING,
+                "rank %d: %s of %zu bytes on device buffers: its ncclCollConfig_t allows nothing "
+                "the CUDA executor runs (Ring and Tree with LL, LL128 and Simple); set "
+                "forceAlgSelection to 0 to let Braid choose instead",
+                p->pc.rank, br_func_name(func), bytes);
+        return ncclInvalidUsage;
     }
     if (best_algo < 0) {
         BR_WARN(NCCL_TUNING,

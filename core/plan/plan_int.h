@@ -42,6 +42,7 @@ struct br_plan {
     char proto_only[BR_NUM_COLL_FUNCS][BR_NUM_ALGOS][BR_NUM_PROTOS];
     int use_proto_only; /* the model reads proto_only instead of enabled */
     int op_collnet;     /* the call being decided can be reduced by the collnet */
+    const br_op_t *op_cfg; /* the call being decided when it carries its own selection */
     unsigned char collnet_logged[ncclNumTypes]; /* fallbacks already logged, bit per kind */
     int tree_intra, tree_inter; /* links of each kind on the deepest root-to-leaf path */
     int tree_fan;               /* most children of a rank */

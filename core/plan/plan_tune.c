@@ -247,9 +247,21 @@ static int decide_with(br_plan_t *p, int func, size_t bytes, int use_tuner, br_p
     float table[BR_NUM_ALGOS * BR_NUM_PROTOS];
     int nch = br_plan_nchannels(p, bytes), best = -1, runner = -1, by_tuner = 0;
 
+    const br_op_t *cfg = p->op_cfg;
+    if (cfg != NULL && cfg->call_max_ch > 0 && nch > cfg->call_max_ch) {
+        nch = cfg->call_max_ch;
+    }
+    if (cfg != NULL && cfg->call_min_ch > nch) {
+        nch = cfg->call_min_ch < p->pc.nchannels ? cfg->call_min_ch : p->pc.nchannels;
+    }
     br_plan_model(p, func, bytes, nch, table);
     if (use_tuner && p->hook != NULL && (by_tuner = tuner_apply(p, func, bytes, table, &nch)) < 0) {
         return -2;
+    }
+    for (int i = 0; cfg != NULL && i < BR_NUM_ALGOS * BR_NUM_PROTOS; i++) {
+        if (!br_op_allows(cfg, i / BR_NUM_PROTOS, i % BR_NUM_PROTOS)) {
+            table[i] = -1.0f; /* the call's own selection excludes it */
+        }
     }
     for (int i = 0; i < BR_NUM_ALGOS * BR_NUM_PROTOS; i++) {
         if (table[i] < 0) {
@@ -344,6 +356,34 @@ static void no_algorithm(const br_plan_t *p, int func, size_t bytes)
             proto ? proto : "", at > 0 ? why_not : " (they leave nothing Braid implements for it)");
 }
 
+/* A call whose own configuration (ncclCollConfig_t) allows nothing that can run it. */
+static void call_refused(const br_plan_t *p, const br_op_t *op, size_t bytes)
+{
+    char algos[160] = "", protos[64] = "";
+    size_t at = 0;
+    for (int a = 0; a < BR_NUM_ALGOS; a++) {
+        if (op->call_algos >> a & 1u) {
+            int n = snprintf(algos + at, sizeof(algos) - at, "%s%s", at ? "," : "", br_algo_name(a));
+            at += n > 0 && (size_t)n < sizeof(algos) - at ? (size_t)n : 0;
+        }
+    }
+    at = 0;
+    for (int pr = 0; pr < BR_NUM_PROTOS; pr++) {
+        if (op->call_protos >> pr & 1u) {
+            int n = snprintf(protos + at, sizeof(protos) - at, "%s%s", at ? "," : "",
+                             br_proto_name(pr));
+            at += n > 0 && (size_t)n < sizeof(protos) - at ? (size_t)n : 0;
+        }
+    }
+    BR_WARN(NCCL_TUNING,
+            "rank %d (host %s): %s of %zu bytes: its ncclCollConfig_t allows algorithms '%s' and "
+            "protocols '%s', and none of them can run this call here (with NCCL_ALGO '%s', "
+            "NCCL_PROTO '%s'); set forceAlgSelection to 0 to let Braid choose instead",
+            p->pc.rank, br_host_name(), br_func_name(op->func), bytes, algos[0] ? algos : "any",
+            protos[0] ? protos : "any", BR_PARAM_STR(ALGO) ? BR_PARAM_STR(ALGO) : "",
+            BR_PARAM_STR(PROTO) ? BR_PARAM_STR(PROTO) : "");
+}
+
 /* A tuner decides per call: log its decision once per power-of-two size class, next to
  * what the model alone would have taken. */
 static void log_tuner_choice(br_plan_t *p, int func, size_t bytes, const br_plan_choice_t *c)
@@ -420,11 +460,24 @@ ncclResult_t br_plan_choose(br_plan_t *p, br_op_t *op)
     br_plan_choice_t c;
 
     p->op_collnet = op_collnet(p, op);
-    if (p->hook == NULL && p->last_valid[func] && p->last_bytes[func] == bytes &&
+    /* A call with its own selection is decided alone: never from or into the cache. */
+    int own = op->call_algos != 0 || op->call_protos != 0 || op->call_min_ch > 0 ||
+              op->call_max_ch > 0;
+    if (!own && p->hook == NULL && p->last_valid[func] && p->last_bytes[func] == bytes &&
         p->last_collnet[func] == p->op_collnet) {
         c = p->last[func];
     } else {
+        p->op_cfg = own ? op : NULL;
         int r = decide(p, func, bytes, &c);
+        if (r == -1 && own && !op->call_force) {
+            p->op_cfg = NULL; /* forceAlgSelection 0: as if the call selected nothing */
+            r = decide(p, func, bytes, &c);
+        } else if (r == -1 && own) {
+            p->op_cfg = NULL;
+            call_refused(p, op, bytes);
+            return ncclInvalidUsage;
+        }
+        p->op_cfg = NULL;
         if (r != -2 && p->pc.collnet && !p->op_collnet &&
             (func == BR_FUNC_ALLREDUCE || (func == BR_FUNC_REDUCESCATTER && p->pc.collnet_rs))) {
             r = collnet_fallback(p, op, bytes, &c, r);
@@ -440,7 +493,7 @@ ncclResult_t br_plan_choose(br_plan_t *p, br_op_t *op)
         }
         if (p->hook != NULL) {
             log_tuner_choice(p, func, bytes, &c);
-        } else {
+        } else if (!own) {
             p->last[func] = c;
             p->last_bytes[func] = bytes;
             p->last_valid[func] = 1;

@@ -629,7 +629,7 @@ ncclResult_t br_socket_accept(int listen_fd, uint64_t deadline_ns, int *fd_p,
             continue;
         }
         switch (wait_fd(listen_fd, POLLIN, deadline_ns)) {
-        case 0: errno = ETIMEDOUT; return ncclRemoteError;
+        case 0: errno = ETIMEDOUT; return ncclTimeout;
         case -1:
             BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "poll on a listener failed: %s", strerror(errno));
             return ncclSystemError;
@@ -667,7 +667,7 @@ ncclResult_t br_socket_send_all(int fd, const void *buf, size_t len, uint64_t de
             return io_error("send");
         }
         switch (wait_fd(fd, POLLOUT, deadline_ns)) {
-        case 0: errno = ETIMEDOUT; return ncclRemoteError;
+        case 0: errno = ETIMEDOUT; return ncclTimeout;
         case -1: return io_error("poll");
         default: break;
         }
@@ -710,7 +710,7 @@ ncclResult_t br_socket_recv_all(int fd, void *buf, size_t len, uint64_t deadline
             continue;
         }
         switch (wait_fd(fd, POLLIN, deadline_ns)) {
-        case 0: errno = ETIMEDOUT; return ncclRemoteError;
+        case 0: errno = ETIMEDOUT; return ncclTimeout;
         case -1: return io_error("poll");
         default: break;
         }

@@ -8,9 +8,9 @@
  *
  * Errors: a local failure (a syscall that should not fail) is logged with BR_WARN and
  * returns ncclSystemError. A failure that depends on the remote side (refused, reset,
- * closed, or the deadline passed) returns ncclRemoteError without logging, with errno set
- * to ETIMEDOUT, ECONNRESET, ECONNREFUSED, ...: only the caller knows which peer it was
- * talking to, so the caller writes the message.
+ * closed) returns ncclRemoteError, and a wait that passed its deadline ncclTimeout (errno
+ * ETIMEDOUT), without logging, with errno set to ECONNRESET, ECONNREFUSED, ...: only the
+ * caller knows which peer it was talking to, so the caller writes the message.
  */
 #ifndef BR_UTIL_SOCKET_H_
 #define BR_UTIL_SOCKET_H_

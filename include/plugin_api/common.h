@@ -26,7 +26,8 @@ typedef enum {
     ncclInvalidUsage = 5,
     ncclRemoteError = 6,
     ncclInProgress = 7,
-    ncclNumResults = 8
+    ncclTimeout = 8, /* NCCL 2.30 */
+    ncclNumResults = 9
 } ncclResult_t;
 #endif
 

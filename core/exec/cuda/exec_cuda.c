@@ -181,6 +181,7 @@ static void poll_status(br_clique_t *cl)
                  "rank %d (host %s): a device kernel waited more than %lld s for rank %d at "
                  "step %llu (BRAID_CUDA_WAIT_TIMEOUT)",
                  r, br_host_name(), (long long)BR_PARAM_INT(CUDA_WAIT_TIMEOUT), p, step);
+        res = ncclTimeout;
         break;
     case BR_DEV_MISMATCH:
         snprintf(msg, sizeof(msg),
@@ -635,7 +636,7 @@ static void check_stalled(br_clique_t *cl)
         at += (size_t)snprintf(msg + at, sizeof(msg) - at, " rank %d: %s%s;", r,
                                d != NULL ? "next " : "", one);
     }
-    clique_fail(cl, ncclInvalidUsage, msg);
+    clique_fail(cl, ncclTimeout, msg);
 }
 
 /* Launches whose kernels have not finished long after they were launched: the kernels'

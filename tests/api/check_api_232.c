@@ -1,0 +1,485 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * NCCL 2.32's additions to the API, through the public header only:
+ *   config_sizes  ncclConfig_t of every layout since 2.19 (48, 72, 80, 88, 96, 120 bytes),
+ *                 each in a buffer of exactly its size, is accepted; a bad one is refused
+ *   collcfg       the eight nccl*Config collectives with per-call algorithm, protocol
+ *                 (Braid's vendor option) and channel choices, on 3 ranks as threads and
+ *                 as processes, checked against sums computed here; selections that cannot
+ *                 run, unknown names and Braid options, bad handshakes are refused on
+ *                 every rank (or ignored where forceAlgSelection is 0)
+ *   params        the parameter API over the values set in this process's environment
+ *   refused       calls not implemented yet return ncclInvalidUsage naming themselves
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <braid.h>
+#include <nccl.h>
+
+#include "brt_launch.h"
+
+#define N 1031 /* elements per rank: odd, not a multiple of anything */
+
+/* ---- config sizes ---- */
+
+/* Init one rank with a config of `size` bytes (an older header's layout) in a buffer of
+ * exactly that size, so that a read past it is caught by the sanitizers. */
+static ncclResult_t init_with_size(size_t size, unsigned version, unsigned magic)
+{
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    ncclConfig_t full = NCCL_CONFIG_INITIALIZER;
+    unsigned char *buf = malloc(size);
+    ck_assert_ptr_nonnull(buf);
+    full.size = size;
+    full.version = version;
+    full.magic = magic;
+    full.blocking = 1;
+    memcpy(buf, &full, size);
+    ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+    ncclResult_t res = ncclCommInitRankConfig(&comm, 1, id, 0, (ncclConfig_t *)(void *)buf);
+    free(buf);
+    if (res == ncclSuccess) {
+        float x = 2.0f;
+        ck_assert_int_eq(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL), ncclSuccess);
+        ck_assert(x == 2.0f);
+        ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+    }
+    return res;
+}
+
+START_TEST(test_config_sizes)
+{
+    /* (size, version) of NCCL 2.19 ... 2.32's ncclConfig_t (LP64). */
+    static const struct {
+        size_t size;
+        unsigned version;
+    } layouts[] = {{48, 21903}, {48, 22602}, {72, 22703}, {80, 22809},
+                   {88, 22907}, {96, 23007}, {120, 23203}};
+    ck_assert_uint_eq(sizeof(ncclConfig_t), 120);
+    for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++) {
+        ck_assert_msg(init_with_size(layouts[i].size, layouts[i].version, NCCL_API_MAGIC) ==
+                          ncclSuccess,
+                      "a %zu-byte config of version %u was refused: %s", layouts[i].size,
+                      layouts[i].version, ncclGetLastError(NULL));
+    }
+    ck_assert_int_eq(init_with_size(48, 22809, 0x12345678), ncclInvalidArgument);
+    ck_assert(strstr(ncclGetLastError(NULL), "NCCL_CONFIG_INITIALIZER") != NULL);
+    ck_assert_int_eq(init_with_size(16, 22809, NCCL_API_MAGIC), ncclInvalidArgument);
+}
+END_TEST
+
+/* ---- per-call configuration ---- */
+
+typedef struct {
+    const char *algos; /* algSelection */
+    const char *proto; /* BRAID_OPT_PROTO, or NULL */
+    int min_ch, max_ch;
+    int force; /* forceAlgSelection: 0 where some of the collectives cannot run it */
+} sel_t;
+
+static const sel_t selections[] = {
+    {NULL, NULL, 0, 0, 1},         {"Ring", "Simple", 0, 0, 1},
+    {"TREE", NULL, 0, 0, 0},       {"RING", "LL", 1, 1, 1},
+    {"^Tree", NULL, 0, 2, 1},      {"OneShot,DirectRead", NULL, 0, 0, 0},
+    {"Ring,Tree", "^LL", 2, 2, 1},
+};
+
+static float in_val(int rank, size_t i)
+{
+    return (float)(rank + 1) + (float)(i % 7);
+}
+
+static int check_vec(brt_rank_ctx_t *ctx, const char *what, const float *got, const float *want,
+                     size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (got[i] != want[i]) {
+            brt_fail(ctx, "%s: element %zu is %g, expected %g", what, i, got[i], want[i]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void fill_config(ncclCollConfig_t *cfg, ncclConfigExt_t *ext, const sel_t *s)
+{
+    ncclCollConfig_t init = NCCL_COLLCONFIG_INITIALIZER;
+    *cfg = init;
+    cfg->algSelection = s->algos;
+    cfg->userProfilerTag = 42;
+    cfg->forceAlgSelection = s->force;
+    if (s->min_ch > 0) {
+        cfg->minCTAs = s->min_ch;
+    }
+    if (s->max_ch > 0) {
+        cfg->maxCTAs = s->max_ch;
+    }
+    /* Another vendor's option first: Braid ignores it. */
+    memset(ext, 0, 2 * sizeof(*ext));
+    ext[0].key.vendorId = 0x123456;
+    ext[0].key.optionId = 7;
+    ext[0].val.i = 1;
+    if (s->proto != NULL) {
+        ext[0].next = &ext[1];
+        ext[1].key.vendorId = BRAID_VENDOR_ID;
+        ext[1].key.optionId = BRAID_OPT_PROTO;
+        ext[1].val.s = s->proto;
+    }
+    cfg->ext = ext;
+}
+
+/* Every nccl*Config collective with selection s, results checked. */
+static int run_all(brt_rank_ctx_t *ctx, ncclComm_t comm, const sel_t *s)
+{
+    int r = ctx->rank, n = ctx->nranks, root = n - 1;
+    size_t total = (size_t)N * (size_t)n;
+    float *send = malloc(total * sizeof(float)), *recv = malloc(total * sizeof(float));
+    float *want = malloc(total * sizeof(float));
+    ncclCollConfig_t cfg;
+    ncclConfigExt_t ext[2];
+    int bad = 0;
+    char what[160];
+
+    fill_config(&cfg, ext, s);
+    snprintf(what, sizeof(what), "algSelection %s, protocols %s, channels %d-%d",
+             s->algos ? s->algos : "-", s->proto ? s->proto : "-", s->min_ch, s->max_ch);
+    brt_doing(ctx, "nccl*Config with %s", what);
+#define RUN(call, name)                                                                            \
+    do {                                                                                           \
+        ncclResult_t res_ = (call);                                                                \
+        if (res_ != ncclSuccess) {                                                                 \
+            brt_fail(ctx, "%s with %s returned %d: %s", name, what, (int)res_,                     \
+                     ncclGetLastError(comm));                                                      \
+            bad = 1;                                                                               \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+    for (size_t i = 0; i < total; i++) {
+        send[i] = in_val(r, i);
+    }
+    /* AllReduce: the sum over ranks. */
+    for (size_t i = 0; i < N; i++) {
+        want[i] = 0;
+        for (int q = 0; q < n; q++) {
+            want[i] += in_val(q, i);
+        }
+    }
+    RUN(ncclAllReduceConfig(send, recv, N, ncclFloat, ncclSum, comm, NULL, &cfg),
+        "ncclAllReduceConfig");
+    bad |= check_vec(ctx, "ncclAllReduceConfig", recv, want, N);
+    /* Reduce to root: the same sums there. */
+    RUN(ncclReduceConfig(send, recv, N, ncclFloat, ncclSum, root, comm, NULL, &cfg),
+        "ncclReduceConfig");
+    bad |= r == root && check_vec(ctx, "ncclReduceConfig", recv, want, N);
+    /* ReduceScatter: block r of the sums over ranks of the whole input. */
+    for (size_t i = 0; i < N; i++) {
+        want[i] = 0;
+        for (int q = 0; q < n; q++) {
+            want[i] += in_val(q, (size_t)r * N + i);
+        }
+    }
+    RUN(ncclReduceScatterConfig(send, recv, N, ncclFloat, ncclSum, comm, NULL, &cfg),
+        "ncclReduceScatterConfig");
+    bad |= check_vec(ctx, "ncclReduceScatterConfig", recv, want, N);
+    /* Broadcast from root. */
+    for (size_t i = 0; i < N; i++) {
+        want[i] = in_val(root, i);
+    }
+    RUN(ncclBroadcastConfig(send, recv, N, ncclFloat, root, comm, NULL, &cfg),
+        "ncclBroadcastConfig");
+    bad |= check_vec(ctx, "ncclBroadcastConfig", recv, want, N);
+    /* AllGather: block q is rank q's first N inputs. */
+    for (int q = 0; q < n; q++) {
+        for (size_t i = 0; i < N; i++) {
+            want[(size_t)q * N + i] = in_val(q, i);
+        }
+    }
+    RUN(ncclAllGatherConfig(send, recv, N, ncclFloat, comm, NULL, &cfg), "ncclAllGatherConfig");
+    bad |= check_vec(ctx, "ncclAllGatherConfig", recv, want, total);
+    /* Gather, AlltoAll and Scatter are sends and receives with no algorithm: a selection
+     * is ignored only when not forced. */
+    cfg.forceAlgSelection = s->algos == NULL;
+    /* Gather to root: the same blocks there. */
+    RUN(ncclGatherConfig(send, recv, N, ncclFloat, root, comm, NULL, &cfg), "ncclGatherConfig");
+    bad |= r == root && check_vec(ctx, "ncclGatherConfig", recv, want, total);
+    /* AlltoAll: block q comes from rank q's block r. */
+    for (int q = 0; q < n; q++) {
+        for (size_t i = 0; i < N; i++) {
+            want[(size_t)q * N + i] = in_val(q, (size_t)r * N + i);
+        }
+    }
+    RUN(ncclAlltoAllConfig(send, recv, N, ncclFloat, comm, NULL, &cfg), "ncclAlltoAllConfig");
+    bad |= check_vec(ctx, "ncclAlltoAllConfig", recv, want, total);
+    /* Scatter from root: block r of root's input. */
+    for (size_t i = 0; i < N; i++) {
+        want[i] = in_val(root, (size_t)r * N + i);
+    }
+    RUN(ncclScatterConfig(send, recv, N, ncclFloat, root, comm, NULL, &cfg), "ncclScatterConfig");
+    bad |= check_vec(ctx, "ncclScatterConfig", recv, want, N);
+#undef RUN
+out:
+    free(send);
+    free(recv);
+    free(want);
+    return bad;
+}
+
+/* A call every rank must refuse with `expect`, the error text naming `needle`. */
+static int expect_refused(brt_rank_ctx_t *ctx, ncclComm_t comm, ncclResult_t res,
+                          ncclResult_t expect, const char *what, const char *needle)
+{
+    const char *text = ncclGetLastError(comm);
+    if (res != expect || strstr(text, needle) == NULL) {
+        brt_fail(ctx, "%s returned %d (expected %d) with \"%s\" (expected to mention \"%s\")", what,
+                 (int)res, (int)expect, text, needle);
+        return 1;
+    }
+    return 0;
+}
+
+static int refusals(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    float x[8] = {0}, y[8];
+    ncclCollConfig_t cfg = NCCL_COLLCONFIG_INITIALIZER;
+    ncclConfigExt_t ext;
+    int bad = 0;
+
+    brt_doing(ctx, "refused configurations");
+    /* NVLS needs NVLink SHARP: no host call can run it. */
+    cfg.algSelection = "NVLS";
+    bad |= expect_refused(ctx, comm,
+                          ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
+                          ncclInvalidUsage, "algSelection NVLS", "forceAlgSelection");
+    cfg.forceAlgSelection = 0; /* then Braid chooses */
+    if (ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg) != ncclSuccess) {
+        brt_fail(ctx, "NVLS with forceAlgSelection 0 failed: %s", ncclGetLastError(comm));
+        bad = 1;
+    }
+    cfg.forceAlgSelection = 1;
+    cfg.algSelection = "Ring,Bogus";
+    bad |= expect_refused(ctx, comm,
+                          ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
+                          ncclInvalidArgument, "unknown algorithm", "Bogus");
+    cfg.algSelection = NULL;
+    memset(&ext, 0, sizeof(ext));
+    ext.key.vendorId = BRAID_VENDOR_ID;
+    ext.key.optionId = 99;
+    cfg.ext = &ext;
+    bad |= expect_refused(ctx, comm,
+                          ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
+                          ncclInvalidArgument, "unknown Braid option", "unknown Braid option 99");
+    ext.key.optionId = BRAID_OPT_DETERMINISTIC;
+    ext.val.i = 1;
+    bad |= expect_refused(ctx, comm,
+                          ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
+                          ncclInvalidUsage, "reserved option", "BRAID_OPT_DETERMINISTIC");
+    ext.key.optionId = BRAID_OPT_PROTO;
+    ext.val.s = "Fast";
+    bad |= expect_refused(ctx, comm,
+                          ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
+                          ncclInvalidArgument, "bad protocol", "Fast");
+    ext.next = &ext; /* circular */
+    bad |= expect_refused(ctx, comm,
+                          ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
+                          ncclInvalidArgument, "circular list", "twice");
+    cfg.ext = NULL;
+    cfg.magic = 0;
+    bad |= expect_refused(ctx, comm,
+                          ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
+                          ncclInvalidArgument, "bad magic", "NCCL_COLLCONFIG_INITIALIZER");
+    cfg.magic = NCCL_API_MAGIC;
+    cfg.size = 24;
+    bad |= expect_refused(ctx, comm,
+                          ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
+                          ncclInvalidArgument, "small size", "size 24");
+    cfg.size = sizeof(cfg);
+    cfg.algSelection = "Ring";
+    bad |= expect_refused(ctx, comm, ncclAlltoAllConfig(x, y, 1, ncclFloat, comm, NULL, &cfg),
+                          ncclInvalidUsage, "AlltoAll with a forced selection", "no algorithm");
+    /* The communicator still works after every refusal. */
+    if (ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, NULL) != ncclSuccess) {
+        brt_fail(ctx, "a plain call after the refusals failed: %s", ncclGetLastError(comm));
+        bad = 1;
+    }
+    return bad;
+}
+
+static int body_collcfg(brt_rank_ctx_t *ctx)
+{
+    ncclComm_t comm;
+    int bad = 0;
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(selections) / sizeof(selections[0]) && !bad; i++) {
+        bad |= run_all(ctx, comm, &selections[i]);
+    }
+    bad |= bad ? 0 : refusals(ctx, comm);
+    ncclCommDestroy(comm);
+    return bad;
+}
+
+START_TEST(test_collcfg_threads)
+{
+    char out[8192];
+    int bad = brt_threads_run(3, body_collcfg, NULL, 120 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
+}
+END_TEST
+
+START_TEST(test_collcfg_procs)
+{
+    char out[8192];
+    int bad = brt_procs_run(3, body_collcfg, NULL, 120 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
+}
+END_TEST
+
+/* ---- parameters ---- */
+
+START_TEST(test_params)
+{
+    ncclParamHandle_t h, h2;
+    int64_t v64;
+    int32_t v32;
+    int8_t v8;
+    const char *s;
+    int len;
+    char raw[64];
+
+    /* Set before the first call of this (forked) test process: the values load once. */
+    setenv("NCCL_BUFFSIZE", "1M", 1);
+    setenv("BRAID_NCHANNELS", "3", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "INIT,COLL", 1);
+    ck_assert_int_eq(ncclParamBind(&h, "NCCL_BUFFSIZE"), ncclSuccess);
+    ck_assert_int_eq(ncclParamBind(&h2, "NCCL_BUFFSIZE"), ncclSuccess);
+    ck_assert_ptr_eq(h, h2);
+    ck_assert_int_eq(ncclParamGetI64(h, &v64), ncclSuccess);
+    ck_assert_int_eq(v64, 1 << 20);
+    ck_assert_int_eq(ncclParamGetI32(h, &v32), ncclSuccess);
+    ck_assert_int_eq(v32, 1 << 20);
+    ck_assert_int_eq(ncclParamGetI8(h, &v8), ncclInvalidUsage); /* does not fit */
+    ck_assert_int_eq(ncclParamGetStr(h, &s), ncclSuccess);
+    ck_assert_str_eq(s, "1048576");
+    ck_assert_int_eq(ncclParamGet(h, raw, sizeof(raw), &len), ncclSuccess);
+    ck_assert_int_eq(len, 8);
+    memcpy(&v64, raw, sizeof(v64));
+    ck_assert_int_eq(v64, 1 << 20);
+    ck_assert_int_eq(ncclParamGet(h, raw, 4, &len), ncclInvalidArgument);
+    ck_assert_int_eq(ncclParamGetParameter("BRAID_NCHANNELS", &s, &len), ncclSuccess);
+    ck_assert_str_eq(s, "3");
+    ck_assert_int_eq(len, 1);
+    ck_assert_int_eq(ncclParamBind(&h, "NCCL_DEBUG_SUBSYS"), ncclSuccess);
+    ck_assert_int_eq(ncclParamGetStr(h, &s), ncclSuccess);
+    ck_assert_str_eq(s, "INIT,COLL");
+    ck_assert_int_eq(ncclParamGetI32(h, &v32), ncclInvalidUsage); /* a string */
+    ck_assert_int_eq(ncclParamGet(h, raw, sizeof(raw), &len), ncclSuccess);
+    ck_assert_int_eq(len, (int)strlen("INIT,COLL") + 1);
+    ck_assert_str_eq(raw, "INIT,COLL");
+    ck_assert_int_eq(ncclParamBind(&h, "NCCL_NO_SUCH_THING"), ncclInvalidArgument);
+    ck_assert(strstr(ncclGetLastError(NULL), "NCCL_NO_SUCH_THING") != NULL);
+    ck_assert_int_eq(ncclParamGetParameter("NCCL_NO_SUCH_THING", &s, &len), ncclInvalidArgument);
+    ck_assert_int_eq(ncclParamGetI32((ncclParamHandle_t)(void *)raw, &v32), ncclInvalidArgument);
+    /* The key list: the PUBLIC parameters by default (BRAID_NCHANNELS is EXPERT). */
+    const char **keys;
+    int nkeys, buffsize = 0, nch = 0;
+    ck_assert_int_eq(ncclParamGetAllParameterKeys(&keys, &nkeys), ncclSuccess);
+    ck_assert_int_gt(nkeys, 10);
+    for (int i = 0; i < nkeys; i++) {
+        buffsize += strcmp(keys[i], "NCCL_BUFFSIZE") == 0;
+        nch += strcmp(keys[i], "BRAID_NCHANNELS") == 0;
+    }
+    ck_assert_int_eq(buffsize, 1);
+    ck_assert_int_eq(nch, 0);
+    ncclParamDumpAll();
+}
+END_TEST
+
+/* NCCL_PARAM_DUMP_ALL=1: every parameter is listed. */
+START_TEST(test_params_all)
+{
+    const char **keys;
+    int nkeys, nch = 0;
+    setenv("NCCL_PARAM_DUMP_ALL", "1", 1);
+    ck_assert_int_eq(ncclParamGetAllParameterKeys(&keys, &nkeys), ncclSuccess);
+    for (int i = 0; i < nkeys; i++) {
+        nch += strcmp(keys[i], "BRAID_NCHANNELS") == 0;
+    }
+    ck_assert_int_eq(nch, 1);
+}
+END_TEST
+
+/* ---- refused until implemented ---- */
+
+START_TEST(test_refused)
+{
+    ncclUniqueId id;
+    ncclComm_t comm, grown = (ncclComm_t)(void *)&id;
+    uint64_t v;
+    float buf[4];
+    void *user = NULL;
+    ncclWindow_t win;
+    ncclWaitSignalDesc_t desc = {1, 0, 0, 0};
+    ncclEncryptionConfig_t enc = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
+
+    ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+    ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+    ck_assert_int_eq(ncclCommGetUniqueId(comm, &id), ncclInvalidUsage);
+    ck_assert(strstr(ncclGetLastError(comm), "ncclCommGetUniqueId") != NULL);
+    ck_assert_int_eq(ncclCommGrow(comm, 2, NULL, -1, &grown, NULL), ncclInvalidUsage);
+    ck_assert_ptr_null(grown);
+    ck_assert_int_eq(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclInvalidUsage);
+    ck_assert_int_eq(ncclCommResume(comm), ncclInvalidUsage);
+    ck_assert_int_eq(ncclCommMemStats(comm, ncclStatGpuMemTotal, &v), ncclInvalidUsage);
+    ck_assert_int_eq(ncclCommWindowRegister(comm, buf, sizeof(buf), &win, NCCL_WIN_DEFAULT),
+                     ncclSuccess);
+    ck_assert_int_eq(ncclWinGetUserPtr(comm, win, &user), ncclSuccess);
+    ck_assert_ptr_eq(user, buf);
+    ck_assert_int_eq(ncclPutSignal(buf, 1, ncclFloat, 0, win, 0, 0, 0, 0, comm, NULL),
+                     ncclInvalidUsage);
+    ck_assert(strstr(ncclGetLastError(comm), "ncclPutSignal") != NULL);
+    ck_assert_int_eq(ncclSignal(0, 0, 0, 0, comm, NULL), ncclInvalidUsage);
+    ck_assert_int_eq(ncclWaitSignal(1, &desc, comm, NULL), ncclInvalidUsage);
+    ck_assert_int_eq(ncclCommWindowDeregister(comm, win), ncclSuccess);
+    ck_assert_int_eq(ncclSetEncryption(&enc), ncclSuccess); /* off: the default */
+    ck_assert_int_eq(ncclSetEncryption(NULL), ncclSuccess);
+    enc.mode = NCCL_ENCRYPTION_MODE_PSK;
+    enc.psk = "short";
+    ck_assert_int_eq(ncclSetEncryption(&enc), ncclInvalidArgument);
+    enc.psk = "0123456789abcdef0123456789abcdef";
+    ck_assert_int_eq(ncclSetEncryption(&enc), ncclInvalidUsage);
+    ck_assert(strstr(ncclGetLastError(NULL), "TLS") != NULL);
+    ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+    ck_assert_str_ne(ncclGetErrorString(ncclTimeout), ncclGetErrorString(ncclRemoteError));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("api_232");
+    TCase *tc = tcase_create("config_sizes");
+    tcase_add_test(tc, test_config_sizes);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("collcfg");
+    tcase_set_timeout(tc, 240 * brt_time_scale());
+    tcase_add_test(tc, test_collcfg_threads);
+    tcase_add_test(tc, test_collcfg_procs);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("params");
+    tcase_add_test(tc, test_params);
+    tcase_add_test(tc, test_params_all);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("refused");
+    tcase_add_test(tc, test_refused);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
