@@ -24,6 +24,10 @@ ncclResult_t br_api_check_comm(ncclComm_t comm, const char *fn);
  * its comm, so another thread's ncclCommAbort cannot free it underneath. */
 ncclResult_t br_api_hold_comm(ncclComm_t comm, const char *fn);
 
+/* Copy a caller's ncclConfig_t of any NCCL 2.x layout (in->size bytes of it) over the
+ * defaults after checking its size/magic/version handshake; NULL gives the defaults. */
+ncclResult_t br_api_config_import(const char *fn, const ncclConfig_t *in, ncclConfig_t *out);
+
 /* Refuse a call Braid does not implement: a WARN naming the function, the rank (when comm
  * is a live communicator) and the host, and ncclInvalidUsage. `what` says what is missing. */
 ncclResult_t br_api_refuse(ncclComm_t comm, const char *fn, const char *what);

@@ -4,6 +4,7 @@
  * Gather and Scatter are groups of sends and receives, as in NCCL. Also the user
  * reduction ops and the memory/registration calls.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,12 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_op_t *op)
     br_log_clear_last_error();
     BR_CHECK(br_api_check_comm(comm, c->fn));
     br_log_set_rank(comm->rank);
+    /* Relaxed: the program orders its own ncclCommSuspend / Resume and its calls. */
+    if (atomic_load_explicit(&comm->suspended, memory_order_relaxed)) {
+        BR_WARN(NCCL_COLL, "rank %d (host %s): %s: the communicator is suspended "
+                "(ncclCommSuspend); call ncclCommResume first", comm->rank, br_host_name(), c->fn);
+        return ncclInvalidUsage;
+    }
     if ((int)c->type < 0 || (int)c->type >= (int)ncclNumTypes) {
         ARG_FAIL(comm, c, "invalid datatype %d", (int)c->type);
     }

@@ -98,7 +98,7 @@ static ncclResult_t check_init_args(const char *fn, ncclComm_t *comm, int nranks
 
 /* Copy a caller's config of any NCCL 2.x layout over the defaults, after checking the
  * NCCL_CONFIG_INITIALIZER handshake. */
-static ncclResult_t config_import(const char *fn, const ncclConfig_t *in, ncclConfig_t *out)
+ncclResult_t br_api_config_import(const char *fn, const ncclConfig_t *in, ncclConfig_t *out)
 {
     ncclConfig_t def = NCCL_CONFIG_INITIALIZER;
     size_t min_size = offsetof(ncclConfig_t, cgaClusterSize);
@@ -146,7 +146,7 @@ BR_API(ncclResult_t, ncclCommInitRankConfig,
 
     br_api_enter(NULL);
     BR_CHECK(check_init_args(fn, comm, nranks, rank));
-    BR_CHECK(config_import(fn, config, &cfg));
+    BR_CHECK(br_api_config_import(fn, config, &cfg));
     if (br_bootstrap_check_unique_id(&commId) != ncclSuccess) {
         BR_WARN(NCCL_INIT, "%s: rank %d: invalid unique id: %s", fn, rank, br_log_last_error());
         return ncclInvalidArgument;
@@ -220,7 +220,7 @@ BR_API(ncclResult_t, ncclCommSplit,
                 comm->rank, color);
         return ncclInvalidArgument;
     }
-    BR_CHECK(config_import(fn, config, &cfg));
+    BR_CHECK(br_api_config_import(fn, config, &cfg));
     *newcomm = NULL;
     BR_CHECK(br_api_hold_comm(comm, fn));
     ncclResult_t res = br_group_add_split(comm, color, key, newcomm, config != NULL ? &cfg : NULL);
@@ -256,7 +256,7 @@ BR_API(ncclResult_t, ncclCommShrink,
                 fn, comm->rank, shrinkFlags);
         return ncclInvalidArgument;
     }
-    BR_CHECK(config_import(fn, config, &cfg));
+    BR_CHECK(br_api_config_import(fn, config, &cfg));
     /* Not through the group layer: after a failure the parent cannot run anything
      * collective, and the survivors meet out of band. */
     BR_CHECK(br_api_hold_comm(comm, fn));

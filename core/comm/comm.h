@@ -51,6 +51,9 @@ struct ncclComm {
     _Atomic int shrinks; /* ncclCommShrink calls on it (numbers their messages) */
     char cuda_why[160];  /* why it has no CUDA device ("": it has one, ec->cuda_dev) */
     int init_dev;        /* the device it is bound to, resolved as init starts; -1 none */
+    ncclUniqueId grow_id; /* the id ncclCommGetUniqueId made for a grow (under lock) */
+    int grow_pending;     /* grow_id was handed out and no grow has consumed it yet */
+    _Atomic int suspended; /* between ncclCommSuspend and ncclCommResume: calls refused */
 };
 
 /* The CUDA device of the next communicator this thread creates: BR_COMM_DEVICE_CURRENT
@@ -98,6 +101,12 @@ ncclResult_t br_comm_split(ncclComm_t parent, int color, int key, ncclComm_t *ne
  * in parent order; with NCCL_SHRINK_ABORT the parent is revoked first. */
 ncclResult_t br_comm_shrink(ncclComm_t parent, const int *exclude, int nexclude,
                             ncclComm_t *newcomm_p, const ncclConfig_t *config, int flags);
+
+/* Grow: every rank of parent calls it, exactly one of them with the id (made by
+ * ncclCommGetUniqueId) that the new ranks join with; the parent's ranks keep their numbers
+ * in a new communicator of nranks ranks. A NULL config means the parent's settings. */
+ncclResult_t br_comm_grow(ncclComm_t parent, int nranks, const ncclUniqueId *id,
+                          ncclComm_t *newcomm_p, const ncclConfig_t *config);
 
 /* Make sure p2p connections exist for the peers flagged (nranks entries each). */
 ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv);

@@ -10,6 +10,10 @@
  * numbered recovery message, which the parent's bootstrap delivers even after a failure
  * or a revoke. With NCCL_SHRINK_ABORT the parent is revoked first, so calls still blocked
  * on it in other threads return.
+ *
+ * ncclCommGrow: the parent's ranks learn over its bootstrap which of them holds the id
+ * (made by ncclCommGetUniqueId, handed to the new ranks by the program) and join the child
+ * with it under their own rank numbers; the new ranks join with the id alone.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,5 +164,57 @@ ncclResult_t br_comm_shrink(ncclComm_t parent, const int *exclude, int nexclude,
 done:
     free(out);
     free(members);
+    return res;
+}
+
+typedef struct {
+    int32_t has; /* this rank was given the id */
+    int32_t pad;
+    ncclUniqueId id;
+} grow_info_t;
+
+ncclResult_t br_comm_grow(ncclComm_t parent, int nranks, const ncclUniqueId *id,
+                          ncclComm_t *newcomm_p, const ncclConfig_t *config)
+{
+    int n = parent->nranks, me = parent->rank, root = -1, other = -1;
+    grow_info_t *all = NULL;
+    ncclResult_t res;
+
+    *newcomm_p = NULL;
+    BR_CHECK(br_calloc(&all, (size_t)n, "grow"));
+    all[me].has = id != NULL;
+    if (id != NULL) {
+        all[me].id = *id;
+    }
+    BR_CHECK_GOTO(br_bootstrap_allgather(parent->tc->boot, all, sizeof(*all)), res, out);
+    for (int r = 0; r < n; r++) {
+        if (all[r].has && root < 0) {
+            root = r;
+        } else if (all[r].has && other < 0) {
+            other = r;
+        }
+    }
+    /* Every rank sees the same table, so every rank fails alike. */
+    if (root < 0 || other >= 0) {
+        if (root < 0) {
+            BR_WARN(NCCL_INIT, "ncclCommGrow: rank %d: none of the %d ranks passed the unique id "
+                    "(exactly one of them passes the id from ncclCommGetUniqueId)", me, n);
+        } else {
+            BR_WARN(NCCL_INIT, "ncclCommGrow: rank %d: ranks %d and %d both passed a unique id "
+                    "(exactly one of them passes it, the others pass NULL)", me, root, other);
+        }
+        res = ncclInvalidUsage;
+        goto out;
+    }
+    pthread_mutex_lock(&parent->lock);
+    if (parent->grow_pending && memcmp(&parent->grow_id, &all[root].id, sizeof(ncclUniqueId)) == 0) {
+        parent->grow_pending = 0; /* consumed: ncclCommGetUniqueId may make another */
+    }
+    pthread_mutex_unlock(&parent->lock);
+    BR_INFO(NCCL_INIT, "ncclCommGrow: rank %d joins a communicator of %d ranks (%d new) with "
+            "the id of rank %d", me, nranks, nranks - n, root);
+    res = child_init(parent, &all[root].id, nranks, me, config, newcomm_p);
+out:
+    free(all);
     return res;
 }

@@ -9,13 +9,17 @@
  *                 run, unknown names and Braid options, bad handshakes are refused on
  *                 every rank (or ignored where forceAlgSelection is 0)
  *   params        the parameter API over the values set in this process's environment
- *   refused       calls not implemented yet return ncclInvalidUsage naming themselves
+ *   grow          2 ranks grow to 4 with ncclCommGetUniqueId and ncclCommGrow (threads and
+ *                 processes): sums over the grown communicator and over the parent
+ *   refused       suspend/resume/mem stats on host memory; calls not implemented yet
+ *                 return ncclInvalidUsage naming themselves
  */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <braid.h>
 #include <nccl.h>
@@ -320,6 +324,13 @@ static int body_collcfg(brt_rank_ctx_t *ctx)
         bad |= run_all(ctx, comm, &selections[i]);
     }
     bad |= bad ? 0 : refusals(ctx, comm);
+    /* Suspended and resumed, the communicator computes as before. */
+    if (!bad && (ncclCommSuspend(comm, NCCL_SUSPEND_MEM) != ncclSuccess ||
+                 ncclCommResume(comm) != ncclSuccess)) {
+        brt_fail(ctx, "suspend/resume: %s", ncclGetLastError(comm));
+        bad = 1;
+    }
+    bad |= bad ? 0 : run_all(ctx, comm, &selections[0]);
     ncclCommDestroy(comm);
     return bad;
 }
@@ -414,6 +425,117 @@ START_TEST(test_params_all)
 }
 END_TEST
 
+/* ---- growing ---- */
+
+/* Ranks 0 and 1 make a communicator, rank 0 makes an id for 2 more, ranks 2 and 3 join with
+ * it; the grown communicator reduces over all 4, and the parent still works. */
+typedef struct {
+    volatile int ready; /* the id below is set */
+    ncclUniqueId id;
+} grow_share_t;
+
+static int check_sum(brt_rank_ctx_t *ctx, ncclComm_t comm, int n, const char *what)
+{
+    float x[5];
+    float want = (float)(n * (n + 1) / 2);
+    for (int i = 0; i < 5; i++) {
+        x[i] = (float)(ctx->rank + 1);
+    }
+    ncclResult_t res = ncclAllReduce(x, x, 5, ncclFloat, ncclSum, comm, NULL);
+    if (res != ncclSuccess || x[0] != want || x[4] != want) {
+        brt_fail(ctx, "%s: AllReduce returned %d, sum %g, expected %g: %s", what, (int)res,
+                 (double)x[0], (double)want, ncclGetLastError(comm));
+        return 1;
+    }
+    return 0;
+}
+
+static int body_grow(brt_rank_ctx_t *ctx)
+{
+    grow_share_t *sh = ctx->arg;
+    ncclComm_t small = NULL, big = NULL;
+    int bad = 0, n = 0, r = -1;
+    ncclResult_t res;
+
+    if (ctx->rank < 2) {
+        brt_doing(ctx, "init of the 2 first ranks");
+        if (ncclCommInitRank(&small, 2, ctx->id, ctx->rank) != ncclSuccess) {
+            brt_fail(ctx, "init: %s", ncclGetLastError(NULL));
+            return 1;
+        }
+        bad |= check_sum(ctx, small, 2, "the 2-rank parent");
+        if (ctx->rank == 0) {
+            ncclUniqueId id;
+            if (ncclCommGetUniqueId(small, &id) != ncclSuccess) {
+                brt_fail(ctx, "ncclCommGetUniqueId: %s", ncclGetLastError(small));
+                return 1;
+            }
+            sh->id = id;
+            __atomic_store_n(&sh->ready, 1, __ATOMIC_RELEASE);
+        }
+        brt_doing(ctx, "ncclCommGrow as an existing rank");
+        res = ncclCommGrow(small, 4, ctx->rank == 0 ? &sh->id : NULL, -1, &big, NULL);
+    } else {
+        brt_doing(ctx, "waiting for the grow id");
+        double until = brt_now() + 60 * brt_time_scale();
+        while (!__atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE) && brt_now() < until) {
+            brt_sleep_ms(5);
+        }
+        ncclUniqueId id = sh->id;
+        brt_doing(ctx, "ncclCommGrow as a new rank");
+        res = ncclCommGrow(NULL, 4, &id, ctx->rank, &big, NULL);
+    }
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "ncclCommGrow returned %d: %s", (int)res, ncclGetLastError(small));
+        return 1;
+    }
+    ncclCommCount(big, &n);
+    ncclCommUserRank(big, &r);
+    if (n != 4 || r != ctx->rank) {
+        brt_fail(ctx, "the grown communicator has %d ranks and this is rank %d", n, r);
+        bad = 1;
+    }
+    bad |= check_sum(ctx, big, 4, "the grown communicator");
+    if (small != NULL) {
+        bad |= check_sum(ctx, small, 2, "the parent after the grow");
+        ncclUniqueId again;
+        if (ctx->rank == 0 && ncclCommGetUniqueId(small, &again) != ncclSuccess) {
+            brt_fail(ctx, "a second id after the grow: %s", ncclGetLastError(small));
+            bad = 1;
+        }
+        ncclCommDestroy(small);
+    }
+    ncclCommDestroy(big);
+    return bad;
+}
+
+static grow_share_t *grow_share(void)
+{
+    grow_share_t *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                            -1, 0);
+    ck_assert_ptr_ne(sh, MAP_FAILED);
+    memset(sh, 0, sizeof(*sh));
+    return sh;
+}
+
+START_TEST(test_grow_threads)
+{
+    char out[8192];
+    grow_share_t *sh = grow_share();
+    int bad = brt_threads_run(4, body_grow, sh, 120 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
+}
+END_TEST
+
+START_TEST(test_grow_procs)
+{
+    char out[8192];
+    grow_share_t *sh = grow_share();
+    int bad = brt_procs_run(4, body_grow, sh, 120 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
+}
+END_TEST
+
 /* ---- refused until implemented ---- */
 
 START_TEST(test_refused)
@@ -429,13 +551,34 @@ START_TEST(test_refused)
 
     ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
     ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+    /* Growing: a second id before the first is used, and bad arguments. */
+    ck_assert_int_eq(ncclCommGetUniqueId(comm, &id), ncclSuccess);
     ck_assert_int_eq(ncclCommGetUniqueId(comm, &id), ncclInvalidUsage);
-    ck_assert(strstr(ncclGetLastError(comm), "ncclCommGetUniqueId") != NULL);
-    ck_assert_int_eq(ncclCommGrow(comm, 2, NULL, -1, &grown, NULL), ncclInvalidUsage);
+    ck_assert(strstr(ncclGetLastError(comm), "ncclCommGrow") != NULL);
+    ck_assert_int_eq(ncclCommGrow(comm, 1, &id, -1, &grown, NULL), ncclInvalidArgument);
     ck_assert_ptr_null(grown);
+    ck_assert_int_eq(ncclCommGrow(NULL, 2, NULL, 1, &grown, NULL), ncclInvalidArgument);
+    /* The only existing rank passes no id: refused, alike on every rank. */
+    ck_assert_int_eq(ncclCommGrow(comm, 2, NULL, -1, &grown, NULL), ncclInvalidUsage);
+    ck_assert(strstr(ncclGetLastError(comm), "none of the 1 ranks") != NULL);
+    /* Suspending a host communicator: no GPU memory, calls refused until resumed. */
+    v = 7;
+    ck_assert_int_eq(ncclCommMemStats(comm, ncclStatGpuMemTotal, &v), ncclSuccess);
+    ck_assert_uint_eq(v, 0);
+    ck_assert_int_eq(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclSuccess);
+    ck_assert_int_eq(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v), ncclSuccess);
+    ck_assert_uint_eq(v, 1);
+    buf[0] = 3.0f;
+    ck_assert_int_eq(ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage);
+    ck_assert(strstr(ncclGetLastError(comm), "suspended") != NULL);
     ck_assert_int_eq(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclInvalidUsage);
+    ck_assert_int_eq(ncclCommResume(comm), ncclSuccess);
     ck_assert_int_eq(ncclCommResume(comm), ncclInvalidUsage);
-    ck_assert_int_eq(ncclCommMemStats(comm, ncclStatGpuMemTotal, &v), ncclInvalidUsage);
+    ck_assert_int_eq(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v), ncclSuccess);
+    ck_assert_uint_eq(v, 0);
+    ck_assert_int_eq(ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, comm, NULL), ncclSuccess);
+    ck_assert(buf[0] == 3.0f);
+    ck_assert_int_eq(ncclCommMemStats(comm, (ncclCommMemStat_t)9, &v), ncclInvalidArgument);
     ck_assert_int_eq(ncclCommWindowRegister(comm, buf, sizeof(buf), &win, NCCL_WIN_DEFAULT),
                      ncclSuccess);
     ck_assert_int_eq(ncclWinGetUserPtr(comm, win, &user), ncclSuccess);
@@ -473,6 +616,11 @@ int main(void)
     tc = tcase_create("params");
     tcase_add_test(tc, test_params);
     tcase_add_test(tc, test_params_all);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("grow");
+    tcase_set_timeout(tc, 240 * brt_time_scale());
+    tcase_add_test(tc, test_grow_threads);
+    tcase_add_test(tc, test_grow_procs);
     suite_add_tcase(s, tc);
     tc = tcase_create("refused");
     tcase_add_test(tc, test_refused);
