@@ -28,6 +28,11 @@ ncclResult_t br_api_hold_comm(ncclComm_t comm, const char *fn);
  * defaults after checking its size/magic/version handshake; NULL gives the defaults. */
 ncclResult_t br_api_config_import(const char *fn, const ncclConfig_t *in, ncclConfig_t *out);
 
+/* The number of window win (registered on comm) for a one-sided call of `bytes` at
+ * offset into peer's copy of it, checked against peer's size (api_coll.c). */
+ncclResult_t br_api_win_lookup(ncclComm_t comm, ncclWindow_t win, const char *fn, int peer,
+                               uint64_t offset, size_t bytes, uint32_t *seq_p);
+
 /* Refuse a call Braid does not implement: a WARN naming the function, the rank (when comm
  * is a live communicator) and the host, and ncclInvalidUsage. `what` says what is missing. */
 ncclResult_t br_api_refuse(ncclComm_t comm, const char *fn, const char *what);

@@ -723,6 +723,9 @@ typedef struct {
     void *buff;
     size_t size;
     int flags;
+    uint32_t seq;         /* its number on every rank (comm_rma.c) */
+    int nranks;
+    uint64_t *peer_size;  /* every rank's window size, for one-sided calls */
 } win_handle_t;
 
 #define WIN_MAGIC 0x62726169645f776eULL
@@ -733,7 +736,8 @@ typedef struct {
     int32_t mapped;
 } win_blob_t;
 
-static ncclResult_t window_agree(ncclComm_t comm, size_t size, int flags, int mapped)
+static ncclResult_t window_agree(ncclComm_t comm, size_t size, int flags, int mapped,
+                                 uint64_t *sizes)
 {
     win_blob_t *all = NULL;
     ncclResult_t res;
@@ -744,6 +748,7 @@ static ncclResult_t window_agree(ncclComm_t comm, size_t size, int flags, int ma
     res = br_bootstrap_allgather(comm->tc->boot, all, sizeof(*all));
     for (int r = 0; r < comm->nranks && res == ncclSuccess; r++) {
         nmapped += all[r].mapped;
+        sizes[r] = all[r].size;
         if ((flags & NCCL_WIN_COLL_SYMMETRIC) &&
             (all[r].size != size || all[r].flags != flags)) {
             BR_WARN(NCCL_REG, "ncclCommWindowRegister: rank %d: symmetric window of %zu bytes "
@@ -780,9 +785,20 @@ BR_API(ncclResult_t, ncclCommWindowRegister,
                 "implemented (host memory is)", comm->rank);
         return ncclInvalidUsage;
     }
-    BR_CHECK(window_agree(comm, size, winFlags, br_hostmem_find(buff, size, &ref)));
-    BR_CHECK(br_calloc(&h, 1, "window"));
-    *h = (win_handle_t){WIN_MAGIC, buff, size, winFlags};
+    uint64_t *sizes = NULL;
+    uint32_t seq;
+    BR_CHECK(br_calloc(&sizes, (size_t)comm->nranks, "window sizes"));
+    ncclResult_t res = window_agree(comm, size, winFlags, br_hostmem_find(buff, size, &ref), sizes);
+    res = res == ncclSuccess ? br_comm_win_add(comm, buff, size, &seq) : res;
+    if (res == ncclSuccess && br_calloc(&h, 1, "window") != ncclSuccess) {
+        br_comm_win_remove(comm, seq);
+        res = ncclSystemError;
+    }
+    if (res != ncclSuccess) {
+        free(sizes);
+        return res;
+    }
+    *h = (win_handle_t){WIN_MAGIC, buff, size, winFlags, seq, comm->nranks, sizes};
     *win = (ncclWindow_t)(void *)h;
     return ncclSuccess;
 }
@@ -797,8 +813,29 @@ BR_API(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t wi
                 (void *)win);
         return ncclInvalidArgument;
     }
+    br_comm_win_remove(comm, h->seq);
     h->magic = 0;
+    free(h->peer_size);
     free(h);
+    return ncclSuccess;
+}
+
+ncclResult_t br_api_win_lookup(ncclComm_t comm, ncclWindow_t win, const char *fn, int peer,
+                               uint64_t offset, size_t bytes, uint32_t *seq_p)
+{
+    const win_handle_t *h = (const win_handle_t *)(const void *)win;
+    if (h == NULL || h->magic != WIN_MAGIC || h->nranks != comm->nranks) {
+        BR_WARN(NCCL_REG, "%s: rank %d: %p is not a window of this communicator", fn, comm->rank,
+                (void *)win);
+        return ncclInvalidArgument;
+    }
+    if (offset > h->peer_size[peer] || bytes > h->peer_size[peer] - offset) {
+        BR_WARN(NCCL_REG, "%s: rank %d: %zu bytes at offset %llu do not fit rank %d's window of "
+                "%llu bytes", fn, comm->rank, bytes, (unsigned long long)offset, peer,
+                (unsigned long long)h->peer_size[peer]);
+        return ncclInvalidArgument;
+    }
+    *seq_p = h->seq;
     return ncclSuccess;
 }
 

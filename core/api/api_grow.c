@@ -12,7 +12,7 @@
 #include "api.h"
 #include "util.h"
 
-BR_API(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId * uniqueId))
+BR_API(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId *uniqueId))
 {
     const char *fn = "ncclCommGetUniqueId";
     ncclUniqueId id;
@@ -26,9 +26,10 @@ BR_API(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId * uniqu
     pthread_mutex_lock(&comm->lock);
     if (comm->grow_pending) {
         pthread_mutex_unlock(&comm->lock);
-        BR_WARN(NCCL_INIT, "%s: rank %d (host %s): the id this rank made before was not used by "
-                "an ncclCommGrow yet (one id at a time, each used once)", fn, comm->rank,
-                br_host_name());
+        BR_WARN(NCCL_INIT,
+                "%s: rank %d (host %s): the id this rank made before was not used by "
+                "an ncclCommGrow yet (one id at a time, each used once)",
+                fn, comm->rank, br_host_name());
         return ncclInvalidUsage;
     }
     /* A root served by this process, as ncclGetUniqueId's; not NCCL_COMM_ID's port. */
@@ -58,16 +59,20 @@ BR_API(ncclResult_t, ncclCommGrow,
     if (comm == NULL) {
         /* A new rank: it joins with the id alone, like an ncclCommInitRankConfig. */
         if (uniqueId == NULL) {
-            BR_WARN(NCCL_INIT, "%s: a new rank (comm NULL, rank %d) needs the unique id an "
-                    "existing rank made with ncclCommGetUniqueId", fn, rank);
+            BR_WARN(NCCL_INIT,
+                    "%s: a new rank (comm NULL, rank %d) needs the unique id an "
+                    "existing rank made with ncclCommGetUniqueId",
+                    fn, rank);
             return ncclInvalidArgument;
         }
         return pncclCommInitRankConfig(newcomm, nRanks, *uniqueId, rank, config);
     }
     BR_CHECK(br_api_check_comm(comm, fn));
     if (rank != -1 || nRanks <= comm->nranks) {
-        BR_WARN(NCCL_INIT, "%s: rank %d: an existing rank passes rank -1 (not %d) and more "
-                "ranks than its %d (nRanks %d)", fn, comm->rank, rank, comm->nranks, nRanks);
+        BR_WARN(NCCL_INIT,
+                "%s: rank %d: an existing rank passes rank -1 (not %d) and more "
+                "ranks than its %d (nRanks %d)",
+                fn, comm->rank, rank, comm->nranks, nRanks);
         return ncclInvalidArgument;
     }
     if (uniqueId != NULL && br_bootstrap_check_unique_id(uniqueId) != ncclSuccess) {
@@ -92,8 +97,9 @@ BR_API(ncclResult_t, ncclCommGrow,
 static ncclResult_t device_refused(ncclComm_t comm, const char *fn)
 {
     if (comm->ec->cuda_dev >= 0) {
-        return br_api_refuse(comm, fn, "releasing the device memory of a communicator with a "
-                                       "CUDA device");
+        return br_api_refuse(comm, fn,
+                             "releasing the device memory of a communicator with a "
+                             "CUDA device");
     }
     return ncclSuccess;
 }

@@ -54,6 +54,7 @@ struct ncclComm {
     ncclUniqueId grow_id; /* the id ncclCommGetUniqueId made for a grow (under lock) */
     int grow_pending;     /* grow_id was handed out and no grow has consumed it yet */
     _Atomic int suspended; /* between ncclCommSuspend and ncclCommResume: calls refused */
+    struct br_comm_rma *rma; /* windows and signals of one-sided calls (comm_rma.c), or NULL */
 };
 
 /* The CUDA device of the next communicator this thread creates: BR_COMM_DEVICE_CURRENT
@@ -107,6 +108,19 @@ ncclResult_t br_comm_shrink(ncclComm_t parent, const int *exclude, int nexclude,
  * in a new communicator of nranks ranks. A NULL config means the parent's settings. */
 ncclResult_t br_comm_grow(ncclComm_t parent, int nranks, const ncclUniqueId *id,
                           ncclComm_t *newcomm_p, const ncclConfig_t *config);
+
+/* One-sided calls on host windows (comm_rma.c). A window is numbered by its registration
+ * order, the same on every rank (registration is collective). */
+ncclResult_t br_comm_win_add(ncclComm_t comm, void *buff, size_t size, uint32_t *seq_p);
+void br_comm_win_remove(ncclComm_t comm, uint32_t seq);
+/* Send peer `bytes` of data for offset of its window win_seq (UINT32_MAX and 0 bytes: a
+ * signal alone) and one signal (sig_idx, ctx); does not wait for the peer. */
+ncclResult_t br_comm_rma_put(ncclComm_t comm, int peer, uint32_t win_seq, uint64_t offset,
+                             const void *data, size_t bytes, int sig_idx, int ctx);
+/* Wait until count signals (sig_idx, ctx) from peer arrived, their data in place; consumes
+ * them. Bounded by BRAID_BOOTSTRAP_TIMEOUT per message. */
+ncclResult_t br_comm_rma_wait(ncclComm_t comm, int peer, int sig_idx, int ctx, int count);
+void br_comm_rma_free(ncclComm_t comm);
 
 /* Make sure p2p connections exist for the peers flagged (nranks entries each). */
 ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv);

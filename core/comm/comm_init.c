@@ -641,6 +641,7 @@ void br_comm_free(ncclComm_t comm, int flush)
         free(comm->ec->recv_seq);
         free(comm->ec);
     }
+    br_comm_rma_free(comm);
     pthread_mutex_destroy(&comm->lock);
     free(comm);
 }

@@ -11,6 +11,9 @@
  *   params        the parameter API over the values set in this process's environment
  *   grow          2 ranks grow to 4 with ncclCommGetUniqueId and ncclCommGrow (threads and
  *                 processes): sums over the grown communicator and over the parent
+ *   rma           ncclPutSignal / ncclSignal / ncclWaitSignal between 3 threads and 4
+ *                 processes: every chunk in place once the waits return, out-of-order
+ *                 signals kept for later waits, puts past a window refused
  *   refused       suspend/resume/mem stats on host memory; calls not implemented yet
  *                 return ncclInvalidUsage naming themselves
  */
@@ -511,8 +514,8 @@ static int body_grow(brt_rank_ctx_t *ctx)
 
 static grow_share_t *grow_share(void)
 {
-    grow_share_t *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                            -1, 0);
+    grow_share_t *sh =
+        mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(sh, MAP_FAILED);
     memset(sh, 0, sizeof(*sh));
     return sh;
@@ -532,6 +535,102 @@ START_TEST(test_grow_procs)
     char out[8192];
     grow_share_t *sh = grow_share();
     int bad = brt_procs_run(4, body_grow, sh, 120 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
+}
+END_TEST
+
+/* ---- one-sided ---- */
+
+#define RMA_CHUNK 67 /* floats each rank puts into each peer's window */
+
+/* Every rank puts a chunk into every other rank's window (signal 0), then signals it
+ * (signal 1); every rank waits for signal 1 first, so the puts arrive before the signal
+ * waited for and are counted for the second wait; the windows then hold every chunk. */
+static int body_rma(brt_rank_ctx_t *ctx)
+{
+    ncclComm_t comm;
+    int r = ctx->rank, n = ctx->nranks, bad = 0;
+    size_t wfloats = (size_t)RMA_CHUNK * (size_t)n;
+    float *win_buf = calloc(wfloats, sizeof(float)), mine[RMA_CHUNK];
+    ncclWindow_t win;
+    void *user = NULL;
+    ncclWaitSignalDesc_t d[2 * BRT_MAX_RANKS];
+    int nd = 0;
+
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    brt_doing(ctx, "window registration");
+    if (ncclCommWindowRegister(comm, win_buf, wfloats * sizeof(float), &win, NCCL_WIN_DEFAULT) !=
+            ncclSuccess ||
+        ncclWinGetUserPtr(comm, win, &user) != ncclSuccess || user != win_buf) {
+        brt_fail(ctx, "window: %s", ncclGetLastError(comm));
+        return 1;
+    }
+    for (int i = 0; i < RMA_CHUNK; i++) {
+        mine[i] = (float)(r * 1000 + i);
+    }
+    brt_doing(ctx, "puts and signals");
+    for (int p = 0; p < n; p++) {
+        if (p == r) {
+            continue;
+        }
+        if (ncclPutSignal(mine, RMA_CHUNK, ncclFloat, p, win, (size_t)r * RMA_CHUNK * sizeof(float),
+                          0, 0, 0, comm, NULL) != ncclSuccess ||
+            ncclSignal(p, 1, 0, 0, comm, NULL) != ncclSuccess) {
+            brt_fail(ctx, "put/signal to rank %d: %s", p, ncclGetLastError(comm));
+            bad = 1;
+        }
+        d[nd++] = (ncclWaitSignalDesc_t){1, p, 1, 0};
+    }
+    for (int p = 0; p < n; p++) {
+        if (p != r) {
+            d[nd++] = (ncclWaitSignalDesc_t){1, p, 0, 0};
+        }
+    }
+    brt_doing(ctx, "waiting for the signals");
+    if (!bad && ncclWaitSignal(nd, d, comm, NULL) != ncclSuccess) {
+        brt_fail(ctx, "ncclWaitSignal: %s", ncclGetLastError(comm));
+        bad = 1;
+    }
+    for (int q = 0; q < n && !bad; q++) {
+        for (int i = 0; i < RMA_CHUNK && q != r; i++) {
+            if (win_buf[(size_t)q * RMA_CHUNK + i] != (float)(q * 1000 + i)) {
+                brt_fail(ctx, "window element %d of rank %d's chunk is %g", i, q,
+                         (double)win_buf[(size_t)q * RMA_CHUNK + i]);
+                bad = 1;
+                break;
+            }
+        }
+    }
+    /* A put past the peer's window, and reserved flags, are refused here. */
+    int peer = (r + 1) % n;
+    if (ncclPutSignal(mine, RMA_CHUNK, ncclFloat, peer, win, wfloats * sizeof(float), 0, 0, 0, comm,
+                      NULL) != ncclInvalidArgument ||
+        ncclSignal(peer, 0, 0, 1, comm, NULL) != ncclInvalidArgument) {
+        brt_fail(ctx, "a put past the window or flags 1 was not refused");
+        bad = 1;
+    }
+    float x = 1.0f; /* nobody deregisters while a peer may still put */
+    ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL);
+    ncclCommWindowDeregister(comm, win);
+    ncclCommDestroy(comm);
+    free(win_buf);
+    return bad;
+}
+
+START_TEST(test_rma_threads)
+{
+    char out[8192];
+    int bad = brt_threads_run(3, body_rma, NULL, 120 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
+}
+END_TEST
+
+START_TEST(test_rma_procs)
+{
+    char out[8192];
+    int bad = brt_procs_run(4, body_rma, NULL, 120 * brt_time_scale(), out, sizeof(out));
     ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
 }
 END_TEST
@@ -583,11 +682,15 @@ START_TEST(test_refused)
                      ncclSuccess);
     ck_assert_int_eq(ncclWinGetUserPtr(comm, win, &user), ncclSuccess);
     ck_assert_ptr_eq(user, buf);
-    ck_assert_int_eq(ncclPutSignal(buf, 1, ncclFloat, 0, win, 0, 0, 0, 0, comm, NULL),
-                     ncclInvalidUsage);
+    /* One-sided to itself: the put lands at the wait. */
+    float one = 5.0f;
+    ck_assert_int_eq(ncclPutSignal(&one, 1, ncclFloat, 0, win, 4, 0, 0, 0, comm, NULL),
+                     ncclSuccess);
+    ck_assert_int_eq(ncclWaitSignal(1, &desc, comm, NULL), ncclSuccess);
+    ck_assert(buf[1] == 5.0f);
+    ck_assert_int_eq(ncclPutSignal(&one, 1, ncclFloat, 1, win, 0, 0, 0, 0, comm, NULL),
+                     ncclInvalidArgument);
     ck_assert(strstr(ncclGetLastError(comm), "ncclPutSignal") != NULL);
-    ck_assert_int_eq(ncclSignal(0, 0, 0, 0, comm, NULL), ncclInvalidUsage);
-    ck_assert_int_eq(ncclWaitSignal(1, &desc, comm, NULL), ncclInvalidUsage);
     ck_assert_int_eq(ncclCommWindowDeregister(comm, win), ncclSuccess);
     ck_assert_int_eq(ncclSetEncryption(&enc), ncclSuccess); /* off: the default */
     ck_assert_int_eq(ncclSetEncryption(NULL), ncclSuccess);
@@ -621,6 +724,11 @@ int main(void)
     tcase_set_timeout(tc, 240 * brt_time_scale());
     tcase_add_test(tc, test_grow_threads);
     tcase_add_test(tc, test_grow_procs);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("rma");
+    tcase_set_timeout(tc, 240 * brt_time_scale());
+    tcase_add_test(tc, test_rma_threads);
+    tcase_add_test(tc, test_rma_procs);
     suite_add_tcase(s, tc);
     tc = tcase_create("refused");
     tcase_add_test(tc, test_refused);

@@ -120,8 +120,8 @@ static int body_queries(brt_rank_ctx_t *ctx, ncclComm_t comm)
     int v = 0, count = -1, rank = -1, dev = -7, bad = 0;
     ncclResult_t res;
 
-    if (ncclGetVersion(&v) != ncclSuccess || v != 22809 || v != NCCL_VERSION_CODE) {
-        brt_fail(ctx, "ncclGetVersion gave %d, expected 22809", v);
+    if (ncclGetVersion(&v) != ncclSuccess || v != 23203 || v != NCCL_VERSION_CODE) {
+        brt_fail(ctx, "ncclGetVersion gave %d, expected 23203", v);
         bad = 1;
     }
     if (ncclCommCount(comm, &count) != ncclSuccess || count != ctx->nranks) {
