@@ -2,19 +2,19 @@
 # SPDX-License-Identifier: Apache-2.0
 """bench/torch_compare.py: the "braid" torch.distributed backend against "gloo", in PyTorch.
 
-One torchrun launch per rank count runs both backends in the same processes on the same
-tensors: the world group on "braid" and a second group of the same ranks on "gloo". For
-each float32 size from 8 B to 256 MiB (x4 steps) it times dist.all_reduce (SUM, in
-place), dist.all_gather_into_tensor and dist.broadcast (root 0) on each backend, as
-nccl-tests does: warm-up, barrier, n calls back to back, mean time per call, maximum over
-the ranks; bus bandwidth by nccl-tests' formulas (all_gather's size is its output).
-Gloo has no all_gather_into_tensor in PyTorch 1.13: its column is dist.all_gather into
-views of one output tensor.
+PyTorch 2.x (2.13 as CI installs it). One torchrun launch per rank count runs both
+backends in the same processes on the same tensors: the world group on "braid" and a
+second group of the same ranks on "gloo". For each float32 size from 8 B to 256 MiB (x4
+steps) it times dist.all_reduce (SUM, in place; --colls adds dist.all_gather_into_tensor
+and dist.broadcast from root 0) on each backend, as nccl-tests does: warm-up, barrier, n
+calls back to back, mean time per call, maximum over the ranks; bus bandwidth by
+nccl-tests' formulas (all_gather's size is its output).
 Each size is checked once on fresh data first. Then braid-perf times the same
 all-reduces without PyTorch (in place), so the binding's cost shows, and
 examples/ddp/ddp_example.py gives the mean DDP step time on each backend.
 
     /usr/bin/python3 bench/torch_compare.py [--ranks 2,4] [--max-size 256M] [--out DIR]
+        [--colls all_reduce,all_gather_into_tensor,broadcast]
 
 Needs a build with braid_torch (cmake --build build). Prints the tables (markdown) and
 writes results.json into --out.
@@ -79,12 +79,8 @@ def worker(args):
             dist.all_reduce(t, group=g)
         elif coll == "broadcast":
             dist.broadcast(t, 0, group=g)
-        elif g is None:
-            dist.all_gather_into_tensor(out, t, group=g)
         else:
-            # Gloo in PyTorch 1.13 has no all_gather_into_tensor: the list form, into
-            # views of the same output tensor.
-            dist.all_gather(list(out.chunk(n)), t, group=g)
+            dist.all_gather_into_tensor(out, t, group=g)
 
     def tensors(coll, size):
         # all_gather's size is its output, as in nccl-tests; at least one float per rank.
@@ -102,7 +98,7 @@ def worker(args):
         return torch.equal(out, want)
 
     for size in sizes(args.max_size):
-        for coll in COLLS:
+        for coll in args.colls.split(","):
             for backend, g in groups.items():
                 t, out = tensors(coll, size)
                 call(coll, t, out, g)
@@ -216,6 +212,8 @@ def main():
     ap.add_argument("--max-size", default="256M", type=parse_size)
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--out", default="torch-bench")
+    ap.add_argument("--colls", default="all_reduce",
+                    help="comma-separated, of " + ",".join(COLLS))
     ap.add_argument("--ddp-size", type=int, default=1024)
     ap.add_argument("--ddp-batch", type=int, default=256)
     ap.add_argument("--ddp-steps", type=int, default=11)
@@ -236,14 +234,14 @@ def main():
     for n in args.ranks.split(","):
         wout = os.path.join(args.out, f"worker-{n}.json")
         torchrun(int(n), [os.path.abspath(__file__), "--worker", "--worker-out", wout,
-                          "--max-size", str(args.max_size)], env)
+                          "--max-size", str(args.max_size), "--colls", args.colls], env)
         with open(wout) as f:
             rows = json.load(f)
         report["runs"][n] = {"rows": rows, "braid_perf": braid_perf(args, int(n), env),
                              "ddp_step_ms": {b: ddp_step_ms(args, int(n), b, env)
                                              for b in ("braid", "gloo")}}
         print(f"# {n} processes done", flush=True)
-    for coll in COLLS:
+    for coll in args.colls.split(","):
         print(f"\n{coll}: time per call up to {human(SMALL)}, busbw (GB/s) above\n")
         print(table(coll, report["runs"]), flush=True)
     for n, run in report["runs"].items():

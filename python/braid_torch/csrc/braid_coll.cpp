@@ -366,8 +366,8 @@ ncclResult_t sparse_sum(at::Tensor &t, int n, ncclComm_t comm)
     auto i64 = at::TensorOptions().dtype(at::kLong);
     at::Tensor mine = at::full({1}, nnz, i64);
     at::Tensor counts = at::empty({n}, i64);
-    ncclResult_t res = ncclAllGather(mine.data_ptr(), counts.data_ptr(), 1, ncclInt64, comm,
-                                     nullptr);
+    ncclResult_t res =
+        ncclAllGather(mine.data_ptr(), counts.data_ptr(), 1, ncclInt64, comm, nullptr);
     if (res != ncclSuccess) {
         return res;
     }
@@ -396,9 +396,9 @@ ncclResult_t sparse_sum(at::Tensor &t, int n, ncclComm_t comm)
         idx_parts.push_back(idx_all[r].narrow(1, 0, k));
         val_parts.push_back(val_all[r].narrow(0, 0, k));
     }
-    at::Tensor sum = at::sparse_coo_tensor(at::cat(idx_parts, 1), at::cat(val_parts, 0),
-                                           t.sizes(), t.options())
-                         .coalesce();
+    at::Tensor sum =
+        at::sparse_coo_tensor(at::cat(idx_parts, 1), at::cat(val_parts, 0), t.sizes(), t.options())
+            .coalesce();
     t.copy_(sum);
     return ncclSuccess;
 }
@@ -423,8 +423,8 @@ ProcessGroupBraid::allreduce_sparse(std::vector<at::Tensor> &tensors,
                                    "gloo");
     }
     braid_type(t.scalar_type());
-    auto w = make_work(c10d::OpType::_ALLREDUCE_SPARSE, "braid:sparse_all_reduce", tensors,
-                       tensors, opts.timeout);
+    auto w = make_work(c10d::OpType::_ALLREDUCE_SPARSE, "braid:sparse_all_reduce", tensors, tensors,
+                       opts.timeout);
     w->sync = !opts.asyncOp;
     w->solo = true;
     int n = size_;
@@ -457,7 +457,8 @@ ProcessGroupBraid::allgather(std::vector<std::vector<at::Tensor>> &outputs,
                std::to_string(outputs.size()));
     }
     check_list(outputs[0], in, size_, "all_gather");
-    auto w = make_work(c10d::OpType::ALLGATHER, "braid:all_gather", inputs, outputs[0], opts.timeout);
+    auto w =
+        make_work(c10d::OpType::ALLGATHER, "braid:all_gather", inputs, outputs[0], opts.timeout);
     w->sync = !opts.asyncOp;
     Raw src = input(in);
     Raw dst = flat_list(*w, outputs[0], in, false);
@@ -571,8 +572,8 @@ ProcessGroupBraid::scatter(std::vector<at::Tensor> &outputs,
     if (is_root) {
         check_list(inputs[0], out, size_, "scatter");
     }
-    auto w = make_work(c10d::OpType::SCATTER, "braid:scatter", is_root ? inputs[0] : outputs, outputs,
-                       opts.timeout);
+    auto w = make_work(c10d::OpType::SCATTER, "braid:scatter", is_root ? inputs[0] : outputs,
+                       outputs, opts.timeout);
     w->sync = !opts.asyncOp;
     Raw src = is_root ? flat_list(*w, inputs[0], out, true) : Raw();
     Raw dst = output(*w, out, false);

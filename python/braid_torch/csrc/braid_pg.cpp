@@ -40,9 +40,8 @@ std::string braid_error(ncclComm_t comm, ncclResult_t res)
 
 } // namespace
 
-BraidWork::BraidWork(int rank, c10d::OpType type, const char *name_,
-                     std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
-                     std::chrono::milliseconds timeout_)
+BraidWork::BraidWork(int rank, c10d::OpType type, const char *name_, std::vector<at::Tensor> inputs,
+                     std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout_)
     // With a title and the inputs, Work opens the profiler's event (shapes included) and
     // closes it in finish().
     : c10d::Work(rank, type, name_, std::optional<std::vector<at::Tensor>>(std::move(inputs))),
@@ -389,7 +388,14 @@ std::exception_ptr ProcessGroupBraid::run_watched(std::unique_lock<std::mutex> &
     }
     watchdog_cv_.notify_one();
     lock.unlock();
-    std::exception_ptr err = run_batch(batch);
+    std::exception_ptr err;
+    try {
+        err = run_batch(batch);
+    } catch (...) {
+        // Nothing may leave this function by an exception: the flags the caller set
+        // (comm_busy_, inline_busy_) must be cleared, or the group would stop.
+        err = std::current_exception();
+    }
     lock.lock();
     running_name_ = nullptr;
     return err;
