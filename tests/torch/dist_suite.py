@@ -27,6 +27,7 @@ Prints one line per test (PASS, SKIP with the reason, FAIL) and a summary.
 """
 import collections.abc
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -34,8 +35,11 @@ import unittest
 
 BACKEND_NAME = os.environ.setdefault("BACKEND", "braid")
 os.environ.setdefault("WORLD_SIZE", "2")
-# The suite keeps its barriers' files under TEMP_DIR; spawned ranks inherit it.
-os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="braid_dist_suite_"))
+# The suite keeps its barriers' files under TEMP_DIR; the ranks inherit it, and the
+# process that made it removes it at the end.
+OWN_TEMP_DIR = None
+if "TEMP_DIR" not in os.environ:
+    OWN_TEMP_DIR = os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="braid_dist_suite_")
 
 try:
     import expecttest  # noqa: F401  (PyTorch's test helpers need it; pip install expecttest)
@@ -231,4 +235,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    try:
+        rc = main(sys.argv)
+    finally:
+        if OWN_TEMP_DIR:
+            shutil.rmtree(OWN_TEMP_DIR, ignore_errors=True)
+    sys.exit(rc)
