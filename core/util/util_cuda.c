@@ -169,6 +169,8 @@ static void load(void)
     LOAD_OPT(IpcGetMemHandle, NULL, "cuIpcGetMemHandle");
     LOAD_OPT(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle");
     LOAD_OPT(IpcCloseMemHandle, NULL, "cuIpcCloseMemHandle");
+    LOAD_OPT(MemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister");
+    LOAD_OPT(MemHostUnregister, NULL, "cuMemHostUnregister");
     LOAD(MemcpyAsync, NULL, "cuMemcpyAsync");
     LOAD_OPT(StreamWaitValue64, "cuStreamWaitValue64_v2", "cuStreamWaitValue64");
     LOAD_OPT(StreamWriteValue64, "cuStreamWriteValue64_v2", "cuStreamWriteValue64");

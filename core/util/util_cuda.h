@@ -29,6 +29,8 @@ typedef unsigned long long br_cu_ptr_t; /* CUdeviceptr */
 #define BR_CU_SUCCESS 0
 #define BR_CU_ERROR_NOT_READY 600
 #define BR_CU_MEMHOSTALLOC_PORTABLE 0x01
+#define BR_CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define BR_CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define BR_CU_MEMHOSTALLOC_DEVICEMAP 0x02
 #define BR_CU_STREAM_NON_BLOCKING 0x1
 #define BR_CU_EVENT_DISABLE_TIMING 0x2
@@ -104,6 +106,9 @@ typedef struct {
     br_cu_result_t (*IpcGetMemHandle)(br_cu_ipc_handle_t *h, br_cu_ptr_t p);
     br_cu_result_t (*IpcOpenMemHandle)(br_cu_ptr_t *p, br_cu_ipc_handle_t h, unsigned flags);
     br_cu_result_t (*IpcCloseMemHandle)(br_cu_ptr_t p);
+    /* Host memory made reachable by the device (the direct path's inboxes). */
+    br_cu_result_t (*MemHostRegister)(void *p, size_t bytes, unsigned flags);
+    br_cu_result_t (*MemHostUnregister)(void *p);
     br_cu_result_t (*MemcpyAsync)(br_cu_ptr_t dst, br_cu_ptr_t src, size_t n, br_cu_stream_t s);
     br_cu_result_t (*StreamWaitValue64)(br_cu_stream_t s, br_cu_ptr_t addr, uint64_t value,
                                         unsigned flags);

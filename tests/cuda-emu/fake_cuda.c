@@ -250,6 +250,22 @@ EXPORT CUresult cuMemFreeHost(void *p)
     return OK;
 }
 
+/* Host memory the device may reach: in the emulator every host address is reachable. */
+EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags)
+{
+    (void)p;
+    (void)bytes;
+    (void)flags;
+    return OK;
+}
+
+EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    (void)p;
+    ctx_sync("cuMemHostUnregister");
+    return OK;
+}
+
 EXPORT CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *h, unsigned flags)
 {
     (void)flags;

@@ -5,8 +5,10 @@
  * every step ordered by stream memory operations. No kernel waits for another process's:
  * kernels and copies only ever read what is complete, because the stream got them there
  * after a barrier; a barrier is each rank's stream writing its count into every peer's
- * inbox (cuStreamWriteValue64 on the peer's mapped memory) and then waiting, in the
- * stream, until its own inbox holds every peer's (cuStreamWaitValue64). Processes on one
+ * inbox (cuStreamWriteValue64) and then waiting, in the stream, until its own inbox holds
+ * every peer's (cuStreamWaitValue64). Inboxes are host shared memory registered with the
+ * driver, so that the host can read them, and release its own stream, without a stream
+ * operation. Processes on one
  * GPU are time-sliced, never co-resident; the waits hold no SM, so they cannot deadlock.
  *
  * A collective moves in chunks of at most BRAID_CUDA_IPC_BYTES. AllReduce, per chunk:
@@ -32,9 +34,12 @@
  * or a wait longer than BRAID_CUDA_WAIT_TIMEOUT, fails the communicator naming the rank,
  * and this rank's inbox is filled so that its stream passes every barrier and drains.
  */
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "device.h"
@@ -47,12 +52,51 @@ typedef struct {
     br_cu_ipc_handle_t handle;
     int32_t ok; /* could allocate, export and load the kernel */
     int32_t pid;
+    char inbox[48];  /* the name of its inbox's shm object */
     char why[120]; /* why not, when not ok */
 } ipc_hello_t;
 
 static inline br_cu_ptr_t data_of(const ipc_state_t *s, int q)
 {
-    return s->peer[q] + BR_IPC_INBOX;
+    return s->peer[q];
+}
+
+/* Map (and, create: make) the inbox shm object `name` for rank q, and register it. */
+static const char *inbox_map(ipc_state_t *s, int q, const char *name, int create)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    int fd = shm_open(name, O_RDWR | (create ? O_CREAT | O_EXCL : 0), 0600);
+    if (fd < 0) {
+        return create ? "shm_open of the inbox" : "shm_open of a peer's inbox";
+    }
+    if (create && ftruncate(fd, BR_IPC_INBOX) != 0) {
+        close(fd);
+        return "ftruncate of the inbox";
+    }
+    void *m = mmap(NULL, BR_IPC_INBOX, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        return "mmap of an inbox";
+    }
+    s->inbox[q] = m;
+    if (cu->MemHostRegister(m, BR_IPC_INBOX, BR_CU_MEMHOSTREGISTER_PORTABLE |
+                                                 BR_CU_MEMHOSTREGISTER_DEVICEMAP) != BR_CU_SUCCESS ||
+        cu->MemHostGetDevicePointer(&s->inbox_d[q], m, 0) != BR_CU_SUCCESS) {
+        return "cuMemHostRegister of an inbox";
+    }
+    return NULL;
+}
+
+static void inbox_unmap(ipc_state_t *s, int q)
+{
+    if (s->inbox != NULL && s->inbox[q] != NULL) {
+        if (s->inbox_d[q] != 0) {
+            br_cuda(NULL)->MemHostUnregister(s->inbox[q]);
+        }
+        munmap(s->inbox[q], BR_IPC_INBOX);
+        s->inbox[q] = NULL;
+        s->inbox_d[q] = 0;
+    }
 }
 
 void br_ipc_decide(br_cuda_stage_t *st)
@@ -111,10 +155,18 @@ static void hello_make(br_cuda_stage_t *st, ipc_hello_t *h)
     }
     if (cu->IpcGetMemHandle == NULL || cu->IpcOpenMemHandle == NULL ||
         cu->IpcCloseMemHandle == NULL || cu->StreamWaitValue64 == NULL ||
-        cu->StreamWriteValue64 == NULL) {
+        cu->StreamWriteValue64 == NULL || cu->MemHostRegister == NULL ||
+        cu->MemHostUnregister == NULL) {
         snprintf(h->why, sizeof(h->why),
-                 "the CUDA driver lacks IPC or 64-bit stream memory "
-                 "operations");
+                 "the CUDA driver lacks IPC, 64-bit stream memory operations or host memory "
+                 "registration");
+        return;
+    }
+    static _Atomic unsigned inboxes;
+    snprintf(h->inbox, sizeof(h->inbox), "/braid-ipc-%d-%u", (int)getpid(),
+             atomic_fetch_add(&inboxes, 1u));
+    if ((what = inbox_map(s, st->ec->rank, h->inbox, 1)) != NULL) {
+        snprintf(h->why, sizeof(h->why), "%s failed", what);
         return;
     }
     size_t want = (size_t)BR_PARAM_INT(CUDA_IPC_BYTES);
@@ -128,13 +180,8 @@ static void hello_make(br_cuda_stage_t *st, ipc_hello_t *h)
                (e = cu->DeviceGetAttribute(&s->sms, BR_CU_DEV_ATTR_SM_COUNT, dev)) !=
                    BR_CU_SUCCESS) {
         what = "cuDeviceGetAttribute";
-    } else if ((e = cu->StreamCreate(&s->aux, BR_CU_STREAM_NON_BLOCKING)) != BR_CU_SUCCESS) {
-        what = "cuStreamCreate";
-    } else if ((e = cu->MemAlloc(&s->mine, BR_IPC_INBOX + s->data_bytes)) != BR_CU_SUCCESS) {
+    } else if ((e = cu->MemAlloc(&s->mine, s->data_bytes)) != BR_CU_SUCCESS) {
         what = "cuMemAlloc of the staging buffer";
-    } else if ((e = cu->MemsetD8Async(s->mine, 0, BR_IPC_INBOX, s->aux)) != BR_CU_SUCCESS ||
-               (e = cu->StreamSynchronize(s->aux)) != BR_CU_SUCCESS) {
-        what = "cuMemsetD8Async of the inbox";
     } else if ((e = cu->IpcGetMemHandle(&h->handle, s->mine)) != BR_CU_SUCCESS) {
         what = "cuIpcGetMemHandle";
     }
@@ -169,15 +216,17 @@ ncclResult_t br_ipc_setup(br_cuda_stage_t *st)
     char why[200] = "";
     ncclResult_t res = ncclSuccess;
 
-    hello_make(st, &mine);
     if (br_calloc(&all, (size_t)n, "CUDA IPC set-up") != ncclSuccess ||
         br_calloc(&oks, (size_t)n, "CUDA IPC set-up") != ncclSuccess ||
         br_calloc(&s->peer, (size_t)n, "CUDA IPC set-up") != ncclSuccess ||
+        br_calloc(&s->inbox, (size_t)n, "CUDA IPC set-up") != ncclSuccess ||
+        br_calloc(&s->inbox_d, (size_t)n, "CUDA IPC set-up") != ncclSuccess ||
         br_calloc(&s->pid, (size_t)n, "CUDA IPC set-up") != ncclSuccess) {
         snprintf(why, sizeof(why), "out of memory");
         res = ncclSystemError;
         goto out;
     }
+    hello_make(st, &mine);
     all[r] = mine;
     if ((res = exchange(st, all, sizeof(mine))) != ncclSuccess) {
         snprintf(why, sizeof(why), "the set-up exchange failed");
@@ -196,6 +245,13 @@ ncclResult_t br_ipc_setup(br_cuda_stage_t *st)
             s->peer[q] = s->mine;
             continue;
         }
+        const char *fail = inbox_map(s, q, all[q].inbox, 0);
+        if (fail != NULL) {
+            snprintf(mine.why, sizeof(mine.why), "rank %d cannot map rank %d's inbox: %s failed",
+                     r, q, fail);
+            ok = 0;
+            break;
+        }
         br_cu_result_t e =
             cu->IpcOpenMemHandle(&s->peer[q], all[q].handle, BR_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
         if (e != BR_CU_SUCCESS) {
@@ -207,7 +263,11 @@ ncclResult_t br_ipc_setup(br_cuda_stage_t *st)
         opened++;
     }
     oks[r] = ok;
-    if ((res = exchange(st, oks, sizeof(ok))) != ncclSuccess) {
+    res = exchange(st, oks, sizeof(ok));
+    if (mine.inbox[0] != '\0') {
+        shm_unlink(mine.inbox); /* every peer that could map it has */
+    }
+    if (res != ncclSuccess) {
         snprintf(why, sizeof(why), "the set-up exchange failed");
         goto out;
     }
@@ -234,6 +294,9 @@ out:
     if (state != 1 && s->mine != 0) {
         cu->MemFree(s->mine); /* staged from now on: the buffer is not needed */
         s->mine = 0;
+    }
+    for (int q = 0; q < n && state != 1 && s->inbox != NULL; q++) {
+        inbox_unmap(s, q);
     }
     if (state == 1) {
         BR_INFO(NCCL_INIT | NCCL_COLL,
@@ -272,13 +335,13 @@ static ncclResult_t barrier(br_cuda_stage_t *st, br_cu_stream_t stream)
     uint64_t g = ++s->gen;
     for (int q = 0; q < n; q++) {
         if (q != r) {
-            BR_CHECK(ck(cu->StreamWriteValue64(stream, s->peer[q] + (size_t)r * 8, g, 0),
+            BR_CHECK(ck(cu->StreamWriteValue64(stream, s->inbox_d[q] + (size_t)r * 8, g, 0),
                         "cuStreamWriteValue64", r));
         }
     }
     for (int q = 0; q < n; q++) {
         if (q != r) {
-            BR_CHECK(ck(cu->StreamWaitValue64(stream, s->mine + (size_t)q * 8, g,
+            BR_CHECK(ck(cu->StreamWaitValue64(stream, s->inbox_d[r] + (size_t)q * 8, g,
                                               BR_CU_STREAM_WAIT_VALUE_GEQ),
                         "cuStreamWaitValue64", r));
         }
@@ -457,18 +520,12 @@ ncclResult_t br_ipc_flight_add(br_cuda_stage_t *st, br_cu_stream_t stream, const
 /* The ranks whose count in this rank's inbox is behind `gen`, as "1, 3" (for messages). */
 static void laggards(br_cuda_stage_t *st, uint64_t gen, char *buf, size_t len)
 {
-    const br_cuda_t *cu = br_cuda(NULL);
-    ipc_state_t *s = &st->ipc;
-    int n = st->ec->nranks, used = 0;
-    uint64_t inbox[BR_DEV_REDUCE_MAX_SRC];
+    const uint64_t *inbox = st->ipc.inbox[st->ec->rank];
+    int used = 0;
     buf[0] = '\0';
-    if (cu->MemcpyDtoHAsync(inbox, s->mine, (size_t)n * 8, s->aux) != BR_CU_SUCCESS ||
-        cu->StreamSynchronize(s->aux) != BR_CU_SUCCESS) {
-        snprintf(buf, len, "(unknown: the inbox could not be read)");
-        return;
-    }
-    for (int q = 0; q < n; q++) {
-        if (q != st->ec->rank && inbox[q] < gen && used < (int)len) {
+    for (int q = 0; q < st->ec->nranks; q++) {
+        if (q != st->ec->rank && __atomic_load_n(&inbox[q], __ATOMIC_ACQUIRE) < gen &&
+            used < (int)len) {
             used += snprintf(buf + used, len - (size_t)used, "%s%d", used ? ", " : "", q);
         }
     }
@@ -500,6 +557,9 @@ int br_ipc_watch(br_cuda_stage_t *st)
         pthread_cond_broadcast(&st->cv);
     }
     if (s->fl_done == s->fl_next || st->failed) {
+        if (st->failed && s->fl_done < s->fl_next) {
+            br_ipc_release(st); /* again: a live peer's stream may have written over it */
+        }
         return s->fl_done < s->fl_next;
     }
     if (br_ipc_peer_failed(st)) {
@@ -546,14 +606,17 @@ int br_ipc_watch(br_cuda_stage_t *st)
 
 void br_ipc_release(br_cuda_stage_t *st)
 {
-    const br_cuda_t *cu = br_cuda(NULL);
     ipc_state_t *s = &st->ipc;
-    if (s->state != 1 || s->aux == NULL) {
+    if (s->state != 1) {
         return;
     }
+    /* Plain stores from the host: no stream operation, which could wait in a hardware
+     * queue behind this very stream. A live peer's stream may still write a smaller count
+     * over one of them; the stager's watch writes them again while deposits are in flight. */
+    uint64_t *inbox = s->inbox[st->ec->rank];
     for (int q = 0; q < st->ec->nranks; q++) {
         if (q != st->ec->rank) {
-            cu->StreamWriteValue64(s->aux, s->mine + (size_t)q * 8, IPC_RELEASED, 0);
+            __atomic_store_n(&inbox[q], IPC_RELEASED, __ATOMIC_RELEASE);
         }
     }
 }
@@ -575,13 +638,14 @@ void br_ipc_free(br_cuda_stage_t *st)
             }
         }
     }
-    if (s->aux != NULL) {
-        cu->StreamSynchronize(s->aux);
-        cu->StreamDestroy(s->aux);
-    }
     if (s->mine != 0) {
         cu->MemFree(s->mine);
     }
+    for (int q = 0; q < st->ec->nranks && s->inbox != NULL; q++) {
+        inbox_unmap(s, q);
+    }
     free(s->peer);
+    free(s->inbox);
+    free(s->inbox_d);
     free(s->pid);
 }

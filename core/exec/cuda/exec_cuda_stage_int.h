@@ -31,7 +31,7 @@ typedef struct {
 } stage_slot_t;
 
 #define BR_IPC_INFLIGHT 64 /* direct deposits whose completion the stager watches */
-#define BR_IPC_INBOX 4096  /* bytes before the data of a staging buffer: the inbox words */
+#define BR_IPC_INBOX 4096  /* bytes of an inbox's shared memory (BR_DEV_REDUCE_MAX_SRC words) */
 
 /* A direct deposit in flight: its end on the stream, for the stager's watch. */
 typedef struct {
@@ -41,20 +41,24 @@ typedef struct {
     char what[96];     /* its first call, for messages */
 } ipc_flight_t;
 
-/* The direct path of one rank: every rank's staging buffer mapped (its own at [rank]);
- * the first BR_IPC_INBOX bytes of each hold an inbox, word q written by rank q's stream
- * when it passes a barrier. */
+/* The direct path of one rank: every rank's staging buffer mapped (its own at [rank]),
+ * and every rank's inbox: nranks 64-bit words in host shared memory (a POSIX shm object
+ * each rank maps and registers with the driver), word q written by rank q's stream when it
+ * passes a barrier. In host memory so that a failing rank's host can release its own
+ * stream's barriers with plain stores: a stream operation to do it could wait in a
+ * hardware queue behind the very stream it releases (CUDA_DEVICE_MAX_CONNECTIONS). */
 typedef struct {
     int state;         /* 0 not known yet (set up when the communicator is made), 1 on, -1 off */
-    size_t data_bytes; /* bytes of each rank's staging after the inbox */
+    size_t data_bytes; /* bytes of each rank's staging */
     br_cu_ptr_t mine;  /* this rank's staging (cuMemAlloc) */
     br_cu_ptr_t *peer; /* [nranks]: each rank's, mapped with cuIpcOpenMemHandle */
+    uint64_t **inbox;      /* [nranks]: each rank's inbox, mapped here (host view) */
+    br_cu_ptr_t *inbox_d;  /* [nranks]: the same, as the device sees it */
     int *pid;          /* [nranks]: the processes, for the dead-peer check */
     uint64_t gen;      /* barriers this rank's stream was given */
     br_cu_module_t mod;
     br_cu_function_t reduce_fn;
     int sms;
-    br_cu_stream_t aux; /* releases this rank's waits when the communicator fails */
     ipc_flight_t flight[BR_IPC_INFLIGHT];
     uint64_t fl_next, fl_done; /* deposits given, and seen complete */
 } ipc_state_t;
