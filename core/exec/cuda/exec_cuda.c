@@ -663,11 +663,11 @@ static void check_launches(br_clique_t *cl)
             continue;
         }
         snprintf(msg, sizeof(msg),
-                 "rank 0 (host %s): a device launch of %s has not finished %llu s after it "
+                 "ranks 0-%d (host %s): a device launch of %s has not finished %llu s after it "
                  "was launched: its kernel never got to run (other work held the GPU, or "
                  "the launch stream waits behind a stream that does not move; "
                  "CUDA_DEVICE_MAX_CONNECTIONS puts several streams in one hardware queue)",
-                 br_host_name(), b->what,
+                 cl->nranks - 1, br_host_name(), b->what,
                  (unsigned long long)((br_time_ns() - b->since_ns) / 1000000000ull));
         clique_fail(cl, ncclUnhandledCudaError, msg);
         return;
