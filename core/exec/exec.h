@@ -237,9 +237,10 @@ void br_exec_fail(br_exec_comm_t *ec, ncclResult_t res, const char *fmt, ...)
 /*
  * The CUDA executor (cuda/exec_cuda*.c): device calls of ranks that are threads of this process.
  * A communicator joins its clique (its ranks in this process) at init. A rank's device
- * calls of one group are one deposit, which returns at once, ordered on the call's stream;
- * deposits launch in units (every rank's next one when they hold collectives, else sends
- * and receives that pair up among some ranks), by the call that completes the unit.
+ * calls of one group are one deposit, ordered on the call's stream; deposits launch in
+ * units (every rank's next one when they hold collectives, else sends and receives that
+ * pair up among some ranks), by the call that completes the unit; a call returns once its
+ * unit is launched.
  */
 typedef struct br_cuda_clique br_clique_t;
 /* Does this build carry kernels (built with a CUDA compiler)? */
@@ -250,9 +251,9 @@ ncclResult_t br_exec_cuda_attach(br_exec_comm_t *ec, uint64_t hash, int device);
  * records that they are reached, and the unit they complete is launched. *ticket_p says
  * what br_exec_cuda_wait then makes the stream wait for: BR_CUDA_NO_TICKET is nothing (a
  * communicator of one rank copies on the stream at once, as NCCL does; all of a deposit
- * went the CUDA IPC direct path). A thread that submits for several ranks of one group
- * deposits for every rank first, then adds the waits: ranks sharing a stream would
- * otherwise wait, in the stream, before the others arrive. */
+ * went the CUDA IPC direct path). br_exec_cuda_wait waits on the host until the ticket's
+ * unit is launched (its peers' calls made), so a thread that submits for several ranks of
+ * one group deposits for every rank first, then waits. */
 ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int nops,
                                   uint64_t *ticket_p);
 #define BR_CUDA_NO_TICKET UINT64_MAX
