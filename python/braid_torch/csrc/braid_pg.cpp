@@ -386,7 +386,11 @@ std::exception_ptr ProcessGroupBraid::run_watched(std::unique_lock<std::mutex> &
     for (auto &w : batch) {
         running_timeout_ = std::max(running_timeout_, w->timeout);
     }
-    watchdog_cv_.notify_one();
+    // Wake the watchdog only when it sleeps past this call's deadline (idle, or towards a
+    // later one): with calls of one timeout it never is, and a call costs no thread wake-up.
+    if (running_since_ + running_timeout_ < watchdog_wake_) {
+        watchdog_cv_.notify_one();
+    }
     lock.unlock();
     std::exception_ptr err;
     try {
@@ -431,12 +435,15 @@ void ProcessGroupBraid::watchdog_loop()
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_ || running_name_ != nullptr) {
         if (running_name_ == nullptr || !timed_out_.empty()) {
+            watchdog_wake_ = std::chrono::steady_clock::time_point::max();
             watchdog_cv_.wait(lock);
             continue;
         }
         auto deadline = running_since_ + running_timeout_;
         if (std::chrono::steady_clock::now() < deadline) {
-            // Woken early by a new call or by stop; the loop re-reads the deadline.
+            // Woken early by a call with an earlier deadline or by stop, or at the deadline
+            // of a call that has ended since: the loop re-reads the running call's.
+            watchdog_wake_ = deadline;
             watchdog_cv_.wait_until(lock, deadline);
             continue;
         }

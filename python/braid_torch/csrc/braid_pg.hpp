@@ -264,6 +264,9 @@ class ProcessGroupBraid : public c10d::Backend
     const char *running_name_ = nullptr;
     std::chrono::steady_clock::time_point running_since_;
     std::chrono::milliseconds running_timeout_{0};
+    /* When the watchdog wakes next by itself (max: not before it is notified). */
+    std::chrono::steady_clock::time_point watchdog_wake_ =
+        std::chrono::steady_clock::time_point::max();
     /* Set by the watchdog when a call timed out; every later call fails with it. */
     std::string timed_out_;
     std::atomic<bool> failed_{false}; // timed_out_ is set, or the group stops
