@@ -340,7 +340,8 @@ static ncclResult_t unit_build(br_clique_t *cl, const char *in_unit, int rank,
 
     if (res != ncclSuccess) {
         char full[768];
-        snprintf(full, sizeof(full), "device calls: %s", msg[0] ? msg : "out of memory");
+        snprintf(full, sizeof(full), "rank %d (host %s): device calls: %s", rank,
+                 br_host_name(), msg[0] ? msg : "out of memory");
         clique_fail(cl, res, full);
         return res;
     }
