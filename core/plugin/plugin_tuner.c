@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Tuner plugin loading and adapters. The internal interface has tuner v6 semantics (the
- * 7 x 3 cost table, nChannels, optional getChunkSize); v5 lacks getChunkSize; v4 has a
+ * 7 x 3 cost table, nChannels, optional getChunkSize); v7 has v6's functions with a fifth
+ * GPU generation in the constants (copied in and out around init; Braid has no values for
+ * that row, so the plugin sees it 0); v5 lacks getChunkSize; v4 has a
  * context-last init without commId, NVL domains or constants, and names its finalize
  * destroy; v3 also lacks regBuff; v2 chooses (algorithm, protocol) instead of editing a
  * table, so its choice is written into the table as a 0.0 entry, and its
@@ -36,6 +38,7 @@ struct tuner_state {
     ncclNvlDomainInfo_v6_t nvl;
     ncclTunerConstants_v6_t scratch; /* constants when the caller gave none */
     union {
+        ncclTuner_v7_t v7;
         ncclTuner_v6_t v6;
         ncclTuner_v5_t v5;
         ncclTuner_v4_t v4;
@@ -46,7 +49,64 @@ struct tuner_state {
 
 #define TABLE_AT(table, a, p) ((table)[(a)*NCCL_NUM_PROTOCOLS + (p)])
 
-/* ---- v6 and v5 ---- */
+/* ---- v7, v6 and v5 ---- */
+
+/* The rows [0, NCCL_NUM_COMPCAPS) of every bandwidth table, from one layout to the other:
+ * v7 has NCCL_NUM_COMPCAPS_V7 rows, v6 NCCL_NUM_COMPCAPS. */
+#define COPY_ROWS(dst, src, field)                                                                 \
+    memcpy((dst)->field, (src)->field, sizeof(ncclTunerConstants_v6_t){0}.field)
+static void constants_v6_to_v7(ncclTunerConstants_v7_t *d, const ncclTunerConstants_v6_t *s)
+{
+    memset(d, 0, sizeof(*d));
+    memcpy(d->baseLatencies, s->baseLatencies, sizeof(s->baseLatencies));
+    memcpy(d->hwLatencies, s->hwLatencies, sizeof(s->hwLatencies));
+    COPY_ROWS(d, s, llMaxBws);
+    COPY_ROWS(d, s, perChMaxRingLL128Bws);
+    COPY_ROWS(d, s, perChMaxTreeLL128Bws);
+    COPY_ROWS(d, s, perChMaxTreeBws);
+    COPY_ROWS(d, s, perChMaxNVLSTreeBws);
+}
+
+static void constants_v7_to_v6(ncclTunerConstants_v6_t *d, const ncclTunerConstants_v7_t *s)
+{
+    memcpy(d->baseLatencies, s->baseLatencies, sizeof(d->baseLatencies));
+    memcpy(d->hwLatencies, s->hwLatencies, sizeof(d->hwLatencies));
+    COPY_ROWS(d, s, llMaxBws);
+    COPY_ROWS(d, s, perChMaxRingLL128Bws);
+    COPY_ROWS(d, s, perChMaxTreeLL128Bws);
+    COPY_ROWS(d, s, perChMaxTreeBws);
+    COPY_ROWS(d, s, perChMaxNVLSTreeBws);
+}
+#undef COPY_ROWS
+
+static ncclResult_t tuner_init_v7(tuner_state_t *st, const br_tuner_request_t *req)
+{
+    const ncclTuner_v7_t *exp = st->exported;
+    ncclTunerConstants_v6_t *mine =
+        req->constants != NULL ? (ncclTunerConstants_v6_t *)req->constants : &st->scratch;
+    ncclTunerConstants_v7_t c7;
+    /* The domain info has v6's layout under the v7 name. */
+    ncclNvlDomainInfo_v7_t *nvl = (ncclNvlDomainInfo_v7_t *)(void *)&st->nvl;
+
+    constants_v6_to_v7(&c7, mine);
+    BR_CHECK(
+        exp->init(&st->ctx, req->comm_hash, req->nranks, req->nnodes, br_log_plugin, nvl, &c7));
+    constants_v7_to_v6(mine, &c7); /* what the plugin edited, in the rows Braid has */
+    st->fn.v7 = *exp;
+    return ncclSuccess;
+}
+
+static ncclResult_t tuner_coll_v7(tuner_state_t *st, int func, size_t bytes, int num_pipe_ops,
+                                  float *table, int reg_buff, int *nchannels)
+{
+    return st->fn.v7.getCollInfo(st->ctx, (ncclFunc_t)func, bytes, num_pipe_ops, (float **)table,
+                                 NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, reg_buff, nchannels);
+}
+
+static ncclResult_t tuner_fini_v7(tuner_state_t *st)
+{
+    return st->fn.v7.finalize(st->ctx);
+}
 
 static ncclResult_t tuner_init_v6(tuner_state_t *st, const br_tuner_request_t *req)
 {
@@ -175,6 +235,7 @@ static ncclResult_t tuner_fini_v2(tuner_state_t *st)
 }
 
 static const tuner_adapter_t tuner_adapters[] = {
+    {7, tuner_init_v7, tuner_coll_v7, tuner_fini_v7},
     {6, tuner_init_v6, tuner_coll_v6, tuner_fini_v6},
     {5, tuner_init_v5, tuner_coll_v5, tuner_fini_v5},
     {4, tuner_init_v4, tuner_coll_v4, tuner_fini_v4},
@@ -183,9 +244,9 @@ static const tuner_adapter_t tuner_adapters[] = {
 };
 
 /* Symbols in the order of tuner_adapters. */
-static const char *const tuner_symbols[] = {"ncclTunerPlugin_v6", "ncclTunerPlugin_v5",
-                                            "ncclTunerPlugin_v4", "ncclTunerPlugin_v3",
-                                            "ncclTunerPlugin_v2"};
+static const char *const tuner_symbols[] = {"ncclTunerPlugin_v7", "ncclTunerPlugin_v6",
+                                            "ncclTunerPlugin_v5", "ncclTunerPlugin_v4",
+                                            "ncclTunerPlugin_v3", "ncclTunerPlugin_v2"};
 
 static const br_plugin_kind_t tuner_kind = {
     .tag = "TUNER/Plugin",
@@ -295,6 +356,7 @@ ncclResult_t br_plugin_tuner_get_chunk_size(br_tuner_t *tuner, int func, size_t 
     tuner_state_t *st = tuner->priv;
     ncclResult_t res;
 
+    /* v7's table has v6's slots: its getChunkSize is read through fn.v6 too. */
     if (st->adapter->version < 6 || st->fn.v6.getChunkSize == NULL) {
         return ncclSuccess;
     }

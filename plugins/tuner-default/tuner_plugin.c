@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The default tuner, "Braid default": ncclTunerPlugin_v6 and ncclTunerPlugin_v5 over one
+ * The default tuner, "Braid default": ncclTunerPlugin_v7, _v6 and _v5 over one
  * implementation. init reads the rules of NCCL_TUNER_CONFIG_FILE (else nccl_tuner.conf
  * in the current directory, if present) into a per-communicator context; getCollInfo
  * finds the first rule that matches the collective and whose (algorithm, protocol) the
@@ -129,7 +129,16 @@ static ncclResult_t tuner_finalize(void *opaque)
     return ncclSuccess;
 }
 
-/* v6 and v5 init differ only in the names of the (unused) domain and constants types. */
+/* v7, v6 and v5 init differ only in the (unused) domain and constants types. */
+static ncclResult_t tuner_init_v7(void **ctx, uint64_t comm_id, size_t nranks, size_t nnodes,
+                                  ncclDebugLogger_t logger, ncclNvlDomainInfo_v7_t *nvl,
+                                  ncclTunerConstants_v7_t *constants)
+{
+    (void)nvl;
+    (void)constants; /* the core's defaults stand */
+    return tuner_init(ctx, comm_id, nranks, nnodes, logger);
+}
+
 static ncclResult_t tuner_init_v6(void **ctx, uint64_t comm_id, size_t nranks, size_t nnodes,
                                   ncclDebugLogger_t logger, ncclNvlDomainInfo_v6_t *nvl,
                                   ncclTunerConstants_v6_t *constants)
@@ -147,6 +156,14 @@ static ncclResult_t tuner_init_v5(void **ctx, uint64_t comm_id, size_t nranks, s
     (void)constants;
     return tuner_init(ctx, comm_id, nranks, nnodes, logger);
 }
+
+__attribute__((visibility("default"))) const ncclTuner_v7_t ncclTunerPlugin_v7 = {
+    .name = "Braid default",
+    .init = tuner_init_v7,
+    .getCollInfo = tuner_get_coll_info,
+    .finalize = tuner_finalize,
+    .getChunkSize = NULL, /* the core's chunk sizes stand */
+};
 
 __attribute__((visibility("default"))) const ncclTuner_v6_t ncclTunerPlugin_v6 = {
     .name = "Braid default",

@@ -60,6 +60,8 @@ static const abi_fact_t alone[] = {
     ABI_SIZE(ncclCollNet_v12_t, 152),
     ABI_SIZE(ncclNet_v12_t, 176),
     ABI_SIZE(ncclTuner_v6_t, 40),
+    ABI_SIZE(ncclTuner_v7_t, 40),
+    ABI_SIZE(ncclTunerConstants_v7_t, 1272),
     ABI_SIZE(ncclProfilerEventDescr_v6_t, 112),
 };
 

@@ -47,6 +47,22 @@ static const abi_fact_t tuner[] = {
     TUNER_CONSTANTS(ncclTunerConstants_v6_t),
     NVL_DOMAIN(ncclNvlDomainInfo_v5_t),
     NVL_DOMAIN(ncclNvlDomainInfo_v6_t),
+    NVL_DOMAIN(ncclNvlDomainInfo_v7_t),
+    /* v7 (NCCL 2.32): v6's slots; the bandwidth tables have 5 GPU generations. */
+    ABI_SIZE(ncclTuner_v7_t, 40),
+    ABI_SLOT(ncclTuner_v7_t, name, 0),
+    ABI_SLOT(ncclTuner_v7_t, init, 1),
+    ABI_SLOT(ncclTuner_v7_t, getCollInfo, 2),
+    ABI_SLOT(ncclTuner_v7_t, finalize, 3),
+    ABI_SLOT(ncclTuner_v7_t, getChunkSize, 4),
+    ABI_VAL(NCCL_NUM_COMPCAPS_V7, 5),
+    ABI_SIZE(ncclTunerConstants_v7_t, 1272),
+    ABI_OFF(ncclTunerConstants_v7_t, hwLatencies, 168),
+    ABI_OFF(ncclTunerConstants_v7_t, llMaxBws, 672),
+    ABI_OFF(ncclTunerConstants_v7_t, perChMaxRingLL128Bws, 792),
+    ABI_OFF(ncclTunerConstants_v7_t, perChMaxTreeLL128Bws, 912),
+    ABI_OFF(ncclTunerConstants_v7_t, perChMaxTreeBws, 1032),
+    ABI_OFF(ncclTunerConstants_v7_t, perChMaxNVLSTreeBws, 1152),
     /* A contiguous float[7][3] cost table: 84 bytes. */
     ABI_VAL(sizeof(float[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS]), 84),
 };

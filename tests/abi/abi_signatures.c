@@ -189,6 +189,9 @@ static const abi_fact_t tuner_sigs[] = {
     TUNER_INIT_V5(ncclTuner_v6_t, v6),
     SIG(ncclTuner_v6_t, getChunkSize,
         res_t (*)(void *, ncclFunc_t, size_t, int, int, int, size_t *)),
+    TUNER_INIT_V5(ncclTuner_v7_t, v7),
+    SIG(ncclTuner_v7_t, getChunkSize,
+        res_t (*)(void *, ncclFunc_t, size_t, int, int, int, size_t *)),
 };
 
 #define PROF_SIG(T, V)                                                                             \

@@ -20,8 +20,8 @@ static const struct {
     size_t size;
 } table_sizes[] = {
     {"ncclNetPlugin_v12", 176}, {"ncclNetPlugin_v11", 176}, {"ncclNetPlugin_v10", 160},
-    {"ncclTunerPlugin_v6", 40}, {"ncclTunerPlugin_v5", 32}, {"ncclProfiler_v6", 48},
-    {"ncclProfiler_v5", 48},
+    {"ncclTunerPlugin_v7", 40}, {"ncclTunerPlugin_v6", 40}, {"ncclTunerPlugin_v5", 32},
+    {"ncclProfiler_v6", 48},    {"ncclProfiler_v5", 48},
 };
 
 const abi_plugin_t abi_plugins[] = {
@@ -29,7 +29,9 @@ const abi_plugin_t abi_plugins[] = {
      {"ncclNetPlugin_v12", "ncclNetPlugin_v11", "ncclNetPlugin_v10"},
      NULL},
     {"libnccl-net-ofi.so", {"ncclNetPlugin_v12", "ncclNetPlugin_v11", "ncclNetPlugin_v10"}, NULL},
-    {"libnccl-tuner-default.so", {"ncclTunerPlugin_v6", "ncclTunerPlugin_v5"}, "Braid default"},
+    {"libnccl-tuner-default.so",
+     {"ncclTunerPlugin_v7", "ncclTunerPlugin_v6", "ncclTunerPlugin_v5"},
+     "Braid default"},
     {"libnccl-profiler-braid.so", {"ncclProfiler_v6", "ncclProfiler_v5"}, "Braid trace"},
 };
 const int abi_nplugins = (int)(sizeof(abi_plugins) / sizeof(abi_plugins[0]));

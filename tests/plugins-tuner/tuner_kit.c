@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Loading a tuner plugin of any version v6..v2 and driving it with v6 semantics, as a
+ * Loading a tuner plugin of any version v7..v2 and driving it with v6 semantics, as a
  * core's adapters do (plugin-abi.md 2.5): v5 is v6 without getChunkSize, v4/v3 take the
  * context last in init and lack commId/constants (v3 also regBuff), and v2 returns an
  * (algorithm, protocol) choice that is applied to the table as 0.0 when available, with
@@ -23,6 +23,7 @@ static const char *const symbols[] = {
     "ncclTunerPlugin_v4",
     "ncclTunerPlugin_v5",
     "ncclTunerPlugin_v6",
+    "ncclTunerPlugin_v7",
 };
 
 int tuner_kit_open(const char *path, int version, tuner_kit_t *kit, char *err, size_t errlen)
@@ -33,7 +34,7 @@ int tuner_kit_open(const char *path, int version, tuner_kit_t *kit, char *err, s
         snprintf(err, errlen, "dlopen(%s): %s", path, dlerror());
         return -1;
     }
-    for (int v = 6; v >= 2; v--) {
+    for (int v = 7; v >= 2; v--) {
         if (version != 0 && v != version) {
             continue;
         }
@@ -46,8 +47,8 @@ int tuner_kit_open(const char *path, int version, tuner_kit_t *kit, char *err, s
         }
     }
     snprintf(err, errlen, "%s exports no %s", path,
-             version != 0 && version >= 2 && version <= 6 ? symbols[version]
-                                                          : "ncclTunerPlugin_v6..v2");
+             version != 0 && version >= 2 && version <= 7 ? symbols[version]
+                                                          : "ncclTunerPlugin_v7..v2");
     dlclose(kit->lib);
     kit->lib = NULL;
     return -1;
@@ -76,6 +77,14 @@ ncclResult_t tuner_kit_init(tuner_kit_t *kit, uint64_t comm_id, size_t nranks, s
         }
     }
     switch (kit->version) {
+    case 7: {
+        ncclTunerConstants_v7_t c7;
+        memset(&c7, 0, sizeof(c7));
+        memcpy(c7.baseLatencies, constants.baseLatencies, sizeof(c7.baseLatencies));
+        return ((const ncclTuner_v7_t *)kit->table)
+            ->init(ctx_p, comm_id, nranks, nnodes, tuner_kit_logger,
+                   (ncclNvlDomainInfo_v7_t *)(void *)&nvl, &c7);
+    }
     case 6:
         return ((const ncclTuner_v6_t *)kit->table)
             ->init(ctx_p, comm_id, nranks, nnodes, tuner_kit_logger, &nvl, &constants);
@@ -122,6 +131,10 @@ ncclResult_t tuner_kit_get_coll_info(tuner_kit_t *kit, void *ctx, ncclFunc_t col
     float **cost = (float **)(void *)table;
 
     switch (kit->version) {
+    case 7:
+        return ((const ncclTuner_v7_t *)kit->table)
+            ->getCollInfo(ctx, coll, nbytes, pipe_ops, cost, NCCL_NUM_ALGORITHMS,
+                          NCCL_NUM_PROTOCOLS, reg_buff, nchannels);
     case 6:
         return ((const ncclTuner_v6_t *)kit->table)
             ->getCollInfo(ctx, coll, nbytes, pipe_ops, cost, NCCL_NUM_ALGORITHMS,
@@ -145,6 +158,7 @@ ncclResult_t tuner_kit_get_coll_info(tuner_kit_t *kit, void *ctx, ncclFunc_t col
 ncclResult_t tuner_kit_finalize(tuner_kit_t *kit, void *ctx)
 {
     switch (kit->version) {
+    case 7: return ((const ncclTuner_v7_t *)kit->table)->finalize(ctx);
     case 6: return ((const ncclTuner_v6_t *)kit->table)->finalize(ctx);
     case 5: return ((const ncclTuner_v5_t *)kit->table)->finalize(ctx);
     case 4: return ((const ncclTuner_v4_t *)kit->table)->destroy(ctx);

@@ -48,6 +48,7 @@ static const abi_table_t tables[] = {
     T("collnet", "ncclCollNetPlugin_v10", ncclCollNet_v10_t, 1),
     T("collnet", "ncclCollNetPlugin_v9", ncclCollNet_v9_t, 1),
     T("collnet", "ncclCollNetPlugin_v8", ncclCollNet_v8_t, 1),
+    T("tuner", "ncclTunerPlugin_v7", ncclTuner_v7_t, 1),
     T("tuner", "ncclTunerPlugin_v6", ncclTuner_v6_t, 1),
     T("tuner", "ncclTunerPlugin_v5", ncclTuner_v5_t, 1),
     T("tuner", "ncclTunerPlugin_v4", ncclTuner_v4_t, 1),

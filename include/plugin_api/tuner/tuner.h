@@ -13,12 +13,13 @@
 #include "tuner_v4.h"
 #include "tuner_v5.h"
 #include "tuner_v6.h"
+#include "tuner_v7.h"
 
-typedef ncclTuner_v6_t ncclTuner_t;
-typedef ncclNvlDomainInfo_v6_t ncclNvlDomainInfo_t;
-typedef ncclTunerConstants_v6_t ncclTunerConstants_t;
+typedef ncclTuner_v7_t ncclTuner_t;
+typedef ncclNvlDomainInfo_v7_t ncclNvlDomainInfo_t;
+typedef ncclTunerConstants_v7_t ncclTunerConstants_t;
 
 /* Symbol name of the newest tuner table. */
-#define NCCL_TUNER_PLUGIN_SYMBOL "ncclTunerPlugin_v6"
+#define NCCL_TUNER_PLUGIN_SYMBOL "ncclTunerPlugin_v7"
 
 #endif /* BRAID_PLUGIN_API_TUNER_H_ */

@@ -219,7 +219,7 @@ START_TEST(test_tuner_named_missing_is_an_error)
     /* A library without tuner symbols, named: an error too. */
     req = tuner_request("libnccl-net-testv12.so");
     ck_assert_int_eq(br_plugin_tuner_open(&req, &tuner), ncclInvalidUsage);
-    assert_error_has("no ncclTunerPlugin_v6 .. ncclTunerPlugin_v2 symbol");
+    assert_error_has("no ncclTunerPlugin_v7 .. ncclTunerPlugin_v2 symbol");
 }
 END_TEST
 
