@@ -52,4 +52,21 @@ ncclResult_t pncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequire
                                 struct ncclDevComm *out);
 ncclResult_t pncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm *devComm);
 
+/* The rest of the device API's host side (NCCL 2.29-2.32's nccl_device/core.h):
+ * ncclCommQueryProperties answers (no device API, no multimem, no GIN; one-sided calls on
+ * host windows); the device pointers of a window are refused. */
+struct ncclCommProperties;
+/* NCCL's ncclMultimemHandle_t, passed by value: one pointer. */
+typedef struct {
+    void *mcBasePtr;
+} br_multimem_handle_t;
+ncclResult_t pncclCommQueryProperties(ncclComm_t comm, struct ncclCommProperties *props);
+ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **outPtr);
+ncclResult_t pncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset,
+                                           br_multimem_handle_t multimem, void **outPtr);
+ncclResult_t pncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank,
+                                      void **outPtr);
+ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
+                                       void **outPtr);
+
 #endif /* BR_API_H_ */

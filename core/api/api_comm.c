@@ -295,7 +295,7 @@ BR_API(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
      * (logged, and returned once the communicator is gone), never dropped. */
     ncclResult_t found = ncclSuccess;
     BR_CHECK(br_api_hold_comm(comm, "ncclCommDestroy"));
-    if (br_comm_busy(comm) == 1) { /* not while another thread runs a call on it */
+    if (br_comm_busy(comm) == 1) {            /* not while another thread runs a call on it */
         br_exec_cuda_stage_quiesce(comm->ec); /* nor while its stager runs device calls */
         found = br_exec_defer_settle(comm->ec, 1);
     }
@@ -387,6 +387,92 @@ BR_API(ncclResult_t, ncclDevCommDestroy, (ncclComm_t comm, const struct ncclDevC
 {
     (void)devComm;
     return dev_api_refuse(comm, "ncclDevCommDestroy");
+}
+
+/* ncclCommProperties_t of nccl_device/core.h (NCCL 2.29-2.32): a versioned struct that
+ * grows at its end; the caller's `size` says how much of it there is. */
+struct ncclCommProperties {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int rank;
+    int nRanks;
+    int cudaDev;
+    int nvmlDev;
+    _Bool deviceApiSupport;
+    _Bool multimemSupport;
+    int ginType; /* ncclGinType_t: NCCL_GIN_TYPE_NONE is 0 */
+    int nLsaTeams;
+    _Bool hostRmaSupport;
+    int railedGinType;
+};
+
+BR_API(ncclResult_t, ncclCommQueryProperties, (ncclComm_t comm, struct ncclCommProperties *props))
+{
+    const char *fn = "ncclCommQueryProperties";
+    br_api_enter(comm);
+    BR_CHECK(br_api_check_comm(comm, fn));
+    if (props == NULL || props->magic != NCCL_API_MAGIC ||
+        props->size < offsetof(struct ncclCommProperties, rank)) {
+        BR_WARN(NCCL_INIT,
+                "%s: rank %d: props is NULL or not initialised with "
+                "NCCL_COMM_PROPERTIES_INITIALIZER",
+                fn, comm->rank);
+        return ncclInvalidArgument;
+    }
+    /* Each field only where the caller's struct has it. */
+#define PROP_SET(field, value)                                                                     \
+    do {                                                                                           \
+        if (props->size >= offsetof(struct ncclCommProperties, field) + sizeof(props->field)) {    \
+            props->field = (value);                                                                \
+        }                                                                                          \
+    } while (0)
+    PROP_SET(rank, comm->rank);
+    PROP_SET(nRanks, comm->nranks);
+    PROP_SET(cudaDev, comm->ec->cuda_dev);
+    PROP_SET(nvmlDev, comm->ec->cuda_dev);
+    PROP_SET(deviceApiSupport, 0); /* no ncclDevComm: the device API is not implemented */
+    PROP_SET(multimemSupport, 0);
+    PROP_SET(ginType, 0);
+    PROP_SET(nLsaTeams, 1);
+    PROP_SET(hostRmaSupport, 1); /* ncclPutSignal & co. on host windows */
+    PROP_SET(railedGinType, 0);
+#undef PROP_SET
+    return ncclSuccess;
+}
+
+static ncclResult_t window_pointer_refuse(const char *fn)
+{
+    br_api_enter(NULL);
+    return br_api_refuse(NULL, fn, "a device pointer into a window (the device API)");
+}
+
+BR_API(ncclResult_t, ncclGetLsaMultimemDevicePointer,
+       (ncclWindow_t window, size_t offset, void **outPtr))
+{
+    (void)window, (void)offset, (void)outPtr;
+    return window_pointer_refuse("ncclGetLsaMultimemDevicePointer");
+}
+
+BR_API(ncclResult_t, ncclGetMultimemDevicePointer,
+       (ncclWindow_t window, size_t offset, br_multimem_handle_t multimem, void **outPtr))
+{
+    (void)window, (void)offset, (void)multimem, (void)outPtr;
+    return window_pointer_refuse("ncclGetMultimemDevicePointer");
+}
+
+BR_API(ncclResult_t, ncclGetLsaDevicePointer,
+       (ncclWindow_t window, size_t offset, int lsaRank, void **outPtr))
+{
+    (void)window, (void)offset, (void)lsaRank, (void)outPtr;
+    return window_pointer_refuse("ncclGetLsaDevicePointer");
+}
+
+BR_API(ncclResult_t, ncclGetPeerDevicePointer,
+       (ncclWindow_t window, size_t offset, int peer, void **outPtr))
+{
+    (void)window, (void)offset, (void)peer, (void)outPtr;
+    return window_pointer_refuse("ncclGetPeerDevicePointer");
 }
 
 BR_API(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device))

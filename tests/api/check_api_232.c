@@ -18,6 +18,8 @@
  *                 return ncclInvalidUsage naming themselves
  */
 #include <check.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -637,6 +639,21 @@ END_TEST
 
 /* ---- refused until implemented ---- */
 
+/* The device API's host side, declared as NVIDIA's nccl_device/core.h does (2.30 layout of
+ * ncclCommProperties_t; the test does not include that header). */
+typedef struct {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int rank, nRanks, cudaDev, nvmlDev;
+    bool deviceApiSupport, multimemSupport;
+    int ginType, nLsaTeams;
+    bool hostRmaSupport;
+    int railedGinType;
+} test_props_t;
+ncclResult_t ncclCommQueryProperties(ncclComm_t comm, test_props_t *props);
+ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr);
+
 START_TEST(test_refused)
 {
     ncclUniqueId id;
@@ -700,6 +717,30 @@ START_TEST(test_refused)
     enc.psk = "0123456789abcdef0123456789abcdef";
     ck_assert_int_eq(ncclSetEncryption(&enc), ncclInvalidUsage);
     ck_assert(strstr(ncclGetLastError(NULL), "TLS") != NULL);
+    /* The device API: properties answered (in a struct of exactly the caller's size),
+     * device pointers refused. */
+    struct {
+        size_t size;
+        unsigned int magic, version;
+        int rank, nRanks, cudaDev, nvmlDev;
+        bool deviceApiSupport, multimemSupport;
+    } small;
+    memset(&small, 0x55, sizeof(small));
+    small.size = offsetof(test_props_t, ginType); /* no ginType and later */
+    small.magic = NCCL_API_MAGIC;
+    small.version = 22900;
+    ck_assert_int_eq(ncclCommQueryProperties(comm, (test_props_t *)(void *)&small), ncclSuccess);
+    ck_assert_int_eq(small.rank, 0);
+    ck_assert_int_eq(small.nRanks, 1);
+    ck_assert(!small.deviceApiSupport && !small.multimemSupport);
+    test_props_t full = {sizeof(full), NCCL_API_MAGIC, 23203, -1, -1, 0, 0, 1, 1, 9, 0, 0, 9};
+    ck_assert_int_eq(ncclCommQueryProperties(comm, &full), ncclSuccess);
+    ck_assert(full.hostRmaSupport && full.ginType == 0 && full.railedGinType == 0);
+    full.magic = 0;
+    ck_assert_int_eq(ncclCommQueryProperties(comm, &full), ncclInvalidArgument);
+    void *dptr = NULL;
+    ck_assert_int_eq(ncclGetPeerDevicePointer(NULL, 0, 0, &dptr), ncclInvalidUsage);
+    ck_assert(strstr(ncclGetLastError(NULL), "ncclGetPeerDevicePointer") != NULL);
     ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
     ck_assert_str_ne(ncclGetErrorString(ncclTimeout), ncclGetErrorString(ncclRemoteError));
 }
