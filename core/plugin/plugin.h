@@ -293,6 +293,11 @@ int br_plugin_profiler_mask(void);
 ncclResult_t br_plugin_profiler_start_event(br_profiler_t *prof,
                                             ncclProfilerEventDescr_v6_t *descr,
                                             void **handle_p);
+/* The same for an event of one call: user_tag is the call's ncclCollConfig_t tag (0:
+ * none), handed to v7 plugins in the event's descriptor. */
+ncclResult_t br_plugin_profiler_start_event_tagged(br_profiler_t *prof,
+                                                   ncclProfilerEventDescr_v6_t *descr,
+                                                   uint64_t user_tag, void **handle_p);
 ncclResult_t br_plugin_profiler_stop_event(br_profiler_t *prof, void *handle);
 ncclResult_t br_plugin_profiler_record_event_state(br_profiler_t *prof, void *handle,
                                                    ncclProfilerEventState_t state,

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Profiler plugin loading and adapters. The internal interface speaks profiler v6: its
- * descriptor, states and state arguments. v5 has the same layout minus the copy-engine
- * events, which are dropped for it. v4 has an 8-bit `type`, no API events (dropped), no
+ * descriptor, states and state arguments, and the call's user tag beside the descriptor.
+ * v7 descriptors are v6's members and the tag (and kernel metadata Braid leaves empty:
+ * no kernel variant, no symmetric kernels, no kernel phases). v5 has the same layout minus the
+ * copy-engine events, which are dropped for it. v4 has an 8-bit `type`, no API events (dropped), no
  * parentGroup (NCCL hands a v4 Coll/P2p event the legacy Group handle as its parent),
  * and an init that takes commHash after the mask instead of commId first.
  *
@@ -35,14 +37,16 @@ typedef struct {
     int version;
     void *ctx;
     union {
+        ncclProfiler_v7_t v7;
         ncclProfiler_v6_t v6;
         ncclProfiler_v5_t v5;
         ncclProfiler_v4_t v4;
     } fn;
 } prof_state_t;
 
-static const char *const prof_symbols[] = {"ncclProfiler_v6", "ncclProfiler_v5", "ncclProfiler_v4"};
-static const int prof_versions[] = {6, 5, 4};
+static const char *const prof_symbols[] = {"ncclProfiler_v7", "ncclProfiler_v6", "ncclProfiler_v5",
+                                           "ncclProfiler_v4"};
+static const int prof_versions[] = {7, 6, 5, 4};
 
 static const br_plugin_kind_t prof_kind = {
     .tag = "PROFILER/Plugin",
@@ -72,6 +76,13 @@ static ncclResult_t prof_init(prof_state_t *st, const void *exported,
     const char *comm_name = req->comm_name != NULL ? req->comm_name : "";
 
     switch (st->version) {
+    case 7: {
+        const ncclProfiler_v7_t *exp = exported;
+        BR_CHECK(exp->init(&st->ctx, req->comm_hash, &prof_mask, comm_name, req->nnodes,
+                           req->nranks, req->rank, br_log_plugin));
+        st->fn.v7 = *exp;
+        break;
+    }
     case 6: {
         const ncclProfiler_v6_t *exp = exported;
         BR_CHECK(exp->init(&st->ctx, req->comm_hash, &prof_mask, comm_name, req->nnodes,
@@ -219,13 +230,64 @@ static int prof_descr_v4(const ncclProfilerEventDescr_v6_t *d, ncclProfilerEvent
     return 1;
 }
 
+/* The v7 descriptor of a v6 event and the call's tag. */
+static void prof_descr_v7(const ncclProfilerEventDescr_v6_t *d, uint64_t tag,
+                          ncclProfilerEventDescr_v7_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->type = d->type;
+    o->parentObj = d->parentObj;
+    o->rank = d->rank;
+    /* Every v6 member sits at the start of its v7 namesake; v7 appends to some. */
+    switch (d->type) {
+    case ncclProfileCollApi:
+        memcpy(&o->collApi, &d->collApi, sizeof(d->collApi));
+        o->collApi.userTag = tag;
+        break;
+    case ncclProfileP2pApi:
+        memcpy(&o->p2pApi, &d->p2pApi, sizeof(d->p2pApi));
+        o->p2pApi.userTag = tag;
+        break;
+    case ncclProfileColl:
+        memcpy(&o->coll, &d->coll, sizeof(d->coll));
+        o->coll.userTag = tag;
+        break;
+    case ncclProfileP2p:
+        memcpy(&o->p2p, &d->p2p, sizeof(d->p2p));
+        o->p2p.userTag = tag;
+        break;
+    case ncclProfileCeColl:
+        memcpy(&o->ceColl, &d->ceColl, sizeof(d->ceColl));
+        o->ceColl.userTag = tag;
+        break;
+    default:
+        /* The other members are v6's, whole: copy the union. */
+        memcpy(&o->groupApi, &d->groupApi,
+               sizeof(ncclProfilerEventDescr_v6_t) -
+                   offsetof(ncclProfilerEventDescr_v6_t, groupApi));
+        break;
+    }
+}
+
 ncclResult_t br_plugin_profiler_start_event(br_profiler_t *prof, ncclProfilerEventDescr_v6_t *descr,
                                             void **handle_p)
+{
+    return br_plugin_profiler_start_event_tagged(prof, descr, 0, handle_p);
+}
+
+ncclResult_t br_plugin_profiler_start_event_tagged(br_profiler_t *prof,
+                                                   ncclProfilerEventDescr_v6_t *descr,
+                                                   uint64_t user_tag, void **handle_p)
 {
     prof_state_t *st = prof->priv;
 
     *handle_p = NULL;
     switch (st->version) {
+    case 7: {
+        ncclProfilerEventDescr_v7_t d7;
+        prof_descr_v7(descr, user_tag, &d7);
+        return st->fn.v7.startEvent(st->ctx, handle_p, &d7);
+    }
     case 6: return st->fn.v6.startEvent(st->ctx, handle_p, descr);
     case 5: {
         ncclProfilerEventDescr_v5_t d5;
@@ -266,6 +328,9 @@ ncclResult_t br_plugin_profiler_record_event_state(br_profiler_t *prof, void *ha
         return ncclSuccess;
     }
     switch (st->version) {
+    case 7:
+        return st->fn.v7.recordEventState(handle, state,
+                                          (ncclProfilerEventStateArgs_v7_t *)(void *)args);
     case 6: return st->fn.v6.recordEventState(handle, state, args);
     case 5:
         if (state >= ncclProfilerCeCollStart) {
@@ -292,6 +357,7 @@ void br_plugin_profiler_close(br_profiler_t *prof)
     }
     st = prof->priv;
     switch (st->version) {
+    case 7: BR_CLEANUP(st->fn.v7.finalize(st->ctx), res); break;
     case 6: BR_CLEANUP(st->fn.v6.finalize(st->ctx), res); break;
     case 5: BR_CLEANUP(st->fn.v5.finalize(st->ctx), res); break;
     default: BR_CLEANUP(st->fn.v4.finalize(st->ctx), res); break;

@@ -175,6 +175,22 @@ static const abi_fact_t profiler_layout[] = {
     STATE_ARGS(ncclProfilerEventStateArgs_v5_t),
     STATE_ARGS(ncclProfilerEventStateArgs_v6_t),
     ABI_SIZE(ncclProfilerEventState_v6_t, 4),
+    /* v7 (NCCL 2.32): v6's members, user tags appended, kernel metadata, kernel phases. */
+    PROF_SLOTS(ncclProfiler_v7_t),
+    ABI_SIZE(ncclProfilerEventDescr_v7_t, 136),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, collApi.userTag, 72),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, p2pApi.userTag, 64),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, coll.parentGroup, 104),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, coll.kernelVariant, 112),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, coll.isSymColl, 120),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, coll.userTag, 128),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, p2p.userTag, 72),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, ceColl.userTag, 112),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, kernelPhase.phaseId, 25),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, kernelPhase.phaseName, 32),
+    ABI_OFF(ncclProfilerEventDescr_v7_t, kernelPhase.pTimer, 40),
+    STATE_ARGS(ncclProfilerEventStateArgs_v7_t),
+    ABI_SIZE(ncclProfilerEventState_v7_t, 4),
 };
 
 static const abi_fact_t profiler_values[] = {
@@ -193,6 +209,7 @@ static const abi_fact_t profiler_values[] = {
     ABI_VAL(ncclProfileCeColl, 0x1000),
     ABI_VAL(ncclProfileCeSync, 0x2000),
     ABI_VAL(ncclProfileCeBatch, 0x4000),
+    ABI_VAL(ncclProfileKernelPhase, 0x8000),
     ABI_VAL(NCCL_PROFILER_EVENT_MASK_V5, 4095),
     ABI_VAL(NCCL_PROFILER_EVENT_MASK_V6, 0x7fff),
     ABI_VAL(ncclProfilerProxyOpSendPosted, 0),
@@ -226,6 +243,7 @@ static const abi_fact_t profiler_values[] = {
     ABI_VAL(ncclProfilerCeSyncComplete, 28),
     ABI_VAL(ncclProfilerCeBatchStart, 29),
     ABI_VAL(ncclProfilerCeBatchComplete, 30),
+    ABI_VAL(ncclProfilerKernelPhaseStop, 31),
     ABI_VAL(ncclProfilerNetEventStart, 0),
     ABI_VAL(ncclProfilerNetEventStop, 1),
     ABI_VAL(ncclProfilerNetEventUpdate, 2),

@@ -212,6 +212,8 @@ static const abi_fact_t profiler_env_sigs[] = {
     PROF_SIG(ncclProfiler_v5_t, v5),
     PROF_INIT_V5(ncclProfiler_v6_t),
     PROF_SIG(ncclProfiler_v6_t, v6),
+    PROF_INIT_V5(ncclProfiler_v7_t),
+    PROF_SIG(ncclProfiler_v7_t, v7),
     SIG(ncclEnvPlugin_v1_t, init, res_t (*)(uint8_t, uint8_t, uint8_t, const char *)),
     SIG(ncclEnvPlugin_v1_t, finalize, res_t (*)(void)),
     SIG(ncclEnvPlugin_v1_t, getEnv, const char *(*)(const char *)),

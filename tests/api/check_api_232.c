@@ -18,6 +18,7 @@
  *                 return ncclInvalidUsage naming themselves
  */
 #include <check.h>
+#include <dlfcn.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -637,6 +638,47 @@ START_TEST(test_rma_procs)
 }
 END_TEST
 
+/* ---- the profiler tag ---- */
+
+/* A v7 profiler (prof_tag.c) sees ncclCollConfig_t.userProfilerTag in the API and task
+ * events of the call that carried it, and 0 in those of a plain call. */
+START_TEST(test_profiler_tag)
+{
+    const char *lib = getenv("BRT_PROF_TAG_LIB");
+    ncclUniqueId id;
+    ncclComm_t comm;
+    float x[4] = {1, 2, 3, 4}, y[4];
+    ncclCollConfig_t cfg = NCCL_COLLCONFIG_INITIALIZER;
+
+    if (lib == NULL) {
+        fprintf(stderr, "BRT_PROF_TAG_LIB is not set: no profiler to check the tag with\n");
+        return;
+    }
+    setenv("NCCL_PROFILER_PLUGIN", lib, 1); /* before the first call of this process */
+    /* Held open here, so that it outlives the communicator that loads it too. */
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(h != NULL, "dlopen(%s): %s", lib, dlerror());
+    ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+    ck_assert_int_eq(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+    cfg.userProfilerTag = 42;
+    ck_assert_int_eq(ncclAllReduceConfig(x, y, 4, ncclFloat, ncclSum, comm, NULL, &cfg),
+                     ncclSuccess);
+    ck_assert_int_eq(ncclAllReduce(x, y, 4, ncclFloat, ncclSum, comm, NULL), ncclSuccess);
+    cfg.userProfilerTag = 43;
+    ck_assert_int_eq(ncclAlltoAllConfig(x, y, 4, ncclFloat, comm, NULL, &cfg), ncclSuccess);
+    ck_assert_int_eq(ncclCommDestroy(comm), ncclSuccess);
+    int (*count)(uint64_t, uint64_t) = (int (*)(uint64_t, uint64_t))dlsym(h, "test_prof_tag_count");
+    ck_assert_ptr_nonnull(count);
+    ck_assert_int_ge(count(1 << 9, 42), 1); /* CollApi */
+    ck_assert_int_ge(count(1 << 1, 42), 1); /* Coll */
+    ck_assert_int_ge(count(1 << 9, 0), 1);  /* the plain call's CollApi */
+    ck_assert_int_ge(count(1 << 10, 43),
+                     1); /* P2pApi of the AlltoAll's sends/receives (1 rank: no P2p tasks) */
+    ck_assert_int_eq(count(1 << 1, 43), 0);
+    dlclose(h);
+}
+END_TEST
+
 /* ---- refused until implemented ---- */
 
 /* The device API's host side, declared as NVIDIA's nccl_device/core.h does (2.30 layout of
@@ -770,6 +812,9 @@ int main(void)
     tcase_set_timeout(tc, 240 * brt_time_scale());
     tcase_add_test(tc, test_rma_threads);
     tcase_add_test(tc, test_rma_procs);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("profiler_tag");
+    tcase_add_test(tc, test_profiler_tag);
     suite_add_tcase(s, tc);
     tc = tcase_create("refused");
     tcase_add_test(tc, test_refused);

@@ -54,6 +54,7 @@ static const abi_table_t tables[] = {
     T("tuner", "ncclTunerPlugin_v4", ncclTuner_v4_t, 1),
     T("tuner", "ncclTunerPlugin_v3", ncclTuner_v3_t, 1),
     T("tuner", "ncclTunerPlugin_v2", ncclTuner_v2_t, 1),
+    T("profiler", "ncclProfiler_v7", ncclProfiler_v7_t, 1),
     T("profiler", "ncclProfiler_v6", ncclProfiler_v6_t, 1),
     T("profiler", "ncclProfiler_v5", ncclProfiler_v5_t, 1),
     T("profiler", "ncclProfiler_v4", ncclProfiler_v4_t, 1),

@@ -128,7 +128,8 @@ void br_exec_prof_api(br_exec_comm_t *ec, void *group, br_op_t *op)
         d.collApi.datatype = prof_type_name(op->type);
         d.collApi.root = op->root;
     }
-    if (br_plugin_profiler_start_event(ec->prof, &d, &h) != ncclSuccess || h == NULL) {
+    if (br_plugin_profiler_start_event_tagged(ec->prof, &d, op->user_tag, &h) != ncclSuccess ||
+        h == NULL) {
         return;
     }
     /* As NCCL: the API event stops before the call returns; the Coll or P2p event that the
@@ -204,7 +205,8 @@ static void task_start(br_exec_event_t *e, void *group)
         d.coll.proto = prof_proto_name(op->proto);
         d.coll.parentGroup = group;
     }
-    if (br_plugin_profiler_start_event(ec->prof, &d, &e->handle) != ncclSuccess) {
+    if (br_plugin_profiler_start_event_tagged(ec->prof, &d, op->user_tag, &e->handle) !=
+        ncclSuccess) {
         e->handle = NULL;
     }
 }

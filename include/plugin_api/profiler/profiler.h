@@ -12,16 +12,18 @@
 #include "profiler_v4.h"
 #include "profiler_v5.h"
 #include "profiler_v6.h"
+#include "profiler_v7.h"
 
-typedef ncclProfiler_v6_t ncclProfiler_t;
-typedef ncclProfilerEventDescr_v6_t ncclProfilerEventDescr_t;
-typedef ncclProfilerEventStateArgs_v6_t ncclProfilerEventStateArgs_t;
+typedef ncclProfiler_v7_t ncclProfiler_t;
+typedef ncclProfilerEventDescr_v7_t ncclProfilerEventDescr_t;
+typedef ncclProfilerEventStateArgs_v7_t ncclProfilerEventStateArgs_t;
 
-/* Every event type of v5 (0xfff) and of v6 (0x7fff). */
+/* Every event type of v5 (0xfff), of v6 (0x7fff) and of v7 (0xffff). */
 #define NCCL_PROFILER_EVENT_MASK_V5 0xfff
 #define NCCL_PROFILER_EVENT_MASK_V6 0x7fff
+#define NCCL_PROFILER_EVENT_MASK_V7 0xffff
 
 /* Symbol name of the newest profiler table. */
-#define NCCL_PROFILER_PLUGIN_SYMBOL "ncclProfiler_v6"
+#define NCCL_PROFILER_PLUGIN_SYMBOL "ncclProfiler_v7"
 
 #endif /* BRAID_PLUGIN_API_PROFILER_H_ */

@@ -46,7 +46,8 @@ enum {
     ncclProfileKernelLaunch = (1 << 11), /* the launch of a plan's kernel (v5) */
     ncclProfileCeColl = (1 << 12),       /* a copy-engine collective (v6) */
     ncclProfileCeSync = (1 << 13),       /* a copy-engine synchronization (v6) */
-    ncclProfileCeBatch = (1 << 14)       /* a batch of copy-engine copies (v6) */
+    ncclProfileCeBatch = (1 << 14),      /* a batch of copy-engine copies (v6) */
+    ncclProfileKernelPhase = (1 << 15)   /* a phase of a kernel's channel work (v7) */
 };
 
 /*
@@ -85,7 +86,8 @@ typedef enum {
     ncclProfilerCeSyncStart = 27,              /* v6; not emitted by NCCL 2.30.7 */
     ncclProfilerCeSyncComplete = 28,           /* v6; not emitted by NCCL 2.30.7 */
     ncclProfilerCeBatchStart = 29,             /* v6; not emitted by NCCL 2.30.7 */
-    ncclProfilerCeBatchComplete = 30           /* v6; not emitted by NCCL 2.30.7 */
+    ncclProfilerCeBatchComplete = 30,          /* v6; not emitted by NCCL 2.30.7 */
+    ncclProfilerKernelPhaseStop = 31           /* KernelPhase: GPU end stamp (args: kernelCh) (v7) */
 } ncclProfilerEventState_t;
 
 /* `type` argument of the net-plugin -> profiler callback (ncclProfilerCallback_t). */
