@@ -81,8 +81,8 @@ typedef enum {
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
 #define NCCL_WIN_STRICT_ORDERING 0x02
-#define NCCL_WIN_GIN_ONLY 0x04     /* GPU-initiated networking only (2.30) */
-#define NCCL_WIN_CFT_COUNTED 0x08  /* counted CFT entries only (2.32) */
+#define NCCL_WIN_GIN_ONLY 0x04    /* GPU-initiated networking only (2.30) */
+#define NCCL_WIN_CFT_COUNTED 0x08 /* counted CFT entries only (2.32) */
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 
 /* CTA policies. */
@@ -151,7 +151,7 @@ typedef struct ncclConfig_v23100 {
 
 #define NCCL_CONFIG_INITIALIZER                                                                    \
     {                                                                                              \
-        sizeof(ncclConfig_t), NCCL_API_MAGIC, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT,           \
+        sizeof(ncclConfig_t), NCCL_API_MAGIC, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT,            \
             NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,                   \
             NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,                   \
             NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,                   \
@@ -187,13 +187,13 @@ typedef struct ncclConfigExt {
  */
 typedef struct ncclCollConfig_v23200 {
     size_t size;
-    unsigned int magic;   /* NCCL_API_MAGIC */
-    unsigned int version; /* NCCL_VERSION_CODE of the caller's header */
-    ncclConfigExt_t *ext; /* vendor options, or NULL */
-    int minCTAs;          /* fewest channels for this call */
-    int maxCTAs;          /* most channels for this call */
-    int nvlsCTAs;         /* channel cap of NVLS algorithms */
-    int cgaClusterSize;   /* CUDA thread-block cluster size */
+    unsigned int magic;       /* NCCL_API_MAGIC */
+    unsigned int version;     /* NCCL_VERSION_CODE of the caller's header */
+    ncclConfigExt_t *ext;     /* vendor options, or NULL */
+    int minCTAs;              /* fewest channels for this call */
+    int maxCTAs;              /* most channels for this call */
+    int nvlsCTAs;             /* channel cap of NVLS algorithms */
+    int cgaClusterSize;       /* CUDA thread-block cluster size */
     const char *algSelection; /* algorithms this call may use ("RING", "TREE", ...); NULL: any */
     int forceAlgSelection;    /* 1 (default): an algorithm that cannot run is an error */
     int CTAPolicy;            /* NCCL_CTA_POLICY_*; UNDEF: the communicator's */
@@ -203,9 +203,9 @@ typedef struct ncclCollConfig_v23200 {
 
 #define NCCL_COLLCONFIG_INITIALIZER                                                                \
     {                                                                                              \
-        sizeof(ncclCollConfig_t), NCCL_API_MAGIC, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_PTR,       \
+        sizeof(ncclCollConfig_t), NCCL_API_MAGIC, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_PTR,        \
             NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,                   \
-            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, 1, NCCL_CONFIG_UNDEF_INT, 0,            \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, 1, NCCL_CONFIG_UNDEF_INT, 0,             \
             NCCL_CONFIG_UNDEF_PTR                                                                  \
     }
 
@@ -219,7 +219,7 @@ typedef struct ncclSimInfo_v22200 {
 
 #define NCCL_SIM_INFO_INITIALIZER                                                                  \
     {                                                                                              \
-        sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION_CODE, NCCL_UNDEF_FLOAT                    \
+        sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION_CODE, NCCL_UNDEF_FLOAT                     \
     }
 
 /* Reduction operations. User-created ops (ncclRedOpCreatePreMulSum) start at ncclNumOps. */
@@ -332,7 +332,7 @@ BRAID_API_PAIR(ncclResult_t, ncclCommShrink,
                (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
                 ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags));
 /* Growing: an existing rank takes an id for the new ranks, which join with it. */
-BRAID_API_PAIR(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId * uniqueId));
+BRAID_API_PAIR(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId *uniqueId));
 BRAID_API_PAIR(ncclResult_t, ncclCommGrow,
                (ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
                 ncclComm_t *newcomm, ncclConfig_t *config));
@@ -437,8 +437,8 @@ BRAID_API_PAIR(ncclResult_t, ncclRecv,
 /* One-sided: write into a peer's registered window, and count signals. */
 BRAID_API_PAIR(ncclResult_t, ncclPutSignal,
                (const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
-                ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
-                unsigned int flags, ncclComm_t comm, cudaStream_t stream));
+                ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
+                ncclComm_t comm, cudaStream_t stream));
 BRAID_API_PAIR(ncclResult_t, ncclSignal,
                (int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
                 cudaStream_t stream));

@@ -66,7 +66,6 @@ ncclResult_t pncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset,
                                            br_multimem_handle_t multimem, void **outPtr);
 ncclResult_t pncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank,
                                       void **outPtr);
-ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
-                                       void **outPtr);
+ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr);
 
 #endif /* BR_API_H_ */

@@ -134,8 +134,10 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_op_t *op)
     br_log_set_rank(comm->rank);
     /* Relaxed: the program orders its own ncclCommSuspend / Resume and its calls. */
     if (atomic_load_explicit(&comm->suspended, memory_order_relaxed)) {
-        BR_WARN(NCCL_COLL, "rank %d (host %s): %s: the communicator is suspended "
-                "(ncclCommSuspend); call ncclCommResume first", comm->rank, br_host_name(), c->fn);
+        BR_WARN(NCCL_COLL,
+                "rank %d (host %s): %s: the communicator is suspended "
+                "(ncclCommSuspend); call ncclCommResume first",
+                comm->rank, br_host_name(), c->fn);
         return ncclInvalidUsage;
     }
     if ((int)c->type < 0 || (int)c->type >= (int)ncclNumTypes) {
@@ -213,9 +215,10 @@ static call_t call_init(const char *fn, br_func_t func, const void *sb, void *rb
     return c;
 }
 
-static ncclResult_t coll_allreduce(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *cfg)
+static ncclResult_t coll_allreduce(const char *fn, const void *sendbuff, void *recvbuff,
+                                   size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                                   ncclComm_t comm, cudaStream_t stream,
+                                   const ncclCollConfig_t *cfg)
 {
     call_t c = call_init(fn, BR_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
@@ -226,22 +229,24 @@ static ncclResult_t coll_allreduce(const char *fn, const void *sendbuff, void *r
 }
 
 BR_API(ncclResult_t, ncclAllReduce,
-       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+        ncclComm_t comm, cudaStream_t stream))
 {
-    return coll_allreduce("ncclAllReduce", sendbuff, recvbuff, count, datatype, op, comm, stream, NULL);
+    return coll_allreduce("ncclAllReduce", sendbuff, recvbuff, count, datatype, op, comm, stream,
+                          NULL);
 }
 
 BR_API(ncclResult_t, ncclAllReduceConfig,
-       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+        ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
 {
-    return coll_allreduce("ncclAllReduceConfig", sendbuff, recvbuff, count, datatype, op, comm, stream, config);
+    return coll_allreduce("ncclAllReduceConfig", sendbuff, recvbuff, count, datatype, op, comm,
+                          stream, config);
 }
 
-static ncclResult_t coll_broadcast(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
-        ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *cfg)
+static ncclResult_t coll_broadcast(const char *fn, const void *sendbuff, void *recvbuff,
+                                   size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                                   cudaStream_t stream, const ncclCollConfig_t *cfg)
 {
     call_t c = call_init(fn, BR_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
@@ -257,14 +262,16 @@ BR_API(ncclResult_t, ncclBroadcast,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream))
 {
-    return coll_broadcast("ncclBroadcast", sendbuff, recvbuff, count, datatype, root, comm, stream, NULL);
+    return coll_broadcast("ncclBroadcast", sendbuff, recvbuff, count, datatype, root, comm, stream,
+                          NULL);
 }
 
 BR_API(ncclResult_t, ncclBroadcastConfig,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
 {
-    return coll_broadcast("ncclBroadcastConfig", sendbuff, recvbuff, count, datatype, root, comm, stream, config);
+    return coll_broadcast("ncclBroadcastConfig", sendbuff, recvbuff, count, datatype, root, comm,
+                          stream, config);
 }
 
 BR_API(ncclResult_t, ncclBcast,
@@ -274,9 +281,9 @@ BR_API(ncclResult_t, ncclBcast,
     return pncclBroadcast(buff, buff, count, datatype, root, comm, stream);
 }
 
-static ncclResult_t coll_reduce(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *cfg)
+static ncclResult_t coll_reduce(const char *fn, const void *sendbuff, void *recvbuff, size_t count,
+                                ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                                cudaStream_t stream, const ncclCollConfig_t *cfg)
 {
     call_t c = call_init(fn, BR_FUNC_REDUCE, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
@@ -291,25 +298,26 @@ static ncclResult_t coll_reduce(const char *fn, const void *sendbuff, void *recv
 }
 
 BR_API(ncclResult_t, ncclReduce,
-       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+        int root, ncclComm_t comm, cudaStream_t stream))
 {
-    return coll_reduce("ncclReduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream, NULL);
+    return coll_reduce("ncclReduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream,
+                       NULL);
 }
 
 BR_API(ncclResult_t, ncclReduceConfig,
-       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
+       (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+        int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
 {
-    return coll_reduce("ncclReduceConfig", sendbuff, recvbuff, count, datatype, op, root, comm, stream, config);
+    return coll_reduce("ncclReduceConfig", sendbuff, recvbuff, count, datatype, op, root, comm,
+                       stream, config);
 }
 
-static ncclResult_t coll_allgather(const char *fn, const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
-        ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *cfg)
+static ncclResult_t coll_allgather(const char *fn, const void *sendbuff, void *recvbuff,
+                                   size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,
+                                   cudaStream_t stream, const ncclCollConfig_t *cfg)
 {
-    call_t c = call_init(fn, BR_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount,
-                         datatype);
+    call_t c = call_init(fn, BR_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount, datatype);
     c.stream = stream;
     c.cfg = cfg;
     c.recv_mult = comm != NULL && br_comm_is_live(comm) ? (size_t)comm->nranks : 1;
@@ -320,22 +328,24 @@ BR_API(ncclResult_t, ncclAllGather,
        (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
         ncclComm_t comm, cudaStream_t stream))
 {
-    return coll_allgather("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, comm, stream, NULL);
+    return coll_allgather("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, comm, stream,
+                          NULL);
 }
 
 BR_API(ncclResult_t, ncclAllGatherConfig,
        (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
         ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
 {
-    return coll_allgather("ncclAllGatherConfig", sendbuff, recvbuff, sendcount, datatype, comm, stream, config);
+    return coll_allgather("ncclAllGatherConfig", sendbuff, recvbuff, sendcount, datatype, comm,
+                          stream, config);
 }
 
-static ncclResult_t coll_reducescatter(const char *fn, const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
-        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *cfg)
+static ncclResult_t coll_reducescatter(const char *fn, const void *sendbuff, void *recvbuff,
+                                       size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op,
+                                       ncclComm_t comm, cudaStream_t stream,
+                                       const ncclCollConfig_t *cfg)
 {
-    call_t c = call_init(fn, BR_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount,
-                         datatype);
+    call_t c = call_init(fn, BR_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype);
     c.stream = stream;
     c.cfg = cfg;
     c.op = op;
@@ -348,14 +358,16 @@ BR_API(ncclResult_t, ncclReduceScatter,
        (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
 {
-    return coll_reducescatter("ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, comm, stream, NULL);
+    return coll_reducescatter("ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op,
+                              comm, stream, NULL);
 }
 
 BR_API(ncclResult_t, ncclReduceScatterConfig,
        (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
 {
-    return coll_reducescatter("ncclReduceScatterConfig", sendbuff, recvbuff, recvcount, datatype, op, comm, stream, config);
+    return coll_reducescatter("ncclReduceScatterConfig", sendbuff, recvbuff, recvcount, datatype,
+                              op, comm, stream, config);
 }
 
 BR_API(ncclResult_t, ncclSend,
@@ -424,9 +436,9 @@ static ncclResult_t p2p_pattern(ncclComm_t comm, const call_t *c)
     return res != ncclSuccess ? res : end;
 }
 
-static ncclResult_t coll_alltoall(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-        ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *cfg)
+static ncclResult_t coll_alltoall(const char *fn, const void *sendbuff, void *recvbuff,
+                                  size_t count, ncclDataType_t datatype, ncclComm_t comm,
+                                  cudaStream_t stream, const ncclCollConfig_t *cfg)
 {
     call_t c = call_init(fn, BR_FUNC_ALLTOALL, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
@@ -446,12 +458,13 @@ BR_API(ncclResult_t, ncclAlltoAllConfig,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
         ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
 {
-    return coll_alltoall("ncclAlltoAllConfig", sendbuff, recvbuff, count, datatype, comm, stream, config);
+    return coll_alltoall("ncclAlltoAllConfig", sendbuff, recvbuff, count, datatype, comm, stream,
+                         config);
 }
 
-static ncclResult_t coll_gather(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
-        ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *cfg)
+static ncclResult_t coll_gather(const char *fn, const void *sendbuff, void *recvbuff, size_t count,
+                                ncclDataType_t datatype, int root, ncclComm_t comm,
+                                cudaStream_t stream, const ncclCollConfig_t *cfg)
 {
     call_t c = call_init(fn, BR_FUNC_GATHER, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
@@ -474,12 +487,13 @@ BR_API(ncclResult_t, ncclGatherConfig,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
 {
-    return coll_gather("ncclGatherConfig", sendbuff, recvbuff, count, datatype, root, comm, stream, config);
+    return coll_gather("ncclGatherConfig", sendbuff, recvbuff, count, datatype, root, comm, stream,
+                       config);
 }
 
-static ncclResult_t coll_scatter(const char *fn, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
-        ncclComm_t comm, cudaStream_t stream,
-                    const ncclCollConfig_t *cfg)
+static ncclResult_t coll_scatter(const char *fn, const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                 cudaStream_t stream, const ncclCollConfig_t *cfg)
 {
     call_t c = call_init(fn, BR_FUNC_SCATTER, sendbuff, recvbuff, count, datatype);
     c.stream = stream;
@@ -495,14 +509,16 @@ BR_API(ncclResult_t, ncclScatter,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream))
 {
-    return coll_scatter("ncclScatter", sendbuff, recvbuff, count, datatype, root, comm, stream, NULL);
+    return coll_scatter("ncclScatter", sendbuff, recvbuff, count, datatype, root, comm, stream,
+                        NULL);
 }
 
 BR_API(ncclResult_t, ncclScatterConfig,
        (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
         ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config))
 {
-    return coll_scatter("ncclScatterConfig", sendbuff, recvbuff, count, datatype, root, comm, stream, config);
+    return coll_scatter("ncclScatterConfig", sendbuff, recvbuff, count, datatype, root, comm,
+                        stream, config);
 }
 
 BR_API(ncclResult_t, ncclRedOpCreatePreMulSum,
@@ -723,9 +739,9 @@ typedef struct {
     void *buff;
     size_t size;
     int flags;
-    uint32_t seq;         /* its number on every rank (comm_rma.c) */
+    uint32_t seq; /* its number on every rank (comm_rma.c) */
     int nranks;
-    uint64_t *peer_size;  /* every rank's window size, for one-sided calls */
+    uint64_t *peer_size; /* every rank's window size, for one-sided calls */
 } win_handle_t;
 
 #define WIN_MAGIC 0x62726169645f776eULL
@@ -830,8 +846,10 @@ ncclResult_t br_api_win_lookup(ncclComm_t comm, ncclWindow_t win, const char *fn
         return ncclInvalidArgument;
     }
     if (offset > h->peer_size[peer] || bytes > h->peer_size[peer] - offset) {
-        BR_WARN(NCCL_REG, "%s: rank %d: %zu bytes at offset %llu do not fit rank %d's window of "
-                "%llu bytes", fn, comm->rank, bytes, (unsigned long long)offset, peer,
+        BR_WARN(NCCL_REG,
+                "%s: rank %d: %zu bytes at offset %llu do not fit rank %d's window of "
+                "%llu bytes",
+                fn, comm->rank, bytes, (unsigned long long)offset, peer,
                 (unsigned long long)h->peer_size[peer]);
         return ncclInvalidArgument;
     }

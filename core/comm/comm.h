@@ -51,9 +51,9 @@ struct ncclComm {
     _Atomic int shrinks; /* ncclCommShrink calls on it (numbers their messages) */
     char cuda_why[160];  /* why it has no CUDA device ("": it has one, ec->cuda_dev) */
     int init_dev;        /* the device it is bound to, resolved as init starts; -1 none */
-    ncclUniqueId grow_id; /* the id ncclCommGetUniqueId made for a grow (under lock) */
-    int grow_pending;     /* grow_id was handed out and no grow has consumed it yet */
-    _Atomic int suspended; /* between ncclCommSuspend and ncclCommResume: calls refused */
+    ncclUniqueId grow_id;    /* the id ncclCommGetUniqueId made for a grow (under lock) */
+    int grow_pending;        /* grow_id was handed out and no grow has consumed it yet */
+    _Atomic int suspended;   /* between ncclCommSuspend and ncclCommResume: calls refused */
     struct br_comm_rma *rma; /* windows and signals of one-sided calls (comm_rma.c), or NULL */
 };
 

@@ -197,22 +197,29 @@ ncclResult_t br_comm_grow(ncclComm_t parent, int nranks, const ncclUniqueId *id,
     /* Every rank sees the same table, so every rank fails alike. */
     if (root < 0 || other >= 0) {
         if (root < 0) {
-            BR_WARN(NCCL_INIT, "ncclCommGrow: rank %d: none of the %d ranks passed the unique id "
-                    "(exactly one of them passes the id from ncclCommGetUniqueId)", me, n);
+            BR_WARN(NCCL_INIT,
+                    "ncclCommGrow: rank %d: none of the %d ranks passed the unique id "
+                    "(exactly one of them passes the id from ncclCommGetUniqueId)",
+                    me, n);
         } else {
-            BR_WARN(NCCL_INIT, "ncclCommGrow: rank %d: ranks %d and %d both passed a unique id "
-                    "(exactly one of them passes it, the others pass NULL)", me, root, other);
+            BR_WARN(NCCL_INIT,
+                    "ncclCommGrow: rank %d: ranks %d and %d both passed a unique id "
+                    "(exactly one of them passes it, the others pass NULL)",
+                    me, root, other);
         }
         res = ncclInvalidUsage;
         goto out;
     }
     pthread_mutex_lock(&parent->lock);
-    if (parent->grow_pending && memcmp(&parent->grow_id, &all[root].id, sizeof(ncclUniqueId)) == 0) {
+    if (parent->grow_pending &&
+        memcmp(&parent->grow_id, &all[root].id, sizeof(ncclUniqueId)) == 0) {
         parent->grow_pending = 0; /* consumed: ncclCommGetUniqueId may make another */
     }
     pthread_mutex_unlock(&parent->lock);
-    BR_INFO(NCCL_INIT, "ncclCommGrow: rank %d joins a communicator of %d ranks (%d new) with "
-            "the id of rank %d", me, nranks, nranks - n, root);
+    BR_INFO(NCCL_INIT,
+            "ncclCommGrow: rank %d joins a communicator of %d ranks (%d new) with "
+            "the id of rank %d",
+            me, nranks, nranks - n, root);
     res = child_init(parent, &all[root].id, nranks, me, config, newcomm_p);
 out:
     free(all);

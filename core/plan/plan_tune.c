@@ -363,7 +363,8 @@ static void call_refused(const br_plan_t *p, const br_op_t *op, size_t bytes)
     size_t at = 0;
     for (int a = 0; a < BR_NUM_ALGOS; a++) {
         if (op->call_algos >> a & 1u) {
-            int n = snprintf(algos + at, sizeof(algos) - at, "%s%s", at ? "," : "", br_algo_name(a));
+            int n =
+                snprintf(algos + at, sizeof(algos) - at, "%s%s", at ? "," : "", br_algo_name(a));
             at += n > 0 && (size_t)n < sizeof(algos) - at ? (size_t)n : 0;
         }
     }
@@ -461,8 +462,8 @@ ncclResult_t br_plan_choose(br_plan_t *p, br_op_t *op)
 
     p->op_collnet = op_collnet(p, op);
     /* A call with its own selection is decided alone: never from or into the cache. */
-    int own = op->call_algos != 0 || op->call_protos != 0 || op->call_min_ch > 0 ||
-              op->call_max_ch > 0;
+    int own =
+        op->call_algos != 0 || op->call_protos != 0 || op->call_min_ch > 0 || op->call_max_ch > 0;
     if (!own && p->hook == NULL && p->last_valid[func] && p->last_bytes[func] == bytes &&
         p->last_collnet[func] == p->op_collnet) {
         c = p->last[func];

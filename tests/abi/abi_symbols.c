@@ -21,7 +21,7 @@ static const struct {
 } table_sizes[] = {
     {"ncclNetPlugin_v12", 176}, {"ncclNetPlugin_v11", 176}, {"ncclNetPlugin_v10", 160},
     {"ncclTunerPlugin_v7", 40}, {"ncclTunerPlugin_v6", 40}, {"ncclTunerPlugin_v5", 32},
-    {"ncclProfiler_v7", 48}, {"ncclProfiler_v6", 48},    {"ncclProfiler_v5", 48},
+    {"ncclProfiler_v7", 48},    {"ncclProfiler_v6", 48},    {"ncclProfiler_v5", 48},
 };
 
 const abi_plugin_t abi_plugins[] = {

@@ -64,6 +64,6 @@ int link_header_use(void)
     const char *(*e)(ncclResult_t) = ncclGetErrorString;
     return config.magic == 0xcafebeef && sim.magic == 0x74685283 && comm == 0 && stream == 0 &&
            coll.forceAlgSelection == 1 && coll.launchCompletionEvent == 0 &&
-           enc.mode == NCCL_ENCRYPTION_MODE_NONE && config.nvlsHostMode == INT_MIN &&
-           f != 0 && pf != 0 && g != 0 && pg != 0 && e != 0;
+           enc.mode == NCCL_ENCRYPTION_MODE_NONE && config.nvlsHostMode == INT_MIN && f != 0 &&
+           pf != 0 && g != 0 && pg != 0 && e != 0;
 }

@@ -293,10 +293,10 @@ static int check_timeout(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocke
     if (blocked_ns > (uint64_t)timeout * 1000000000ull) {
         char chain[600];
         explain_chain(ec, blocked, chain, sizeof(chain));
-        br_exec_fail(ec, ncclTimeout,
-                     "rank %d (host %s): no progress for %lld s (BRAID_TIMEOUT) in %s%s%s", ec->rank,
-                     br_host_name(), (long long)timeout, what, chain,
-                     chain[0] != '\0' ? "" : ": is that rank stuck, or did the ranks make different calls?");
+        br_exec_fail(
+            ec, ncclTimeout, "rank %d (host %s): no progress for %lld s (BRAID_TIMEOUT) in %s%s%s",
+            ec->rank, br_host_name(), (long long)timeout, what, chain,
+            chain[0] != '\0' ? "" : ": is that rank stuck, or did the ranks make different calls?");
         return 1;
     }
     return 0;

@@ -87,7 +87,7 @@ typedef enum {
     ncclProfilerCeSyncComplete = 28,           /* v6; not emitted by NCCL 2.30.7 */
     ncclProfilerCeBatchStart = 29,             /* v6; not emitted by NCCL 2.30.7 */
     ncclProfilerCeBatchComplete = 30,          /* v6; not emitted by NCCL 2.30.7 */
-    ncclProfilerKernelPhaseStop = 31           /* KernelPhase: GPU end stamp (args: kernelCh) (v7) */
+    ncclProfilerKernelPhaseStop = 31 /* KernelPhase: GPU end stamp (args: kernelCh) (v7) */
 } ncclProfilerEventState_t;
 
 /* `type` argument of the net-plugin -> profiler callback (ncclProfilerCallback_t). */

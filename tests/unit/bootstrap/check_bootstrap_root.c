@@ -297,8 +297,7 @@ START_TEST(test_socket_iface_and_io)
     ck_assert(br_socket_addr_is_valid(&bound));
     /* Nobody connects: accept gives up at its deadline. */
     t0 = bt_now_s();
-    ck_assert_int_eq(br_socket_accept(lfd, br_time_ns() + 200000000ull, &afd, &peer),
-                     ncclTimeout);
+    ck_assert_int_eq(br_socket_accept(lfd, br_time_ns() + 200000000ull, &afd, &peer), ncclTimeout);
     ck_assert_int_eq(errno, ETIMEDOUT);
     ck_assert(bt_now_s() - t0 >= 0.15);
     ck_assert_int_eq(br_socket_connect(&bound, br_time_ns() + 1000000000ull, &cfd), ncclSuccess);
