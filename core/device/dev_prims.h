@@ -250,6 +250,7 @@ BR_DEV_HD int br_dev_step_build(const br_dev_walk_t *X, const br_dev_plan_t *P, 
     const char *in = w->send != NULL ? w->send + P->in_off * w->esize : NULL;
     char *out = w->recv != NULL ? w->recv + P->out_off * w->esize : NULL;
     int kind = (int)X->R.kind, partial;
+    S->f32sum = 0;
 
     S->nr = P->st.nrecv;
     S->ns = P->st.nsend;
@@ -286,6 +287,7 @@ BR_DEV_HD int br_dev_step_build(const br_dev_walk_t *X, const br_dev_plan_t *P, 
                        : i == 0 && kind == BR_RED_PREMULSUM ? BR_DEV_F_PREMULSUM
                                                             : partial;
         }
+        S->f32sum = w->type == ncclFloat32 && kind == BR_RED_SUM;
         S->out = (p & BR_PRIM_COPY) ? out : NULL;
         return in == NULL || S->nr == 0 || ((p & BR_PRIM_COPY) && out == NULL) ? -1 : 0;
     }
@@ -487,6 +489,7 @@ BR_DEV_HD void br_dev_copy(const br_dev_work_t *w)
     S.R = NULL;
     S.bad = NULL;
     S.one_gpu = 0;
+    S.f32sum = 0;
     br_dev_data_simple(&S);
 }
 

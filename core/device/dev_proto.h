@@ -121,6 +121,7 @@ typedef struct {
     const br_dev_red_t *R;
     volatile int *bad; /* block-wide: a thread gave up waiting */
     int one_gpu;       /* LL128: GPU-scope fences (every peer on this GPU) */
+    int f32sum;        /* REDUCE of float32 sums: folded inline (br_dev_f32_add) */
 } br_dev_step_t;
 
 /* ---- user memory: any alignment, partial pieces at the end ---- */
@@ -168,9 +169,38 @@ BR_DEV_HD void br_dev_st_any(char *p, br_dev_v2_t v, uint32_t nb)
 
 /* ---- the arithmetic of one piece (nw words of it) ---- */
 
+/* a + b, lane by lane, for the nw words of a piece of float32: the common case of a
+ * reduction step, without the out-of-line switch over types (the same bits as
+ * br_dev_word_f32's sum). */
+BR_DEV_HD uint64_t br_dev_f32_add2(uint64_t a, uint64_t b)
+{
+    uint64_t lo = br_dev_f2u(BR_DEV_FADD(br_dev_u2f((uint32_t)a), br_dev_u2f((uint32_t)b)));
+    uint64_t hi = br_dev_f2u(
+        BR_DEV_FADD(br_dev_u2f((uint32_t)(a >> 32)), br_dev_u2f((uint32_t)(b >> 32))));
+    return (lo & 0xffffffffull) | (hi << 32);
+}
+
+BR_DEV_HD br_dev_v2_t br_dev_f32_add(br_dev_v2_t a, br_dev_v2_t b, int nw)
+{
+    br_dev_v2_t v;
+    v.lo = br_dev_f32_add2(a.lo, b.lo);
+    v.hi = nw > 1 ? br_dev_f32_add2(a.hi, b.hi) : 0;
+    return v;
+}
+
 BR_DEV_HD br_dev_v2_t br_dev_fold(const br_dev_step_t *S, br_dev_v2_t r0, br_dev_v2_t r1,
                                   br_dev_v2_t r2, br_dev_v2_t x, int nw)
 {
+    if (S->mode == BR_DEV_MODE_REDUCE && S->f32sum) {
+        br_dev_v2_t v = br_dev_f32_add(r0, x, nw);
+        if (S->nr > 1) {
+            v = br_dev_f32_add(r1, v, nw);
+        }
+        if (S->nr > 2) {
+            v = br_dev_f32_add(r2, v, nw);
+        }
+        return v;
+    }
     if (S->mode == BR_DEV_MODE_REDUCE) {
         /* The local input first (recv (+) pre(in)), then the other partial results, each
          * folded as recv (+) accumulated; the last one brings the final division. */
