@@ -9,7 +9,9 @@
  *
  *   braid-sim -t tests/topo/dgx-h100.xml -n 64 -c allreduce -b 8 -e 8G -f 4
  */
+#include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,20 +38,113 @@ typedef struct {
 static const char *const func_names[BR_NUM_COLL_FUNCS] = {"broadcast", "reduce", "allgather",
                                                           "reducescatter", "allreduce"};
 
-static size_t parse_size(const char *s)
+/*
+ * Argument parsing. Every value is read whole: a number with trailing text, out of range or
+ * missing is refused with a message naming the option and the value (exit status 2), as an
+ * unknown collective name is, rather than becoming 0 or AllReduce.
+ */
+
+/* A decimal integer in [lo, hi]. */
+static int parse_int(int opt, const char *s, int lo, int hi, int *v_p)
 {
     char *end = NULL;
-    double v = strtod(s, &end);
-    switch (end != NULL ? *end : '\0') {
-    case 'K':
-    case 'k': v *= 1024.0; break;
-    case 'M':
-    case 'm': v *= 1024.0 * 1024.0; break;
-    case 'G':
-    case 'g': v *= 1024.0 * 1024.0 * 1024.0; break;
-    default: break;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi) {
+        fprintf(stderr, "braid-sim: -%c %s: not an integer from %d to %d\n", opt, s, lo, hi);
+        return -1;
     }
-    return (size_t)v;
+    *v_p = (int)v;
+    return 0;
+}
+
+/* A size as nccl-tests reads one: bytes, with an optional K, M or G suffix (binary units). */
+static int parse_size(int opt, const char *s, size_t *v_p)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end), unit = 1.0;
+    if (end != s) {
+        switch (*end) {
+        case 'K':
+        case 'k': unit = 1024.0, end++; break;
+        case 'M':
+        case 'm': unit = 1024.0 * 1024.0, end++; break;
+        case 'G':
+        case 'g': unit = 1024.0 * 1024.0 * 1024.0, end++; break;
+        default: break;
+        }
+    }
+    /* !(v >= 0) also refuses NaN; the upper bound keeps size * factor within size_t. */
+    if (end == s || *end != '\0' || errno != 0 || !(v >= 0.0) ||
+        v * unit > (double)(SIZE_MAX / 4)) {
+        fprintf(stderr, "braid-sim: -%c %s: not a size (bytes, with an optional K, M or G)\n", opt,
+                s);
+        return -1;
+    }
+    *v_p = (size_t)(v * unit);
+    return 0;
+}
+
+/* nccl-tests' step factor, which braid-sim also takes as a fraction: above 1 and finite. */
+static int parse_factor(const char *s, double *v_p)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno != 0 || !(v > 1.0) || v > 1e6) {
+        fprintf(stderr, "braid-sim: -f %s: not a step factor (a number above 1)\n", s);
+        return -1;
+    }
+    *v_p = v;
+    return 0;
+}
+
+/* Comma-separated collective names, or "all"; each collective is listed once, in the order
+ * first named. */
+static int parse_funcs(char *arg, sim_opts_t *o)
+{
+    int any = 0;
+    for (char *tok = strtok(arg, ","); tok; tok = strtok(NULL, ","), any = 1) {
+        int all = strcasecmp(tok, "all") == 0, known = all;
+        for (int f = 0; f < BR_NUM_COLL_FUNCS; f++) {
+            if (!all && strcasecmp(tok, func_names[f]) != 0) {
+                continue;
+            }
+            known = 1;
+            int seen = 0;
+            for (int k = 0; k < o->nfuncs; k++) {
+                seen |= o->funcs[k] == f;
+            }
+            if (!seen) {
+                o->funcs[o->nfuncs++] = f;
+            }
+        }
+        if (!known) {
+            fprintf(stderr,
+                    "braid-sim: -c %s: unknown collective; valid names: broadcast, reduce, "
+                    "allgather, reducescatter, allreduce, all\n",
+                    tok);
+            return -1;
+        }
+    }
+    if (!any) {
+        fprintf(stderr, "braid-sim: -c needs a collective name\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_files(char *arg, sim_opts_t *o)
+{
+    for (char *tok = strtok(arg, ","); tok; tok = strtok(NULL, ",")) {
+        if (o->nfiles == SIM_MAX_FILES) {
+            fprintf(stderr, "braid-sim: -t: more than %d topology files\n", SIM_MAX_FILES);
+            return -1;
+        }
+        o->files[o->nfiles++] = tok;
+    }
+    return 0;
 }
 
 static void usage(void)
@@ -60,11 +155,32 @@ static void usage(void)
             "                 [-f factor] [-r] [-L] [-d graph.xml]\n"
             "  -t  topology files; node i takes file i %% count (mixed clusters)\n"
             "  -n  nodes (1)            -p  ranks per node (default: its GPUs, else NUMA nodes)\n"
-            "  -c  collectives (allreduce)  -b/-e/-f  sizes as nccl-tests (8, 128M, 2)\n"
+            "  -c  collectives: broadcast, reduce, allgather, reducescatter, allreduce or all\n"
+            "      (allreduce)\n"
+            "  -b/-e/-f  sizes as nccl-tests (8, 128M, 2); -b 0 prints a row for 0 bytes, then\n"
+            "      goes on from 4 bytes (one float)\n"
             "  -r  print every channel's ring and tree  -L  allow LL128 (the executor has it)\n"
             "  -d  write node 0's graphs (NCCL_GRAPH_DUMP_FILE format)\n"
             "  NCCL_TUNER_PLUGIN, NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS and\n"
             "  NCCL_GRAPH_FILE apply as at init.\n");
+}
+
+static int parse_opt(int c, char *arg, sim_opts_t *o)
+{
+    switch (c) {
+    case 't': return parse_files(arg, o);
+    case 'n': return parse_int(c, arg, 1, 1 << 16, &o->nnodes);
+    case 'p': return parse_int(c, arg, 1, 1 << 12, &o->ppn);
+    case 'c': return parse_funcs(arg, o);
+    case 'b': return parse_size(c, arg, &o->minb);
+    case 'e': return parse_size(c, arg, &o->maxb);
+    case 'f': return parse_factor(arg, &o->factor);
+    case 'r': o->show_rings = 1; return 0;
+    case 'L': o->ll128 = 1; return 0;
+    case 'd': o->dump = arg; return 0;
+    case 'h': usage(); return -1;
+    default: /* getopt has named the option */ usage(); return -1;
+    }
 }
 
 static int parse_args(int argc, char **argv, sim_opts_t *o)
@@ -76,40 +192,25 @@ static int parse_args(int argc, char **argv, sim_opts_t *o)
     o->maxb = (size_t)128 << 20;
     o->factor = 2.0;
     while ((c = getopt(argc, argv, "t:n:p:c:b:e:f:rLd:h")) != -1) {
-        switch (c) {
-        case 't':
-            for (char *tok = strtok(optarg, ","); tok && o->nfiles < SIM_MAX_FILES;
-                 tok = strtok(NULL, ",")) {
-                o->files[o->nfiles++] = tok;
-            }
-            break;
-        case 'n': o->nnodes = atoi(optarg); break;
-        case 'p': o->ppn = atoi(optarg); break;
-        case 'c':
-            for (char *tok = strtok(optarg, ","); tok; tok = strtok(NULL, ",")) {
-                for (int f = 0; f < BR_NUM_COLL_FUNCS; f++) {
-                    if (strcasecmp(tok, "all") == 0 || strcasecmp(tok, func_names[f]) == 0) {
-                        o->funcs[o->nfuncs++ % BR_NUM_COLL_FUNCS] = f;
-                    }
-                }
-            }
-            break;
-        case 'b': o->minb = parse_size(optarg); break;
-        case 'e': o->maxb = parse_size(optarg); break;
-        case 'f': o->factor = atof(optarg); break;
-        case 'r': o->show_rings = 1; break;
-        case 'L': o->ll128 = 1; break;
-        case 'd': o->dump = optarg; break;
-        default: usage(); return -1;
+        if (parse_opt(c, optarg, o) != 0) {
+            return -1;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "braid-sim: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->nfiles == 0) {
+        fprintf(stderr, "braid-sim: -t names no topology file\n");
+        usage();
+        return -1;
+    }
+    if (o->minb > o->maxb) {
+        fprintf(stderr, "braid-sim: -b %zu is above -e %zu\n", o->minb, o->maxb);
+        return -1;
     }
     if (o->nfuncs == 0) {
         o->funcs[o->nfuncs++] = BR_FUNC_ALLREDUCE;
-    }
-    o->nfuncs = o->nfuncs > BR_NUM_COLL_FUNCS ? BR_NUM_COLL_FUNCS : o->nfuncs;
-    if (o->nfiles == 0 || o->nnodes < 1 || o->factor <= 1.0 || o->minb > o->maxb) {
-        usage();
-        return -1;
     }
     return 0;
 }
@@ -193,6 +294,24 @@ static double bus_factor(int func, int n)
     }
 }
 
+/*
+ * The size after `size`. nccl-tests multiplies by the factor, and from -b 0 would multiply 0
+ * for ever: braid-sim prints the 0-byte row, then goes on at one float (4 bytes), the first
+ * size that carries data. A factor too small to move a small size on moves it by a byte, so
+ * every table ends.
+ */
+static size_t next_size(size_t size, double factor)
+{
+    if (size == 0) {
+        return sizeof(float);
+    }
+    double next = (double)size * factor;
+    if (next >= (double)(SIZE_MAX / 2)) {
+        return SIZE_MAX / 2; /* above any -e parse_size takes: the table ends */
+    }
+    return (size_t)next > size ? (size_t)next : size + 1;
+}
+
 static ncclResult_t print_table(br_plan_t *plan, const sim_opts_t *o, int n, int tuned)
 {
     for (int k = 0; k < o->nfuncs; k++) {
@@ -202,13 +321,19 @@ static ncclResult_t print_table(br_plan_t *plan, const sim_opts_t *o, int n, int
         printf("#%12s %12s %6s %6s %5s %10s %8s %8s  %-16s %3s%s\n", "size(B)", "count", "type",
                "redop", "root", "time(us)", "algbw", "busbw", "algo/proto", "nch",
                tuned ? "  model" : "");
-        for (size_t size = o->minb; size <= o->maxb; size = (size_t)((double)size * o->factor)) {
+        for (size_t size = o->minb; size <= o->maxb; size = next_size(size, o->factor)) {
             size_t count = size / 4 / (per_rank ? (size_t)n : 1);
             size_t bytes = count * 4; /* br_op_bytes: per rank for AllGather/ReduceScatter */
             int a, pr, nch, ma, mpr, mnch;
             float us, mus;
-            if (count == 0) {
+            if (size == 0) {
+                /* NCCL returns from a call of count 0 at once, launching nothing. */
+                printf("%13d %12d %6s %6s %5d %10.2f %8.2f %8.2f  %-16s %3d\n", 0, 0, "float",
+                       "sum", f <= BR_FUNC_REDUCE ? 0 : -1, 0.0, 0.0, 0.0, "none", 0);
                 continue;
+            }
+            if (count == 0) {
+                continue; /* less than a float per rank */
             }
             ncclResult_t res = br_plan_predict(plan, f, bytes, 1, &a, &pr, &nch, &us);
             if (res != ncclSuccess) {
@@ -228,9 +353,6 @@ static ncclResult_t print_table(br_plan_t *plan, const sim_opts_t *o, int n, int
                        ma != a || mpr != pr || mnch != nch ? " (tuner changed it)" : "");
             }
             printf("\n");
-            if (size == o->maxb || (size_t)((double)size * o->factor) == size) {
-                break;
-            }
         }
     }
     return ncclSuccess;
