@@ -12,8 +12,53 @@
 #include "comm.h"
 #include "util.h"
 
-/* The model's intra-host latency class; the graph's trees inside hosts follow it too. */
-int br_comm_intra_hw(const br_transport_comm_t *tc)
+/* What br_transport_select_pair reads of a rank, sorted by host, then process. */
+typedef struct {
+    uint64_t host, pid;
+    int p2p_off, shm_off;
+} hw_key_t;
+
+static int hw_key_cmp(const void *a, const void *b)
+{
+    const hw_key_t *x = a, *y = b;
+    if (x->host != y->host) {
+        return x->host < y->host ? -1 : 1;
+    }
+    return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
+/*
+ * The slowest link among the ranks k[0..n) of one host (one process group after another).
+ * A pair is P2P when one process holds both and neither disables p2p; any other pair is
+ * SHM when neither disables shm, else NET. So NET is there when a rank that disables shm
+ * has a non-P2P partner: any other rank if it disables p2p too, else one of another
+ * process or one of its own that disables p2p. SHM is there when ranks that keep shm live
+ * in two processes, or two of one process do and one of them disables p2p.
+ */
+static int host_hw(const hw_key_t *k, int n)
+{
+    int net = 0, shm = 0, procs_with_shm = 0;
+    for (int i = 0, j; i < n; i = j) {
+        int p2p_off = 0, keep_shm = 0, keep_shm_p2p_off = 0;
+        for (j = i; j < n && k[j].pid == k[i].pid; j++) {
+            p2p_off += k[j].p2p_off != 0;
+            keep_shm += k[j].shm_off == 0;
+            keep_shm_p2p_off += k[j].shm_off == 0 && k[j].p2p_off != 0;
+        }
+        for (int x = i; x < j; x++) {
+            if (k[x].shm_off != 0 && (k[x].p2p_off != 0 || n - (j - i) > 0 || p2p_off > 0)) {
+                net = 1;
+            }
+        }
+        shm |= keep_shm >= 2 && keep_shm_p2p_off >= 1;
+        procs_with_shm += keep_shm > 0;
+    }
+    shm |= procs_with_shm >= 2;
+    return n < 2 ? BR_HW_NVLINK : net ? BR_HW_NET : shm ? BR_HW_PCI : BR_HW_NVLINK;
+}
+
+/* The pairwise answer, for when there is no memory to sort. */
+static int intra_hw_pairs(const br_transport_comm_t *tc)
 {
     int hw = BR_HW_NVLINK;
     for (int a = 0; a < tc->nranks; a++) {
@@ -31,6 +76,35 @@ int br_comm_intra_hw(const br_transport_comm_t *tc)
     return hw;
 }
 
+/*
+ * The model's intra-host latency class (the graph's trees inside hosts follow it too): the
+ * slowest kind br_transport_select_pair gives any two ranks of one host. The ranks sorted
+ * by host and process, each host is judged from counts in O(n log n); asking every pair
+ * was n^2 / 2 calls on every rank, twice per init, half a million at 1024 ranks (issue 40).
+ */
+int br_comm_intra_hw(const br_transport_comm_t *tc)
+{
+    int n = tc->nranks, hw = BR_HW_NVLINK;
+    hw_key_t *k = malloc(sizeof(*k) * (size_t)n);
+
+    if (k == NULL) {
+        return intra_hw_pairs(tc);
+    }
+    for (int r = 0; r < n; r++) {
+        const br_peer_info_t *p = &tc->peers[r];
+        k[r] = (hw_key_t){p->host_hash, p->pid_hash, p->p2p_disable, p->shm_disable};
+    }
+    qsort(k, (size_t)n, sizeof(*k), hw_key_cmp);
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i; j < n && k[j].host == k[i].host; j++) {
+        }
+        int h = host_hw(k + i, j - i);
+        hw = h > hw ? h : hw;
+    }
+    free(k);
+    return hw;
+}
+
 /* Does channel 0's ring cross the network? (Every rank judges every link alike.) */
 static int ring_crosses_net(const br_transport_comm_t *tc, const br_graph_t *g)
 {
@@ -44,20 +118,56 @@ static int ring_crosses_net(const br_transport_comm_t *tc, const br_graph_t *g)
     return 0;
 }
 
-/* Ranks per core on the busiest machine (at least 1): every rank computes it from the
- * same peer table. */
+typedef struct {
+    uint64_t machine;
+    int cpus;
+} machine_cpus_t;
+
+static int machine_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const machine_cpus_t *)a)->machine, y = ((const machine_cpus_t *)b)->machine;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Ranks per core on the busiest machine (at least 1): every rank computes it from the same
+ * peer table. The ranks sorted by machine, each machine's count is its run's length:
+ * O(n log n), where counting every rank's machine mates took n^2 comparisons on every
+ * rank, 10^9 among 1024 ranks (issue 40). Without memory for the copy, the n^2 count.
+ */
 static double core_share(const br_transport_comm_t *tc)
 {
+    int n = tc->nranks;
     double share = 1.0;
-    for (int r = 0; r < tc->nranks; r++) {
-        int sharing = 0;
-        for (int q = 0; q < tc->nranks; q++) {
-            sharing += tc->peers[q].machine_hash == tc->peers[r].machine_hash;
+    machine_cpus_t *m = malloc(sizeof(*m) * (size_t)n);
+
+    if (m == NULL) {
+        for (int r = 0; r < n; r++) {
+            int sharing = 0;
+            for (int q = 0; q < n; q++) {
+                sharing += tc->peers[q].machine_hash == tc->peers[r].machine_hash;
+            }
+            if (tc->peers[r].cpus > 0 && (double)sharing / tc->peers[r].cpus > share) {
+                share = (double)sharing / tc->peers[r].cpus;
+            }
         }
-        if (tc->peers[r].cpus > 0 && (double)sharing / tc->peers[r].cpus > share) {
-            share = (double)sharing / tc->peers[r].cpus;
+        return share;
+    }
+    for (int r = 0; r < n; r++) {
+        m[r] = (machine_cpus_t){tc->peers[r].machine_hash, tc->peers[r].cpus};
+    }
+    qsort(m, (size_t)n, sizeof(*m), machine_cmp);
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i; j < n && m[j].machine == m[i].machine; j++) {
+        }
+        int sharing = j - i;
+        for (int k = i; k < j; k++) {
+            if (m[k].cpus > 0 && (double)sharing / m[k].cpus > share) {
+                share = (double)sharing / m[k].cpus;
+            }
         }
     }
+    free(m);
     return share;
 }
 

@@ -129,28 +129,68 @@ static void constants_default(br_tune_constants_t *k, br_plan_host_t *h)
     h->tree_hop = 0.6;
 }
 
-/* Links of each kind on the deepest root-to-leaf path of the trees in use. */
-static void tree_shape(br_plan_t *p)
+/* One rank's links to the root of its tree, -1 while not yet counted. */
+typedef struct {
+    int intra, inter;
+} tree_links_t;
+
+/* Count the links from rank r to the root of tree c: climb to the root or to the first
+ * rank already counted, then count back down, each rank from its parent. */
+static void tree_links(const br_graph_t *g, int c, int r, tree_links_t *links, int *stack)
+{
+    int top = 0, x = r;
+    /* top < nranks only guards against a cycle, which no graph has. */
+    while (links[x].intra < 0 && br_graph_tree(g, c, x)->up >= 0 && top < g->nranks) {
+        stack[top++] = x;
+        x = br_graph_tree(g, c, x)->up;
+    }
+    if (links[x].intra < 0) {
+        links[x].intra = links[x].inter = 0; /* the root */
+    }
+    while (top > 0) {
+        int y = stack[--top], up = br_graph_tree(g, c, y)->up;
+        int same = g->node_of[y] == g->node_of[up];
+        links[y].intra = links[up].intra + same;
+        links[y].inter = links[up].inter + !same;
+    }
+}
+
+/*
+ * Links of each kind on the deepest root-to-leaf path of the trees in use. Each rank's
+ * counts are its parent's plus one link, each computed once: O(n) per tree. Walking every
+ * rank's whole path to the root was O(n x depth), and a host's tree is a chain, so at 1024
+ * ranks on one host every rank took half a million steps in init (issue 40).
+ */
+static ncclResult_t tree_shape(br_plan_t *p)
 {
     const br_graph_t *g = p->graph;
     int trees = g->nchannels > 1 ? 2 : 1;
+    tree_links_t *links = NULL;
+    int *stack = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    BR_CHECK(br_calloc(&links, (size_t)g->nranks, "plan tree shape"));
+    BR_CHECK_GOTO(br_calloc(&stack, (size_t)g->nranks, "plan tree shape"), res, out);
     p->tree_intra = p->tree_inter = p->tree_fan = 0;
     for (int c = 0; c < trees; c++) {
         for (int r = 0; r < g->nranks; r++) {
-            int intra = 0, inter = 0;
-            for (int x = r; br_graph_tree(g, c, x)->up >= 0; x = br_graph_tree(g, c, x)->up) {
-                int up = br_graph_tree(g, c, x)->up;
-                intra += g->node_of[x] == g->node_of[up];
-                inter += g->node_of[x] != g->node_of[up];
-            }
-            if (intra + inter > p->tree_intra + p->tree_inter) {
-                p->tree_intra = intra;
-                p->tree_inter = inter;
+            links[r].intra = links[r].inter = -1;
+        }
+        for (int r = 0; r < g->nranks; r++) {
+            tree_links(g, c, r, links, stack);
+            /* The first deepest path in (tree, rank) order, as before. */
+            if (links[r].intra + links[r].inter > p->tree_intra + p->tree_inter) {
+                p->tree_intra = links[r].intra;
+                p->tree_inter = links[r].inter;
             }
             int fan = br_graph_tree(g, c, r)->ndown;
             p->tree_fan = fan > p->tree_fan ? fan : p->tree_fan;
         }
     }
+out:
+    free(stack);
+    free(links);
+    return res;
 }
 
 ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph, br_plan_t **plan_p)
@@ -177,7 +217,10 @@ ncclResult_t br_plan_create(const br_plan_comm_t *pc, const br_graph_t *graph, b
         free(p);
         return res;
     }
-    tree_shape(p);
+    if ((res = tree_shape(p)) != ncclSuccess) {
+        free(p);
+        return res;
+    }
     *plan_p = p;
     return ncclSuccess;
 }
