@@ -261,7 +261,7 @@ int br_cuda_unit_p2p(br_clique_t *cl, int a, char *in_unit, int *stack)
  * keeps its old memory until the clique ends: cuMemFreeHost waits for every stream of the
  * context, and calls that hold cl->mu must never wait for a stream (one may wait for a
  * launch that needs cl->mu). Growth doubles, so what is kept is at most the final size. */
-static ncclResult_t desc_get(br_clique_t *cl, size_t bytes, int rank, br_cuda_desc_t **out)
+ncclResult_t br_cuda_desc_get(br_clique_t *cl, size_t bytes, int rank, br_cuda_desc_t **out)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     br_cuda_desc_t *b = &cl->desc[cl->desc_next];
@@ -399,8 +399,8 @@ static ncclResult_t unit_launch_dev(br_clique_t *cl, const char *in_unit, int ra
 
 /* The unit's ranks' done events, on the first device's stream after every device's
  * kernel; the descriptors are free again once that stream gets there. */
-static ncclResult_t unit_done_events(br_clique_t *cl, const char *in_unit, int rank,
-                                     br_cuda_desc_t *desc)
+ncclResult_t br_cuda_unit_done_events(br_clique_t *cl, const char *in_unit, int rank,
+                                      br_cuda_desc_t *desc)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     br_cuda_dev_t *d0 = &cl->devs[0];
@@ -430,104 +430,6 @@ static ncclResult_t unit_done_events(br_clique_t *cl, const char *in_unit, int r
     return ncclSuccess;
 }
 
-/* ---- the direct kernel ---- */
-
-/* Can the unit run on the direct kernel? Every rank on one device, calls that are the
- * direct kernel's collectives and agree across ranks (those that do not go the FIFO path,
- * whose build says what is wrong), a PreMulSum scalar the same everywhere. */
-static int direct_fits(const br_clique_t *cl, const char *in_unit)
-{
-    if (cl->ndevs != 1 || cl->nranks > BR_DEV_DIRECT_MAX || BR_PARAM_INT(CUDA_DIRECT) == 0) {
-        return 0;
-    }
-    const br_cuda_dep_t *d0 = br_cuda_head((br_clique_t *)cl, 0);
-    for (int r = 0; r < cl->nranks; r++) {
-        const br_cuda_dep_t *d = br_cuda_head((br_clique_t *)cl, r);
-        if (!in_unit[r] || d->nops != d0->nops) {
-            return 0;
-        }
-        for (int i = 0; i < d->nops; i++) {
-            const br_op_t *a = &d0->ops[i], *b = &d->ops[i];
-            switch (b->func) {
-            case BR_FUNC_ALLREDUCE:
-            case BR_FUNC_BROADCAST:
-            case BR_FUNC_REDUCE:
-            case BR_FUNC_ALLGATHER:
-            case BR_FUNC_REDUCESCATTER: break;
-            default: return 0;
-            }
-            if (b->func != a->func || b->count != a->count || b->type != a->type ||
-                b->root != a->root || b->redop.kind != a->redop.kind ||
-                b->redop.scalar_dev != NULL || b->redop.scalar_f != a->redop.scalar_f ||
-                b->redop.scalar_i != a->redop.scalar_i || b->redop.divisor != a->redop.divisor) {
-                return 0;
-            }
-        }
-    }
-    return 1;
-}
-
-/* One collective of the unit (index i of every rank's deposit) on the direct kernel. */
-static ncclResult_t direct_launch(br_clique_t *cl, int i, int rank)
-{
-    const br_cuda_t *cu = br_cuda(NULL);
-    const br_cuda_dev_t *dv = &cl->devs[0];
-    const br_op_t *op = &br_cuda_head(cl, 0)->ops[i];
-    br_dev_direct_t D;
-    memset(&D, 0, sizeof(D));
-    D.bytes = op->count * br_type_size(op->type);
-    D.nranks = (uint32_t)cl->nranks;
-    D.func = (uint32_t)op->func;
-    D.root = (uint32_t)(op->root >= 0 ? op->root : 0);
-    D.type = (uint32_t)op->type;
-    D.red = (uint32_t)op->redop.kind;
-    D.scalar_f = op->redop.scalar_f;
-    D.scalar_i = op->redop.scalar_i;
-    D.divisor = op->redop.divisor;
-    uintptr_t bits = (uintptr_t)D.bytes;
-    for (int r = 0; r < cl->nranks; r++) {
-        const br_op_t *o = &br_cuda_head(cl, r)->ops[i];
-        D.in[r] = (const char *)o->sendbuff;
-        D.out[r] = (char *)o->recvbuff;
-        bits |= (uintptr_t)o->sendbuff | (uintptr_t)o->recvbuff;
-    }
-    D.aligned = (bits & 15) == 0;
-    uint64_t work = (D.bytes + 15) / 16 * br_dev_direct_segments(&D);
-    if (work == 0) {
-        return ncclSuccess;
-    }
-    /* Enough blocks to keep every SM's memory pipe full; the grid strides over the rest. */
-    uint64_t blocks = (work + BR_DEV_NTHREADS - 1) / BR_DEV_NTHREADS;
-    uint64_t most = (uint64_t)(dv->sms > 0 ? dv->sms : 1) * 4;
-    blocks = blocks > most ? most : blocks;
-    void *params[1] = {&D};
-    return br_cuda_check(cu->LaunchKernel(dv->direct_fn, (unsigned)blocks, 1, 1, BR_DEV_NTHREADS,
-                                          1, 1, 0, dv->stream, params, NULL),
-                         "cuLaunchKernel (direct)", rank);
-}
-
-/* The unit on the direct kernel: after every rank's call was reached on its stream, one
- * launch per collective, then the ranks' done events. */
-static ncclResult_t direct_unit(br_clique_t *cl, const char *in_unit, int rank)
-{
-    const br_cuda_t *cu = br_cuda(NULL);
-    br_cuda_dev_t *dv = &cl->devs[0];
-    br_cuda_desc_t *desc = NULL;
-
-    BR_CHECK(desc_get(cl, 0, rank, &desc));
-    BR_CHECK(br_cuda_check(cu->CtxSetCurrent(dv->ctx), "cuCtxSetCurrent", rank));
-    for (int r = 0; r < cl->nranks; r++) {
-        const br_cuda_rank_t *q = &cl->rank[r];
-        BR_CHECK(br_cuda_check(
-            cu->StreamWaitEvent(dv->stream, q->arrive[q->launched % BR_CUDA_QUEUE], 0),
-            "cuStreamWaitEvent", rank));
-    }
-    for (int i = 0; i < br_cuda_head(cl, 0)->nops; i++) {
-        BR_CHECK(direct_launch(cl, i, rank));
-    }
-    return unit_done_events(cl, in_unit, rank, desc);
-}
-
 /* The unit on the FIFO kernels: built, checked against what each device holds, launched. */
 static ncclResult_t fifo_unit(br_clique_t *cl, const char *in_unit, int rank)
 {
@@ -538,13 +440,13 @@ static ncclResult_t fifo_unit(br_clique_t *cl, const char *in_unit, int rank)
     memset(per_dev, 0, sizeof(per_dev));
     ncclResult_t res = unit_build(cl, in_unit, rank, per_dev, &need);
     if (res == ncclSuccess) {
-        res = desc_get(cl, need, rank, &desc);
+        res = br_cuda_desc_get(cl, need, rank, &desc);
     }
     for (int d = 0; d < cl->ndevs && res == ncclSuccess; d++) {
         res = unit_launch_dev(cl, in_unit, rank, d, &per_dev[d], desc, &at);
     }
     if (res == ncclSuccess) {
-        res = unit_done_events(cl, in_unit, rank, desc);
+        res = br_cuda_unit_done_events(cl, in_unit, rank, desc);
     }
     br_cuda_build_free(per_dev);
     return res;
@@ -554,7 +456,7 @@ static ncclResult_t fifo_unit(br_clique_t *cl, const char *in_unit, int rank)
  * record its ranks' done events. A failure fails the clique. Caller holds cl->mu. */
 static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
 {
-    ncclResult_t res = direct_fits(cl, in_unit) ? direct_unit(cl, in_unit, rank)
+    ncclResult_t res = br_cuda_direct_fits(cl, in_unit) ? br_cuda_direct_unit(cl, in_unit, rank)
                                                 : fifo_unit(cl, in_unit, rank);
     if (res != ncclSuccess && !cl->failed) {
         char m2[256];

@@ -162,6 +162,20 @@ static inline size_t br_cuda_desc_bytes(const br_cuda_build_t *b)
            (size_t)b->nworks * sizeof(br_dev_work_t);
 }
 
+/* exec_cuda.c: a descriptor buffer of at least `bytes` whose last launch has finished; the
+ * unit's ranks' done events after its kernels (the first device's launch stream). Callers
+ * hold cl->mu. */
+ncclResult_t br_cuda_desc_get(br_clique_t *cl, size_t bytes, int rank, br_cuda_desc_t **out);
+ncclResult_t br_cuda_unit_done_events(br_clique_t *cl, const char *in_unit, int rank,
+                                      br_cuda_desc_t *desc);
+
+/* exec_cuda_direct.c: does the unit fit the direct kernel (every rank on one device,
+ * collectives it runs that agree across ranks, BRAID_CUDA_DIRECT)? And the unit on it:
+ * after every rank's call was reached, one launch per collective, then the done events.
+ * Callers hold cl->mu. */
+int br_cuda_direct_fits(const br_clique_t *cl, const char *in_unit);
+ncclResult_t br_cuda_direct_unit(br_clique_t *cl, const char *in_unit, int rank);
+
 /* exec_cuda_setup.c: contexts, kernels, FIFOs, flags, events (once per clique). */
 ncclResult_t br_cuda_setup(br_clique_t *cl, int rank);
 /* A set of FIFOs for every connection, zeroed; and its release. */
