@@ -56,21 +56,7 @@ BR_DEV_HD uint32_t br_dev_direct_segments(const br_dev_direct_t *D)
 BR_DEV_HD br_dev_v2_t br_dev_direct_fold(const br_dev_direct_t *D, const br_dev_red_t *R,
                                          uint64_t at, uint32_t nb)
 {
-    int kind = (int)D->red;
-    int mid = kind == BR_RED_PREMULSUM    ? BR_DEV_F_PREMULSUM
-              : kind == BR_RED_SUMPOSTDIV ? BR_DEV_F_SUM
-                                          : kind;
-    int last = kind == BR_RED_SUMPOSTDIV ? BR_DEV_F_SUMPOSTDIV : mid;
-    int words = nb > 8 ? 2 : 1;
-    br_dev_v2_t v = br_dev_ld_any(D->in[0] + at, nb);
-    if (kind == BR_RED_PREMULSUM) {
-        v = br_dev_piece_op(R, BR_DEV_F_PRE1, v, v, words);
-    }
-    for (uint32_t k = 1; k < D->nranks; k++) {
-        v = br_dev_piece_op(R, k + 1 == D->nranks ? last : mid, v,
-                            br_dev_ld_any(D->in[k] + at, nb), words);
-    }
-    return v;
+    return br_dev_fold_n(R, D->red, D->in, D->nranks, at, nb);
 }
 
 /* Piece `p` of segment `seg`: read what it needs, write every output it makes. */
@@ -230,15 +216,8 @@ BR_DEV_HD void br_dev_direct_run(const br_dev_direct_t *D, int b, int nb)
         return;
     }
 #endif
-    br_dev_work_t w;
     br_dev_red_t R;
-    w.type = D->type;
-    w.red = D->red;
-    w.scalar_f = D->scalar_f;
-    w.scalar_i = D->scalar_i;
-    w.scalar_dev = NULL;
-    w.divisor = D->divisor;
-    br_dev_red_init(&R, &w);
+    br_dev_red_of(&R, D->type, D->red, D->scalar_f, D->scalar_i, NULL, D->divisor);
     uint64_t pieces = (D->bytes + 15) / 16, segs = br_dev_direct_segments(D);
     for (uint64_t i = first; i < pieces * segs; i += stride) {
         uint64_t seg = i / pieces;

@@ -521,40 +521,56 @@ BR_DEV_HD void br_dev_run_local(const br_dev_work_t *w)
     }
 }
 
-/* Block b of nb of the reduce kernel: its 16-byte pieces of P's reduction (dev_work.h). */
-BR_DEV_HD void br_dev_reduce_n(const br_dev_reduce_t *P, int b, int nb)
+/* R for a reduction of `type` and `red` with its scalars, as a work item would carry them. */
+BR_DEV_HD void br_dev_red_of(br_dev_red_t *R, uint32_t type, uint32_t red, double scalar_f,
+                             uint64_t scalar_i, const void *scalar_dev, uint64_t divisor)
 {
     br_dev_work_t w;
-    br_dev_red_t R;
-    w.type = P->type;
-    w.red = P->red;
-    w.scalar_f = P->scalar_f;
-    w.scalar_i = P->scalar_i;
-    w.scalar_dev = P->scalar_dev;
-    w.divisor = P->divisor;
-    br_dev_red_init(&R, &w);
-    /* As a ring's steps combine: the first source pre-multiplied (PreMulSum), each next
-     * one added (pre-multiplied), the integer average divided with the last. */
-    int kind = (int)P->red;
-    int mid = kind == BR_RED_PREMULSUM ? BR_DEV_F_PREMULSUM
+    w.type = type;
+    w.red = red;
+    w.scalar_f = scalar_f;
+    w.scalar_i = scalar_i;
+    w.scalar_dev = scalar_dev;
+    w.divisor = divisor;
+    br_dev_red_init(R, &w);
+}
+
+/* The reduction of the nb bytes at `at` of nsrc sources, in source order, as a ring's steps
+ * combine them: the first pre-multiplied (PreMulSum), each next one added (pre-multiplied),
+ * the integer average divided with the last. The IPC path's reduce kernel and the direct
+ * kernel fold this way. */
+BR_DEV_HD br_dev_v2_t br_dev_fold_n(const br_dev_red_t *R, uint32_t red, const char *const *src,
+                                    uint32_t nsrc, uint64_t at, uint32_t nb)
+{
+    int kind = (int)red;
+    int mid = kind == BR_RED_PREMULSUM    ? BR_DEV_F_PREMULSUM
               : kind == BR_RED_SUMPOSTDIV ? BR_DEV_F_SUM
                                           : kind;
     int last = kind == BR_RED_SUMPOSTDIV ? BR_DEV_F_SUMPOSTDIV : mid;
+    int words = nb > 8 ? 2 : 1;
+    br_dev_v2_t v = br_dev_ld_any(src[0] + at, nb);
+    if (kind == BR_RED_PREMULSUM) {
+        v = br_dev_piece_op(R, BR_DEV_F_PRE1, v, v, words);
+    }
+    for (uint32_t k = 1; k < nsrc; k++) {
+        v = br_dev_piece_op(R, k + 1 == nsrc ? last : mid, v, br_dev_ld_any(src[k] + at, nb),
+                            words);
+    }
+    return v;
+}
+
+/* Block b of nb of the reduce kernel: its 16-byte pieces of P's reduction (dev_work.h). */
+BR_DEV_HD void br_dev_reduce_n(const br_dev_reduce_t *P, int b, int nb)
+{
+    br_dev_red_t R;
+    br_dev_red_of(&R, P->type, P->red, P->scalar_f, P->scalar_i, P->scalar_dev, P->divisor);
     uint64_t n = (P->bytes + 15) / 16;
     uint64_t stride = (uint64_t)nb * (uint64_t)BR_DEV_NTHR;
     for (uint64_t p = (uint64_t)b * (uint64_t)BR_DEV_NTHR + (uint64_t)BR_DEV_TID; p < n;
          p += stride) {
         uint64_t off = p * 16;
         uint32_t nbytes = br_dev_piece_bytes(P->bytes, off, 16);
-        int words = nbytes > 8 ? 2 : 1;
-        br_dev_v2_t v = br_dev_ld_any(P->src[0] + off, nbytes);
-        if (kind == BR_RED_PREMULSUM) {
-            v = br_dev_piece_op(&R, BR_DEV_F_PRE1, v, v, words);
-        }
-        for (uint32_t k = 1; k < P->nsrc; k++) {
-            v = br_dev_piece_op(&R, k + 1 == P->nsrc ? last : mid, v,
-                                br_dev_ld_any(P->src[k] + off, nbytes), words);
-        }
+        br_dev_v2_t v = br_dev_fold_n(&R, P->red, P->src, P->nsrc, off, nbytes);
         br_dev_st_any(P->dst[0] + off, v, nbytes);
         if (P->dst[1] != NULL) {
             br_dev_st_any(P->dst[1] + off, v, nbytes);
