@@ -59,6 +59,52 @@ ncclResult_t pbraidDumpState(const char *path);
 #define BRAID_OPT_DETERMINISTIC 2
 #define BRAID_OPT_ACCUMULATE_FP32 3
 
+/*
+ * Collectives with a count per rank (v-collectives). NCCL has none in its public header;
+ * programs build them from grouped ncclSend/ncclRecv. These are single collectives with
+ * NCCL's conventions otherwise: every rank of comm calls them in the same order as its
+ * other collectives, they go into groups (ncclGroupStart/End) like any collective, run on
+ * stream, and a bad argument returns ncclInvalidArgument with the reason in
+ * ncclGetLastError(). Counts and displacements are in elements of datatype; a NULL
+ * displacement array means the blocks are packed in rank order (block p starts at the
+ * sum of the counts before it). Counts may be 0. The arrays are read during the call
+ * only. Ranks that disagree about a count (rank r's recvcounts[k] against what rank k
+ * sends to r) get ncclInvalidUsage naming both ranks and the entries, not corrupt data.
+ * Host memory runs a pairwise exchange (each pair of ranks exchanges its blocks directly,
+ * in an order that spreads the receivers); device memory runs the same exchange as
+ * the CUDA executor's Broadcasts, Reduces or Sends and Receives. Added in Braid 0.3.
+ *
+ * braidAllGatherV: rank p's sendcount elements land at recvbuff + rdispls[p] on every
+ *   rank; recvcounts[p] is rank p's sendcount (recvcounts[rank] must equal sendcount).
+ *   In place when sendbuff == recvbuff + rdispls[rank].
+ * braidReduceScatterV: rank k receives in recvbuff the reduction (op) over every rank of
+ *   block k of its sendbuff, recvcounts[k] elements at sendbuff + sdispls[k]. Every rank
+ *   passes the same recvcounts. The reduction folds the ranks' blocks in rank order, so
+ *   the result does not depend on timing. In place when recvbuff == sendbuff +
+ *   sdispls[rank].
+ * braidAlltoAllV: sendcounts[p] elements at sendbuff + sdispls[p] go to rank p, which
+ *   receives them as its recvcounts[rank] elements at recvbuff + rdispls[rank]. Not in
+ *   place (sendbuff == recvbuff is refused).
+ */
+ncclResult_t braidAllGatherV(const void *sendbuff, size_t sendcount, void *recvbuff,
+                             const size_t *recvcounts, const size_t *rdispls,
+                             ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pbraidAllGatherV(const void *sendbuff, size_t sendcount, void *recvbuff,
+                              const size_t *recvcounts, const size_t *rdispls,
+                              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t braidReduceScatterV(const void *sendbuff, void *recvbuff, const size_t *recvcounts,
+                                 const size_t *sdispls, ncclDataType_t datatype, ncclRedOp_t op,
+                                 ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pbraidReduceScatterV(const void *sendbuff, void *recvbuff, const size_t *recvcounts,
+                                  const size_t *sdispls, ncclDataType_t datatype, ncclRedOp_t op,
+                                  ncclComm_t comm, cudaStream_t stream);
+ncclResult_t braidAlltoAllV(const void *sendbuff, const size_t *sendcounts, const size_t *sdispls,
+                            void *recvbuff, const size_t *recvcounts, const size_t *rdispls,
+                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pbraidAlltoAllV(const void *sendbuff, const size_t *sendcounts, const size_t *sdispls,
+                             void *recvbuff, const size_t *recvcounts, const size_t *rdispls,
+                             ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

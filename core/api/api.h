@@ -40,6 +40,13 @@ ncclResult_t br_api_refuse(ncclComm_t comm, const char *fn, const char *what);
 /* Check a call's ncclCollConfig_t (NULL: none) and set op's own selection, channel bounds
  * and profiler tag from it (api_collcfg.c). has_algos: the call has algorithms to select
  * (collectives; not AlltoAll, Gather, Scatter). Fails with a WARN naming rank and call. */
+/* The checks every call gets (communicator, type, reduction when redop is not NULL,
+ * which executor the buffers go to) for a v-collective, whose counts api_collv.c checks;
+ * fills op with count 0 and no counts. */
+ncclResult_t br_api_v_check(ncclComm_t comm, const char *fn, br_func_t func, const void *sendbuff,
+                            void *recvbuff, ncclDataType_t type, const ncclRedOp_t *redop,
+                            cudaStream_t stream, br_op_t *op);
+
 ncclResult_t br_api_collcfg_apply(ncclComm_t comm, const char *fn, int has_algos,
                                   const ncclCollConfig_t *in, br_op_t *op);
 

@@ -176,7 +176,7 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_op_t *op)
     op->peer = c->has_peer ? c->peer : -1;
     int has_algos = c->func != BR_FUNC_ALLTOALL && c->func != BR_FUNC_GATHER &&
                     c->func != BR_FUNC_SCATTER && c->func != BR_FUNC_SEND &&
-                    c->func != BR_FUNC_RECV;
+                    c->func != BR_FUNC_RECV && !br_func_is_v(c->func);
     BR_CHECK(br_api_collcfg_apply(comm, c->fn, has_algos, c->cfg, op));
     return route(comm, c, op);
 }
@@ -194,6 +194,20 @@ static ncclResult_t submit(ncclComm_t comm, const call_t *c)
     }
     br_group_note_error(res);
     return res;
+}
+
+static call_t call_init(const char *fn, br_func_t func, const void *sb, void *rb, size_t count,
+                        ncclDataType_t type);
+
+ncclResult_t br_api_v_check(ncclComm_t comm, const char *fn, br_func_t func, const void *sendbuff,
+                            void *recvbuff, ncclDataType_t type, const ncclRedOp_t *redop,
+                            cudaStream_t stream, br_op_t *op)
+{
+    call_t c = call_init(fn, func, sendbuff, recvbuff, 0, type);
+    c.stream = stream;
+    c.has_op = redop != NULL;
+    c.op = redop != NULL ? *redop : ncclSum;
+    return check_call(comm, &c, op);
 }
 
 static call_t call_init(const char *fn, br_func_t func, const void *sb, void *rb, size_t count,

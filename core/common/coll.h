@@ -31,7 +31,12 @@ typedef enum {
     BR_FUNC_ALLTOALL = 8,
     BR_FUNC_SCATTER = 9,
     BR_FUNC_GATHER = 10,
-    BR_NUM_FUNCS = 11
+    /* Braid's collectives with a count per rank (braid.h): one operation each, run by the
+     * host executor as a pairwise exchange over the p2p connections (exec_work.c). */
+    BR_FUNC_ALLGATHERV = 11,
+    BR_FUNC_REDUCESCATTERV = 12,
+    BR_FUNC_ALLTOALLV = 13,
+    BR_NUM_FUNCS = 14
 } br_func_t;
 
 #define BR_NUM_COLL_FUNCS (BR_FUNC_ALLREDUCE + 1) /* the ones plan chooses algorithms for */
@@ -46,6 +51,12 @@ static inline int br_func_is_collective(br_func_t func)
 static inline int br_func_is_reduction(br_func_t func)
 {
     return func == BR_FUNC_ALLREDUCE || func == BR_FUNC_REDUCESCATTER || func == BR_FUNC_REDUCE;
+}
+
+/* AllGatherV, ReduceScatterV or AlltoAllV? */
+static inline int br_func_is_v(br_func_t func)
+{
+    return func >= BR_FUNC_ALLGATHERV && func <= BR_FUNC_ALLTOALLV;
 }
 
 /* "AllReduce", "Send", ... as NCCL names them in logs. */
@@ -131,6 +142,19 @@ static inline br_redop_t br_redop_partial(const br_redop_t *op)
     return p;
 }
 
+/*
+ * The per-rank counts of a v-collective as this rank's part of it, in elements of the
+ * call's type: for each peer p, what goes to p (scount[p] from sendbuff + sdispl[p]) and
+ * what comes from p (rcount[p] to rdispl[p] of recvbuff; a ReduceScatterV receives its
+ * own block from every rank into scratch and folds them in rank order). One allocation:
+ * the four arrays follow the struct, so one free() releases it. Made by the api, owned by
+ * the group layer from br_group_add_op on, which frees it when the call has ended.
+ */
+typedef struct {
+    int nranks;
+    size_t *scount, *sdispl, *rcount, *rdispl;
+} br_vspec_t;
+
 /* One operation as every rank sees it, from the api to an executor. */
 typedef struct {
     br_func_t func;
@@ -165,6 +189,8 @@ typedef struct {
     int call_force;
     int call_min_ch, call_max_ch;
     uint64_t user_tag;
+    /* A v-collective's counts (br_func_is_v), NULL for every other operation. */
+    br_vspec_t *v;
 } br_op_t;
 
 /* Does the call's own configuration let it run (algo, proto)? */

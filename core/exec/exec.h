@@ -199,6 +199,8 @@ typedef struct br_exec_batch {
     int ninit;               /* queue slots whose item arrays are initialised */
     br_exec_event_t *events; /* Coll/P2p events, and one GroupApi per profiled comm */
     int nevents, events_cap;
+    void **owned;          /* memory its work items use (v-collectives' scratch), freed */
+    int nowned, owned_cap; /* by reset and free */
 } br_exec_batch_t;
 
 /* An executor. Every call is made by the thread that owns the batch. */

@@ -97,6 +97,9 @@ static void unhold_all(gcall_t *cs, int n)
         if (cs[i].kind == G_OP) {
             br_exec_oplog_settle(cs[i].comm->ec, &cs[i].op);
         }
+        if (cs[i].kind == G_OP) {
+            free(cs[i].op.v); /* a v-collective's counts: the call has ended */
+        }
         if (cs[i].comm != NULL) {
             br_comm_unhold(cs[i].comm);
         }
@@ -213,10 +216,20 @@ static ncclResult_t connect_peers(gcall_t *cs, int n, ncclComm_t *comms, int nco
         for (int i = 0; i < n; i++) {
             const br_op_t *op = &cs[i].op;
             if (cs[i].kind != G_OP || cs[i].comm != comm || op->peer == comm->rank ||
-                op->count == 0 || op->on_device) {
+                (op->count == 0 && !br_func_is_v(op->func)) || op->on_device) {
                 continue; /* device p2p runs inside the CUDA executor's launch */
             }
-            if (op->func == BR_FUNC_SEND && comm->ec->p2p_send[op->peer] == NULL) {
+            if (br_func_is_v(op->func)) {
+                /* Every pair exchanges at least a descriptor, zero counts included. */
+                for (int p = 0; p < comm->nranks; p++) {
+                    if (p != comm->rank && comm->ec->p2p_send[p] == NULL) {
+                        j->need_send[p] = needed = 1;
+                    }
+                    if (p != comm->rank && comm->ec->p2p_recv[p] == NULL) {
+                        j->need_recv[p] = needed = 1;
+                    }
+                }
+            } else if (op->func == BR_FUNC_SEND && comm->ec->p2p_send[op->peer] == NULL) {
                 j->need_send[op->peer] = needed = 1;
             } else if (op->func == BR_FUNC_RECV && comm->ec->p2p_recv[op->peer] == NULL) {
                 j->need_recv[op->peer] = needed = 1;
@@ -603,7 +616,17 @@ ncclResult_t br_group_end(void)
     return res;
 }
 
+static ncclResult_t add_op(ncclComm_t comm, br_op_t *op);
+
 ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
+{
+    ncclResult_t res = add_op(comm, op);
+    free(op->v); /* not queued (queued, the queue owns it and op->v is NULL) */
+    op->v = NULL;
+    return res;
+}
+
+static ncclResult_t add_op(ncclComm_t comm, br_op_t *op)
 {
     gcall_t c;
     br_exec_comm_t *ec = comm->ec;
@@ -617,6 +640,8 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
         op->seq = ec->send_seq[op->peer]++;
     } else if (op->func == BR_FUNC_RECV) {
         op->seq = ec->recv_seq[op->peer]++;
+    } else if (br_func_is_v(op->func)) {
+        op->seq = ec->coll_seq++; /* a collective's number; its schedule is fixed */
     } else if (op->on_device && ec->stage != NULL) {
         op->seq = ec->coll_seq++; /* planned for the host when its stager runs it */
     } else if (op->on_device) {
@@ -637,7 +662,8 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
         op->prof_mask = g != NULL ? g->mask : 0;
         br_exec_prof_api(ec, g != NULL ? g->handle : NULL, op);
     }
-    if (depth == 0 && op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) {
+    if (depth == 0 && op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV &&
+        !br_func_is_v(op->func)) {
         /* A lone collective: no group bookkeeping, no allocation (but its profiler events). */
         group_prof_end_api();
         ncclResult_t res = op->on_device ? br_exec_cuda_submit(ec, op, 1) : br_exec_run_solo(ec, op);
@@ -649,10 +675,13 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
     c.comm = comm;
     c.op = *op;
     if (depth > 0) {
-        return push(&c);
+        BR_CHECK(push(&c));
+        op->v = NULL; /* the queue's now */
+        return ncclSuccess;
     }
     BR_CHECK(br_group_start());
     ncclResult_t res = push(&c);
+    op->v = res == ncclSuccess ? NULL : op->v;
     ncclResult_t end = br_group_end();
     return res != ncclSuccess ? res : end;
 }

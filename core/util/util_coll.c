@@ -13,8 +13,9 @@
 const char *br_func_name(br_func_t func)
 {
     static const char *const names[BR_NUM_FUNCS] = {
-        "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "SendRecv",
-        "Send",      "Recv",   "AlltoAll",  "Scatter",       "Gather"};
+        "Broadcast", "Reduce",     "AllGather",      "ReduceScatter", "AllReduce",
+        "SendRecv",  "Send",       "Recv",           "AlltoAll",      "Scatter",
+        "Gather",    "AllGatherV", "ReduceScatterV", "AlltoAllV"};
     return (unsigned)func < BR_NUM_FUNCS ? names[func] : "unknown";
 }
 

@@ -519,6 +519,24 @@ int brt_text_names_rank(const char *text, int r)
     return 0;
 }
 
+int brt_layout_option(const char *k, const char *v, int *mode_p, int *ranks, int *nranks_p)
+{
+    if (strcmp(k, "--mode") == 0) {
+        *mode_p = strcmp(v, "threads") == 0   ? BRT_MODE_THREADS
+                  : strcmp(v, "initall") == 0 ? BRT_MODE_INITALL
+                                              : BRT_MODE_PROC;
+        return 1;
+    }
+    if (strcmp(k, "--ranks") != 0) {
+        return 0;
+    }
+    for (char *s = (char *)v; *s && *nranks_p < BRT_MAX_RANKS;) {
+        ranks[(*nranks_p)++] = (int)strtol(s, &s, 10);
+        s += *s == ',';
+    }
+    return 1;
+}
+
 int brt_select_option(const char *k, const char *v)
 {
     char spec[256];

@@ -53,6 +53,14 @@ typedef struct {
  * Call before the first NCCL call of the process. */
 int brt_select_option(const char *k, const char *v);
 
+/* Rank layouts of the multi-rank tests: forked processes, threads with ncclCommInitRank,
+ * or one thread driving every rank of ncclCommInitAll. */
+enum { BRT_MODE_PROC, BRT_MODE_THREADS, BRT_MODE_INITALL };
+
+/* "--mode proc|threads|initall" sets *mode_p, "--ranks 1,2,5" appends to ranks (up to
+ * BRT_MAX_RANKS, count in *nranks_p). Returns 1 when k is one of them, 0 otherwise. */
+int brt_layout_option(const char *k, const char *v, int *mode_p, int *ranks, int *nranks_p);
+
 /* Seconds on CLOCK_MONOTONIC (comparable between processes of one host). */
 double brt_now(void);
 /* Sleep for ms milliseconds. */

@@ -29,8 +29,6 @@
 #include "brt_coll.h"
 #include "brt_launch.h"
 
-enum { MODE_PROC, MODE_THREADS, MODE_INITALL };
-
 static struct {
     int mode;
     int ranks[BRT_MAX_RANKS];
@@ -162,33 +160,28 @@ START_TEST(test_coll_matrix)
     ck_assert_ptr_nonnull(out);
     out[0] = '\0';
     switch (cfg.mode) {
-    case MODE_PROC: bad = brt_procs_run(n, rank_body, NULL, timeout, out, 4 * ERR_LEN); break;
-    case MODE_THREADS: bad = brt_threads_run(n, rank_body, NULL, timeout, out, 4 * ERR_LEN); break;
+    case BRT_MODE_PROC: bad = brt_procs_run(n, rank_body, NULL, timeout, out, 4 * ERR_LEN); break;
+    case BRT_MODE_THREADS:
+        bad = brt_threads_run(n, rank_body, NULL, timeout, out, 4 * ERR_LEN);
+        break;
     default: run_initall(n, timeout); break;
     }
-    ck_assert_msg(!bad, "%d ranks (%s):\n%s", n, cfg.mode == MODE_PROC ? "processes" : "threads",
-                  brt_clip(out, 3000));
+    ck_assert_msg(!bad, "%d ranks (%s):\n%s", n,
+                  cfg.mode == BRT_MODE_PROC ? "processes" : "threads", brt_clip(out, 3000));
     free(out);
 }
 END_TEST
 
 static int parse_args(int argc, char **argv)
 {
-    cfg.mode = MODE_PROC;
+    cfg.mode = BRT_MODE_PROC;
     cfg.timeout = 300;
     cfg.matrices = 1u << BRT_MATRIX_THIN;
     cfg.nranks_list = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
-        if (strcmp(k, "--mode") == 0) {
-            cfg.mode = strcmp(v, "threads") == 0   ? MODE_THREADS
-                       : strcmp(v, "initall") == 0 ? MODE_INITALL
-                                                   : MODE_PROC;
-        } else if (strcmp(k, "--ranks") == 0) {
-            for (char *s = (char *)v; *s && cfg.nranks_list < BRT_MAX_RANKS;) {
-                cfg.ranks[cfg.nranks_list++] = (int)strtol(s, &s, 10);
-                s += *s == ',';
-            }
+        if (brt_layout_option(k, v, &cfg.mode, cfg.ranks, &cfg.nranks_list)) {
+            continue;
         } else if (strcmp(k, "--matrix") == 0) {
             cfg.matrices = 0;
             cfg.matrices |= strstr(v, "full") ? 1u << BRT_MATRIX_FULL : 0;
@@ -209,7 +202,7 @@ static int parse_args(int argc, char **argv)
     if (cfg.nranks_list == 0) {
         cfg.ranks[cfg.nranks_list++] = 2;
     }
-    if (cfg.hosts > 0 && cfg.mode != MODE_PROC) {
+    if (cfg.hosts > 0 && cfg.mode != BRT_MODE_PROC) {
         fprintf(stderr, "--hosts needs --mode proc (a process reads NCCL_HOSTID once)\n");
         return -1;
     }

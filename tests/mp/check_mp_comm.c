@@ -31,8 +31,6 @@
 #include "brt_coll.h"
 #include "brt_launch.h"
 
-enum { MODE_PROC, MODE_THREADS, MODE_INITALL };
-
 static struct {
     int mode;
     int ranks[BRT_MAX_RANKS];
@@ -735,22 +733,22 @@ static void run_body(body_fn_t body, int n)
     char *out = malloc(4 * ERR_LEN);
     int bad;
     ck_assert_ptr_nonnull(out);
-    if (cfg.mode == MODE_PROC) {
+    if (cfg.mode == BRT_MODE_PROC) {
         bad =
             brt_procs_run(n, rank_main, (void *)body, TIMEOUT * brt_time_scale(), out, 4 * ERR_LEN);
     } else {
         bad = brt_threads_run(n, rank_main, (void *)body, TIMEOUT * brt_time_scale(), out,
                               4 * ERR_LEN);
     }
-    ck_assert_msg(!bad, "%d ranks (%s):\n%s", n, cfg.mode == MODE_PROC ? "processes" : "threads",
-                  brt_clip(out, 3000));
+    ck_assert_msg(!bad, "%d ranks (%s):\n%s", n,
+                  cfg.mode == BRT_MODE_PROC ? "processes" : "threads", brt_clip(out, 3000));
     free(out);
 }
 
 START_TEST(test_queries)
 {
     int n = cfg.ranks[_i];
-    if (cfg.mode == MODE_INITALL) {
+    if (cfg.mode == BRT_MODE_INITALL) {
         ncclComm_t comms[BRT_MAX_RANKS];
         int dev = -7;
         initall_make(comms, n, 0);
@@ -767,7 +765,7 @@ END_TEST
 START_TEST(test_groups)
 {
     int n = cfg.ranks[_i];
-    if (cfg.mode == MODE_INITALL) {
+    if (cfg.mode == BRT_MODE_INITALL) {
         initall_groups(n, 0);
         initall_groups(n, 1);
         return;
@@ -779,7 +777,7 @@ END_TEST
 START_TEST(test_split)
 {
     int n = cfg.ranks[_i];
-    if (cfg.mode == MODE_INITALL) {
+    if (cfg.mode == BRT_MODE_INITALL) {
         initall_split(n);
         return;
     }
@@ -790,7 +788,7 @@ END_TEST
 START_TEST(test_concurrent)
 {
     int n = cfg.ranks[_i];
-    if (cfg.mode == MODE_INITALL) {
+    if (cfg.mode == BRT_MODE_INITALL) {
         return; /* one thread by definition */
     }
     run_body(body_concurrent, n);
@@ -800,7 +798,7 @@ END_TEST
 START_TEST(test_late_receiver)
 {
     int n = cfg.ranks[_i];
-    if (cfg.mode == MODE_INITALL) {
+    if (cfg.mode == BRT_MODE_INITALL) {
         return; /* one thread drives every rank: no rank can leave early */
     }
     run_body(body_late_receiver, n);
@@ -810,7 +808,7 @@ END_TEST
 START_TEST(test_lifecycle)
 {
     int n = cfg.ranks[_i];
-    if (cfg.mode == MODE_INITALL) {
+    if (cfg.mode == BRT_MODE_INITALL) {
         /* Two sets of communicators alive at once, each grouped on its own. */
         ncclComm_t a[BRT_MAX_RANKS], b[BRT_MAX_RANKS];
         initall_make(a, n, 0);
@@ -835,18 +833,11 @@ END_TEST
 
 static int parse_args(int argc, char **argv)
 {
-    cfg.mode = MODE_PROC;
+    cfg.mode = BRT_MODE_PROC;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
-        if (strcmp(k, "--mode") == 0) {
-            cfg.mode = strcmp(v, "threads") == 0   ? MODE_THREADS
-                       : strcmp(v, "initall") == 0 ? MODE_INITALL
-                                                   : MODE_PROC;
-        } else if (strcmp(k, "--ranks") == 0) {
-            for (char *s = (char *)v; *s && cfg.nranks_list < BRT_MAX_RANKS;) {
-                cfg.ranks[cfg.nranks_list++] = (int)strtol(s, &s, 10);
-                s += *s == ',';
-            }
+        if (brt_layout_option(k, v, &cfg.mode, cfg.ranks, &cfg.nranks_list)) {
+            continue;
         } else if (!brt_select_option(k, v)) {
             fprintf(stderr, "unknown option %s\n", k);
             return -1;

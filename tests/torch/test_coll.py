@@ -166,6 +166,13 @@ def copies(c, g, ranks, r, n, dtype):
     dist.all_gather(outs, mine, group=g)
     c.check(f"all_gather {tag}", all(torch.equal(a, b) for a, b in zip(outs, of)))
 
+    # Uneven (braidAllGatherV): rank p contributes (p + 1) % 3 elements (rank 2 none).
+    sizes = [(p + 1) % 3 for p in range(n)]
+    outs = [torch.empty(sizes[p], dtype=dtype) for p in range(n)]
+    dist.all_gather(outs, block(r, r, sizes[r], dtype), group=g)
+    c.check(f"all_gather uneven {tag}",
+            all(torch.equal(outs[p], block(p, p, sizes[p], dtype)) for p in range(n)))
+
     out = torch.empty(n, L, dtype=dtype)
     dist.all_gather_into_tensor(out, mine, group=g)
     c.check(f"all_gather_into_tensor {tag}", torch.equal(out, torch.stack(of)))

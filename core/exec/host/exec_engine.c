@@ -188,9 +188,135 @@ static ncclResult_t enqueue_coll(br_exec_batch_t *b, br_exec_comm_t *ec, br_work
     return ncclSuccess;
 }
 
+/* Queue w (kind SEND or RECV, w->op.peer and count set) on its peer's p2p connection.
+ * A v-collective's part with count 0 still moves one step: its descriptor. */
+static ncclResult_t p2p_item(br_exec_batch_t *b, br_exec_comm_t *ec, br_work_t *w)
+{
+    const br_op_t *op = &w->op;
+    br_exec_queue_t *q;
+
+    w->bytes = br_op_bytes(op);
+    w->vhdr = w->bytes == 0;
+    if (w->kind == BR_WORK_SEND) {
+        w->conn = ec->p2p_send[op->peer];
+        w->userbuf = w->conn != NULL && !w->vhdr && br_proxy_userbuf_takes(w->conn->net, w->bytes);
+        BR_CHECK(queue_get(b, ec, Q_SEND, op->peer, &q));
+        return push_item(q, w);
+    }
+    w->conn = ec->p2p_recv[op->peer];
+    if (w->conn != NULL && w->vhdr) {
+        br_conn_expect(w->conn, 1);
+    } else if (w->conn != NULL) {
+        uint64_t nsteps = (w->bytes + w->conn->step_size - 1) / w->conn->step_size;
+        if (br_proxy_userbuf_takes(w->conn->net, w->bytes)) {
+            /* The proxy receives straight into recvbuff (proxy_userbuf.c), and gives each
+             * step the descriptor the matching Send would have sent (a v-collective's
+             * parts send their own operation's). */
+            br_op_t as_sent = *op;
+            as_sent.func = br_func_is_v(op->func) ? op->func : BR_FUNC_SEND;
+            br_slot_desc_t d = br_desc_make(&as_sent, 0);
+            w->userbuf = 1;
+            BR_CHECK(br_proxy_userbuf_recv(ec->tc->proxy, w->conn->net, nsteps, op->recvbuff,
+                                           w->bytes, &d));
+        } else {
+            br_conn_expect(w->conn, nsteps);
+        }
+    }
+    BR_CHECK(queue_get(b, ec, Q_RECV, op->peer, &q));
+    return push_item(q, w);
+}
+
+/* Memory of `bytes` that lives as long as the batch's current contents (reset frees it). */
+static ncclResult_t batch_own(br_exec_batch_t *b, size_t bytes, void **mem_p)
+{
+    if (b->nowned == b->owned_cap) {
+        int cap = b->owned_cap ? 2 * b->owned_cap : 4;
+        void **o = realloc(b->owned, (size_t)cap * sizeof(*o));
+        if (o == NULL) {
+            BR_WARN(NCCL_ALLOC, "out of memory building a group");
+            return ncclSystemError;
+        }
+        b->owned = o;
+        b->owned_cap = cap;
+    }
+    void *mem = malloc(bytes); /* not zeroed: every byte is received or copied first */
+    if (mem == NULL) {
+        BR_WARN(NCCL_ALLOC, "out of memory allocating %zu bytes for a v-collective", bytes);
+        return ncclSystemError;
+    }
+    b->owned[b->nowned++] = mem;
+    *mem_p = mem;
+    return ncclSuccess;
+}
+
+static void batch_disown(br_exec_batch_t *b)
+{
+    for (int i = 0; i < b->nowned; i++) {
+        free(b->owned[i]);
+    }
+    b->nowned = 0;
+}
+
+/*
+ * A v-collective (braid.h) as a pairwise exchange over the p2p connections: step s of
+ * n - 1 sends this rank's block for rank + s and receives rank - s's block for it, each
+ * on that peer's queue. Queues are created (and so first progressed) in step order, so
+ * at the start every rank sends to a different rank and receives from a different one
+ * instead of all sending to rank 0 first. Every pair exchanges at least one step, whose
+ * descriptor carries the sender's count: the receiver checks it against its own (its
+ * recvcounts entry), so ranks that disagree on a count get an error naming both. The
+ * rank's own block is a local copy, or for a ReduceScatterV the fold of every rank's
+ * block in rank order (the same arithmetic on every rank and at any timing).
+ */
+static ncclResult_t enqueue_v(br_exec_batch_t *b, br_exec_comm_t *ec, const br_work_t *w0)
+{
+    const br_op_t *op = &w0->op;
+    const br_vspec_t *v = op->v;
+    size_t ts = br_type_size(op->type);
+    int n = ec->nranks, me = ec->rank;
+    size_t mine = v->rcount[me] * ts;
+    br_vstate_t *vst = NULL;
+    br_exec_queue_t *q;
+    br_work_t w;
+
+    if (op->func == BR_FUNC_REDUCESCATTERV) {
+        void *mem = NULL;
+        BR_CHECK(batch_own(b, sizeof(*vst) + (size_t)n * mine, &mem));
+        vst = mem;
+        vst->left = n - 1;
+        vst->scratch = (char *)(vst + 1);
+    }
+    for (int s = 1; s < n; s++) {
+        int to = (me + s) % n, from = (me - s + n) % n;
+        w = *w0;
+        w.kind = BR_WORK_SEND;
+        w.op.peer = to;
+        w.op.count = v->scount[to];
+        w.op.sendbuff = (const char *)op->sendbuff + v->sdispl[to] * ts;
+        BR_CHECK(p2p_item(b, ec, &w));
+        w = *w0;
+        w.kind = BR_WORK_RECV;
+        w.op.peer = from;
+        w.op.count = v->rcount[from];
+        w.op.recvbuff = vst != NULL ? vst->scratch + (size_t)from * mine
+                                    : (char *)op->recvbuff + v->rdispl[from] * ts;
+        w.vst = vst;
+        BR_CHECK(p2p_item(b, ec, &w));
+    }
+    w = *w0;
+    w.kind = vst != NULL ? BR_WORK_VFOLD : BR_WORK_COPY;
+    w.vst = vst;
+    w.op.peer = me;
+    w.op.count = v->rcount[me];
+    w.copy_src = (const char *)op->sendbuff + v->sdispl[me] * ts;
+    w.op.recvbuff = (char *)op->recvbuff + v->rdispl[me] * ts;
+    w.bytes = mine;
+    BR_CHECK(queue_get(b, ec, Q_LOCAL, 0, &q));
+    return push_item(q, &w);
+}
+
 static ncclResult_t host_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const br_op_t *op)
 {
-    br_exec_queue_t *q;
     br_work_t w;
 
     memset(&w, 0, sizeof(w));
@@ -204,37 +330,16 @@ static ncclResult_t host_enqueue(br_exec_batch_t *b, br_exec_comm_t *ec, const b
         }
         return ncclSuccess;
     }
+    if (br_func_is_v(op->func)) {
+        return enqueue_v(b, ec, &w);
+    }
     w.bytes = br_op_bytes(op);
     if (w.bytes == 0) {
         br_oplog_note(ec, op->log_ticket, BR_OPLOG_EV_DONE, -1, NULL, 0);
         return ncclSuccess;
     }
-    if (op->func == BR_FUNC_SEND) {
-        w.kind = BR_WORK_SEND;
-        w.conn = ec->p2p_send[op->peer];
-        w.userbuf = w.conn != NULL && br_proxy_userbuf_takes(w.conn->net, w.bytes);
-        BR_CHECK(queue_get(b, ec, Q_SEND, op->peer, &q));
-    } else {
-        w.kind = BR_WORK_RECV;
-        w.conn = ec->p2p_recv[op->peer];
-        if (w.conn != NULL) {
-            uint64_t nsteps = (w.bytes + w.conn->step_size - 1) / w.conn->step_size;
-            if (br_proxy_userbuf_takes(w.conn->net, w.bytes)) {
-                /* The proxy receives straight into recvbuff (proxy_userbuf.c), and gives
-                 * each step the descriptor the matching Send would have sent. */
-                br_op_t as_sent = *op;
-                as_sent.func = BR_FUNC_SEND;
-                br_slot_desc_t d = br_desc_make(&as_sent, 0);
-                w.userbuf = 1;
-                BR_CHECK(br_proxy_userbuf_recv(ec->tc->proxy, w.conn->net, nsteps, op->recvbuff,
-                                               w.bytes, &d));
-            } else {
-                br_conn_expect(w.conn, nsteps);
-            }
-        }
-        BR_CHECK(queue_get(b, ec, Q_RECV, op->peer, &q));
-    }
-    return push_item(q, &w);
+    w.kind = op->func == BR_FUNC_SEND ? BR_WORK_SEND : BR_WORK_RECV;
+    return p2p_item(b, ec, &w);
 }
 
 static ncclResult_t host_enqueue_copy(br_exec_batch_t *b, br_exec_comm_t *ec, const void *src,
@@ -260,6 +365,8 @@ static ncclResult_t host_enqueue_copy(br_exec_batch_t *b, br_exec_comm_t *ec, co
 static void host_free(br_exec_batch_t *b)
 {
     br_exec_prof_batch_end(b);
+    batch_disown(b);
+    free(b->owned);
     free(b->events);
     for (int i = 0; i < b->ninit; i++) {
         free(b->queues[i].items);
@@ -271,6 +378,7 @@ static void host_free(br_exec_batch_t *b)
 static void host_reset(br_exec_batch_t *b)
 {
     br_exec_prof_batch_end(b);
+    batch_disown(b);
     b->nevents = 0;
     b->n = 0;
 }

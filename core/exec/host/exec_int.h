@@ -11,9 +11,19 @@ typedef enum {
     BR_WORK_SEND,
     BR_WORK_RECV,
     BR_WORK_COPY,
-    BR_WORK_ARENA,  /* OneShot or DirectRead through the node arena */
-    BR_WORK_COLLNET /* CollNet AllReduce / AllGather / ReduceScatter through the collnet plugin */
+    BR_WORK_ARENA,   /* OneShot or DirectRead through the node arena */
+    BR_WORK_COLLNET, /* CollNet AllReduce / AllGather / ReduceScatter through the collnet plugin */
+    BR_WORK_VFOLD    /* ReduceScatterV: fold every rank's block, in rank order, once all arrived */
 } br_work_kind_t;
+
+/* What the work items of one ReduceScatterV share: its receives count down `left`, and
+ * its fold runs when it is 0. scratch holds nranks blocks, block p from rank p (this
+ * rank's own copied in by the fold). Owned by the batch (br_exec_batch_t.owned). Only
+ * the batch's thread touches it. */
+typedef struct br_vstate {
+    int left;
+    char *scratch;
+} br_vstate_t;
 
 /* Progress of one stream of a schedule. */
 typedef struct {
@@ -43,7 +53,10 @@ struct br_work {
     int ub_hdr;            /* 1: its descriptor step sent; 2: the sender's one checked */
     br_conn_t *ub_sc;      /* the send connection of its user-buffer steps */
     uint64_t ub_send_end;  /* the step head must reach there before the buffers are free */
-    const void *copy_src; /* copy: source (self send) */
+    const void *copy_src;  /* copy: source (self send; a v-collective's own block) */
+    /* A v-collective's part for one peer (exec_engine.c, enqueue_v). */
+    int vhdr;         /* its count is 0: one step with the descriptor alone */
+    br_vstate_t *vst; /* ReduceScatterV: the state its receives and fold share */
     /* Node arena. */
     uint64_t arena_k;  /* the operation's number in the arena */
     int arena_phase;   /* 0: input not published, 1: published, reading; 2: waiting for

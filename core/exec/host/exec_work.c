@@ -39,11 +39,18 @@ void br_desc_describe(char *buf, size_t len, const br_slot_desc_t *d)
     char what[64] = "";
 
     /* The reduction and root words are part of the call only where the function has them. */
-    if (func == BR_FUNC_ALLREDUCE || func == BR_FUNC_REDUCE || func == BR_FUNC_REDUCESCATTER) {
+    if (func == BR_FUNC_ALLREDUCE || func == BR_FUNC_REDUCE || func == BR_FUNC_REDUCESCATTER ||
+        func == BR_FUNC_REDUCESCATTERV) {
         snprintf(what, sizeof(what), ", %s", br_red_kind_name((br_red_kind_t)((d->type >> 8) & 0xff)));
     }
     if (func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE) {
         snprintf(what + strlen(what), sizeof(what) - strlen(what), ", root %u", d->type >> 16);
+    }
+    if (br_func_is_v(func)) { /* no algorithm to name: a fixed schedule */
+        snprintf(buf, len, "%s #%llu (count %llu, %s%s)", br_func_name(func),
+                 (unsigned long long)(d->seq - 1), (unsigned long long)d->count,
+                 br_type_name((ncclDataType_t)(d->type & 0xff)), what);
+        return;
     }
     snprintf(buf, len, "%s #%llu (count %llu, %s%s, %s/%s)", br_func_name(func),
              (unsigned long long)(d->seq - 1), (unsigned long long)d->count,
@@ -61,12 +68,41 @@ int br_desc_matches(const br_slot_desc_t *d, const br_op_t *op)
            d->type == desc_type_word(op);
 }
 
+/* A v-collective's count for this pair differs between its two ranks: say which entry
+ * of which array on each side (op is this rank's receive from peer). */
+static void v_count_mismatch(br_exec_comm_t *ec, const br_op_t *op, int peer,
+                             unsigned long long theirs)
+{
+    const char *mine_a = "recvcounts", *theirs_a = "sendcounts";
+    int theirs_i = ec->rank, mine_i = peer;
+    if (op->func == BR_FUNC_ALLGATHERV) {
+        theirs_a = "sendcount";
+    } else if (op->func == BR_FUNC_REDUCESCATTERV) {
+        theirs_a = "recvcounts";
+        theirs_i = mine_i = ec->rank;
+    }
+    char idx[32] = "";
+    if (op->func != BR_FUNC_ALLGATHERV) {
+        snprintf(idx, sizeof(idx), "[%d]", theirs_i);
+    }
+    br_exec_fail(ec, ncclInvalidUsage,
+                 "rank %d (host %s): mismatched counts in %s #%llu: rank %d expects %zu "
+                 "elements from rank %d (its %s[%d]) but rank %d sends %llu (its %s%s)",
+                 ec->rank, br_host_name(), br_func_name(op->func), (unsigned long long)op->seq,
+                 ec->rank, op->count, peer, mine_a, mine_i, peer, theirs, theirs_a, idx);
+}
+
 void br_desc_mismatch(br_exec_comm_t *ec, const br_op_t *op, int peer, const char *what,
                       const br_slot_desc_t *d)
 {
     char theirs[200];
     const char *hint = "";
 
+    if (br_func_is_v(op->func) && (d->func & 0xff) == (uint32_t)op->func && d->seq == op->seq + 1 &&
+        d->count != op->count) {
+        v_count_mismatch(ec, op, peer, d->count);
+        return;
+    }
     br_desc_describe(theirs, sizeof(theirs), d);
     if (op->func == BR_FUNC_RECV) {
         hint = " (a send must match a recv of the same count and type)";
@@ -184,6 +220,10 @@ static int send_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     br_conn_t *c = w->conn;
     int moved = 0;
+    if (w->vhdr) {
+        *done_p = br_work_desc_send(q, w, c) > 0;
+        return *done_p;
+    }
     if (w->userbuf) {
         return send_userbuf(q, w, done_p);
     }
@@ -204,10 +244,26 @@ static int send_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
     return moved;
 }
 
+/* A receive of a ReduceScatterV has arrived: one block fewer for its fold to wait for. */
+static void recv_finished(br_work_t *w, int *done_p)
+{
+    if (w->vst != NULL) {
+        w->vst->left--;
+    }
+    *done_p = 1;
+}
+
 static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     br_conn_t *c = w->conn;
     int moved = 0;
+    if (w->vhdr) {
+        int r = br_work_desc_recv(q, w, c);
+        if (r > 0) {
+            recv_finished(w, done_p);
+        }
+        return r;
+    }
     if (w->userbuf == 1) {
         /* The user-buffer path's first step: the sender's descriptor, no payload. */
         int r = br_work_desc_recv(q, w, c);
@@ -235,8 +291,32 @@ static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
         w->off += n;
         moved++;
     }
-    *done_p = 1;
+    recv_finished(w, done_p);
     return moved;
+}
+
+/* A ReduceScatterV's result: once every rank's block arrived, fold them in rank order
+ * (this rank's own copied in first, which also makes the in-place call safe). */
+static int vfold_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
+{
+    const br_op_t *op = &w->op;
+    int n = q->ec->nranks;
+
+    if (w->vst->left > 0) {
+        q->wait_peer = -1; /* the receive queues say whom they wait for */
+        q->wait_what = "the other ranks' blocks";
+        return 0;
+    }
+    if (w->bytes > 0) {
+        memcpy(w->vst->scratch + (size_t)q->ec->rank * w->bytes, w->copy_src, w->bytes);
+        for (int r = 0; r < n; r++) {
+            br_reduce(op->recvbuff, r == 0 ? NULL : op->recvbuff,
+                      w->vst->scratch + (size_t)r * w->bytes, op->count, &op->redop,
+                      r == n - 1 ? BR_REDUCE_POST : 0);
+        }
+    }
+    *done_p = 1;
+    return 1;
 }
 
 /* A rank's own part: single-rank collectives and sends to itself. */
@@ -260,6 +340,7 @@ int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p)
     case BR_WORK_RECV: return recv_work(q, w, done_p);
     case BR_WORK_ARENA: return br_work_arena(q, w, done_p);
     case BR_WORK_COLLNET: return br_work_collnet(q, w, done_p);
+    case BR_WORK_VFOLD: return vfold_work(q, w, done_p);
     default: return copy_work(w, done_p);
     }
 }
@@ -298,15 +379,34 @@ static int probe_arena(br_exec_comm_t *ec, const br_op_t *op)
     return 0;
 }
 
+/* A v-collective's data of the same collective number on a p2p connection (other data
+ * there is numbered per peer, not per collective, and is not looked at). */
+static int probe_p2p_v(br_exec_comm_t *ec, const br_op_t *op)
+{
+    for (int p = 0; p < ec->nranks; p++) {
+        const br_conn_t *rc = ec->p2p_recv[p];
+        if (rc != NULL && br_fifo_filled(rc->ctrl, rc->step) &&
+            br_func_is_v((br_func_t)(rc->ctrl->slot[rc->step % BR_STEPS].func & 0xff)) &&
+            probe_conn(ec, op, rc)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int br_work_probe_mismatch(br_exec_queue_t *q, const br_work_t *w)
 {
     br_exec_comm_t *ec = q->ec;
     const br_op_t *op = &w->op;
 
-    if (w->kind != BR_WORK_SCHED && w->kind != BR_WORK_ARENA && w->kind != BR_WORK_COLLNET) {
+    if (w->kind != BR_WORK_SCHED && w->kind != BR_WORK_ARENA && w->kind != BR_WORK_COLLNET &&
+        !br_func_is_v(op->func)) {
         return 0;
     }
     if (ec->arena != NULL && probe_arena(ec, op)) {
+        return 1;
+    }
+    if (!br_func_is_v(op->func) && probe_p2p_v(ec, op)) {
         return 1;
     }
     for (int c = 0; c < ec->nchannels; c++) {

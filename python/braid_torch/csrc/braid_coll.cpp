@@ -180,6 +180,43 @@ Raw flat_list(BraidWork &w, const std::vector<at::Tensor> &list, const at::Tenso
     return raw(flat);
 }
 
+/* An all_gather output list whose tensors differ in size (rank p's input has the size of
+ * list[p]): one flat buffer of them all, packed in rank order, and each part's size in
+ * Braid's elements, for braidAllGatherV. */
+Raw flat_uneven(BraidWork &w, const std::vector<at::Tensor> &list, const at::Tensor &in, int rank,
+                std::vector<size_t> &counts, const char *call)
+{
+    at::NoGradGuard no_grad;
+    int64_t total = 0;
+    for (const auto &t : list) {
+        check_like(t, in, t.numel(), call);
+        total += t.numel();
+    }
+    if (list[rank].numel() != in.numel()) {
+        refuse(std::string(call) + ": this rank's output tensor has " +
+               std::to_string(list[rank].numel()) + " elements but its input " +
+               std::to_string(in.numel()));
+    }
+    at::Tensor flat = at::empty({total}, in.options());
+    int64_t at = 0;
+    for (const auto &t : list) {
+        w.copy_back.emplace_back(t, flat.narrow(0, at, t.numel()).view(t.sizes()));
+        counts.push_back(static_cast<size_t>(t.numel()) * (in.is_complex() ? 2 : 1));
+        at += t.numel();
+    }
+    return raw(flat);
+}
+
+bool same_numel(const std::vector<at::Tensor> &list, const at::Tensor &ref)
+{
+    for (const auto &t : list) {
+        if (t.defined() && t.numel() != ref.numel()) {
+            return false;
+        }
+    }
+    return true;
+}
+
 void check_list(const std::vector<at::Tensor> &list, const at::Tensor &ref, int size,
                 const char *call)
 {
@@ -455,6 +492,20 @@ ProcessGroupBraid::allgather(std::vector<std::vector<at::Tensor>> &outputs,
     if (outputs.size() != 1) {
         refuse("all_gather: expects one output list per process, got " +
                std::to_string(outputs.size()));
+    }
+    if (static_cast<int>(outputs[0].size()) == size_ && !same_numel(outputs[0], in)) {
+        // Tensors of different sizes per rank: one braidAllGatherV into a flat buffer.
+        auto w = make_work(c10d::OpType::ALLGATHER, "braid:all_gather", inputs, outputs[0],
+                           opts.timeout);
+        w->sync = !opts.asyncOp;
+        std::vector<size_t> counts;
+        Raw src = input(in);
+        Raw dst = flat_uneven(*w, outputs[0], in, rank_, counts, "all_gather");
+        w->issue = [src, dst, counts](ncclComm_t comm, ncclRedOp_t) {
+            return braidAllGatherV(src.p(), src.n, dst.p(), counts.data(), nullptr, src.type,
+                                   comm, nullptr);
+        };
+        return enqueue(w);
     }
     check_list(outputs[0], in, size_, "all_gather");
     auto w =
@@ -738,27 +789,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(at::Tensor &outp
     std::vector<size_t> soff, scount, roff, rcount;
     split_blocks(input_tensor, input_splits, size_, "input", soff, scount);
     split_blocks(output_tensor, output_splits, size_, "output", roff, rcount);
+    if (input_tensor.numel() > 0 && input_tensor.data_ptr() == output_tensor.data_ptr()) {
+        refuse(std::string(call) + ": the input and output tensors share memory (in place is "
+               "not supported)");
+    }
     auto w = make_work(c10d::OpType::ALLTOALL_BASE, "braid:all_to_all_single", {input_tensor},
                        {output_tensor}, opts.timeout);
     w->sync = !opts.asyncOp;
     Raw src = input(input_tensor);
     Raw dst = output(*w, output_tensor, false);
-    int n = size_;
+    // One braidAlltoAllV: counts and offsets per rank, in Braid's elements; the ranks check
+    // each other's split sizes (a disagreement fails the call on the receiving rank).
     w->issue = [=](ncclComm_t comm, ncclRedOp_t) {
-        size_t esz = src.t.element_size() / (src.t.is_complex() ? 2 : 1);
-        return grouped([&] {
-            ncclResult_t res = ncclSuccess;
-            for (int p = 0; p < n && res == ncclSuccess; p++) {
-                // Every pair calls, also with 0 elements, so that both sides agree.
-                res = ncclSend(static_cast<const char *>(src.p()) + soff[p] * esz, scount[p],
-                               src.type, p, comm, nullptr);
-                if (res == ncclSuccess) {
-                    res = ncclRecv(static_cast<char *>(dst.p()) + roff[p] * esz, rcount[p],
-                                   dst.type, p, comm, nullptr);
-                }
-            }
-            return res;
-        });
+        return braidAlltoAllV(src.p(), scount.data(), soff.data(), dst.p(), rcount.data(),
+                              roff.data(), src.type, comm, nullptr);
     };
     return enqueue(w);
 }

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include <braid.h>
 #include <nccl.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
