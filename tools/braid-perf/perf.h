@@ -29,6 +29,12 @@ typedef enum {
     PERF_REDUCE,
     PERF_ALLTOALL,
     PERF_SENDRECV,
+    /* Braid's v-collectives (braid.h; equal counts, so the data is alltoall's and
+     * allgather's), and the same exchanges as grouped ncclSend/ncclRecv to compare with. */
+    PERF_ALLTOALLV,
+    PERF_ALLTOALL_P2P,
+    PERF_ALLGATHERV,
+    PERF_ALLGATHER_P2P,
     PERF_NUM_COLLS
 } perf_coll_t;
 

@@ -13,6 +13,7 @@
 #include <ctype.h>
 #include <dlfcn.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct perf_coll_info infos[PERF_NUM_COLLS] = {
@@ -23,7 +24,24 @@ static const struct perf_coll_info infos[PERF_NUM_COLLS] = {
     [PERF_REDUCE] = {"reduce", "reduce_perf", "reduce", 1, 1, 0, 1},
     [PERF_ALLTOALL] = {"alltoall", "alltoall_perf", "all_to_all", 0, 0, 1, 0},
     [PERF_SENDRECV] = {"sendrecv", "sendrecv_perf", "send_recv", 0, 0, 0, 0},
+    [PERF_ALLTOALLV] = {"alltoallv", "alltoallv_perf", "all_to_all_v", 0, 0, 1, 0},
+    [PERF_ALLTOALL_P2P] = {"alltoall_p2p", "alltoall_p2p_perf", "all_to_all_p2p", 0, 0, 1, 0},
+    [PERF_ALLGATHERV] = {"allgatherv", "allgatherv_perf", "all_gather_v", 0, 0, 1, 1},
+    [PERF_ALLGATHER_P2P] = {"allgather_p2p", "allgather_p2p_perf", "all_gather_p2p", 0, 0, 1, 1},
 };
+
+/* The collective whose data layout and results a variant shares (v-collectives with equal
+ * counts and their grouped send/recv forms move exactly alltoall's or allgather's data). */
+static perf_coll_t layout_of(perf_coll_t coll)
+{
+    switch (coll) {
+    case PERF_ALLTOALLV:
+    case PERF_ALLTOALL_P2P: return PERF_ALLTOALL;
+    case PERF_ALLGATHERV:
+    case PERF_ALLGATHER_P2P: return PERF_ALLGATHER;
+    default: return coll;
+    }
+}
 
 const struct perf_coll_info *perf_coll_info(perf_coll_t coll)
 {
@@ -65,7 +83,7 @@ int perf_coll_lookup(const char *name, perf_coll_t *coll_p)
 
 double perf_coll_busbw_factor(perf_coll_t coll, int nranks)
 {
-    switch (coll) {
+    switch (layout_of(coll)) {
     case PERF_ALLREDUCE: return 2.0 * (nranks - 1) / nranks;
     case PERF_ALLGATHER:
     case PERF_REDUCESCATTER:
@@ -83,6 +101,7 @@ void perf_coll_elems(perf_coll_t coll, size_t count, int nranks, size_t *send_el
                      size_t *recv_elems_p)
 {
     size_t n = (size_t)nranks;
+    coll = layout_of(coll);
     *send_elems_p = coll == PERF_REDUCESCATTER || coll == PERF_ALLTOALL ? count * n : count;
     *recv_elems_p = coll == PERF_ALLGATHER || coll == PERF_ALLTOALL ? count * n : count;
 }
@@ -91,6 +110,7 @@ void perf_coll_buffers(perf_coll_t coll, const struct perf_rank *r, size_t count
                        int in_place, char *send, char *recv, void **send_p, void **recv_p)
 {
     size_t mine = (size_t)r->rank * count * tsize;
+    coll = layout_of(coll);
     *send_p = send;
     *recv_p = recv;
     if (!in_place) {
@@ -103,36 +123,75 @@ void perf_coll_buffers(perf_coll_t coll, const struct perf_rank *r, size_t count
 
 typedef ncclResult_t (*alltoall_fn)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
                                     cudaStream_t);
+typedef ncclResult_t (*alltoallv_fn)(const void *, const size_t *, const size_t *, void *,
+                                     const size_t *, const size_t *, ncclDataType_t, ncclComm_t,
+                                     cudaStream_t);
+typedef ncclResult_t (*allgatherv_fn)(const void *, size_t, void *, const size_t *,
+                                      const size_t *, ncclDataType_t, ncclComm_t, cudaStream_t);
 
-/* ncclAlltoAll is new in NCCL 2.28: look it up at run time so the binary still starts on
- * an older libnccl, where alltoall falls back to grouped send/recv as nccl-tests does. */
-static alltoall_fn alltoall_symbol(void)
+/* A function of the library looked up at run time, so that the binary still starts on a
+ * libnccl without it (ncclAlltoAll is new in NCCL 2.28; braid* are Braid's own). */
+struct lazy_sym {
+    const char *name;
+    void *fn;
+    int looked;
+};
+
+static void *lazy(struct lazy_sym *s)
 {
-    static alltoall_fn fn;
-    static int looked;
-    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-        void *sym = dlsym(RTLD_DEFAULT, "ncclAlltoAll");
-        alltoall_fn f;
-        memcpy(&f, &sym, sizeof(f)); /* ISO C has no object-to-function pointer cast */
-        fn = f;
-        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE); /* publishes fn to other threads */
+    if (!__atomic_load_n(&s->looked, __ATOMIC_ACQUIRE)) {
+        s->fn = dlsym(RTLD_DEFAULT, s->name);
+        __atomic_store_n(&s->looked, 1, __ATOMIC_RELEASE); /* publishes fn to other threads */
     }
-    return fn;
+    return s->fn;
 }
 
-static ncclResult_t alltoall_p2p(const struct perf_rank *r, const char *send, char *recv,
-                                 size_t count, ncclDataType_t type, cudaStream_t stream)
+static struct lazy_sym sym_alltoall = {"ncclAlltoAll", NULL, 0};
+static struct lazy_sym sym_alltoallv = {"braidAlltoAllV", NULL, 0};
+static struct lazy_sym sym_allgatherv = {"braidAllGatherV", NULL, 0};
+
+/* The alltoall (to = all) or allgather (to = 0: this rank's block to everyone) exchange as
+ * one group of sends and receives, as programs do without a collective for it. */
+static ncclResult_t exchange_p2p(const struct perf_rank *r, const char *send, char *recv,
+                                 size_t count, ncclDataType_t type, int all, cudaStream_t stream)
 {
     size_t bytes = count * perf_type_get(type)->size;
     ncclResult_t res = ncclGroupStart();
     for (int p = 0; p < r->nranks && res == ncclSuccess; p++) {
-        res = ncclSend(send + (size_t)p * bytes, count, type, p, r->comm, stream);
+        res = ncclSend(send + (all ? (size_t)p * bytes : 0), count, type, p, r->comm, stream);
         if (res == ncclSuccess) {
             res = ncclRecv(recv + (size_t)p * bytes, count, type, p, r->comm, stream);
         }
     }
     ncclResult_t end = ncclGroupEnd();
     return res != ncclSuccess ? res : end;
+}
+
+/* A v-collective with count elements per rank (pair), blocks packed. */
+static ncclResult_t launch_v(perf_coll_t coll, const struct perf_rank *r, const void *send,
+                             void *recv, size_t count, ncclDataType_t type, cudaStream_t stream)
+{
+    void *fn = lazy(coll == PERF_ALLTOALLV ? &sym_alltoallv : &sym_allgatherv);
+    size_t *counts = malloc((size_t)r->nranks * sizeof(*counts));
+    ncclResult_t res = ncclInvalidUsage;
+    if (fn == NULL || counts == NULL) {
+        free(counts);
+        return fn == NULL ? ncclInvalidUsage : ncclSystemError; /* not Braid: said by main */
+    }
+    for (int p = 0; p < r->nranks; p++) {
+        counts[p] = count;
+    }
+    if (coll == PERF_ALLTOALLV) {
+        alltoallv_fn f;
+        memcpy(&f, &fn, sizeof(f)); /* ISO C has no object-to-function pointer cast */
+        res = f(send, counts, NULL, recv, counts, NULL, type, r->comm, stream);
+    } else {
+        allgatherv_fn f;
+        memcpy(&f, &fn, sizeof(f));
+        res = f(send, count, recv, counts, NULL, type, r->comm, stream);
+    }
+    free(counts);
+    return res;
 }
 
 ncclResult_t perf_coll_launch(perf_coll_t coll, const struct perf_rank *r, const void *send,
@@ -148,10 +207,17 @@ ncclResult_t perf_coll_launch(perf_coll_t coll, const struct perf_rank *r, const
     case PERF_BROADCAST: return ncclBroadcast(send, recv, count, type, root, r->comm, stream);
     case PERF_REDUCE: return ncclReduce(send, recv, count, type, op, root, r->comm, stream);
     case PERF_ALLTOALL:
-        if (alltoall_symbol() != NULL) {
-            return alltoall_symbol()(send, recv, count, type, r->comm, stream);
+        if (lazy(&sym_alltoall) != NULL) {
+            alltoall_fn f;
+            void *fn = lazy(&sym_alltoall);
+            memcpy(&f, &fn, sizeof(f));
+            return f(send, recv, count, type, r->comm, stream);
         }
-        return alltoall_p2p(r, send, recv, count, type, stream);
+        return exchange_p2p(r, send, recv, count, type, 1, stream);
+    case PERF_ALLTOALL_P2P: return exchange_p2p(r, send, recv, count, type, 1, stream);
+    case PERF_ALLGATHER_P2P: return exchange_p2p(r, send, recv, count, type, 0, stream);
+    case PERF_ALLTOALLV:
+    case PERF_ALLGATHERV: return launch_v(coll, r, send, recv, count, type, stream);
     case PERF_SENDRECV: {
         ncclResult_t res = ncclGroupStart(), end;
         if (res == ncclSuccess) {
@@ -187,6 +253,7 @@ size_t perf_coll_check(perf_coll_t coll, const struct perf_rank *r, const struct
     const struct perf_type *t = g->type;
     int n = r->nranks, me = r->rank, root = r->opts->root;
     size_t wrong = 0, total = infos[coll].total_size ? count * (size_t)n : count;
+    coll = layout_of(coll);
     if (coll == PERF_REDUCE && me != root) {
         return 0; /* only the root's output is defined */
     }

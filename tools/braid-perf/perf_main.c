@@ -47,7 +47,9 @@ static void usage(FILE *f, const char *prog)
     fprintf(f,
             "usage: %s [options]\n"
             "  -C, --coll NAME        allreduce allgather reducescatter broadcast reduce alltoall\n"
-            "                         sendrecv (or nccl-tests' names, e.g. all_reduce_perf)\n"
+            "                         sendrecv (or nccl-tests' names, e.g. all_reduce_perf);\n"
+            "                         Braid's alltoallv allgatherv (equal counts) and the same\n"
+            "                         exchanges as grouped send/recv: alltoall_p2p allgather_p2p\n"
             "  -b, --minbytes N       smallest size, with K/M/G suffixes (default 32M)\n"
             "  -e, --maxbytes N       largest size (default 32M)\n"
             "  -f, --stepfactor F     multiply the size by F each step\n"
