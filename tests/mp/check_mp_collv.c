@@ -13,8 +13,12 @@
  *
  * The "mismatch" TCase has four processes where rank 2 disagrees about one count (or
  * calls another collective): every rank returns within the deadline, and the rank that
- * receives the wrong count reports it naming both ranks. The "args" TCase checks the
- * argument errors on one rank.
+ * receives the wrong count reports it naming both ranks. A rank in AllReduce while the
+ * others are in AlltoAllV is seen at once over shared memory (the probes of exec_work.c
+ * read the other path's slots); over the network nothing arrives on a path no call is
+ * receiving on, so there BRAID_TIMEOUT (set by the ctest entries) ends it, the waiting
+ * rank naming the peer it waits for. The "args" TCase checks the argument errors on one
+ * rank.
  */
 #include <check.h>
 #include <stdint.h>

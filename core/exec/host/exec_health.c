@@ -119,11 +119,14 @@ int br_exec_revoked_check(br_exec_batch_t *b)
 
 /* The periodic checks of a blocked communicator. Returns nonzero on failure. */
 /* The key of a blocked queue's operation in wait notices: the same call has the same key
- * on every rank (collectives by their sequence number, messages by theirs per pair). */
+ * on every rank (collectives by their function and sequence number, messages by theirs
+ * per pair). With the function in it, a rank in another collective of the same number
+ * (an AllReduce where the others are in AlltoAllV) is named as not in this call. */
 static uint64_t wait_key(const br_work_t *w)
 {
-    uint64_t kind = w->op.func == BR_FUNC_SEND || w->op.func == BR_FUNC_RECV ? 2 : 1;
-    return kind << 56 | (w->op.seq + 1);
+    int msg = w->op.func == BR_FUNC_SEND || w->op.func == BR_FUNC_RECV;
+    uint64_t kind = msg ? 2 : 1, func = msg ? 0 : (uint64_t)w->op.func;
+    return kind << 56 | func << 48 | ((w->op.seq + 1) & 0xffffffffffffull);
 }
 
 /* The notice slot of a queue: its channel (messages: slot 0). */
