@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The v-collectives of braid.h on device memory: ranks that are threads of this process
+ * on one GPU (ncclCommInitAll, one thread issuing every rank's call in a group), at 1, 3
+ * and 4 ranks. braidAllGatherV (also in place), braidReduceScatterV (sum and max, also in
+ * place) and braidAlltoAllV with uneven counts, zeros included, and gapped displacements;
+ * each rank's output is copied back and checked element by element against a reference
+ * computed here, and the gaps between blocks must stay untouched. Without a GPU (or the
+ * CUDA runtime) it prints SKIP and exits 77; the emulated driver of tests/cuda-emu runs
+ * it without one (cuda_emu_collv).
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "braid.h"
+#include "nccl.h"
+
+#define MAXR 8
+#define GAP 2
+#define FILL (-7.0f) /* what the receive buffers hold before a call */
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+enum { AG, RS, A2A };
+static const char *const names[] = {"AllGatherV", "ReduceScatterV", "AlltoAllV"};
+
+/* Elements rank p sends rank q (AlltoAllV), or of rank p's block (q unused); some 0. */
+static size_t vcount(int func, int p, int q, int big)
+{
+    unsigned h = (unsigned)(p * 7 + (func == A2A ? q * 3 : 0) + func) % 5;
+    return h == 0 ? 0 : h * (big ? 20011u : 3u);
+}
+
+/* Element i of what rank r contributes for rank q: small integers, exact in float. */
+static float val(int r, int q, size_t i)
+{
+    return (float)((r * 5 + q * 3 + (int)i) % 11);
+}
+
+typedef struct {
+    size_t sc[MAXR], sd[MAXR], rc[MAXR], rd[MAXR], send, recv;
+} lay_t;
+
+static void layout(int func, int n, int me, int big, lay_t *l)
+{
+    size_t s = 0, r = 0;
+    for (int p = 0; p < n; p++) {
+        l->sc[p] =
+            func == AG ? vcount(func, me, 0, big) : vcount(func, func == RS ? p : me, p, big);
+        l->rc[p] =
+            func == RS ? vcount(func, me, 0, big) : vcount(func, p, func == A2A ? me : 0, big);
+        l->sd[p] = func == AG ? 0 : s + GAP;
+        s += GAP + l->sc[p];
+        l->rd[p] = func == RS ? 0 : r + GAP;
+        r += GAP + l->rc[p];
+    }
+    l->send = func == AG ? l->sc[0] : s;
+    l->recv = func == RS ? l->rc[0] : r;
+}
+
+/* One case on every rank: returns the number of wrong elements (and prints the first). */
+static int run_case(ncclComm_t *comms, cudaStream_t *streams, int n, int func, int inplace,
+                    ncclRedOp_t op, int big)
+{
+    lay_t l[MAXR];
+    float *dsend[MAXR], *drecv[MAXR], *host[MAXR], *hsend[MAXR];
+    int bad = 0;
+
+    for (int r = 0; r < n; r++) {
+        layout(func, n, r, big, &l[r]);
+        size_t rs = l[r].recv + 1, ss = l[r].send + 1;
+        host[r] = malloc(rs * sizeof(float));
+        hsend[r] = malloc(ss * sizeof(float));
+        for (size_t i = 0; i < rs; i++) {
+            host[r][i] = FILL;
+        }
+        for (int q = 0; q < n; q++) {
+            for (size_t i = 0; i < l[r].sc[q] && (func != AG || q == 0); i++) {
+                hsend[r][l[r].sd[q] + i] = val(r, func == AG ? 0 : q, i);
+            }
+        }
+        CUDA_OK(cudaMalloc((void **)&drecv[r], rs * sizeof(float)));
+        CUDA_OK(cudaMemcpy(drecv[r], host[r], rs * sizeof(float), cudaMemcpyHostToDevice));
+        if (inplace && func == AG) { /* my block already at rd[me] */
+            dsend[r] = drecv[r] + l[r].rd[r];
+            CUDA_OK(
+                cudaMemcpy(dsend[r], hsend[r], l[r].sc[0] * sizeof(float), cudaMemcpyHostToDevice));
+        } else {
+            CUDA_OK(cudaMalloc((void **)&dsend[r], ss * sizeof(float)));
+            CUDA_OK(cudaMemcpy(dsend[r], hsend[r], ss * sizeof(float), cudaMemcpyHostToDevice));
+        }
+    }
+    /* The copies above land in order with the legacy stream only: the calls' streams do
+     * not wait for them. */
+    CUDA_OK(cudaDeviceSynchronize());
+    ncclResult_t res = ncclGroupStart();
+    for (int r = 0; r < n && res == ncclSuccess; r++) {
+        if (func == AG) {
+            res = braidAllGatherV(dsend[r], l[r].sc[0], drecv[r], l[r].rc, l[r].rd, ncclFloat,
+                                  comms[r], streams[r]);
+        } else if (func == RS) {
+            float *out = inplace ? dsend[r] + l[r].sd[r] : drecv[r];
+            res = braidReduceScatterV(dsend[r], out, l[r].sc, l[r].sd, ncclFloat, op, comms[r],
+                                      streams[r]);
+        } else {
+            res = braidAlltoAllV(dsend[r], l[r].sc, l[r].sd, drecv[r], l[r].rc, l[r].rd, ncclFloat,
+                                 comms[r], streams[r]);
+        }
+    }
+    ncclResult_t end = ncclGroupEnd();
+    EXPECT(res == ncclSuccess && end == ncclSuccess, "%s on %d ranks: %d/%d: %s", names[func], n,
+           res, end, ncclGetLastError(NULL));
+    for (int r = 0; r < n; r++) {
+        CUDA_OK(cudaStreamSynchronize(streams[r]));
+        const float *src = inplace && func == RS ? dsend[r] + l[r].sd[r] : drecv[r];
+        CUDA_OK(cudaMemcpy(host[r], src,
+                           (l[r].recv + (inplace && func == RS ? 0 : 1)) * sizeof(float),
+                           cudaMemcpyDeviceToHost));
+        size_t at = 0;
+        for (int p = 0; p < n && bad == 0; p++) {
+            for (size_t i = 0; i < l[r].rc[p] && (func != RS || p == 0); i++) {
+                float want = 0;
+                if (func == RS) {
+                    for (int k = 0; k < n; k++) {
+                        float x = val(k, r, i);
+                        want = k == 0 ? x : op == ncclMax ? (x > want ? x : want) : want + x;
+                    }
+                } else {
+                    want = val(p, func == A2A ? r : 0, i);
+                }
+                float got = host[r][l[r].rd[p] + i];
+                if (got != want) {
+                    printf("FAIL: %s%s on %d ranks: rank %d block %d element %zu is %g, "
+                           "expected %g\n",
+                           names[func], inplace ? " in place" : "", n, r, p, i, (double)got,
+                           (double)want);
+                    bad++;
+                    break;
+                }
+            }
+            for (size_t i = at; func != RS && !inplace && i < l[r].rd[p] && bad == 0; i++) {
+                if (host[r][i] != FILL) {
+                    printf("FAIL: %s on %d ranks: rank %d: gap element %zu written\n", names[func],
+                           n, r, i);
+                    bad++;
+                }
+            }
+            at = l[r].rd[p] + l[r].rc[p];
+        }
+        if (!(inplace && func == AG)) {
+            cudaFree(dsend[r]);
+        }
+        cudaFree(drecv[r]);
+        free(host[r]);
+        free(hsend[r]);
+    }
+    failures += bad;
+    return bad;
+}
+
+int main(void)
+{
+    static const int sizes[] = {1, 3, 4};
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("SKIP: no GPU here (%s): the CUDA executor's tests need one\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 77;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        int n = sizes[si], devs[MAXR], cases = 0;
+        ncclComm_t comms[MAXR];
+        cudaStream_t streams[MAXR];
+        for (int r = 0; r < n; r++) {
+            devs[r] = 0;
+        }
+        CUDA_OK(cudaSetDevice(0));
+        if (ncclCommInitAll(comms, n, devs) != ncclSuccess) {
+            printf("FAIL: ncclCommInitAll(%d): %s\n", n, ncclGetLastError(NULL));
+            return 1;
+        }
+        for (int r = 0; r < n; r++) {
+            CUDA_OK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+        }
+        int before = failures;
+        for (int big = 0; big < 2; big++) {
+            for (int func = AG; func <= A2A; func++) {
+                for (int inplace = 0; inplace < (func == A2A ? 1 : 2); inplace++) {
+                    run_case(comms, streams, n, func, inplace, ncclSum, big);
+                    cases++;
+                }
+            }
+            run_case(comms, streams, n, RS, 0, ncclMax, big);
+            cases++;
+        }
+        printf("collv: %d rank%s on one GPU: %d cases, %d failed\n", n, n == 1 ? "" : "s", cases,
+               failures - before);
+        for (int r = 0; r < n; r++) {
+            ncclCommDestroy(comms[r]);
+            cudaStreamDestroy(streams[r]);
+        }
+    }
+    printf("collv: %d failure%s\n", failures, failures == 1 ? "" : "s");
+    return failures ? 1 : 0;
+}
