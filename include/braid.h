@@ -47,10 +47,17 @@ ncclResult_t pbraidDumpState(const char *path);
  *                             narrows the choice the plan makes for this one call, and
  *                             forceAlgSelection says whether a choice that cannot run is
  *                             an error (1, the default) or ignored. Added in Braid 0.2.
- *   BRAID_OPT_DETERMINISTIC   reserved: val.i 1 will ask for a result that does not depend
- *                             on timing or channel count. Refused today (ncclInvalidUsage).
- *   BRAID_OPT_ACCUMULATE_FP32 reserved: val.i 1 will ask that 16-bit and 8-bit floats be
- *                             reduced in 32-bit floats. Refused today (ncclInvalidUsage).
+ *   BRAID_OPT_DETERMINISTIC   val.i 1: an AllReduce, Reduce or ReduceScatter of a float
+ *                             type gives the same bits on every rank and every run, whatever
+ *                             the algorithm, protocol, channels, chunk size, transport or
+ *                             timing (each rank folds its slice of every input in rank
+ *                             order); 0: the default path, even with BRAID_DETERMINISTIC=1.
+ *                             Other values are refused. Added in Braid 0.2.
+ *   BRAID_OPT_ACCUMULATE_FP32 val.i 1: an AllReduce, Reduce or ReduceScatter of fp16, bf16,
+ *                             fp8 e4m3 or fp8 e5m2 keeps its sums in fp32 and rounds once
+ *                             at the end (on the deterministic path); 0: every partial sum
+ *                             rounded to the type, even with BRAID_ACCUMULATE=fp32. Other
+ *                             values are refused. Added in Braid 0.2.
  *
  * Option ids are never reused; a new option takes the next number.
  */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "api.h"
 #include "api_route.h"
@@ -115,11 +116,38 @@ static ncclResult_t route(ncclComm_t comm, const call_t *c, br_op_t *op)
         ARG_FAIL(comm, c, "%s", msg);
     }
     op->on_device = r == BR_ROUTE_DEVICE;
+    if (op->on_device && comm->ec->stage == NULL && br_op_owner_fold(op, comm->nranks)) {
+        /* Staged device calls fold on the host path; kernels do not fold that way yet. */
+        BR_WARN(NCCL_COLL,
+                "rank %d (host %s): %s: deterministic reductions and fp32 accumulation "
+                "(BRAID_DETERMINISTIC, BRAID_ACCUMULATE, BRAID_OPT_*) are not implemented for "
+                "device buffers of ranks that are threads of one process; use host buffers, "
+                "or one process per rank",
+                comm->rank, br_host_name(), c->fn);
+        return ncclInvalidUsage;
+    }
     if (!op->on_device && op->redop.scalar_dev != NULL) {
         ARG_FAIL(comm, c,
                  "the PreMulSum scalar %p of op %d is device memory, but the call's buffers "
                  "are host memory",
                  op->redop.scalar_dev, (int)c->op);
+    }
+    return ncclSuccess;
+}
+
+/* How a reduction combines inputs by default: BRAID_DETERMINISTIC and BRAID_ACCUMULATE
+ * (the call's config may then change either). A value BRAID_ACCUMULATE does not know fails
+ * the call rather than silently rounding every step. */
+static ncclResult_t reduce_mode(ncclComm_t comm, const call_t *c, br_op_t *op)
+{
+    const char *acc = BR_PARAM_STR(ACCUMULATE);
+
+    op->det = BR_PARAM_INT(DETERMINISTIC) != 0;
+    op->acc32 = acc != NULL && strcasecmp(acc, "fp32") == 0;
+    if (acc != NULL && !op->acc32 && strcasecmp(acc, "type") != 0) {
+        BR_WARN(NCCL_COLL, "rank %d (host %s): %s: BRAID_ACCUMULATE is '%s'; it takes fp32 or type",
+                comm->rank, br_host_name(), c->fn, acc);
+        return ncclInvalidUsage;
     }
     return ncclSuccess;
 }
@@ -174,6 +202,9 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_op_t *op)
     op->type = c->type;
     op->root = c->has_root ? c->root : 0;
     op->peer = c->has_peer ? c->peer : -1;
+    if (br_func_is_reduction(c->func)) {
+        BR_CHECK(reduce_mode(comm, c, op));
+    }
     int has_algos = c->func != BR_FUNC_ALLTOALL && c->func != BR_FUNC_GATHER &&
                     c->func != BR_FUNC_SCATTER && c->func != BR_FUNC_SEND &&
                     c->func != BR_FUNC_RECV && !br_func_is_v(c->func);

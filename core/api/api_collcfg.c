@@ -3,7 +3,8 @@
  * The per-call configuration of the nccl*Config collectives (ncclCollConfig_t, NCCL 2.31
  * and 2.32): checked against NCCL's size/magic/version handshake, then turned into the
  * op's own selection (algorithms from algSelection, protocols from Braid's vendor option
- * BRAID_OPT_PROTO, channel bounds from minCTAs/maxCTAs) and its profiler tag. The plan
+ * BRAID_OPT_PROTO, channel bounds from minCTAs/maxCTAs), its profiler tag, and how it
+ * reduces (BRAID_OPT_DETERMINISTIC, BRAID_OPT_ACCUMULATE_FP32). The plan
  * (plan_tune.c, plan_device.c) honours the selection or refuses the call naming it.
  */
 #include <ctype.h>
@@ -130,13 +131,16 @@ static ncclResult_t apply_ext(ncclComm_t comm, const char *fn, const ncclConfigE
             break;
         }
         case BRAID_OPT_DETERMINISTIC:
-        case BRAID_OPT_ACCUMULATE_FP32:
-            CFG_FAIL(comm, fn, ncclInvalidUsage,
-                     "Braid option %d (%s) is reserved and not "
-                     "implemented yet",
-                     e->key.optionId,
-                     e->key.optionId == BRAID_OPT_DETERMINISTIC ? "BRAID_OPT_DETERMINISTIC"
-                                                                : "BRAID_OPT_ACCUMULATE_FP32");
+        case BRAID_OPT_ACCUMULATE_FP32: {
+            int det = e->key.optionId == BRAID_OPT_DETERMINISTIC;
+            if (e->val.i != 0 && e->val.i != 1) {
+                CFG_FAIL(comm, fn, ncclInvalidArgument, "%s is %d; it takes 0 (off) or 1 (on)",
+                         det ? "BRAID_OPT_DETERMINISTIC" : "BRAID_OPT_ACCUMULATE_FP32", e->val.i);
+            }
+            /* The call's own choice wins over BRAID_DETERMINISTIC / BRAID_ACCUMULATE. */
+            *(det ? &op->det : &op->acc32) = (int)e->val.i;
+            break;
+        }
         default:
             CFG_FAIL(comm, fn, ncclInvalidArgument,
                      "unknown Braid option %d (braid.h lists BRAID_OPT_*)", e->key.optionId);

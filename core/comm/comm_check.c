@@ -4,10 +4,11 @@
  * same everywhere: the library's version, the net and tuner plugins they loaded (name
  * and ABI version), and the parameters that shape the wire and the choices (FIFO and
  * step sizes, channels, the transports allowed, NCCL_ALGO / NCCL_PROTO, the in-place read
- * window, the Tree chunk). Every rank gets every rank's record in one allgather and
- * reaches the same verdict, so they all fail init together, with one message naming each
- * value and the ranks that have it. A different profiler is only worth a warning. The
- * records travel only when digests of them, allgathered first, differ.
+ * window, the Tree chunk, how reductions fold: BRAID_DETERMINISTIC, BRAID_ACCUMULATE).
+ * Every rank gets every rank's record in one allgather and reaches the same verdict, so
+ * they all fail init together, with one message naming each value and the ranks that
+ * have it. A different profiler is only worth a warning. The records travel only when
+ * digests of them, allgathered first, differ.
  * Parameters the ranks already reconcile (BRAID_RING_PIPELINE and BRAID_ONESHOT_BYTES:
  * the smallest wins) and local ones (logging, waiting) are not compared.
  */
@@ -45,6 +46,8 @@ static const struct {
     {BR_PARAM_ID_SHM_DISABLE, "the transport between ranks"},
     {BR_PARAM_ID_NET, "the network"},
     {BR_PARAM_ID_FAILOVER, "whether receivers acknowledge network data (transport failover)"},
+    {BR_PARAM_ID_DETERMINISTIC, "how reductions combine the ranks' inputs (owner fold or not)"},
+    {BR_PARAM_ID_ACCUMULATE, "how reductions combine the ranks' inputs (owner fold or not)"},
 };
 #define NCHECK ((int)(sizeof(must_agree) / sizeof(must_agree[0])))
 

@@ -191,6 +191,11 @@ typedef struct {
     uint64_t user_tag;
     /* A v-collective's counts (br_func_is_v), NULL for every other operation. */
     br_vspec_t *v;
+    /* How a reduction combines the ranks' inputs (BRAID_DETERMINISTIC, BRAID_ACCUMULATE
+     * and the per-call options BRAID_OPT_DETERMINISTIC / _ACCUMULATE_FP32): det asks for
+     * the same bits whatever the algorithm and timing, acc32 for fp16, bf16 and fp8 sums
+     * kept in fp32. br_op_owner_fold says whether the call takes the owner-fold path. */
+    int det, acc32;
 } br_op_t;
 
 /* Does the call's own configuration let it run (algo, proto)? */
@@ -198,6 +203,32 @@ static inline int br_op_allows(const br_op_t *op, int algo, int proto)
 {
     return (op->call_algos == 0 || (op->call_algos >> algo & 1u)) &&
            (op->call_protos == 0 || (op->call_protos >> proto & 1u));
+}
+
+/* Is the type a float narrower than 32 bits (fp16, bf16, fp8 e4m3, fp8 e5m2)? */
+static inline int br_type_is_narrow_float(ncclDataType_t type)
+{
+    return type == ncclFloat16 || type == ncclBfloat16 || type == ncclFloat8e4m3 ||
+           type == ncclFloat8e5m2;
+}
+
+/*
+ * Does the call run as an owner fold (core/group/group_fold.c): every rank folds its slice
+ * of all inputs in rank order, so the result has the same bits whatever the algorithm,
+ * protocol, channels, chunking and timing? Reductions of floating-point types on more than
+ * one rank that ask for determinism, or for fp32 sums of a narrow type. Integer reductions
+ * need neither: they wrap or select, so every order gives the same bits. br_op_wants_fold
+ * is the call's side of it alone.
+ */
+static inline int br_op_wants_fold(const br_op_t *op)
+{
+    return br_func_is_reduction(op->func) && br_type_is_float(op->type) &&
+           (op->det || (op->acc32 && br_type_is_narrow_float(op->type)));
+}
+
+static inline int br_op_owner_fold(const br_op_t *op, int nranks)
+{
+    return nranks > 1 && op->count > 0 && br_op_wants_fold(op);
 }
 
 /* Bytes of the call as NCCL sizes it for tuning: count x type size (per rank). */

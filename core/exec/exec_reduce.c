@@ -633,3 +633,131 @@ void br_reduce(void *dst, const void *recv, const void *local, size_t count, con
         memcpy(dst, src, count * br_type_size(op->type));
     }
 }
+
+/*
+ * Folding n inputs in rank order (br_reduce_fold). The result is built a piece at a time
+ * in a buffer on the stack and then stored, so dst may be one of the inputs (an in-place
+ * call's own slice is also its output), and the partial results stay in the L1 cache
+ * while the n inputs stream past them.
+ */
+#define FOLD_PIECE 2048 /* elements of one piece: 16 KiB of 8-byte results */
+
+/* Each narrow float type decoded to and encoded from arrays of fp32, for acc32. */
+#define NARROW_LOOPS(X)                                                                            \
+    static void X##_ld_n(float *out, const void *in_, size_t n)                                    \
+    {                                                                                              \
+        const X##_s *in = (const X##_s *)in_;                                                      \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            out[i] = X##_ld(in[i]);                                                                \
+        }                                                                                          \
+    }                                                                                              \
+    static void X##_st_n(void *out_, const float *in, size_t n)                                    \
+    {                                                                                              \
+        X##_s *out = (X##_s *)out_;                                                                \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            out[i] = X##_st(in[i]);                                                                \
+        }                                                                                          \
+    }
+
+NARROW_LOOPS(f16)
+NARROW_LOOPS(bf16)
+NARROW_LOOPS(e4m3)
+NARROW_LOOPS(e5m2)
+
+typedef struct {
+    void (*ld)(float *out, const void *in, size_t n);
+    void (*st)(void *out, const float *in, size_t n);
+} narrow_conv_t;
+
+/* The conversions of a narrow float type; 0 for any other type. */
+static int narrow_conv(ncclDataType_t type, narrow_conv_t *cv)
+{
+    switch (type) {
+    case ncclFloat16: *cv = (narrow_conv_t){f16_ld_n, f16_st_n}; return 1;
+    case ncclBfloat16: *cv = (narrow_conv_t){bf16_ld_n, bf16_st_n}; return 1;
+    case ncclFloat8e4m3: *cv = (narrow_conv_t){e4m3_ld_n, e4m3_st_n}; return 1;
+    case ncclFloat8e5m2: *cv = (narrow_conv_t){e5m2_ld_n, e5m2_st_n}; return 1;
+    default: return 0;
+    }
+}
+
+/* acc32: the fold in fp32, one rounding to the type per element at the end. */
+static void fold_acc32(void *dst, const void *const *srcs, int n, size_t count,
+                       const br_redop_t *op, const narrow_conv_t *cv)
+{
+    size_t tsz = br_type_size(op->type);
+    float acc[FOLD_PIECE], in[FOLD_PIECE], s = 1.0f;
+    int prod = op->kind == BR_RED_PROD, pre = op->kind == BR_RED_PREMULSUM;
+
+    if (pre) {
+        /* The scalar rounded to the type, as the per-step loops (and NCCL) use it. */
+        unsigned char bits[2];
+        float f = (float)op->scalar_f;
+        cv->st(bits, &f, 1);
+        cv->ld(&s, bits, 1);
+    }
+    for (size_t at = 0; at < count; at += FOLD_PIECE) {
+        size_t m = count - at < FOLD_PIECE ? count - at : FOLD_PIECE, off = at * tsz;
+        cv->ld(acc, (const char *)srcs[0] + off, m);
+        for (size_t i = 0; pre && i < m; i++) {
+            acc[i] *= s;
+        }
+        for (int r = 1; r < n; r++) {
+            cv->ld(in, (const char *)srcs[r] + off, m);
+            if (prod) {
+                for (size_t i = 0; i < m; i++) {
+                    acc[i] *= in[i];
+                }
+            } else if (pre) {
+                for (size_t i = 0; i < m; i++) {
+                    acc[i] += in[i] * s;
+                }
+            } else {
+                for (size_t i = 0; i < m; i++) {
+                    acc[i] += in[i];
+                }
+            }
+        }
+        cv->st((char *)dst + off, acc, m);
+    }
+}
+
+/* The fold with every step rounded to the type: the chain of br_reduce calls that the
+ * node arena's and RingOneShot's folds make, so those give the same bits. */
+static void fold_steps(void *dst, const void *const *srcs, int n, size_t count,
+                       const br_redop_t *op)
+{
+    size_t tsz = br_type_size(op->type), piece = FOLD_PIECE * sizeof(uint64_t) / tsz;
+    uint64_t buf[FOLD_PIECE]; /* 8-byte aligned for every type */
+
+    for (size_t at = 0; at < count; at += piece) {
+        size_t m = count - at < piece ? count - at : piece, off = at * tsz;
+        const char *s0 = (const char *)srcs[0] + off;
+        int r = 1;
+        if (n == 1 || op->kind == BR_RED_PREMULSUM) {
+            /* Every input is scaled, and br_reduce scales only its local operand. */
+            br_reduce(buf, NULL, s0, m, op, n == 1 ? BR_REDUCE_POST : 0);
+        } else {
+            br_reduce(buf, s0, (const char *)srcs[1] + off, m, op, n == 2 ? BR_REDUCE_POST : 0);
+            r = 2;
+        }
+        for (; r < n; r++) {
+            br_reduce(buf, buf, (const char *)srcs[r] + off, m, op,
+                      r == n - 1 ? BR_REDUCE_POST : 0);
+        }
+        memcpy((char *)dst + off, buf, m * tsz);
+    }
+}
+
+void br_reduce_fold(void *dst, const void *const *srcs, int n, size_t count, const br_redop_t *op,
+                    int acc32)
+{
+    narrow_conv_t cv;
+
+    BR_ASSERT(n >= 1 && br_type_size(op->type) != 0);
+    if (acc32 && op->kind != BR_RED_MAX && op->kind != BR_RED_MIN && narrow_conv(op->type, &cv)) {
+        fold_acc32(dst, srcs, n, count, op, &cv);
+    } else {
+        fold_steps(dst, srcs, n, count, op);
+    }
+}

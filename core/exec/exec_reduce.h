@@ -26,6 +26,19 @@
 void br_reduce(void *dst, const void *recv, const void *local, size_t count,
                const br_redop_t *op, int flags);
 
+/*
+ * dst[i] = the fold of srcs[0][i], ..., srcs[n-1][i] in that order, for i < count: with
+ * acc32 == 0, ((s0 (+) s1) (+) s2) ... with every step rounded to the type as br_reduce
+ * rounds it (each input pre-multiplied for PREMULSUM, SUMPOSTDIV's division after the
+ * last step), the same bits as a chain of br_reduce calls in rank order; with acc32 and a
+ * narrow float type (fp16, bf16, fp8), sums and products stay in fp32 (inputs decoded
+ * exactly, pre-multiplied in fp32 by the scalar rounded to the type) and each result is
+ * rounded to the type once. MAX and MIN ignore acc32 (they round nothing). dst may be one
+ * of srcs (the same elements); no other overlap. n >= 1.
+ */
+void br_reduce_fold(void *dst, const void *const *srcs, int n, size_t count, const br_redop_t *op,
+                    int acc32);
+
 /* Make br_reduce use the portable C loops only (portable != 0), or the fastest this CPU
  * supports (0, the default). Both give bit-identical results; this exists so tests cover
  * both. Returns the name of the loops now in use ("portable", "avx2+f16c"). */

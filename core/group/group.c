@@ -9,23 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "group.h"
+#include "group_int.h"
 #include "util.h"
-
-typedef enum { G_OP, G_INIT, G_SPLIT } gkind_t;
-
-typedef struct {
-    gkind_t kind;
-    ncclComm_t comm; /* op: its comm; split: the parent */
-    br_op_t op;
-    ncclComm_t *out; /* init/split */
-    int nranks, rank, color, key;
-    ncclUniqueId id;
-    ncclConfig_t config;
-    int has_config;
-    int device; /* init/split: the CUDA device captured when the call was made */
-    ncclResult_t res;
-} gcall_t;
 
 static _Thread_local int depth;
 static _Thread_local ncclResult_t group_error;
@@ -384,7 +369,7 @@ out:
     return res;
 }
 
-static ncclResult_t run_ops(gcall_t *cs, int n)
+ncclResult_t br_group_run_batch(gcall_t *cs, int n)
 {
     ncclComm_t *comms = NULL;
     br_exec_batch_t batch;
@@ -421,7 +406,7 @@ static ncclResult_t run_ops(gcall_t *cs, int n)
     }
     for (int i = 0; i < n; i++) {
         const br_op_t *op = &cs[i].op;
-        if (cs[i].kind != G_OP || op->on_device ||
+        if (cs[i].kind != G_OP || op->on_device || br_group_is_fold(&cs[i]) ||
             ((op->func == BR_FUNC_SEND || op->func == BR_FUNC_RECV) &&
              op->peer == cs[i].comm->rank)) {
             continue;
@@ -435,6 +420,25 @@ out:
     return res;
 }
 
+int br_group_is_fold(const gcall_t *c)
+{
+    return c->kind == G_OP && !c->op.on_device && br_op_owner_fold(&c->op, c->comm->nranks);
+}
+
+/* The group's operations: everything but the owner folds in one batch, then those. */
+static ncclResult_t run_ops(gcall_t *cs, int n)
+{
+    int folds = 0;
+    for (int i = 0; i < n; i++) {
+        folds += br_group_is_fold(&cs[i]);
+    }
+    ncclResult_t res = br_group_run_batch(cs, n);
+    if (res == ncclSuccess && folds > 0) {
+        res = br_group_fold_run(cs, n);
+    }
+    return res;
+}
+
 ncclResult_t br_group_run_host(void *comm_v, br_op_t *ops, int nops)
 {
     ncclComm_t comm = comm_v;
@@ -444,7 +448,7 @@ ncclResult_t br_group_run_host(void *comm_v, br_op_t *ops, int nops)
     BR_CHECK(br_calloc(&cs, (size_t)nops, "group"));
     for (int i = 0; i < nops && res == ncclSuccess; i++) {
         br_op_t *op = &ops[i];
-        if (br_func_is_collective(op->func)) {
+        if (br_func_is_collective(op->func) && !br_op_owner_fold(op, comm->nranks)) {
             res = br_plan_choose(comm->plan, op);
         }
         op->log_ticket = 0;
@@ -647,6 +651,10 @@ static ncclResult_t add_op(ncclComm_t comm, br_op_t *op)
     } else if (op->on_device) {
         BR_CHECK(br_plan_choose_device(comm->plan, op, br_exec_cuda_nchannels(ec)));
         op->seq = ec->coll_seq++;
+    } else if (br_op_owner_fold(op, comm->nranks)) {
+        /* No algorithm of its own: its phases are planned when they run (group_fold.c). */
+        op->algo = op->proto = -1;
+        op->seq = ec->coll_seq++;
     } else {
         BR_CHECK(br_plan_choose(comm->plan, op));
         op->seq = ec->coll_seq++;
@@ -663,7 +671,7 @@ static ncclResult_t add_op(ncclComm_t comm, br_op_t *op)
         br_exec_prof_api(ec, g != NULL ? g->handle : NULL, op);
     }
     if (depth == 0 && op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV &&
-        !br_func_is_v(op->func)) {
+        !br_func_is_v(op->func) && (op->on_device || !br_op_owner_fold(op, comm->nranks))) {
         /* A lone collective: no group bookkeeping, no allocation (but its profiler events). */
         group_prof_end_api();
         ncclResult_t res = op->on_device ? br_exec_cuda_submit(ec, op, 1) : br_exec_run_solo(ec, op);

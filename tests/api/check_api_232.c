@@ -284,10 +284,15 @@ static int refusals(brt_rank_ctx_t *ctx, ncclComm_t comm)
                           ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
                           ncclInvalidArgument, "unknown Braid option", "unknown Braid option 99");
     ext.key.optionId = BRAID_OPT_DETERMINISTIC;
-    ext.val.i = 1;
+    ext.val.i = 2;
     bad |= expect_refused(ctx, comm,
                           ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
-                          ncclInvalidUsage, "reserved option", "BRAID_OPT_DETERMINISTIC");
+                          ncclInvalidArgument, "determinism 2", "BRAID_OPT_DETERMINISTIC is 2");
+    ext.key.optionId = BRAID_OPT_ACCUMULATE_FP32;
+    ext.val.i = -1;
+    bad |= expect_refused(ctx, comm,
+                          ncclAllReduceConfig(x, y, 8, ncclFloat, ncclSum, comm, NULL, &cfg),
+                          ncclInvalidArgument, "accumulate -1", "BRAID_OPT_ACCUMULATE_FP32 is -1");
     ext.key.optionId = BRAID_OPT_PROTO;
     ext.val.s = "Fast";
     bad |= expect_refused(ctx, comm,

@@ -317,7 +317,8 @@ out:
 
 int br_ipc_handles(const br_op_t *op)
 {
-    return br_func_is_collective(op->func);
+    /* Owner-fold reductions (deterministic, fp32 sums) are staged: the host path folds. */
+    return br_func_is_collective(op->func) && !br_op_wants_fold(op);
 }
 
 /* ---- the steps ---- */

@@ -108,7 +108,7 @@ void br_ipc_decide(br_cuda_stage_t *st);
  * becomes 1 or -1 on every rank alike. Fails only when the exchange does (the ranks could
  * not agree); a rank that cannot take the direct path says so in the exchange. */
 ncclResult_t br_ipc_setup(br_cuda_stage_t *st);
-/* Is op a call the direct path runs (a collective)? */
+/* Is op a call the direct path runs (a collective, but not an owner-fold reduction)? */
 int br_ipc_handles(const br_op_t *op);
 /* Enqueue op on its stream (direct path on). Caller holds st->mu, in the stager's context. */
 ncclResult_t br_ipc_enqueue(br_cuda_stage_t *st, const br_op_t *op);
