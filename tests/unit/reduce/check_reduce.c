@@ -874,6 +874,119 @@ START_TEST(test_conv_encode_random_floats)
 }
 END_TEST
 
+/* ---- br_reduce_fold: n sources in rank order ---------------------------------------- */
+
+static const ncclDataType_t fold_types[] = {ncclFloat32,  ncclFloat64,    ncclFloat16,
+                                            ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
+#define FOLD_N 5
+#define FOLD_COUNT 5003 /* a few of the fold's pieces, and a partial one */
+
+/* Source r, element i: magnitudes 1/16 to 16 of both signs, so every order of a sum
+ * rounds differently and no sum of FOLD_N leaves e4m3's range (448). */
+static uint64_t fold_src(ncclDataType_t t, int r, size_t i)
+{
+    double v = ldexp(1.0 + (double)(rnd() >> 44) / 1048576.0, (int)(rnd() % 9) - 4);
+    (void)r;
+    (void)i;
+    return fbits(t, (rnd() & 1) ? -v : v);
+}
+
+/* FOLD_N sources of FOLD_COUNT elements each. */
+static void fold_sources(ncclDataType_t t, char **src)
+{
+    for (int r = 0; r < FOLD_N; r++) {
+        src[r] = malloc(FOLD_COUNT * (size_t)tsize(t));
+        ck_assert_ptr_nonnull(src[r]);
+        for (size_t i = 0; i < FOLD_COUNT; i++) {
+            set_bits(t, src[r], i, fold_src(t, r, i));
+        }
+    }
+}
+
+/* Every step rounded to the type (acc32 0), in the order 0..n-1, matches a chain of
+ * reference operations; the result is the same with the output on one of the inputs. */
+START_TEST(test_fold_steps_are_the_rank_order_chain)
+{
+    ncclDataType_t t = fold_types[_i];
+    size_t ts = (size_t)tsize(t);
+    char *src[FOLD_N], *dst = malloc(FOLD_COUNT * ts);
+    const void *srcs[FOLD_N];
+    br_redop_t op;
+    ck_assert_ptr_nonnull(dst);
+    fold_sources(t, src);
+    for (int r = 0; r < FOLD_N; r++) {
+        srcs[r] = src[r];
+    }
+    for (int avg = 0; avg < 2; avg++) {
+        br_redop_builtin(&op, avg ? ncclAvg : ncclSum, t, FOLD_N);
+        ref_op_t ro = {R_PREMUL, 0, 0};
+        ro.scalar = fbits(t, t == ncclFloat64 ? op.scalar_f : (double)(float)op.scalar_f);
+        br_reduce_fold(dst, srcs, FOLD_N, FOLD_COUNT, &op, 0);
+        for (size_t i = 0; i < FOLD_COUNT; i++) {
+            uint64_t acc = get_bits(t, src[0], i);
+            acc = avg ? ref_apply(t, &ro, R_PRE1, acc, 0) : acc;
+            for (int r = 1; r < FOLD_N; r++) {
+                acc = ref_apply(t, &ro, avg ? R_PREMUL : R_SUM, acc, get_bits(t, src[r], i));
+            }
+            ck_assert_msg(get_bits(t, dst, i) == acc, "type %d %s element %zu: %llx, want %llx",
+                          (int)t, avg ? "avg" : "sum", i, (unsigned long long)get_bits(t, dst, i),
+                          (unsigned long long)acc);
+        }
+        /* In place: the output is source 2 (an in-place call's own slice). */
+        memcpy(dst, src[2], FOLD_COUNT * ts);
+        char *keep = src[2];
+        srcs[2] = dst;
+        char *want = malloc(FOLD_COUNT * ts);
+        ck_assert_ptr_nonnull(want);
+        br_reduce_fold(want, (const void *const *)src, FOLD_N, FOLD_COUNT, &op, 0);
+        br_reduce_fold(dst, srcs, FOLD_N, FOLD_COUNT, &op, 0);
+        ck_assert_int_eq(memcmp(dst, want, FOLD_COUNT * ts), 0);
+        srcs[2] = keep;
+        free(want);
+    }
+    for (int r = 0; r < FOLD_N; r++) {
+        free(src[r]);
+    }
+    free(dst);
+}
+END_TEST
+
+/* acc32: the narrow types' sums in fp32, in rank order, rounded to the type once; wide
+ * types are unaffected (the same bits as acc32 0). */
+START_TEST(test_fold_acc32_rounds_once)
+{
+    ncclDataType_t t = fold_types[_i];
+    size_t ts = (size_t)tsize(t);
+    char *src[FOLD_N], *dst = malloc(FOLD_COUNT * ts), *plain = malloc(FOLD_COUNT * ts);
+    br_redop_t op;
+    int narrow = narrow_fmt(t) != NULL;
+    ck_assert_ptr_nonnull(dst);
+    ck_assert_ptr_nonnull(plain);
+    fold_sources(t, src);
+    br_redop_builtin(&op, ncclSum, t, FOLD_N);
+    br_reduce_fold(dst, (const void *const *)src, FOLD_N, FOLD_COUNT, &op, 1);
+    br_reduce_fold(plain, (const void *const *)src, FOLD_N, FOLD_COUNT, &op, 0);
+    size_t differ = 0;
+    for (size_t i = 0; i < FOLD_COUNT; i++) {
+        float acc = (float)fval(t, get_bits(t, src[0], i));
+        for (int r = 1; r < FOLD_N; r++) {
+            acc += (float)fval(t, get_bits(t, src[r], i));
+        }
+        uint64_t want = narrow ? fbits(t, acc) : get_bits(t, plain, i);
+        ck_assert_msg(get_bits(t, dst, i) == want, "type %d element %zu: %llx, want %llx", (int)t,
+                      i, (unsigned long long)get_bits(t, dst, i), (unsigned long long)want);
+        differ += get_bits(t, dst, i) != get_bits(t, plain, i);
+    }
+    /* Rounding every step must differ somewhere, or this proves nothing. */
+    ck_assert(!narrow || differ > 0);
+    for (int r = 0; r < FOLD_N; r++) {
+        free(src[r]);
+    }
+    free(dst);
+    free(plain);
+}
+END_TEST
+
 static Suite *reduce_suite(void)
 {
     Suite *s = suite_create("reduce");
@@ -890,6 +1003,11 @@ static Suite *reduce_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_reduce_type_op_count_mode, 0, NTYPES);
     tcase_add_loop_test(tc, test_reduce_count_zero_touches_nothing, 0, NTYPES);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("fold");
+    tcase_add_loop_test(tc, test_fold_steps_are_the_rank_order_chain, 0, 6);
+    tcase_add_loop_test(tc, test_fold_acc32_rounds_once, 0, 6);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("semantics");
