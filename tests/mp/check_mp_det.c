@@ -4,7 +4,7 @@
  *
  *   check_mp_det --mode proc|threads|initall --ranks 3,4 [--env] [--timeout s]
  *
- * TCase "bits": AllReduce (in and out of place), ReduceScatter and Reduce of float32,
+ * TCase "bits": AllReduce, ReduceScatter and Reduce (in and out of place) of float32,
  * float64, bfloat16 and float16, sum and average, at counts below, at and above the rank
  * count and the FIFO, each asked to be deterministic (the per-call option, or with --env
  * BRAID_DETERMINISTIC=1 from the environment) under every algorithm, protocol and channel
@@ -203,9 +203,21 @@ static void note(env_t *e, const char *fmt, ...)
     va_end(ap);
 }
 
-typedef enum { F_AR, F_AR_INPLACE, F_RS, F_REDUCE } fn_t;
-static const char *const fn_names[] = {"AllReduce", "AllReduce (in place)", "ReduceScatter",
-                                       "Reduce"};
+typedef enum { F_AR, F_AR_INPLACE, F_RS, F_REDUCE, F_RS_INPLACE, F_REDUCE_INPLACE } fn_t;
+static const char *const fn_names[] = {
+    "AllReduce", "AllReduce (in place)",     "ReduceScatter",
+    "Reduce",    "ReduceScatter (in place)", "Reduce (in place)"};
+
+static int is_rs(fn_t fn)
+{
+    return fn == F_RS || fn == F_RS_INPLACE;
+}
+
+/* Where rank r's output starts in its out buffer (an in-place ReduceScatter's is block r). */
+static size_t out_off(fn_t fn, ncclDataType_t t, int r, size_t count)
+{
+    return fn == F_RS_INPLACE ? (size_t)r * count * tsize(t) : 0;
+}
 
 /* Per-call config: the selection, and the option (det or acc32) when asked for. */
 typedef struct {
@@ -258,6 +270,14 @@ static int run_call(env_t *e, fn_t fn, ncclDataType_t t, ncclRedOp_t op, size_t 
             res = ncclAllReduceConfig(out[j], out[j], count, t, op, comm, NULL, c);
             break;
         case F_RS: res = ncclReduceScatterConfig(in[j], out[j], count, t, op, comm, NULL, c); break;
+        case F_RS_INPLACE:
+            res = ncclReduceScatterConfig(out[j],
+                                          (char *)out[j] + out_off(fn, t, e->first + j, count),
+                                          count, t, op, comm, NULL, c);
+            break;
+        case F_REDUCE_INPLACE:
+            res = ncclReduceConfig(out[j], out[j], count, t, op, root, comm, NULL, c);
+            break;
         default: res = ncclReduceConfig(in[j], out[j], count, t, op, root, comm, NULL, c); break;
         }
     }
@@ -273,8 +293,8 @@ static int run_call(env_t *e, fn_t fn, ncclDataType_t t, ncclRedOp_t op, size_t 
 /* Elements of rank r's output and where they start in the full reduction. */
 static size_t out_span(fn_t fn, int n, int r, size_t count, size_t *at_p)
 {
-    *at_p = fn == F_RS ? (size_t)r * count : 0;
-    if (fn == F_REDUCE && r != n - 1) {
+    *at_p = is_rs(fn) ? (size_t)r * count : 0;
+    if ((fn == F_REDUCE || fn == F_REDUCE_INPLACE) && r != n - 1) {
         return 0;
     }
     return count;
@@ -312,13 +332,13 @@ static const ncclDataType_t bits_types[] = {ncclFloat32, ncclFloat64, ncclBfloat
 static void fill(env_t *e, fn_t fn, ncclDataType_t t, size_t count, void **in, void **out,
                  double (*val)(ncclDataType_t, int, size_t))
 {
-    size_t nin = fn == F_RS ? count * (size_t)e->nranks : count;
+    size_t nin = is_rs(fn) ? count * (size_t)e->nranks : count;
     for (int j = 0; j < e->nlocal; j++) {
         for (size_t i = 0; i < nin; i++) {
             put(t, in[j], i, val(t, e->first + j, i));
         }
         memset(out[j], 0x5a, nin * tsize(t));
-        if (fn == F_AR_INPLACE) {
+        if (fn == F_AR_INPLACE || fn == F_RS_INPLACE || fn == F_REDUCE_INPLACE) {
             memcpy(out[j], in[j], nin * tsize(t));
         }
     }
@@ -333,16 +353,16 @@ static size_t compare(env_t *e, fn_t fn, ncclDataType_t t, ncclRedOp_t op, size_
     for (int j = 0; j < e->nlocal; j++) {
         int r = e->first + j;
         size_t at, span = out_span(fn, e->nranks, r, count, &at);
+        const char *o = (const char *)out[j] + out_off(fn, t, r, count);
         for (size_t i = 0; i < span; i++) {
             double w = fold_ref(t, op, e->nranks, at + i);
             put(t, want, 0, w);
-            if (memcmp((char *)out[j] + i * tsize(t), want, tsize(t)) != 0) {
+            if (memcmp(o + i * tsize(t), want, tsize(t)) != 0) {
                 if (report && bad < 3) {
                     note(e,
                          "rank %d: %s %s type %d op %d count %zu: element %zu is %.17g, the "
                          "rank-order fold %.17g\n",
-                         r, what, fn_names[fn], (int)t, (int)op, count, at + i, get(t, out[j], i),
-                         w);
+                         r, what, fn_names[fn], (int)t, (int)op, count, at + i, get(t, o, i), w);
                 }
                 bad++;
             }
@@ -363,7 +383,7 @@ static int bits_body(env_t *e)
     }
     for (size_t ti = 0; ti < sizeof(bits_types) / sizeof(bits_types[0]) && bad < 2; ti++) {
         ncclDataType_t t = bits_types[ti];
-        for (int fi = F_AR; fi <= F_REDUCE && bad < 2; fi++) {
+        for (int fi = F_AR; fi <= F_REDUCE_INPLACE && bad < 2; fi++) {
             for (int oi = 0; oi < 2 && bad < 2; oi++) {
                 ncclRedOp_t op = oi ? ncclAvg : ncclSum;
                 for (int ci = 0; ci < NCOUNTS && bad < 2; ci++) {
