@@ -42,6 +42,8 @@ def main():
     ap.add_argument("--ranks", default="2,4,8")
     ap.add_argument("--bytes", default="4K,64K,1M,16M")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--colls", default="alltoallv,allgatherv",
+                    help="which v-collectives to compare (each with its grouped form)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--threads", action="store_true",
                     help="ranks as threads of one process (ncclCommInitAll), not processes")
@@ -53,7 +55,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for ranks in [int(r) for r in a.ranks.split(",")]:
         for size in a.bytes.split(","):
-            for v, p2p in PAIRS:
+            for v, p2p in [pr for pr in PAIRS if pr[0] in a.colls.split(",")]:
                 tv, tp = [], []
                 for _ in range(a.rounds):
                     tv.append(run(perf, v, ranks, size, a.iters, a.threads))

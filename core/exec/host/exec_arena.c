@@ -632,9 +632,23 @@ static int publish(br_exec_queue_t *q, br_work_t *w)
  * ranks that may not be running (ranks outnumber cores). A Broadcast's non-roots publish
  * their call descriptor (no data) as chunk 0, which the root checks. */
 
+/* Bytes of rank r's input: the call's size, or an AllGatherV's block r. */
+static size_t rank_bytes(const br_op_t *op, int r)
+{
+    return op->v != NULL ? op->v->rcount[r] * br_type_size(op->type) : br_op_bytes(op);
+}
+
 uint64_t br_work_arena_chunks(const br_exec_comm_t *ec, const br_op_t *op)
 {
     size_t bytes = br_op_bytes(op), each = ec->arena->max_bytes;
+
+    if (op->func == BR_FUNC_ALLGATHERV) { /* as many chunks as the largest block needs */
+        size_t most = 0;
+        for (int r = 0; r < ec->nranks; r++) {
+            most = rank_bytes(op, r) > most ? rank_bytes(op, r) : most;
+        }
+        return most > each ? (most + each - 1) / each : 1;
+    }
 
     if (op->algo == BR_ALGO_DIRECT_READ && op->func == BR_FUNC_ALLREDUCE) {
         return 2; /* its inputs' reads, then its outputs' (DirectRead AllReduce, above) */
@@ -646,19 +660,27 @@ uint64_t br_work_arena_chunks(const br_exec_comm_t *ec, const br_op_t *op)
     return (bytes + each - 1) / each;
 }
 
-/* Bytes of chunk j of one rank's input. */
-static size_t chunk_len(const br_exec_comm_t *ec, const br_work_t *w, uint64_t j)
+/* Bytes of chunk j of rank r's input (an AllGatherV's shorter blocks end early: their
+ * last chunks are empty). */
+static size_t chunk_len(const br_exec_comm_t *ec, const br_work_t *w, int r, uint64_t j)
 {
-    size_t each = ec->arena->max_bytes, bytes = br_op_bytes(&w->op);
+    size_t each = ec->arena->max_bytes, bytes = rank_bytes(&w->op, r);
     size_t at = (size_t)j * each;
-    return bytes - at < each ? bytes - at : each;
+    return at >= bytes ? 0 : bytes - at < each ? bytes - at : each;
+}
+
+/* Where rank r's block starts in op's output. */
+static size_t out_at(const br_op_t *op, int r)
+{
+    return op->v != NULL ? op->v->rdispl[r] * br_type_size(op->type) : (size_t)r * br_op_bytes(op);
 }
 
 /* Does this rank publish chunks of data (a Broadcast's non-roots publish only chunk 0's
  * descriptor)? */
 static int chunk_writer(const br_exec_comm_t *ec, const br_op_t *op)
 {
-    return op->func == BR_FUNC_ALLGATHER || ec->rank == op->root;
+    return op->func == BR_FUNC_ALLGATHER || op->func == BR_FUNC_ALLGATHERV ||
+           ec->rank == op->root;
 }
 
 /* A writer's own part of the output, chunk by chunk as it publishes them: the input
@@ -667,7 +689,7 @@ static int chunk_writer(const br_exec_comm_t *ec, const br_op_t *op)
 static void own_chunk_copy(const br_exec_comm_t *ec, const br_op_t *op, size_t at,
                            const char *src, size_t len)
 {
-    size_t mine = op->func == BR_FUNC_ALLGATHER ? (size_t)ec->rank * br_op_bytes(op) : 0;
+    size_t mine = op->func == BR_FUNC_BROADCAST ? 0 : out_at(op, ec->rank);
     char *dst = (char *)op->recvbuff + mine + at;
     if (dst != src) {
         br_exec_copy_out(ec, op, dst, src, len);
@@ -690,7 +712,7 @@ static int chunk_publish(br_exec_queue_t *q, br_work_t *w)
             q->wait_what = "the node arena to be read by";
             break;
         }
-        size_t len = chunk_writer(ec, op) ? chunk_len(ec, w, j) : 0;
+        size_t len = chunk_writer(ec, op) ? chunk_len(ec, w, ec->rank, j) : 0;
         br_slot_desc_t d = br_desc_make(op, len);
         /* A Broadcast's non-roots publish no data (their sendbuff may be anything). */
         const char *src =
@@ -718,10 +740,14 @@ static int chunk_ready(br_exec_queue_t *q, br_work_t *w, int r, uint64_t j, size
         return 0;
     }
     const br_slot_desc_t *d = &br_arena_hdr(ec->arena, r, k, 0)->desc;
-    if (br_desc_matches(d, &w->op) && d->bytes == want) {
+    br_op_t expect = w->op;
+    if (expect.v != NULL) {
+        expect.count = expect.v->rcount[r]; /* an AllGatherV's rank r sends its own count */
+    }
+    if (br_desc_matches(d, &expect) && d->bytes == want) {
         return 1;
     }
-    br_desc_mismatch(ec, &w->op, r, "published its input for", d);
+    br_desc_mismatch(ec, &expect, r, "published its input for", d);
     return -1;
 }
 
@@ -731,8 +757,7 @@ static int chunk_read(br_exec_queue_t *q, br_work_t *w)
     br_exec_comm_t *ec = q->ec;
     const br_op_t *op = &w->op;
     uint64_t j = w->arena_rd;
-    size_t len = chunk_len(ec, w, j), at = (size_t)j * ec->arena->max_bytes;
-    size_t bytes = br_op_bytes(op);
+    size_t len = chunk_len(ec, w, op->root, j), at = (size_t)j * ec->arena->max_bytes;
     int n = ec->nranks;
 
     for (; w->arena_next < n; w->arena_next++) {
@@ -745,7 +770,7 @@ static int chunk_read(br_exec_queue_t *q, br_work_t *w)
         } else if (op->func == BR_FUNC_BROADCAST && r != op->root) {
             continue;
         } else {
-            ok = chunk_ready(q, w, r, j, len);
+            ok = chunk_ready(q, w, r, j, chunk_len(ec, w, r, j));
         }
         if (ok <= 0) {
             return ok;
@@ -762,8 +787,11 @@ static int chunk_read(br_exec_queue_t *q, br_work_t *w)
     } else {
         for (int i = 1; i < n; i++) {
             int r = (ec->rank + i) % n; /* not every rank on rank 0's lines at once */
-            br_exec_copy_out(ec, op, (char *)op->recvbuff + (size_t)r * bytes + at,
-                             br_arena_data(a, r, k, 0), len);
+            size_t rlen = chunk_len(ec, w, r, j);
+            if (rlen > 0) {
+                br_exec_copy_out(ec, op, (char *)op->recvbuff + out_at(op, r) + at,
+                                 br_arena_data(a, r, k, 0), rlen);
+            }
         }
     }
     br_arena_done(ec->arena, ec->rank, k);
@@ -816,8 +844,8 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
             return r;
         }
     }
-    if (op->algo == BR_ALGO_ONESHOT && w->arena_nchunk > 1) {
-        return arena_chunked(q, w, done_p);
+    if (op->algo == BR_ALGO_ONESHOT && (w->arena_nchunk > 1 || op->v != NULL)) {
+        return arena_chunked(q, w, done_p); /* AllGatherV: chunked whatever its size */
     }
 
     if (w->arena_phase == 2 || w->arena_phase == 4) {

@@ -345,6 +345,16 @@ int br_work_step(br_exec_queue_t *q, br_work_t *w, int *done_p)
     }
 }
 
+/* Is d the data of op (as a probe sees it)? A v-collective's ranks send different
+ * counts, which its own checks compare: here only the function matters. */
+static int probe_matches(const br_slot_desc_t *d, const br_op_t *op)
+{
+    if (br_func_is_v(op->func)) {
+        return (d->func & 0xff) == (uint32_t)op->func;
+    }
+    return br_desc_matches(d, op);
+}
+
 /* Is the slot waiting at the head of a receive connection data for op with other
  * arguments? (Only filled slots are looked at: the sender wrote them.) */
 static int probe_conn(br_exec_comm_t *ec, const br_op_t *op, const br_conn_t *rc)
@@ -353,7 +363,7 @@ static int probe_conn(br_exec_comm_t *ec, const br_op_t *op, const br_conn_t *rc
         return 0;
     }
     const br_slot_desc_t *d = &rc->ctrl->slot[rc->step % BR_STEPS];
-    if (d->seq != op->seq + 1 || br_desc_matches(d, op)) {
+    if (d->seq != op->seq + 1 || probe_matches(d, op)) {
         return 0;
     }
     br_desc_mismatch(ec, op, rc->peer, "sent data for", d);
@@ -369,7 +379,7 @@ static int probe_arena(br_exec_comm_t *ec, const br_op_t *op)
             const br_arena_hdr_t *h =
                 br_arena_hdr(ec->arena, r, small ? i - BR_ARENA_NBUF : i, small);
             if (atomic_load_explicit(&h->flag, memory_order_acquire) == 0 ||
-                h->desc.seq != op->seq + 1 || br_desc_matches(&h->desc, op)) {
+                h->desc.seq != op->seq + 1 || probe_matches(&h->desc, op)) {
                 continue;
             }
             br_desc_mismatch(ec, op, r, "published its input for", &h->desc);
