@@ -78,8 +78,10 @@ ncclResult_t pbraidDumpState(const char *path);
  * only. Ranks that disagree about a count (rank r's recvcounts[k] against what rank k
  * sends to r) get ncclInvalidUsage naming both ranks and the entries, not corrupt data.
  * Host memory runs a pairwise exchange (each pair of ranks exchanges its blocks directly,
- * in an order that spreads the receivers); device memory runs the same exchange as
- * the CUDA executor's Broadcasts, Reduces or Sends and Receives. Added in Braid 0.3.
+ * in an order that spreads the receivers), except AllGatherV with 3 ranks or more all on
+ * one host, which goes through the node arena (each block copied in once, read by every
+ * rank); device memory runs the same exchange as the CUDA executor's Broadcasts, Reduces
+ * or Sends and Receives. docs/user-guide.md has examples. Added in Braid 0.3.
  *
  * braidAllGatherV: rank p's sendcount elements land at recvbuff + rdispls[p] on every
  *   rank; recvcounts[p] is rank p's sendcount (recvcounts[rank] must equal sendcount).
