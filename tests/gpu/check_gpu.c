@@ -33,31 +33,13 @@
 #include <unistd.h>
 
 #include "brt_coll.h"
+#include "gpu_check.h"
 #include "nccl.h"
 
 #define SKIP 77
 #define MAXR 8
 
 static int failures;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
-
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* The device of each rank of the current communicators (buffers go there). */
 static int rank_dev[MAXR];

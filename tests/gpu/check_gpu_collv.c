@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "braid.h"
+#include "gpu_check.h"
 #include "nccl.h"
 
 #define MAXR 8
@@ -23,25 +24,6 @@
 #define FILL (-7.0f) /* what the receive buffers hold before a call */
 
 static int failures;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
-
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 enum { AG, RS, A2A };
 static const char *const names[] = {"AllGatherV", "ReduceScatterV", "AlltoAllV"};
