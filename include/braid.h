@@ -89,8 +89,8 @@ ncclResult_t pbraidDumpState(const char *path);
  * braidReduceScatterV: rank k receives in recvbuff the reduction (op) over every rank of
  *   block k of its sendbuff, recvcounts[k] elements at sendbuff + sdispls[k]. Every rank
  *   passes the same recvcounts. The reduction folds the ranks' blocks in rank order, so
- *   the result does not depend on timing. In place when recvbuff == sendbuff +
- *   sdispls[rank].
+ *   the result does not depend on timing (BRAID_ACCUMULATE=fp32 keeps fp16, bf16 and fp8
+ *   sums in fp32). In place when recvbuff == sendbuff + sdispls[rank].
  * braidAlltoAllV: sendcounts[p] elements at sendbuff + sdispls[p] go to rank p, which
  *   receives them as its recvcounts[rank] elements at recvbuff + rdispls[rank]. Not in
  *   place (sendbuff == recvbuff is refused).

@@ -202,8 +202,8 @@ static ncclResult_t check_call(ncclComm_t comm, const call_t *c, br_op_t *op)
     op->type = c->type;
     op->root = c->has_root ? c->root : 0;
     op->peer = c->has_peer ? c->peer : -1;
-    if (br_func_is_reduction(c->func)) {
-        BR_CHECK(reduce_mode(comm, c, op));
+    if (br_func_is_reduction(c->func) || c->func == BR_FUNC_REDUCESCATTERV) {
+        BR_CHECK(reduce_mode(comm, c, op)); /* ReduceScatterV: BRAID_ACCUMULATE applies */
     }
     int has_algos = c->func != BR_FUNC_ALLTOALL && c->func != BR_FUNC_GATHER &&
                     c->func != BR_FUNC_SCATTER && c->func != BR_FUNC_SEND &&

@@ -586,6 +586,52 @@ START_TEST(test_v_args)
 }
 END_TEST
 
+/* ---- fp32 sums (BRAID_ACCUMULATE) ---- */
+
+/* bfloat16 bits of small values (exact: 8 bits of mantissa). */
+static uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return (uint16_t)(u >> 16);
+}
+
+/* Four ranks in one thread, a bfloat16 ReduceScatterV sum: rank 0 gives 256, the others
+ * 1 each. Rounded to bfloat16 at every step (spacing 2 above 256) each 1 is lost: 256.
+ * Summed in fp32 and rounded once, 259 rounds to even: 260. _i: 0 default, 1 fp32. */
+START_TEST(test_v_acc32)
+{
+    ncclComm_t comms[4];
+    size_t counts[4] = {2, 0, 3, 1};
+    uint16_t send[4][6], recv[4][3];
+
+    if (_i == 1) {
+        setenv("BRAID_ACCUMULATE", "fp32", 1); /* this forked test only: read at init */
+    }
+    ck_assert_int_eq(ncclCommInitAll(comms, 4, NULL), ncclSuccess);
+    for (int r = 0; r < 4; r++) {
+        for (int i = 0; i < 6; i++) {
+            send[r][i] = bf16_of(r == 0 ? 256.0f : 1.0f);
+        }
+    }
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 4; r++) {
+        ck_assert_int_eq(braidReduceScatterV(send[r], recv[r], counts, NULL, ncclBfloat16, ncclSum,
+                                             comms[r], NULL),
+                         ncclSuccess);
+    }
+    ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+    uint16_t want = bf16_of(_i == 1 ? 260.0f : 256.0f);
+    for (int r = 0; r < 4; r++) {
+        for (size_t i = 0; i < counts[r]; i++) {
+            ck_assert_msg(recv[r][i] == want, "%s: rank %d element %zu: bits 0x%04x, want 0x%04x",
+                          _i ? "fp32 sums" : "bfloat16 sums", r, i, recv[r][i], want);
+        }
+        ck_assert_int_eq(ncclCommDestroy(comms[r]), ncclSuccess);
+    }
+}
+END_TEST
+
 static int parse_args(int argc, char **argv)
 {
     cfg.mode = BRT_MODE_PROC;
@@ -624,6 +670,7 @@ int main(int argc, char **argv)
         suite_add_tcase(s, mm);
         TCase *args = tcase_create("args");
         tcase_add_test(args, test_v_args);
+        tcase_add_loop_test(args, test_v_acc32, 0, 2);
         suite_add_tcase(s, args);
     }
     SRunner *sr = srunner_create(s);

@@ -296,12 +296,18 @@ static ncclResult_t enqueue_v(br_exec_batch_t *b, br_exec_comm_t *ec, const br_w
         BR_CHECK(queue_get(b, ec, Q_ARENA, 0, &q));
         return push_item(q, &w);
     }
+    char *scratch = NULL;
     if (op->func == BR_FUNC_REDUCESCATTERV) {
         void *mem = NULL;
-        BR_CHECK(batch_own(b, sizeof(*vst) + (size_t)n * mine, &mem));
+        BR_CHECK(batch_own(b, sizeof(*vst) + (size_t)n * (sizeof(void *) + mine), &mem));
         vst = mem;
         vst->left = n - 1;
-        vst->scratch = (char *)(vst + 1);
+        vst->srcs = (const void **)(void *)(vst + 1);
+        scratch = (char *)(vst->srcs + n);
+        for (int p = 0; p < n; p++) {
+            vst->srcs[p] = p == me ? (const char *)op->sendbuff + v->sdispl[me] * ts
+                                   : scratch + (size_t)p * mine;
+        }
     }
     for (int s = 1; s < n; s++) {
         int to = (me + s) % n, from = (me - s + n) % n;
@@ -315,7 +321,7 @@ static ncclResult_t enqueue_v(br_exec_batch_t *b, br_exec_comm_t *ec, const br_w
         w.kind = BR_WORK_RECV;
         w.op.peer = from;
         w.op.count = v->rcount[from];
-        w.op.recvbuff = vst != NULL ? vst->scratch + (size_t)from * mine
+        w.op.recvbuff = vst != NULL ? scratch + (size_t)from * mine
                                     : (char *)op->recvbuff + v->rdispl[from] * ts;
         w.vst = vst;
         BR_CHECK(p2p_item(b, ec, &w));

@@ -17,12 +17,12 @@ typedef enum {
 } br_work_kind_t;
 
 /* What the work items of one ReduceScatterV share: its receives count down `left`, and
- * its fold runs when it is 0. scratch holds nranks blocks, block p from rank p (this
- * rank's own copied in by the fold). Owned by the batch (br_exec_batch_t.owned). Only
- * the batch's thread touches it. */
+ * its fold runs when it is 0. srcs[p] is where rank p's block is: in scratch for the
+ * others (received), this rank's own in its send buffer. Owned by the batch
+ * (br_exec_batch_t.owned). Only the batch's thread touches it. */
 typedef struct br_vstate {
     int left;
-    char *scratch;
+    const void **srcs;
 } br_vstate_t;
 
 /* Progress of one stream of a schedule. */

@@ -295,12 +295,12 @@ static int recv_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
     return moved;
 }
 
-/* A ReduceScatterV's result: once every rank's block arrived, fold them in rank order
- * (this rank's own copied in first, which also makes the in-place call safe). */
+/* A ReduceScatterV's result: once every rank's block arrived, fold them in rank order,
+ * this rank's own from its send buffer (in place, the output is that block: the fold
+ * allows it), with fp16/bf16/fp8 sums in fp32 under BRAID_ACCUMULATE=fp32. */
 static int vfold_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     const br_op_t *op = &w->op;
-    int n = q->ec->nranks;
 
     if (w->vst->left > 0) {
         q->wait_peer = -1; /* the receive queues say whom they wait for */
@@ -308,12 +308,8 @@ static int vfold_work(br_exec_queue_t *q, br_work_t *w, int *done_p)
         return 0;
     }
     if (w->bytes > 0) {
-        memcpy(w->vst->scratch + (size_t)q->ec->rank * w->bytes, w->copy_src, w->bytes);
-        for (int r = 0; r < n; r++) {
-            br_reduce(op->recvbuff, r == 0 ? NULL : op->recvbuff,
-                      w->vst->scratch + (size_t)r * w->bytes, op->count, &op->redop,
-                      r == n - 1 ? BR_REDUCE_POST : 0);
-        }
+        br_reduce_fold(op->recvbuff, w->vst->srcs, q->ec->nranks, op->count, &op->redop,
+                       op->acc32 && br_type_is_narrow_float(op->type));
     }
     *done_p = 1;
     return 1;
