@@ -8,8 +8,9 @@
  * included (a rank with nothing to send, a pair with nothing to exchange, a whole call
  * of zeros), some larger than a FIFO step; packed (NULL) and gapped displacements; the
  * in-place variants of AllGatherV and ReduceScatterV. Rank layouts: processes (shared
- * memory, or the network plugin by environment), threads with ncclCommInitRank, and one
- * thread driving every rank of ncclCommInitAll in a group.
+ * memory, the network plugin by environment, or simulated hosts with --hosts H: shared
+ * memory within a host, the network between them, no node arena), threads with
+ * ncclCommInitRank, and one thread driving every rank of ncclCommInitAll in a group.
  *
  * The "mismatch" TCase has four processes where rank 2 disagrees about one count (or
  * calls another collective): every rank returns within the deadline, and the rank that
@@ -40,6 +41,7 @@ static struct {
     int ranks[BRT_MAX_RANKS];
     int nranks_list;
     double timeout;
+    int hosts; /* simulated hosts (proc mode: NCCL_HOSTID per rank), 0: the real one */
 } cfg;
 
 typedef struct {
@@ -378,6 +380,11 @@ static int rank_body(brt_rank_ctx_t *ctx)
 {
     ncclComm_t comm = NULL;
     char err[ERR_LEN];
+    if (cfg.hosts > 0) { /* ranks of different hosts talk through the net plugin */
+        char host[32];
+        snprintf(host, sizeof(host), "brt-host-%d", ctx->rank % cfg.hosts);
+        setenv("NCCL_HOSTID", host, 1);
+    }
     if (brt_rank_init(ctx, &comm) != ncclSuccess) {
         return 1;
     }
@@ -642,6 +649,8 @@ static int parse_args(int argc, char **argv)
             continue;
         } else if (strcmp(k, "--timeout") == 0) {
             cfg.timeout = atof(v);
+        } else if (strcmp(k, "--hosts") == 0 && cfg.mode == BRT_MODE_PROC) {
+            cfg.hosts = atoi(v);
         } else {
             fprintf(stderr, "unknown option %s\n", k);
             return -1;
