@@ -384,6 +384,8 @@ static ncclResult_t comm_alloc(ncclComm_t *comm_p, int nranks, int rank)
     BR_CHECK(br_calloc(&comm->ec->p2p_recv, (size_t)nranks, "p2p connections"));
     BR_CHECK(br_calloc(&comm->ec->send_seq, (size_t)nranks, "p2p sequence numbers"));
     BR_CHECK(br_calloc(&comm->ec->recv_seq, (size_t)nranks, "p2p sequence numbers"));
+    BR_CHECK(br_calloc(&comm->ec->fold_send_seq, (size_t)nranks, "p2p sequence numbers"));
+    BR_CHECK(br_calloc(&comm->ec->fold_recv_seq, (size_t)nranks, "p2p sequence numbers"));
     comm->tc->rank = comm->ec->rank = rank;
     comm->tc->nranks = comm->ec->nranks = nranks;
     comm->ec->tc = comm->tc;
@@ -639,6 +641,8 @@ void br_comm_free(ncclComm_t comm, int flush)
         free(comm->ec->p2p_recv);
         free(comm->ec->send_seq);
         free(comm->ec->recv_seq);
+        free(comm->ec->fold_send_seq);
+        free(comm->ec->fold_recv_seq);
         free(comm->ec);
     }
     br_comm_rma_free(comm);

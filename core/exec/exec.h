@@ -101,6 +101,10 @@ typedef struct br_exec_comm {
     br_transport_comm_t *tc;
     uint64_t coll_seq;             /* collectives issued */
     uint64_t *send_seq, *recv_seq; /* messages per peer */
+    /* Messages per peer of owner-fold reductions (core/group/group_fold.c), numbered apart
+     * from the program's: a stager numbers them when it runs them, while the program's
+     * thread numbers its own sends and receives as it makes them. */
+    uint64_t *fold_send_seq, *fold_recv_seq;
     struct br_exec_batch *solo;    /* reused for operations outside a group */
     br_arena_t *arena;             /* node arena for one-hop small collectives, or NULL */
     br_exec_collnet_t *collnet;    /* collnet, when every rank could join it, or NULL */

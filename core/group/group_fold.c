@@ -136,7 +136,8 @@ static void fold_place(fold_t *f)
     }
 }
 
-/* A send (to >= 0) or receive (from >= 0) of the call's, numbered on its peer's queue. */
+/* A send or receive of the call's, numbered among the owner folds' messages to or from
+ * that peer (apart from the program's own: see fold_send_seq in exec.h). */
 static void p2p_call(gcall_t *out, const gcall_t *c, br_func_t func, int peer, const void *sbuf,
                      void *rbuf, size_t count)
 {
@@ -151,7 +152,7 @@ static void p2p_call(gcall_t *out, const gcall_t *c, br_func_t func, int peer, c
     out->op.type = c->op.type;
     out->op.redop.type = c->op.type;
     out->op.peer = peer;
-    out->op.seq = func == BR_FUNC_SEND ? ec->send_seq[peer]++ : ec->recv_seq[peer]++;
+    out->op.seq = func == BR_FUNC_SEND ? ec->fold_send_seq[peer]++ : ec->fold_recv_seq[peer]++;
     /* The user's record in the operation log follows its phases' work items. */
     out->op.log_ticket = c->op.log_ticket;
 }

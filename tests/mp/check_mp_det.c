@@ -16,6 +16,10 @@
  * the option, float32 AllReduce on 3 or more ranks must differ from the rank-order fold
  * somewhere (else the check above would prove nothing).
  *
+ * TCase "mixed": the program's sends and receives and a deterministic AllReduce in one group,
+ * before and after it, round after round: both arrive right (the owner fold's messages
+ * share the p2p connections, numbered apart).
+ *
  * TCase "acc32": long sums (one term per rank) of bf16, fp16, fp8 e4m3 and fp8 e5m2
  * inputs whose exact sum fits fp32: with BRAID_OPT_ACCUMULATE_FP32 every element must be
  * the exact sum (fp64) rounded once to the type, that is an error of at most half an ulp;
@@ -540,6 +544,75 @@ static int acc_body(env_t *e)
     return bad;
 }
 
+/* ---- TCase "mixed" ---- */
+
+#define MIX_COUNT 1003
+#define MIX_ROUNDS 3
+
+/* One group per round, on every local rank: a Send to the next rank and a Receive from the
+ * previous one (the program's own messages), a deterministic AllReduce, and another Send
+ * and Receive, so the owner fold's messages share connections with the program's, before
+ * and after them in call order. Both results must be right on every round. */
+static int mixed_body(env_t *e)
+{
+    int n = e->nranks, bad = 0;
+    size_t bytes = MIX_COUNT * sizeof(float);
+    void *in[BRT_MAX_RANKS], *out[BRT_MAX_RANKS], *p2p[2 * BRT_MAX_RANKS];
+    if (bufs_alloc(e, in, out, bytes) != 0) {
+        return 2;
+    }
+    if (bufs_alloc(e, p2p, p2p + e->nlocal, 2 * bytes) != 0) {
+        bufs_free(e, in, out);
+        return 2;
+    }
+    for (int round = 0; round < MIX_ROUNDS && bad == 0; round++) {
+        callcfg_t cc;
+        ncclCollConfig_t *c = callcfg(&cc, &sels[0], BRAID_OPT_DETERMINISTIC, 1);
+        fill(e, F_AR, ncclFloat32, MIX_COUNT, in, out, bits_in);
+        ncclResult_t res = ncclGroupStart();
+        for (int j = 0; j < e->nlocal && res == ncclSuccess; j++) {
+            int r = e->first + j;
+            float *send = p2p[e->nlocal + j], *recv = p2p[j];
+            for (int i = 0; i < 2 * MIX_COUNT; i++) {
+                send[i] = (float)(r * 100000 + round * 10000 + i);
+            }
+            ncclComm_t comm = e->comms[j];
+            res = ncclSend(send, MIX_COUNT, ncclFloat32, (r + 1) % n, comm, NULL);
+            res = res ? res : ncclRecv(recv, MIX_COUNT, ncclFloat32, (r + n - 1) % n, comm, NULL);
+            res = res ? res
+                      : ncclAllReduceConfig(in[j], out[j], MIX_COUNT, ncclFloat32, ncclSum, comm,
+                                            NULL, c);
+            res = res ? res
+                      : ncclSend(send + MIX_COUNT, MIX_COUNT, ncclFloat32, (r + 1) % n, comm, NULL);
+            res = res ? res
+                      : ncclRecv(recv + MIX_COUNT, MIX_COUNT, ncclFloat32, (r + n - 1) % n, comm,
+                                 NULL);
+        }
+        ncclResult_t end = ncclGroupEnd();
+        if (res != ncclSuccess || end != ncclSuccess) {
+            note(e, "rank %d: round %d failed (%d/%d): %s\n", e->first, round, (int)res, (int)end,
+                 ncclGetLastError(e->comms[0]));
+            bad = 2;
+            break;
+        }
+        bad |= compare(e, F_AR, ncclFloat32, ncclSum, MIX_COUNT, out, 1, "mixed") != 0;
+        for (int j = 0; j < e->nlocal; j++) {
+            int from = (e->first + j + n - 1) % n;
+            const float *recv = p2p[j];
+            for (int i = 0; i < 2 * MIX_COUNT && !bad; i++) {
+                if (recv[i] != (float)(from * 100000 + round * 10000 + i)) {
+                    note(e, "rank %d: round %d: received element %d is %g\n", e->first + j, round,
+                         i, (double)recv[i]);
+                    bad = 1;
+                }
+            }
+        }
+    }
+    bufs_free(e, in, out);
+    bufs_free(e, p2p, p2p + e->nlocal);
+    return bad;
+}
+
 /* ---- layouts ---- */
 
 #define ERR_LEN 8192
@@ -623,6 +696,12 @@ START_TEST(test_det_bits_every_selection)
 }
 END_TEST
 
+START_TEST(test_mixed_with_sends_in_one_group)
+{
+    run_layout(cfg.ranks[_i], mixed_body);
+}
+END_TEST
+
 START_TEST(test_acc32_rounds_once)
 {
     run_layout(cfg.ranks[_i], acc_body);
@@ -671,6 +750,10 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("bits");
     tcase_set_timeout(tc, cfg.timeout * brt_time_scale() + 60);
     tcase_add_loop_test(tc, test_det_bits_every_selection, 0, cfg.nranks_list);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("mixed");
+    tcase_set_timeout(tc, cfg.timeout * brt_time_scale() + 60);
+    tcase_add_loop_test(tc, test_mixed_with_sends_in_one_group, 0, cfg.nranks_list);
     suite_add_tcase(s, tc);
     tc = tcase_create("acc32");
     tcase_set_timeout(tc, cfg.timeout * brt_time_scale() + 60);
