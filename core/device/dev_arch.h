@@ -177,14 +177,36 @@ BR_DEV_HD uint64_t br_dev_d2u(double d)
 #include <sched.h>
 #include <time.h>
 
+#include <pthread.h>
+
 #define BR_DEV_HD static inline
 #define BR_DEV_NOINLINE static
-#define BR_DEV_TID 0
 #define BR_DEV_PRAGMA_UNROLL _Pragma("GCC unroll 4")
-#define BR_DEV_NTHR 1
-#define BR_DEV_SYNC()                                                                              \
-    do {                                                                                           \
-    } while (0)
+
+/* The calling thread's place in its block. A block is one thread unless a test runs it
+ * as several (br_dev_emu_enter): then they share the block's state (br_dev_shared_t) and
+ * meet at its barrier, so the interpreter's split between thread 0 and the others runs
+ * with real concurrency. */
+static _Thread_local int br_dev_emu_tid = 0, br_dev_emu_nthr = 1;
+static _Thread_local pthread_barrier_t *br_dev_emu_barrier = NULL;
+
+static inline void br_dev_emu_enter(int tid, int nthr, pthread_barrier_t *barrier)
+{
+    br_dev_emu_tid = tid;
+    br_dev_emu_nthr = nthr;
+    br_dev_emu_barrier = barrier;
+}
+
+static inline void br_dev_emu_sync(void)
+{
+    if (br_dev_emu_barrier != NULL) {
+        pthread_barrier_wait(br_dev_emu_barrier);
+    }
+}
+
+#define BR_DEV_TID br_dev_emu_tid
+#define BR_DEV_NTHR br_dev_emu_nthr
+#define BR_DEV_SYNC() br_dev_emu_sync()
 
 static inline void br_dev_fence(void)
 {

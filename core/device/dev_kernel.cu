@@ -8,7 +8,7 @@
 #include "dev_direct.h"
 #include "dev_prims.h"
 
-extern "C" __global__ void __launch_bounds__(BR_DEV_NTHREADS) br_dev_kernel(br_dev_launch_t L)
+extern "C" __global__ void __launch_bounds__(BR_DEV_NTHREADS, 2) br_dev_kernel(br_dev_launch_t L)
 {
     br_dev_run_block(&L, (int)blockIdx.x);
 }

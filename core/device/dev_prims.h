@@ -5,12 +5,15 @@
  * channel share [lo, hi): iterations of chunks, each the steps of one or two streams
  * (Tree: 0 up, 1 down), one FIFO slot per peer per step. A COPY item copies bytes.
  *
- * The block moves in lockstep: thread 0 alone polls the FIFOs until a step of some stream
- * can run (every received slot filled, every send slot free; a Tree block tries both
- * streams, so neither blocks the other), and tells the others through shared memory; then
- * every thread runs the step's data path (dev_proto.h) on its pieces; after a barrier
- * thread 0 frees the received slots and publishes the sent ones. Every thread keeps the
- * same copy of the walk's state (streams, step numbers), computed from the same inputs.
+ * The block moves in lockstep. Thread 0 alone keeps the walk (streams, step numbers) and
+ * polls the FIFOs until a step of some stream can run (every received slot filled, every
+ * send slot free; a Tree block tries both streams, so neither blocks the other); it plans
+ * the step and writes what the data path needs (br_dev_step_t) to the block's shared state
+ * (br_dev_shared_t, in shared memory). After a barrier every thread runs the step's data
+ * path (dev_proto.h) on its pieces; after another, thread 0 frees the received slots,
+ * publishes the sent ones and moves the walk on. Nothing of the walk lives in the other
+ * threads' registers or stack: the arrays indexed by peer would be local memory, and the
+ * registers they need would keep a second block off the SM.
  *
  * What a step computes follows the host executor's interpreter (core/exec/host/exec_sched.c):
  * a REDUCE folds the local input first, then the received partial results, the last with
@@ -55,6 +58,20 @@ typedef struct {
     uint64_t bytes;
     int rk[BR_MAX_TREE_ARITY], sk[BR_MAX_TREE_ARITY]; /* peer indices into the work item */
 } br_dev_plan_t;
+
+/* A block's state: shared memory under CUDA (br_dev_run_block), the caller's in the host
+ * build. w is written by every thread (br_dev_work_load); L, X, P, S and pick by thread 0
+ * only, between barriers; bad by any thread that gives up a wait. Whatever a function
+ * takes the address of lives here, not in a thread's local memory. */
+typedef struct {
+    br_dev_work_t w;   /* the work item being run, copied from descriptor memory */
+    br_dev_launch_t L; /* the launch (a kernel parameter, whose address is not taken) */
+    br_dev_walk_t X;
+    br_dev_plan_t P;
+    br_dev_step_t S;
+    int pick; /* what thread 0's poll found: a stream, PICK_DONE or PICK_FAIL */
+    int bad;  /* a thread gave up waiting: the block stops */
+} br_dev_shared_t;
 
 BR_DEV_HD int br_dev_is_reduction(int func)
 {
@@ -201,9 +218,9 @@ BR_DEV_HD int br_dev_step_ready(const br_dev_walk_t *X, int s, const br_dev_plan
     return 1;
 }
 
-/* Thread 0: poll until a step of some stream can run. Returns the stream, or PICK_DONE
- * when every stream is finished, or PICK_FAIL. */
-BR_DEV_HD int br_dev_pick(const br_dev_walk_t *X)
+/* Thread 0: poll until a step of some stream can run, planned in *P. Returns the stream,
+ * or PICK_DONE when every stream is finished, or PICK_FAIL. */
+BR_DEV_HD int br_dev_pick(const br_dev_walk_t *X, br_dev_plan_t *P)
 {
     br_dev_wait_t W;
     br_dev_wait_init(&W, X->L, X->B->rank);
@@ -213,16 +230,15 @@ BR_DEV_HD int br_dev_pick(const br_dev_walk_t *X)
         uint64_t wstep = 0, step;
         for (int s = 0; s < 2; s++) {
             const br_dev_stream_t *sp = &X->st[s];
-            br_dev_plan_t P;
             if (sp->nsteps == 0 || sp->base >= X->w->hi) {
                 continue;
             }
             active = 1;
-            if (br_dev_plan_step(X, s, &P) != 0) {
+            if (br_dev_plan_step(X, s, P) != 0) {
                 br_dev_fail(X->L, BR_DEV_BADWORK, X->B->rank, -1, 0);
                 return BR_DEV_PICK_FAIL;
             }
-            r = br_dev_step_ready(X, s, &P, &peer, &step);
+            r = br_dev_step_ready(X, s, P, &peer, &step);
             if (r != 0) {
                 return r > 0 ? s : BR_DEV_PICK_FAIL;
             }
@@ -250,7 +266,7 @@ BR_DEV_HD int br_dev_step_build(const br_dev_walk_t *X, const br_dev_plan_t *P, 
     const char *in = w->send != NULL ? w->send + P->in_off * w->esize : NULL;
     char *out = w->recv != NULL ? w->recv + P->out_off * w->esize : NULL;
     int kind = (int)X->R.kind, partial;
-    S->f32sum = 0;
+    S->sum = 0;
 
     S->nr = P->st.nrecv;
     S->ns = P->st.nsend;
@@ -287,7 +303,7 @@ BR_DEV_HD int br_dev_step_build(const br_dev_walk_t *X, const br_dev_plan_t *P, 
                        : i == 0 && kind == BR_RED_PREMULSUM ? BR_DEV_F_PREMULSUM
                                                             : partial;
         }
-        S->f32sum = w->type == ncclFloat32 && kind == BR_RED_SUM;
+        S->sum = kind == BR_RED_SUM ? br_dev_sum_type(w->type) : 0;
         S->out = (p & BR_PRIM_COPY) ? out : NULL;
         return in == NULL || S->nr == 0 || ((p & BR_PRIM_COPY) && out == NULL) ? -1 : 0;
     }
@@ -321,87 +337,93 @@ BR_DEV_HD int br_dev_step_build(const br_dev_walk_t *X, const br_dev_plan_t *P, 
     return 0;
 }
 
-/* Sender, before the data: LL/LL128 slots are cleared on their first use in an epoch; the
- * descriptors are written (thread 0) and fenced before the lines that publish them. */
-BR_DEV_HD void br_dev_send_prepare(const br_dev_walk_t *X, const br_dev_plan_t *P,
-                                   const br_dev_step_t *S)
+/* Are the user buffers a step reads and writes 16-byte aligned? (Slots always are.) */
+BR_DEV_HD int br_dev_step_aligned(const br_dev_step_t *S)
+{
+    uintptr_t a = (uintptr_t)S->in | (uintptr_t)S->from | (uintptr_t)S->out;
+    return (a & 15u) == 0;
+}
+
+/* Thread 0: the step's descriptors, and which send slots are used for the first time in
+ * an epoch (LL, LL128: the block clears them before any line is written). */
+BR_DEV_HD void br_dev_send_plan(const br_dev_walk_t *X, const br_dev_plan_t *P, br_dev_step_t *S)
 {
     const br_dev_work_t *w = X->w;
-    int cleared = 0;
+    S->proto = (int)w->proto;
+    S->clear = 0;
     for (int i = 0; i < S->ns; i++) {
         const br_dev_conn_t *c = w->send_conn[P->sk[i]];
         uint64_t n = X->sstep[P->sk[i]];
+        S->sdesc[i] = c->desc + 2 * (n % BR_STEPS);
+        S->sslot[i] = c->slot_bytes;
         if (w->proto != BR_PROTO_SIMPLE && (n & BR_DEV_EPOCH_MASK) < BR_STEPS) {
-            br_dev_v2_t zero;
-            zero.lo = zero.hi = 0;
-            for (uint64_t o = 16u * (uint64_t)BR_DEV_TID; o < c->slot_bytes;
+            S->clear |= 1 << i;
+        }
+    }
+    S->seq = w->seq;
+}
+
+/* Every thread, before the data: the slots to clear are cleared, then (thread 0) the
+ * descriptors are written and, for LL and LL128, fenced before line 0, which thread 0
+ * writes: the fence also orders the other threads' clearing, seen through the barrier. */
+BR_DEV_HD void br_dev_send_prepare(const br_dev_step_t *S)
+{
+    if (S->clear != 0) {
+        br_dev_v2_t zero;
+        zero.lo = zero.hi = 0;
+        for (int i = 0; i < S->ns; i++) {
+            if (!(S->clear & (1 << i))) {
+                continue;
+            }
+            for (uint64_t o = 16u * (uint64_t)BR_DEV_TID; o < S->sslot[i];
                  o += 16u * (uint64_t)BR_DEV_NTHR) {
                 br_dev_st_volatile16(S->sb[i] + o, zero);
             }
-            cleared = 1;
         }
-    }
-    if (cleared) {
         BR_DEV_SYNC(); /* every thread's clearing before anyone's lines */
     }
     if (BR_DEV_TID == 0 && S->ns > 0) {
         for (int i = 0; i < S->ns; i++) {
-            const br_dev_conn_t *c = w->send_conn[P->sk[i]];
-            uint64_t *d = c->desc + 2 * (X->sstep[P->sk[i]] % BR_STEPS);
-            br_dev_st_word(d, w->seq);
-            br_dev_st_word(d + 1, S->bytes);
+            br_dev_st_word(S->sdesc[i], S->seq);
+            br_dev_st_word(S->sdesc[i] + 1, S->bytes);
         }
-        if (w->proto != BR_PROTO_SIMPLE) {
-            /* Release: the descriptors before line 0, which this thread writes. */
+        if (S->proto != BR_PROTO_SIMPLE) {
             br_dev_fence();
         }
     }
 }
 
-/* Run one step of stream s (every thread). Returns 0, or -1 when the block must stop. */
-BR_DEV_HD int br_dev_step_run(br_dev_walk_t *X, int s, volatile int *bad)
+/* Thread 0: poll until a step of some stream can run, then plan it into the block's state
+ * (P, S). Returns the stream, PICK_DONE or PICK_FAIL (reported). Out of line on the GPU:
+ * the planning's registers are not live in the data path's. */
+BR_DEV_NOINLINE int br_dev_next(br_dev_shared_t *sh)
+{
+    const br_dev_walk_t *X = &sh->X;
+    int s = br_dev_pick(X, &sh->P);
+    if (s < 0) {
+        return s;
+    }
+    if (br_dev_step_build(X, &sh->P, &sh->S) != 0) {
+        br_dev_fail(X->L, BR_DEV_BADWORK, X->B->rank, -1, 0);
+        return BR_DEV_PICK_FAIL;
+    }
+    br_dev_send_plan(X, &sh->P, &sh->S);
+    sh->S.aligned = br_dev_step_aligned(&sh->S);
+    sh->S.bad = &sh->bad;
+    sh->S.one_gpu = (int)X->L->one_gpu;
+    return s;
+}
+
+/* Thread 0, after the step's data: the received slots freed, the sent ones published,
+ * the walk moved on. */
+BR_DEV_HD void br_dev_step_done(br_dev_walk_t *X, const br_dev_plan_t *P, int s)
 {
     const br_dev_work_t *w = X->w;
-    br_dev_plan_t P;
-    br_dev_step_t S;
-    br_dev_wait_t W;
-
-    if (br_dev_plan_step(X, s, &P) != 0 || br_dev_step_build(X, &P, &S) != 0) {
-        if (BR_DEV_TID == 0) {
-            br_dev_fail(X->L, BR_DEV_BADWORK, X->B->rank, -1, 0);
-        }
-        return -1;
+    for (int i = 0; i < P->st.nrecv; i++) {
+        br_dev_st_release(w->recv_conn[P->rk[i]]->head, ++X->rstep[P->rk[i]]);
     }
-    S.bad = bad;
-    S.one_gpu = (int)X->L->one_gpu;
-    br_dev_wait_init(&W, X->L, X->B->rank);
-    br_dev_send_prepare(X, &P, &S);
-    if (w->proto == BR_PROTO_SIMPLE) {
-        br_dev_data_simple(&S);
-    } else if (w->proto == BR_PROTO_LL) {
-        br_dev_data_ll(&S, &W);
-    } else {
-        br_dev_data_ll128(&S, &W);
-    }
-    /* Every thread's reads of the received slots and writes of the sent ones (and of the
-     * output) come before thread 0's counter updates. */
-    BR_DEV_SYNC();
-    if (*bad) {
-        return -1;
-    }
-    if (BR_DEV_TID == 0) {
-        for (int i = 0; i < P.st.nrecv; i++) {
-            br_dev_st_release(w->recv_conn[P.rk[i]]->head, X->rstep[P.rk[i]] + 1);
-        }
-        for (int i = 0; i < P.st.nsend; i++) {
-            br_dev_st_release(w->send_conn[P.sk[i]]->tail, X->sstep[P.sk[i]] + 1);
-        }
-    }
-    for (int i = 0; i < P.st.nrecv; i++) {
-        X->rstep[P.rk[i]]++;
-    }
-    for (int i = 0; i < P.st.nsend; i++) {
-        X->sstep[P.sk[i]]++;
+    for (int i = 0; i < P->st.nsend; i++) {
+        br_dev_st_release(w->send_conn[P->sk[i]]->tail, ++X->sstep[P->sk[i]]);
     }
     br_dev_stream_t *sp = &X->st[s];
     if (++sp->j == sp->nsteps) {
@@ -409,106 +431,127 @@ BR_DEV_HD int br_dev_step_run(br_dev_walk_t *X, int s, volatile int *bad)
         sp->base += br_sched_advance(&w->sched, sp->chunk);
         sp->chunk = sp->base < w->hi ? br_sched_chunk(&w->sched, sp->base, w->hi, w->slice) : 0;
     }
-    return 0;
 }
 
-/* A SCHED item. Returns 0, or -1 when the block must stop. */
-BR_DEV_HD int br_dev_sched(const br_dev_launch_t *L, const br_dev_block_t *B,
-                           const br_dev_work_t *w, volatile int *pick, volatile int *bad)
+/* Every thread: the data of the step thread 0 planned. Returns 0, or -1 when the block
+ * must stop. */
+BR_DEV_HD int br_dev_step_run(br_dev_shared_t *sh)
 {
-    br_dev_walk_t X;
-    if (!br_dev_sched_valid(w)) {
+    const br_dev_step_t *S = &sh->S;
+    br_dev_wait_t W;
+    br_dev_wait_init(&W, sh->X.L, sh->X.B->rank);
+    br_dev_send_prepare(S);
+    if (S->proto == BR_PROTO_SIMPLE) {
+        br_dev_data_simple(S);
+    } else if (S->proto == BR_PROTO_LL) {
+        br_dev_data_ll(S, &W);
+    } else {
+        br_dev_data_ll128(S, &W);
+    }
+    /* Every thread's reads of the received slots and writes of the sent ones (and of the
+     * output) come before thread 0's counter updates; nobody reads S after this barrier
+     * (thread 0 plans the next step into it). */
+    BR_DEV_SYNC();
+    return *(volatile int *)&sh->bad ? -1 : 0;
+}
+
+/* Thread 0: the walk of work item sh->w, from the step numbers its connections hold. */
+BR_DEV_HD void br_dev_walk_init(br_dev_shared_t *sh, const br_dev_launch_t *L,
+                                const br_dev_block_t *B)
+{
+    br_dev_walk_t *X = &sh->X;
+    const br_dev_work_t *w = &sh->w;
+    X->L = L;
+    X->B = B;
+    X->w = w;
+    X->reduction = br_dev_is_reduction(w->sched.func);
+    br_dev_red_init(&X->R, w);
+    for (int s = 0; s < 2; s++) {
+        X->st[s].base = w->lo;
+        X->st[s].j = 0;
+        X->st[s].nsteps = s < br_sched_nstreams(&w->sched) ? br_sched_nsteps(&w->sched, s) : 0;
+        X->st[s].chunk = w->lo < w->hi ? br_sched_chunk(&w->sched, w->lo, w->hi, w->slice) : 0;
+    }
+    for (int k = 0; k < w->nrecv_peers; k++) {
+        X->rstep[k] = w->recv_conn[k]->recv_step;
+    }
+    for (int k = 0; k < w->nsend_peers; k++) {
+        X->sstep[k] = w->send_conn[k]->send_step;
+    }
+}
+
+/* A SCHED item (sh->w). Returns 0, or -1 when the block must stop. */
+BR_DEV_HD int br_dev_sched(const br_dev_launch_t *L, const br_dev_block_t *B, br_dev_shared_t *sh)
+{
+    const br_dev_work_t *w = &sh->w;
+    if (!br_dev_sched_valid(w)) { /* every thread decides alike */
         if (BR_DEV_TID == 0) {
             br_dev_fail(L, BR_DEV_BADWORK, B->rank, -1, 0);
         }
         return -1;
     }
-    X.L = L;
-    X.B = B;
-    X.w = w;
-    X.reduction = br_dev_is_reduction(w->sched.func);
-    br_dev_red_init(&X.R, w);
-    for (int s = 0; s < 2; s++) {
-        X.st[s].base = w->lo;
-        X.st[s].j = 0;
-        X.st[s].nsteps = s < br_sched_nstreams(&w->sched) ? br_sched_nsteps(&w->sched, s) : 0;
-        X.st[s].chunk = w->lo < w->hi ? br_sched_chunk(&w->sched, w->lo, w->hi, w->slice) : 0;
-    }
-    for (int k = 0; k < w->nrecv_peers; k++) {
-        X.rstep[k] = w->recv_conn[k]->recv_step;
-    }
-    for (int k = 0; k < w->nsend_peers; k++) {
-        X.sstep[k] = w->send_conn[k]->send_step;
+    if (BR_DEV_TID == 0) {
+        br_dev_walk_init(sh, L, B);
     }
     for (;;) {
+        int s = 0;
         if (BR_DEV_TID == 0) {
-            *pick = br_dev_pick(&X);
+            s = br_dev_next(sh);
+            *(volatile int *)&sh->pick = s;
         }
-        /* The pick is read by all before thread 0 writes the next one: every step below
-         * passes at least one more barrier. */
+        /* Everyone reads the pick (and S) before thread 0 writes the next one: every step
+         * below passes at least one more barrier. */
         BR_DEV_SYNC();
-        int s = *pick;
+        s = *(volatile int *)&sh->pick;
         if (s == BR_DEV_PICK_FAIL) {
             return -1;
         }
         if (s == BR_DEV_PICK_DONE) {
             break;
         }
-        if (br_dev_step_run(&X, s, bad) != 0) {
+        if (br_dev_step_run(sh) != 0) {
             return -1;
+        }
+        if (BR_DEV_TID == 0) {
+            br_dev_step_done(&sh->X, &sh->P, s);
         }
     }
     /* Step numbers persist in the connections, for the next item and the next launch. */
     if (BR_DEV_TID == 0) {
         for (int k = 0; k < w->nrecv_peers; k++) {
-            w->recv_conn[k]->recv_step = X.rstep[k];
+            w->recv_conn[k]->recv_step = sh->X.rstep[k];
         }
         for (int k = 0; k < w->nsend_peers; k++) {
-            w->send_conn[k]->send_step = X.sstep[k];
+            w->send_conn[k]->send_step = sh->X.sstep[k];
         }
     }
     BR_DEV_SYNC();
     return 0;
 }
 
-/* A COPY item: this block's bytes from src to dst, through the Simple data path (a MOVE
- * from the input to the output, no FIFO). */
-BR_DEV_HD void br_dev_copy(const br_dev_work_t *w)
+/* Thread 0: the step of a COPY item (this block's bytes from src to dst): a MOVE from the
+ * input to the output through the Simple data path, no FIFO. */
+BR_DEV_HD void br_dev_copy_plan(const br_dev_work_t *w, br_dev_step_t *S)
 {
-    br_dev_step_t S;
-    if (w->src == w->dst) {
-        return;
-    }
-    S.mode = BR_DEV_MODE_MOVE;
-    S.src = BR_DEV_SRC_IN;
-    S.nr = S.ns = 0;
-    S.in = S.from = w->src;
-    S.out = w->dst;
-    S.bytes = w->bytes;
-    S.pre = 0;
-    S.R = NULL;
-    S.bad = NULL;
-    S.one_gpu = 0;
-    S.f32sum = 0;
-    br_dev_data_simple(&S);
+    S->mode = BR_DEV_MODE_MOVE;
+    S->src = BR_DEV_SRC_IN;
+    S->nr = S->ns = 0;
+    S->in = S->from = w->src;
+    S->out = w->dst;
+    S->bytes = w->src == w->dst ? 0 : w->bytes;
+    S->pre = 0;
+    S->R = NULL;
+    S->bad = NULL;
+    S->one_gpu = 0;
+    S->sum = 0;
+    S->aligned = br_dev_step_aligned(S);
 }
 
 /* A LOCAL item, a one-rank collective: dst = post(pre(src)), as a reduction of one rank
- * ends (PreMulSum scales, integer Avg divides), else a copy. */
-BR_DEV_HD void br_dev_run_local(const br_dev_work_t *w)
+ * ends (PreMulSum scales, integer Avg divides), else a copy. Every thread; R is thread 0's,
+ * made before the barrier that precedes this. */
+BR_DEV_HD void br_dev_run_local(const br_dev_work_t *w, const br_dev_red_t *R, int fn)
 {
-    br_dev_red_t R;
-    int fn = -1;
-    if (w->reduce && w->red == BR_RED_PREMULSUM) {
-        fn = BR_DEV_F_PRE1;
-    } else if (w->reduce && w->red == BR_RED_SUMPOSTDIV && w->divisor > 1) {
-        fn = BR_DEV_F_SUMPOSTDIV;
-    }
-    if (fn < 0) {
-        br_dev_copy(w);
-        return;
-    }
-    br_dev_red_init(&R, w);
     br_dev_v2_t zero;
     zero.lo = zero.hi = 0;
     uint64_t n = (w->bytes + 15) / 16;
@@ -516,9 +559,42 @@ BR_DEV_HD void br_dev_run_local(const br_dev_work_t *w)
         uint64_t off = p * 16;
         uint32_t nb = br_dev_piece_bytes(w->bytes, off, 16);
         br_dev_v2_t v =
-            br_dev_piece_op(&R, fn, br_dev_ld_any(w->src + off, nb), zero, nb > 8 ? 2 : 1);
+            br_dev_piece_op(R, fn, br_dev_ld_any(w->src + off, nb), zero, nb > 8 ? 2 : 1);
         br_dev_st_any(w->dst + off, v, nb);
     }
+}
+
+/* What a LOCAL item applies: BR_DEV_F_PRE1, BR_DEV_F_SUMPOSTDIV, or -1 (a copy). */
+BR_DEV_HD int br_dev_local_fn(const br_dev_work_t *w)
+{
+    if (w->reduce && w->red == BR_RED_PREMULSUM) {
+        return BR_DEV_F_PRE1;
+    }
+    if (w->reduce && w->red == BR_RED_SUMPOSTDIV && w->divisor > 1) {
+        return BR_DEV_F_SUMPOSTDIV;
+    }
+    return -1;
+}
+
+/* A COPY or LOCAL item (every thread). */
+BR_DEV_HD void br_dev_run_plain(br_dev_shared_t *sh)
+{
+    const br_dev_work_t *w = &sh->w;
+    int fn = w->kind == BR_DEV_WORK_LOCAL ? br_dev_local_fn(w) : -1;
+    if (BR_DEV_TID == 0) {
+        if (fn < 0) {
+            br_dev_copy_plan(w, &sh->S);
+        } else {
+            br_dev_red_init(&sh->X.R, w);
+        }
+    }
+    BR_DEV_SYNC();
+    if (fn < 0) {
+        br_dev_data_simple(&sh->S);
+    } else {
+        br_dev_run_local(w, &sh->X.R, fn);
+    }
+    BR_DEV_SYNC();
 }
 
 /* R for a reduction of `type` and `red` with its scalars, as a work item would carry them. */
@@ -594,28 +670,25 @@ BR_DEV_HD void br_dev_work_load(br_dev_work_t *to, const br_dev_work_t *from)
 
 /*
  * Block b of launch L runs its work items in order; it stops at the first failure (its own,
- * reported in L, or another block's). pick, bad and the work item's copy `w` are block-wide
- * scratch: shared memory under CUDA, the caller's variables in the host build.
+ * reported in L, or another block's). sh is the block's state, shared by its threads.
  */
-BR_DEV_HD void br_dev_run_block_with(const br_dev_launch_t *L, int b, volatile int *pick,
-                                     volatile int *bad, br_dev_work_t *w)
+BR_DEV_HD void br_dev_run_block_with(const br_dev_launch_t *launch, int b, br_dev_shared_t *sh)
 {
-    const br_dev_block_t *B = &L->blocks[b];
+    const br_dev_launch_t *L = &sh->L;
     if (BR_DEV_TID == 0) {
-        *bad = 0;
+        sh->L = *launch;
+        sh->bad = 0;
     }
     BR_DEV_SYNC();
+    const br_dev_block_t *B = &L->blocks[b];
     for (uint32_t i = 0; i < B->nworks; i++) {
         BR_DEV_SYNC(); /* every thread is done with the previous item's copy */
-        br_dev_work_load(w, &L->works[B->first + i]);
-        if (w->kind == BR_DEV_WORK_COPY) {
-            br_dev_copy(w);
-            BR_DEV_SYNC();
-        } else if (w->kind == BR_DEV_WORK_LOCAL) {
-            br_dev_run_local(w);
-            BR_DEV_SYNC();
+        br_dev_work_load(&sh->w, &L->works[B->first + i]);
+        const br_dev_work_t *w = &sh->w;
+        if (w->kind == BR_DEV_WORK_COPY || w->kind == BR_DEV_WORK_LOCAL) {
+            br_dev_run_plain(sh);
         } else if (w->kind == BR_DEV_WORK_SCHED) {
-            if (br_dev_sched(L, B, w, pick, bad) != 0) {
+            if (br_dev_sched(L, B, sh) != 0) {
                 return;
             }
         } else {
@@ -630,16 +703,15 @@ BR_DEV_HD void br_dev_run_block_with(const br_dev_launch_t *L, int b, volatile i
 #ifdef __CUDACC__
 BR_DEV_HD void br_dev_run_block(const br_dev_launch_t *L, int b)
 {
-    __shared__ int pick, bad;
-    __shared__ __align__(16) br_dev_work_t w;
-    br_dev_run_block_with(L, b, &pick, &bad, &w);
+    __shared__ __align__(16) br_dev_shared_t sh;
+    br_dev_run_block_with(L, b, &sh);
 }
 #else
+/* A block of one thread (the emulated driver's launches). */
 static inline void br_dev_run_block(const br_dev_launch_t *L, int b)
 {
-    int pick = 0, bad = 0;
-    br_dev_work_t w __attribute__((aligned(16)));
-    br_dev_run_block_with(L, b, &pick, &bad, &w);
+    br_dev_shared_t sh __attribute__((aligned(16)));
+    br_dev_run_block_with(L, b, &sh);
 }
 #endif
 

@@ -15,7 +15,9 @@
  *    the flag word (the line's last 8 bytes); a reader spins on the flag word, fences, then
  *    reads the others, word 14 included (fence-to-fence synchronisation through the flag:
  *    nothing is read from the store that carries the flag, so no 16-byte atomicity is
- *    assumed). The fences are GPU-scope when every rank of the launch is on one GPU.
+ *    assumed). A thread takes BR_DEV_LL128_BATCH lines at a time and fences once for all
+ *    of them, each way. The fences are GPU-scope when every rank of the launch is on one
+ *    GPU.
  */
 #ifndef BR_DEVICE_DEV_PROTO_H_
 #define BR_DEVICE_DEV_PROTO_H_
@@ -110,6 +112,11 @@ typedef struct {
     char *sb[BR_MAX_TREE_ARITY];       /* send slots */
     uint32_t rflag[BR_MAX_TREE_ARITY]; /* LL/LL128 flags of the received steps */
     uint32_t sflag[BR_MAX_TREE_ARITY]; /* ... and of the sent ones */
+    uint64_t *sdesc[BR_MAX_TREE_ARITY]; /* the sent steps' descriptors {seq, bytes} */
+    uint64_t sslot[BR_MAX_TREE_ARITY];  /* bytes of each send slot */
+    uint64_t seq;                       /* the call's sequence number */
+    int clear;                          /* bit i: send slot i is cleared first */
+    int proto;
     int32_t rpeer[BR_MAX_TREE_ARITY];  /* for reports */
     uint64_t rstep[BR_MAX_TREE_ARITY];
     const char *in;   /* local operand (REDUCE, FIRST, SRC_IN) */
@@ -121,7 +128,8 @@ typedef struct {
     const br_dev_red_t *R;
     volatile int *bad; /* block-wide: a thread gave up waiting */
     int one_gpu;       /* LL128: GPU-scope fences (every peer on this GPU) */
-    int f32sum;        /* REDUCE of float32 sums: folded inline (br_dev_f32_add) */
+    int sum;           /* REDUCE of sums folded inline: the type (br_dev_sum_type), or 0 */
+    int aligned;       /* in, from and out (those not NULL) are 16-byte aligned */
 } br_dev_step_t;
 
 /* ---- user memory: any alignment, partial pieces at the end ---- */
@@ -169,37 +177,64 @@ BR_DEV_HD void br_dev_st_any(char *p, br_dev_v2_t v, uint32_t nb)
 
 /* ---- the arithmetic of one piece (nw words of it) ---- */
 
-/* a + b, lane by lane, for the nw words of a piece of float32: the common case of a
- * reduction step, without the out-of-line switch over types (the same bits as
- * br_dev_word_f32's sum). */
-BR_DEV_HD uint64_t br_dev_f32_add2(uint64_t a, uint64_t b)
+/* The types whose sums a step folds inline, without the out-of-line switch over types
+ * and operations (br_dev_piece_op): the common gradients' types. 0 for the others. */
+BR_DEV_HD int br_dev_sum_type(uint32_t type)
 {
-    uint64_t lo = br_dev_f2u(BR_DEV_FADD(br_dev_u2f((uint32_t)a), br_dev_u2f((uint32_t)b)));
-    uint64_t hi = br_dev_f2u(
-        BR_DEV_FADD(br_dev_u2f((uint32_t)(a >> 32)), br_dev_u2f((uint32_t)(b >> 32))));
-    return (lo & 0xffffffffull) | (hi << 32);
+    return type == ncclFloat32 || type == ncclBfloat16 || type == ncclFloat16 ? (int)type : 0;
 }
 
-BR_DEV_HD br_dev_v2_t br_dev_f32_add(br_dev_v2_t a, br_dev_v2_t b, int nw)
+/* a + b, lane by lane, for the nw words of a piece of a br_dev_sum_type: the same bits as
+ * br_dev_piece_op's sum (its word functions, with the type and the operation known). */
+BR_DEV_HD br_dev_v2_t br_dev_sum_add(int type, br_dev_v2_t a, br_dev_v2_t b, int nw)
 {
     br_dev_v2_t v;
-    v.lo = br_dev_f32_add2(a.lo, b.lo);
-    v.hi = nw > 1 ? br_dev_f32_add2(a.hi, b.hi) : 0;
+    if (type == ncclFloat32) {
+        v.lo = br_dev_word_f32(NULL, BR_DEV_F_SUM, a.lo, b.lo);
+        v.hi = nw > 1 ? br_dev_word_f32(NULL, BR_DEV_F_SUM, a.hi, b.hi) : 0;
+    } else if (type == ncclBfloat16) {
+        v.lo = br_dev_word_bf16(NULL, BR_DEV_F_SUM, a.lo, b.lo);
+        v.hi = nw > 1 ? br_dev_word_bf16(NULL, BR_DEV_F_SUM, a.hi, b.hi) : 0;
+    } else {
+        v.lo = br_dev_word_f16(NULL, BR_DEV_F_SUM, a.lo, b.lo);
+        v.hi = nw > 1 ? br_dev_word_f16(NULL, BR_DEV_F_SUM, a.hi, b.hi) : 0;
+    }
     return v;
 }
 
+/* Can a step's pieces be folded without a call (br_dev_piece_op)? Moves, a first
+ * contribution that is not scaled, and the inline sums: what the common collectives on
+ * the common types do. A call keeps every value live across it in saved registers. */
+BR_DEV_HD int br_dev_fold_is_inline(const br_dev_step_t *S)
+{
+    return S->mode == BR_DEV_MODE_MOVE || (S->mode == BR_DEV_MODE_FIRST && !S->pre) ||
+           (S->mode == BR_DEV_MODE_REDUCE && S->sum != 0);
+}
+
+/* The fold of a step for which br_dev_fold_is_inline() holds. */
+BR_DEV_HD br_dev_v2_t br_dev_fold_inline(const br_dev_step_t *S, br_dev_v2_t r0, br_dev_v2_t r1,
+                                         br_dev_v2_t r2, br_dev_v2_t x, int nw)
+{
+    if (S->mode == BR_DEV_MODE_REDUCE) {
+        br_dev_v2_t v = br_dev_sum_add(S->sum, r0, x, nw);
+        if (S->nr > 1) {
+            v = br_dev_sum_add(S->sum, r1, v, nw);
+        }
+        if (S->nr > 2) {
+            v = br_dev_sum_add(S->sum, r2, v, nw);
+        }
+        return v;
+    }
+    return S->mode == BR_DEV_MODE_MOVE && S->src == BR_DEV_SRC_RECV ? r0 : x;
+}
+
+/* The fold of any step: the received operands r0..r2 (S->nr of them) with the local
+ * operand x, nw words of a piece. */
 BR_DEV_HD br_dev_v2_t br_dev_fold(const br_dev_step_t *S, br_dev_v2_t r0, br_dev_v2_t r1,
                                   br_dev_v2_t r2, br_dev_v2_t x, int nw)
 {
-    if (S->mode == BR_DEV_MODE_REDUCE && S->f32sum) {
-        br_dev_v2_t v = br_dev_f32_add(r0, x, nw);
-        if (S->nr > 1) {
-            v = br_dev_f32_add(r1, v, nw);
-        }
-        if (S->nr > 2) {
-            v = br_dev_f32_add(r2, v, nw);
-        }
-        return v;
+    if (br_dev_fold_is_inline(S)) {
+        return br_dev_fold_inline(S, r0, r1, r2, x, nw);
     }
     if (S->mode == BR_DEV_MODE_REDUCE) {
         /* The local input first (recv (+) pre(in)), then the other partial results, each
@@ -213,10 +248,7 @@ BR_DEV_HD br_dev_v2_t br_dev_fold(const br_dev_step_t *S, br_dev_v2_t r0, br_dev
         }
         return v;
     }
-    if (S->mode == BR_DEV_MODE_FIRST) {
-        return S->pre ? br_dev_piece_op(S->R, BR_DEV_F_PRE1, x, x, nw) : x;
-    }
-    return S->src == BR_DEV_SRC_RECV ? r0 : x;
+    return br_dev_piece_op(S->R, BR_DEV_F_PRE1, x, x, nw); /* FIRST, pre-multiplied */
 }
 
 /* The local operand of a piece at byte offset off (nb bytes), if the step has one. */
@@ -245,7 +277,7 @@ BR_DEV_HD uint32_t br_dev_piece_bytes(uint64_t bytes, uint64_t off, uint32_t mos
 #define BR_DEV_UNROLL 4
 
 /* One piece at byte offset off: operands in, result out. */
-BR_DEV_HD void br_dev_simple_piece(const br_dev_step_t *S, uint64_t off)
+BR_DEV_HD void br_dev_simple_piece(const br_dev_step_t *S, uint64_t off, int fast)
 {
     br_dev_v2_t zero;
     zero.lo = zero.hi = 0;
@@ -254,7 +286,8 @@ BR_DEV_HD void br_dev_simple_piece(const br_dev_step_t *S, uint64_t off)
     br_dev_v2_t r0 = S->nr > 0 ? br_dev_ld16(S->rb[0] + off) : zero;
     br_dev_v2_t r1 = S->nr > 1 ? br_dev_ld16(S->rb[1] + off) : zero;
     br_dev_v2_t r2 = S->nr > 2 ? br_dev_ld16(S->rb[2] + off) : zero;
-    br_dev_v2_t v = br_dev_fold(S, r0, r1, r2, br_dev_local(S, off, nb), 2);
+    br_dev_v2_t x = br_dev_local(S, off, nb);
+    br_dev_v2_t v = fast ? br_dev_fold_inline(S, r0, r1, r2, x, 2) : br_dev_fold(S, r0, r1, r2, x, 2);
     if (S->out != NULL) {
         br_dev_st_any(S->out + off, v, nb);
     }
@@ -263,7 +296,8 @@ BR_DEV_HD void br_dev_simple_piece(const br_dev_step_t *S, uint64_t off)
     }
 }
 
-BR_DEV_HD void br_dev_data_simple(const br_dev_step_t *S)
+/* The data path of a Simple step; fast: its fold needs no call (br_dev_fold_is_inline). */
+BR_DEV_HD void br_dev_simple_run(const br_dev_step_t *S, int fast)
 {
     const uint64_t nthr = (uint64_t)BR_DEV_NTHR, tid = (uint64_t)BR_DEV_TID;
     const uint64_t group = 16u * BR_DEV_UNROLL * nthr; /* bytes of one round of the block */
@@ -271,31 +305,61 @@ BR_DEV_HD void br_dev_data_simple(const br_dev_step_t *S)
     br_dev_v2_t zero;
     zero.lo = zero.hi = 0;
     /* Whole rounds: every thread loads all its pieces' operands, then folds and stores, so
-     * that BR_DEV_UNROLL loads per operand are outstanding at once. Steps with one received
-     * operand at most (rings, chains, trees going down): more would cost registers. */
-    for (; S->nr <= 1 && done + group <= S->bytes; done += group) {
-        br_dev_v2_t r0[BR_DEV_UNROLL], x[BR_DEV_UNROLL];
-        BR_DEV_PRAGMA_UNROLL
-        for (int k = 0; k < BR_DEV_UNROLL; k++) {
-            uint64_t off = done + 16u * (tid + (uint64_t)k * nthr);
-            r0[k] = S->nr > 0 ? br_dev_ld16(S->rb[0] + off) : zero;
-            x[k] = br_dev_local(S, off, 16);
-        }
-        BR_DEV_PRAGMA_UNROLL
-        for (int k = 0; k < BR_DEV_UNROLL; k++) {
-            uint64_t off = done + 16u * (tid + (uint64_t)k * nthr);
-            br_dev_v2_t v = br_dev_fold(S, r0[k], zero, zero, x[k], 2);
-            if (S->out != NULL) {
-                br_dev_st_any(S->out + off, v, 16);
+     * that BR_DEV_UNROLL loads per operand are outstanding at once: steps of one received
+     * operand at most, on aligned buffers, whose fold needs no call (anything more would
+     * cost registers). */
+    if (fast && S->nr <= 1 && S->aligned) {
+        const char *rb0 = S->nr > 0 ? S->rb[0] : NULL;
+        const char *loc = S->mode != BR_DEV_MODE_MOVE ? S->in
+                          : S->src != BR_DEV_SRC_RECV ? S->from
+                                                      : NULL;
+        char *out = S->out;
+        const uint64_t stride = 16u * nthr;
+        for (; done + group <= S->bytes; done += group) {
+            const uint64_t at = done + 16u * tid;
+            br_dev_v2_t r0[BR_DEV_UNROLL], x[BR_DEV_UNROLL];
+            BR_DEV_PRAGMA_UNROLL
+            for (int k = 0; k < BR_DEV_UNROLL; k++) {
+                r0[k] = rb0 != NULL ? br_dev_ld16(rb0 + at + (uint64_t)k * stride) : zero;
+                x[k] = loc != NULL ? br_dev_ld16(loc + at + (uint64_t)k * stride) : zero;
             }
-            for (int i = 0; i < S->ns; i++) {
-                br_dev_st16(S->sb[i] + off, v);
+            BR_DEV_PRAGMA_UNROLL
+            for (int k = 0; k < BR_DEV_UNROLL; k++) {
+                br_dev_v2_t v = br_dev_fold_inline(S, r0[k], zero, zero, x[k], 2);
+                if (out != NULL) {
+                    br_dev_st16(out + at + (uint64_t)k * stride, v);
+                }
+                for (int i = 0; i < S->ns; i++) {
+                    br_dev_st16(S->sb[i] + at + (uint64_t)k * stride, v);
+                }
             }
         }
     }
     /* The rest, one piece at a time. */
     for (uint64_t off = done + 16u * tid; off < S->bytes; off += 16u * nthr) {
-        br_dev_simple_piece(S, off);
+        br_dev_simple_piece(S, off, fast);
+    }
+}
+
+/* Out of line on the GPU, in two builds (as LL128's): the registers of the data path are
+ * its own, not added to those of thread 0's planning, and the fast build saves nothing
+ * around a call. */
+BR_DEV_NOINLINE void br_dev_data_simple_fast(const br_dev_step_t *S)
+{
+    br_dev_simple_run(S, 1);
+}
+
+BR_DEV_NOINLINE void br_dev_data_simple_any(const br_dev_step_t *S)
+{
+    br_dev_simple_run(S, 0);
+}
+
+BR_DEV_HD void br_dev_data_simple(const br_dev_step_t *S)
+{
+    if (br_dev_fold_is_inline(S)) {
+        br_dev_data_simple_fast(S);
+    } else {
+        br_dev_data_simple_any(S);
     }
 }
 
@@ -318,7 +382,7 @@ BR_DEV_HD uint64_t br_dev_ll_take(const br_dev_step_t *S, br_dev_wait_t *W, int 
     }
 }
 
-BR_DEV_HD void br_dev_data_ll(const br_dev_step_t *S, br_dev_wait_t *W)
+BR_DEV_NOINLINE void br_dev_data_ll(const br_dev_step_t *S, br_dev_wait_t *W)
 {
     /* A step of 0 bytes still sends line 0, the one its receiver polls. */
     uint64_t n = S->bytes == 0 ? 1 : (S->bytes + BR_DEV_LL_DATA - 1) / BR_DEV_LL_DATA;
@@ -374,69 +438,120 @@ BR_DEV_HD br_dev_v2_t br_dev_ll128_word14(const br_dev_step_t *S, int i, uint64_
     return t;
 }
 
-BR_DEV_HD void br_dev_data_ll128(const br_dev_step_t *S, br_dev_wait_t *W)
+/* The fence of LL128 (acquire after the flags, release before them): GPU scope when every
+ * rank of the launch is on this GPU. */
+BR_DEV_HD void br_dev_ll128_fence(const br_dev_step_t *S)
 {
-    uint64_t n = S->bytes == 0 ? 1 : (S->bytes + BR_DEV_LL128_DATA - 1) / BR_DEV_LL128_DATA;
-    br_dev_v2_t zero;
+    if (S->one_gpu) {
+        br_dev_fence_gpu();
+    } else {
+        br_dev_fence();
+    }
+}
+
+/* Line `line` (its byte offset in the slots) of data bytes [base, ...): fold the received
+ * lines (whose flags were seen and fenced) with the local operand, write the output and
+ * the sent lines' data and word 14, not their flags. */
+BR_DEV_HD void br_dev_ll128_line(const br_dev_step_t *S, uint64_t base, uint64_t line, int fast)
+{
+    br_dev_v2_t zero, t0, t1, t2, v;
     zero.lo = zero.hi = 0;
-    for (uint64_t l = (uint64_t)BR_DEV_TID; l < n; l += (uint64_t)BR_DEV_NTHR) {
-        uint64_t base = l * BR_DEV_LL128_DATA, line = l * BR_DEV_LL128_LINE;
-        br_dev_v2_t t0 = zero, t1 = zero, t2 = zero, v = zero;
-        if (S->nr > 0 && base < S->bytes) {
-            int seen = br_dev_ll128_wait(S, W, 0, l);
-            seen = seen && (S->nr < 2 || br_dev_ll128_wait(S, W, 1, l));
-            seen = seen && (S->nr < 3 || br_dev_ll128_wait(S, W, 2, l));
-            /* Acquire: the flags seen, what was stored before the writer's fence is. */
-            if (S->one_gpu) {
-                br_dev_fence_gpu();
-            } else {
-                br_dev_fence();
-            }
-            if (seen) {
-                t0 = br_dev_ll128_word14(S, 0, line);
-                t1 = S->nr > 1 ? br_dev_ll128_word14(S, 1, line) : zero;
-                t2 = S->nr > 2 ? br_dev_ll128_word14(S, 2, line) : zero;
+    t0 = t1 = t2 = v = zero;
+    if (S->nr > 0 && base < S->bytes) {
+        t0 = br_dev_ll128_word14(S, 0, line);
+        t1 = S->nr > 1 ? br_dev_ll128_word14(S, 1, line) : zero;
+        t2 = S->nr > 2 ? br_dev_ll128_word14(S, 2, line) : zero;
+    }
+    for (uint32_t k = 0; k < 8; k++) {
+        uint64_t off = base + 16u * k;
+        uint32_t nb = br_dev_piece_bytes(S->bytes, off, k < 7 ? 16u : 8u);
+        if (nb == 0) {
+            v = zero;
+            break;
+        }
+        br_dev_v2_t r0 = t0, r1 = t1, r2 = t2;
+        if (k < 7) {
+            const uint64_t o = line + 16u * k;
+            r0 = S->nr > 0 ? br_dev_ld_volatile16(S->rb[0] + o) : zero;
+            r1 = S->nr > 1 ? br_dev_ld_volatile16(S->rb[1] + o) : zero;
+            r2 = S->nr > 2 ? br_dev_ld_volatile16(S->rb[2] + o) : zero;
+        }
+        br_dev_v2_t x = br_dev_local(S, off, nb);
+        v = fast ? br_dev_fold_inline(S, r0, r1, r2, x, k < 7 ? 2 : 1)
+                 : br_dev_fold(S, r0, r1, r2, x, k < 7 ? 2 : 1);
+        if (S->out != NULL) {
+            br_dev_st_any(S->out + off, v, nb);
+        }
+        if (k < 7) {
+            for (int i = 0; i < S->ns; i++) {
+                br_dev_st16(S->sb[i] + line + 16u * k, v);
             }
         }
-        for (uint32_t k = 0; k < 8; k++) {
-            uint64_t off = base + 16u * k;
-            uint32_t nb = br_dev_piece_bytes(S->bytes, off, k < 7 ? 16u : 8u);
-            if (nb == 0) {
-                v = zero;
-                break;
+    }
+    /* Word 14: the line's last data bytes (zero when the line is cut short). */
+    for (int i = 0; i < S->ns; i++) {
+        br_dev_st_word((uint64_t *)(S->sb[i] + line + 112), v.lo);
+    }
+}
+
+/* Lines a thread takes at a time: it waits for all their flags, fences once, runs them,
+ * fences once and writes their flags, so a fence is paid per BR_DEV_LL128_BATCH lines. */
+#define BR_DEV_LL128_BATCH 4
+
+BR_DEV_HD void br_dev_ll128_run(const br_dev_step_t *S, br_dev_wait_t *W, int fast)
+{
+    const uint64_t nthr = (uint64_t)BR_DEV_NTHR;
+    uint64_t n = S->bytes == 0 ? 1 : (S->bytes + BR_DEV_LL128_DATA - 1) / BR_DEV_LL128_DATA;
+    for (uint64_t first = (uint64_t)BR_DEV_TID; first < n; first += BR_DEV_LL128_BATCH * nthr) {
+        /* The batch: lines first, first + nthr, ... below n. */
+        uint64_t end = first + BR_DEV_LL128_BATCH * nthr;
+        end = end < n ? end : n;
+        /* Acquire: once the flags are seen, what the writers stored before their fences is. */
+        if (S->nr > 0 && first * BR_DEV_LL128_DATA < S->bytes) {
+            for (uint64_t l = first; l < end && l * BR_DEV_LL128_DATA < S->bytes; l += nthr) {
+                for (int i = 0; i < S->nr; i++) {
+                    if (!br_dev_ll128_wait(S, W, i, l)) {
+                        return; /* given up: the block stops (S->bad) */
+                    }
+                }
             }
-            br_dev_v2_t r0 = t0, r1 = t1, r2 = t2;
-            if (k < 7) {
-                const uint64_t o = line + 16u * k;
-                r0 = S->nr > 0 ? br_dev_ld_volatile16(S->rb[0] + o) : zero;
-                r1 = S->nr > 1 ? br_dev_ld_volatile16(S->rb[1] + o) : zero;
-                r2 = S->nr > 2 ? br_dev_ld_volatile16(S->rb[2] + o) : zero;
-            }
-            v = br_dev_fold(S, r0, r1, r2, br_dev_local(S, off, nb), k < 7 ? 2 : 1);
-            if (S->out != NULL) {
-                br_dev_st_any(S->out + off, v, nb);
-            }
-            if (k < 7) {
+            br_dev_ll128_fence(S);
+        }
+        for (uint64_t l = first; l < end; l += nthr) {
+            br_dev_ll128_line(S, l * BR_DEV_LL128_DATA, l * BR_DEV_LL128_LINE, fast);
+        }
+        if (S->ns > 0) {
+            /* Release: the batch's data pieces and words 14 before the flag words that
+             * publish them. A line cut short sends its flag (with zero data) all the same. */
+            br_dev_ll128_fence(S);
+            for (uint64_t l = first; l < end; l += nthr) {
                 for (int i = 0; i < S->ns; i++) {
-                    br_dev_st16(S->sb[i] + line + 16u * k, v);
+                    br_dev_st_word((uint64_t *)(S->sb[i] + l * BR_DEV_LL128_LINE + 120),
+                                   S->sflag[i]);
                 }
             }
         }
-        if (S->ns > 0) {
-            /* Release: the data pieces and word 14 before the flag word that publishes
-             * them. A line cut short sends its flag (with zero data) all the same. */
-            for (int i = 0; i < S->ns; i++) {
-                br_dev_st_word((uint64_t *)(S->sb[i] + line + 112), v.lo);
-            }
-            if (S->one_gpu) {
-                br_dev_fence_gpu();
-            } else {
-                br_dev_fence();
-            }
-            for (int i = 0; i < S->ns; i++) {
-                br_dev_st_word((uint64_t *)(S->sb[i] + line + 120), S->sflag[i]);
-            }
-        }
+    }
+}
+
+/* The data path of an LL128 step, in two builds: folds without a call (fast: nothing of
+ * a batch is saved around a call), and any fold. */
+BR_DEV_NOINLINE void br_dev_data_ll128_fast(const br_dev_step_t *S, br_dev_wait_t *W)
+{
+    br_dev_ll128_run(S, W, 1);
+}
+
+BR_DEV_NOINLINE void br_dev_data_ll128_any(const br_dev_step_t *S, br_dev_wait_t *W)
+{
+    br_dev_ll128_run(S, W, 0);
+}
+
+BR_DEV_HD void br_dev_data_ll128(const br_dev_step_t *S, br_dev_wait_t *W)
+{
+    if (br_dev_fold_is_inline(S)) {
+        br_dev_data_ll128_fast(S, W);
+    } else {
+        br_dev_data_ll128_any(S, W);
     }
 }
 

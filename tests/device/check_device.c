@@ -40,6 +40,7 @@ typedef struct {
     int nops;            /* work items per block, run in a row */
     int nlaunch;         /* launches in a row on the same connections */
     uint64_t start_step; /* connections' first step number */
+    int threads;         /* threads per block (0: 1) */
 } ccase_t;
 
 /* One operation's buffers. */
@@ -69,12 +70,12 @@ static void describe(const ccase_t *k, char *msg, size_t len)
 {
     snprintf(msg, len,
              "%s/%s/%s n=%d nch=%d layout=%d %s %s%s count=%zu root=%d %s shift=%d slot=%zu "
-             "ops=%d launches=%d start_step=%llu",
+             "ops=%d launches=%d start_step=%llu threads=%d",
              br_func_name(k->func), br_algo_name(k->algo), br_proto_name(k->proto), k->n, k->nch,
              k->layout, brt_type_info(k->type)->name, brt_op_name(k->op),
              k->dev_scalar ? "(device scalar)" : "", k->count, k->root,
              k->inplace ? "in-place" : "out-of-place", k->shift, k->slot_bytes, k->nops, k->nlaunch,
-             (unsigned long long)k->start_step);
+             (unsigned long long)k->start_step, k->threads > 0 ? k->threads : 1);
 }
 
 static void op_setup(const ccase_t *k, uint64_t seq, opbuf_t *B)
@@ -326,7 +327,9 @@ static int coll_case(const ccase_t *k, char *msg, size_t len)
                 nb += b->nworks > 0;
             }
         }
+        emu_set_block_threads(k->threads > 0 ? k->threads : 1);
         uint32_t st = emu_launch(&E, blocks, nb, works, 20000000000ull, 0);
+        emu_set_block_threads(1);
         if (st != BR_DEV_OK) {
             char d[400];
             describe(k, d, sizeof(d));
@@ -385,7 +388,7 @@ START_TEST(test_collectives)
             k.count = sizes[z];
             k.root = (v * 5) % n;
             k.inplace = (v / 2) % 2;
-            k.type = (v % 4 == 3) ? ncclFloat16 : ncclFloat32;
+            k.type = (v % 4 == 3) ? ncclFloat16 : (v % 4 == 2) ? ncclBfloat16 : ncclFloat32;
             k.op = is_reduction(k.func) ? v % 6 : BRT_SUM;
             k.shift = (v % 5 == 4) ? (int)br_type_size(k.type) : 0;
             k.slot_bytes = 1024;
@@ -394,6 +397,9 @@ START_TEST(test_collectives)
             /* Now and then across the end of an LL flag epoch (2^30 steps): flags wrap and
              * slots are cleared on their first use in the new epoch. */
             k.start_step = v % 4 == 1 ? (1ull << 30) - 5 : 0;
+            /* Blocks of one thread, and of several that split the pieces and meet at the
+             * block's barrier as a CUDA block's threads do. */
+            k.threads = 1 + (v / 3) % 4;
             cases++;
             if (coll_case(&k, msg, sizeof(msg)) != 0) {
                 fprintf(stderr, "FAIL %s\n", msg);

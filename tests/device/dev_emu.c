@@ -132,23 +132,46 @@ int emu_work_fill(emu_fabric_t *f, const br_op_t *op, int r, int c, const void *
 
 /* ---- launches ---- */
 
+#define EMU_MAXTHR 4 /* threads per block */
+#define EMU_MAXB (2 * EMU_MAXR * EMU_MAXCH)
+
+static int emu_block_threads = 1;
+
+void emu_set_block_threads(int nthr)
+{
+    if (nthr < 1 || nthr > EMU_MAXTHR) {
+        abort();
+    }
+    emu_block_threads = nthr;
+}
+
+/* One block: its state and barrier, shared by its threads. */
+typedef struct {
+    br_dev_shared_t sh __attribute__((aligned(16)));
+    pthread_barrier_t barrier;
+} emu_block_t;
+
 typedef struct {
     const br_dev_launch_t *L;
-    int b;
+    emu_block_t *blk;
+    int b, tid, nthr;
 } block_arg_t;
 
 static void *block_main(void *arg)
 {
     const block_arg_t *a = (const block_arg_t *)arg;
-    br_dev_run_block(a->L, a->b);
+    br_dev_emu_enter(a->tid, a->nthr, a->nthr > 1 ? &a->blk->barrier : NULL);
+    br_dev_run_block_with(a->L, a->b, &a->blk->sh);
     return NULL;
 }
 
 uint32_t emu_launch(emu_launch_t *E, const br_dev_block_t *blocks, int nblocks,
                     const br_dev_work_t *works, uint64_t timeout_ns, uint64_t abort_after_ns)
 {
-    pthread_t th[2 * EMU_MAXR * EMU_MAXCH];
-    block_arg_t args[2 * EMU_MAXR * EMU_MAXCH];
+    pthread_t th[EMU_MAXB * EMU_MAXTHR];
+    block_arg_t args[EMU_MAXB * EMU_MAXTHR];
+    emu_block_t *blk = calloc((size_t)EMU_MAXB, sizeof(*blk));
+    const int nthr = emu_block_threads;
 
     memset(E, 0, sizeof(*E));
     E->fail_rank = E->fail_peer = -1;
@@ -161,14 +184,23 @@ uint32_t emu_launch(emu_launch_t *E, const br_dev_block_t *blocks, int nblocks,
     E->L.fail_rank = &E->fail_rank;
     E->L.fail_peer = &E->fail_peer;
     E->L.fail_step = &E->fail_step;
-    if (nblocks > (int)(sizeof(th) / sizeof(th[0]))) {
+    if (blk == NULL || nblocks > EMU_MAXB) {
         abort();
     }
     for (int b = 0; b < nblocks; b++) {
-        args[b].L = &E->L;
-        args[b].b = b;
-        if (pthread_create(&th[b], NULL, block_main, &args[b]) != 0) {
+        if (pthread_barrier_init(&blk[b].barrier, NULL, (unsigned)nthr) != 0) {
             abort();
+        }
+        for (int t = 0; t < nthr; t++) {
+            block_arg_t *a = &args[b * nthr + t];
+            a->L = &E->L;
+            a->blk = &blk[b];
+            a->b = b;
+            a->tid = t;
+            a->nthr = nthr;
+            if (pthread_create(&th[b * nthr + t], NULL, block_main, a) != 0) {
+                abort();
+            }
         }
     }
     if (abort_after_ns > 0) {
@@ -178,8 +210,12 @@ uint32_t emu_launch(emu_launch_t *E, const br_dev_block_t *blocks, int nblocks,
         __atomic_store_n(&E->abort_flag, 1u, __ATOMIC_SEQ_CST);
     }
     for (int b = 0; b < nblocks; b++) {
-        pthread_join(th[b], NULL);
+        for (int t = 0; t < nthr; t++) {
+            pthread_join(th[b * nthr + t], NULL);
+        }
+        pthread_barrier_destroy(&blk[b].barrier);
     }
+    free(blk);
     return E->status;
 }
 

@@ -3,8 +3,8 @@
  * The host emulation of the CUDA executor's launches, for check_device: FIFO connections in
  * host memory (one br_dev_conn_t per directed link of each channel's ring and tree), work
  * items filled from the real plan (br_plan_layout, br_plan_sched) and graph
- * (br_graph_build), and a launch run with one thread per block, each calling the kernels'
- * own br_dev_run_block(). References: the host executor's arithmetic (br_reduce) folded
+ * (br_graph_build), and a launch run with one or more threads per block, each calling the
+ * kernels' own br_dev_run_block_with(). References: the host executor's arithmetic (br_reduce) folded
  * in the order each schedule combines the ranks' inputs.
  */
 #ifndef BR_TEST_DEV_EMU_H_
@@ -47,8 +47,13 @@ typedef struct {
     uint64_t fail_step;
 } emu_launch_t;
 
-/* Run blocks [0, nblocks) of works, one thread each, until all return. abort_after_ns > 0:
- * raise the abort flag that long after the start. Returns the launch's status. */
+/* Threads per block of the launches that follow (1 at first): several threads of a block
+ * share its state and barrier as a CUDA block's do (dev_arch.h). */
+void emu_set_block_threads(int nthr);
+
+/* Run blocks [0, nblocks) of works, emu_set_block_threads() threads each, until all
+ * return. abort_after_ns > 0: raise the abort flag that long after the start. Returns the
+ * launch's status. */
 uint32_t emu_launch(emu_launch_t *E, const br_dev_block_t *blocks, int nblocks,
                     const br_dev_work_t *works, uint64_t timeout_ns, uint64_t abort_after_ns);
 
