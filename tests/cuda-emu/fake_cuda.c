@@ -615,10 +615,56 @@ typedef struct {
     int b, dev, give; /* give: the block returns its room when it ends */
 } block_arg_t;
 
+/* Threads per block (BRAID_FAKE_CUDA_BLOCK_THREADS, 2 unless set, at most 8): they share
+ * the block's state and barrier as a CUDA block's threads do, so the interpreter's split
+ * between thread 0 (polls, plans, counters) and the others (data) runs concurrently. */
+static int block_threads(void)
+{
+    const char *v = getenv("BRAID_FAKE_CUDA_BLOCK_THREADS");
+    int n = v != NULL ? atoi(v) : 2;
+    return n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
+typedef struct {
+    const br_dev_launch_t *L;
+    br_dev_shared_t *sh;
+    pthread_barrier_t *barrier;
+    int b, tid, nthr;
+} block_thread_t;
+
+static void *block_thread(void *p)
+{
+    block_thread_t *t = p;
+    br_dev_emu_enter(t->tid, t->nthr, t->nthr > 1 ? t->barrier : NULL);
+    br_dev_run_block_with(t->L, t->b, t->sh);
+    return NULL;
+}
+
 static void *block_main(void *p)
 {
     block_arg_t *a = p;
-    br_dev_run_block(a->L, a->b);
+    const int nthr = block_threads();
+    br_dev_shared_t *sh = aligned_alloc(16, (sizeof(*sh) + 15) / 16 * 16);
+    pthread_barrier_t barrier;
+    pthread_t th[8];
+    block_thread_t t[8];
+    if (sh == NULL || pthread_barrier_init(&barrier, NULL, (unsigned)nthr) != 0) {
+        fprintf(stderr, "fake_cuda: out of memory for a block\n");
+        abort();
+    }
+    for (int i = 0; i < nthr; i++) {
+        t[i] = (block_thread_t){a->L, sh, &barrier, a->b, i, nthr};
+        if (i > 0 && pthread_create(&th[i], NULL, block_thread, &t[i]) != 0) {
+            fprintf(stderr, "fake_cuda: cannot start a block's thread\n");
+            abort();
+        }
+    }
+    block_thread(&t[0]);
+    for (int i = 1; i < nthr; i++) {
+        pthread_join(th[i], NULL);
+    }
+    pthread_barrier_destroy(&barrier);
+    free(sh);
     if (a->give) {
         blocks_give(a->dev, 1);
     }
