@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The emulated CUDA driver's own header (tests/cuda-emu): what fake_cuda.c (memory,
- * devices, events, streams, launches) and fake_cuda_capture.c (stream capture and graphs)
- * share. Everything here is hidden in libcuda.so.1 but the EXPORT entry points. */
+/* The emulated CUDA driver's own header (tests/cuda-emu): what fake_cuda.c (the entry
+ * points: memory, devices, modules, events, streams, launches), fake_cuda_stream.c (the
+ * timeline: streams, hardware queues, kernels, the context's synchronisation, late
+ * landings) and fake_cuda_capture.c (stream capture and graphs) share. Everything here is hidden in libcuda.so.1 but the EXPORT entry points. */
 #ifndef FAKE_CUDA_INT_H_
 #define FAKE_CUDA_INT_H_
 
@@ -89,14 +90,30 @@ typedef struct {
     int in_turn;      /* its current operation waits for its turn in the hardware queue */
 } stream_t;
 
-/* fake_cuda.c: the stream of a handle (NULL: the legacy default stream), a new operation,
- * and giving one to a stream (to the capture while the stream captures). */
+/* A device holds SMs x 2 resident blocks (8 SMs). */
+#define DEVICE_BLOCKS (8 * 2)
+
+/* fake_cuda.c: the device of the calling thread's context (0 without one); waiting for an
+ * event's record number gen to complete. */
+int ctx_device(void);
+void event_wait_gen(event_t *ev, uint64_t gen);
+CUresult cuEventRecord(void *e, void *h);
+
+/* fake_cuda_stream.c: the stream of a handle (NULL: the legacy default stream), a new
+ * stream (blocking: ordered after the legacy stream) and its end (drained first), a new
+ * operation, and giving one to a stream (to the capture while the stream captures). */
 stream_t *stream_of(void *h);
+stream_t *stream_new(int blocking, int legacy);
+void stream_destroy(stream_t *s);
 op_t *op_new(op_kind_t k);
 void push(void *h, op_t *o);
-/* fake_cuda.c: every stream leaves the capture (it ended). */
+/* fake_cuda_stream.c: every stream leaves the capture (it ended). */
 void streams_end_capture(void);
-CUresult cuEventRecord(void *e, void *h);
+/* fake_cuda_stream.c: what a call that synchronises the context does (waits for every
+ * stream, reports a hang); a synchronous copy (src) or memset (byte) of n bytes at dst that
+ * lands later on the legacy stream. */
+void ctx_sync(const char *call);
+void land_later(const char *call, uintptr_t dst, const void *src, unsigned char byte, size_t n);
 
 /* fake_cuda_capture.c: does a capture forbid this thread "potentially unsafe" calls such
  * as allocations? And the capture's next operation, in the order given. */
