@@ -40,7 +40,9 @@
  *   of a non-blocking stream that touches them is reported as a race;
  * - the device holds SMs x 2 blocks at once: a kernel's blocks beyond what is free wait
  *   until blocks of other kernels finish (a cooperative launch waits for room for all of
- *   its blocks at once, and fails when they can never fit).
+ *   its blocks at once, and fails when they can never fit); a plain launch's blocks are
+ *   dispatched BRAID_FAKE_CUDA_DISPATCH_US (1000) apart, so two launches interleave, and
+ *   a kernel partly resident whose next block waits as long as a hang takes is reported.
  */
 /* memfd_create: _GNU_SOURCE comes from the build */
 #include <fcntl.h>

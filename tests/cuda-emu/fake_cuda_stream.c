@@ -94,11 +94,30 @@ static pthread_mutex_t sm_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sm_cv = PTHREAD_COND_INITIALIZER;
 static int sm_used[8];
 
-static void blocks_take(int dev, int n)
+/* Take room for n blocks of a kernel on dev. `started` of its blocks already run: a kernel
+ * partly resident whose next block waits BRAID_FAKE_CUDA_HANG_TIMEOUT seconds for room is
+ * reported as the hang it is on a GPU (its blocks spin for blocks that cannot start, and
+ * whatever holds the room may be doing the same), and the process aborts. */
+static void blocks_take(int dev, int n, unsigned started, unsigned nblocks)
 {
+    const uint64_t limit = (uint64_t)env_int("BRAID_FAKE_CUDA_HANG_TIMEOUT", 15, 1, 3600);
+    const uint64_t since = now_ns();
     pthread_mutex_lock(&sm_mu);
     while (sm_used[dev] + n > DEVICE_BLOCKS) {
-        pthread_cond_wait(&sm_cv, &sm_mu);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&sm_cv, &sm_mu, &ts);
+        if (started > 0 && sm_used[dev] + n > DEVICE_BLOCKS &&
+            now_ns() - since > limit * 1000000000ull) {
+            fprintf(stderr,
+                    "fake_cuda: HANG: a kernel of %u blocks has %u resident on device %d and its "
+                    "next block has waited %llu s for room (the device holds %d, all taken): a "
+                    "launch that is not cooperative, whose resident blocks spin for the others, "
+                    "beside kernels that hold the room\n",
+                    nblocks, started, dev, (unsigned long long)limit, DEVICE_BLOCKS);
+            abort();
+        }
     }
     sm_used[dev] += n;
     pthread_mutex_unlock(&sm_mu);
@@ -189,12 +208,19 @@ static void run_kernel(stream_t *s, op_t *o)
 {
     pthread_t *th = calloc(o->nblocks, sizeof(*th));
     block_arg_t *args = calloc(o->nblocks, sizeof(*args));
+    /* The block scheduler dispatches a plain launch's blocks one at a time
+     * (BRAID_FAKE_CUDA_DISPATCH_US apart, 1000), so that two kernels launched together
+     * interleave; a cooperative launch takes room for all of its blocks at once. */
+    const int dispatch_us = env_int("BRAID_FAKE_CUDA_DISPATCH_US", 1000, 0, 1000000);
     if (o->cooperative) {
-        blocks_take(s->dev, (int)o->nblocks);
+        blocks_take(s->dev, (int)o->nblocks, 0, o->nblocks);
     }
     for (unsigned b = 0; b < o->nblocks; b++) {
         if (!o->cooperative) {
-            blocks_take(s->dev, 1);
+            if (b > 0 && dispatch_us > 0) {
+                usleep((useconds_t)dispatch_us);
+            }
+            blocks_take(s->dev, 1, b, o->nblocks);
         }
         args[b] = (block_arg_t){&o->launch, (int)b, s->dev, !o->cooperative};
         pthread_create(&th[b], NULL, block_main, &args[b]);

@@ -7,6 +7,8 @@
  *            ranks with one thread per rank; results checked on the host against the
  *            reference of tests/common, with guards around every buffer
  *   threads  only the part of coll with one thread per rank
+ *   cliques  two cliques (ncclCommInitAll) on one GPU at once, from two threads, whose
+ *            kernels cannot be resident together
  *   overlap  a call returns at once and its stream waits for the peer's call, while other
  *            streams go on
  *   errors   host and device buffers mixed; mismatched calls across ranks
@@ -550,6 +552,91 @@ static void section_biggroup(void)
     printf("biggroup: 2 ranks, one thread each, a group of 31 AllReduces: %d failed\n", fails);
 }
 
+/* The two threads of `cliques` start each round together, so their launches meet. */
+static pthread_barrier_t cliques_round;
+
+#define CLIQUE_RANKS 4
+
+/* A thread of `cliques`: its own clique of 4 ranks on device 0 (ncclCommInitAll), forty
+ * grouped AllReduces large enough for every channel, each waited for. */
+static void *clique_main(void *p)
+{
+    enum { ROUNDS = 40, COUNT = 64 * 1024 };
+    rank_arg_t *a = p;
+    ncclComm_t comms[CLIQUE_RANKS];
+    cudaStream_t s[CLIQUE_RANKS];
+    float *d[CLIQUE_RANKS], *host = malloc(COUNT * sizeof(float));
+    int devs[CLIQUE_RANKS] = {0};
+    CUDA_OK(cudaSetDevice(0));
+    if (host == NULL || ncclCommInitAll(comms, CLIQUE_RANKS, devs) != ncclSuccess) {
+        printf("FAIL cliques: clique %d: ncclCommInitAll failed\n", a->rank);
+        exit(1); /* the other thread would wait for this one at every round */
+    }
+    for (int r = 0; r < CLIQUE_RANKS; r++) {
+        CUDA_OK(cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking));
+        CUDA_OK(cudaMalloc((void **)&d[r], COUNT * sizeof(float)));
+        for (int i = 0; i < COUNT; i++) {
+            host[i] = (float)(r + 1 + a->rank);
+        }
+        CUDA_OK(cudaMemcpyAsync(d[r], host, COUNT * sizeof(float), cudaMemcpyHostToDevice, s[r]));
+        CUDA_OK(cudaStreamSynchronize(s[r]));
+    }
+    for (int k = 0; k < ROUNDS; k++) {
+        pthread_barrier_wait(&cliques_round);
+        ncclGroupStart();
+        for (int r = 0; r < CLIQUE_RANKS; r++) {
+            ncclAllReduce(d[r], d[r], COUNT, ncclFloat, ncclMax, comms[r], s[r]);
+        }
+        ncclResult_t res = ncclGroupEnd();
+        EXPECT(res == ncclSuccess, "cliques: clique %d: round %d: %s", a->rank, k,
+               ncclGetLastError(comms[0]));
+        alarm(120); /* a kernel that never gets all its blocks resident hangs here */
+        for (int r = 0; r < CLIQUE_RANKS; r++) {
+            CUDA_OK(cudaStreamSynchronize(s[r]));
+        }
+        alarm(0);
+    }
+    for (int r = 0; r < CLIQUE_RANKS; r++) {
+        int want = CLIQUE_RANKS + a->rank, bad = 0;
+        CUDA_OK(cudaMemcpy(host, d[r], COUNT * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < COUNT; i++) {
+            bad += host[i] != (float)want;
+        }
+        EXPECT(bad == 0, "cliques: clique %d rank %d: %d wrong elements (first %g, not %d)",
+               a->rank, r, bad, host[0], want);
+        a->fails += bad != 0;
+        cudaFree(d[r]);
+        cudaStreamDestroy(s[r]);
+        ncclCommDestroy(comms[r]);
+    }
+    free(host);
+    return NULL;
+}
+
+/* Two cliques on one GPU at once, each from its own thread: each kernel takes more than
+ * half of the blocks the device holds, so they can never be resident together. A kernel
+ * whose blocks start as room frees (not cooperatively) could get some of its blocks in
+ * beside the other's, and both would spin for blocks that never start: a channel's block
+ * of one rank waits for the same channel's blocks of the others. */
+static void section_cliques(void)
+{
+    pthread_t th[2];
+    rank_arg_t a[2];
+    int fails = 0;
+    pthread_barrier_init(&cliques_round, NULL, 2);
+    for (int c = 0; c < 2; c++) {
+        a[c] = (rank_arg_t){{{0}}, c, CLIQUE_RANKS, NULL, 0, 0};
+        pthread_create(&th[c], NULL, clique_main, &a[c]);
+    }
+    for (int c = 0; c < 2; c++) {
+        pthread_join(th[c], NULL);
+        fails += a[c].fails;
+    }
+    pthread_barrier_destroy(&cliques_round);
+    printf("cliques: two cliques of %d ranks on one GPU at once, 40 rounds each: %d failed\n",
+           CLIQUE_RANKS, fails);
+}
+
 /* Rank 0's call, made by a thread of its own (a thread that drives several ranks groups
  * their calls, as with NCCL). */
 typedef struct {
@@ -782,6 +869,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "all") || !strcmp(what, "biggroup")) {
         section_biggroup();
+    }
+    if (!strcmp(what, "all") || !strcmp(what, "cliques")) {
+        section_cliques();
     }
     if (!strcmp(what, "all") || !strcmp(what, "overlap")) {
         section_overlap();
