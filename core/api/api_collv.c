@@ -41,14 +41,19 @@ typedef struct {
         goto err_free;                                                                             \
     } while (0)
 
-/* displ[p], or with no array the sum of count[0..p-1] (blocks packed in rank order). */
-static void displs_fill(size_t *out, const size_t *displs, const size_t *count, int n)
+/* displ[p], or with no array the sum of count[0..p-1] (blocks packed in rank order).
+ * Returns -1 when packed blocks add up past `limit` elements. */
+static int displs_fill(size_t *out, const size_t *displs, const size_t *count, int n, size_t limit)
 {
     size_t at = 0;
     for (int p = 0; p < n; p++) {
         out[p] = displs != NULL ? displs[p] : at;
-        at += count[p];
+        if (displs == NULL && (count[p] > limit || at > limit - count[p])) {
+            return -1;
+        }
+        at += displs == NULL ? count[p] : 0;
     }
+    return 0;
 }
 
 /* This rank's counts of the call, or ncclInvalidArgument naming what is wrong. */
@@ -84,8 +89,11 @@ static ncclResult_t vspec_make(ncclComm_t comm, const vcall_t *c, size_t ts, br_
             break;
         }
     }
-    displs_fill(v->sdispl, c->sdispls, v->scount, n);
-    displs_fill(v->rdispl, c->rdispls, v->rcount, n);
+    size_t limit = SIZE_MAX / ts;
+    if (displs_fill(v->sdispl, c->sdispls, v->scount, n, limit) != 0 ||
+        displs_fill(v->rdispl, c->rdispls, v->rcount, n, limit) != 0) {
+        V_FAIL(comm, c, "the blocks, packed in rank order, overflow the address space");
+    }
     if (c->func == BR_FUNC_ALLGATHERV) {
         memset(v->sdispl, 0, (size_t)n * sizeof(size_t));
     } else if (c->func == BR_FUNC_REDUCESCATTERV) {
@@ -93,10 +101,9 @@ static ncclResult_t vspec_make(ncclComm_t comm, const vcall_t *c, size_t ts, br_
     }
     if (v->scount[me] != v->rcount[me]) {
         V_FAIL(comm, c, "this rank's own block: %s %zu but recvcounts[%d] %zu",
-               c->func == BR_FUNC_ALLGATHERV ? "sendcount" : "sendcounts[me]", v->scount[me], me,
+               c->func == BR_FUNC_ALLGATHERV ? "sendcount" : "sendcounts[rank]", v->scount[me], me,
                v->rcount[me]);
     }
-    size_t limit = SIZE_MAX / ts;
     int sends = 0, recvs = 0;
     for (int p = 0; p < n; p++) {
         if (v->scount[p] > limit || v->sdispl[p] > limit - v->scount[p] || v->rcount[p] > limit ||
