@@ -3,8 +3,8 @@
  * NCCL 2.29-2.32's membership and memory calls: growing a communicator by new ranks
  * (ncclCommGetUniqueId makes the id on one existing rank; ncclCommGrow, called by every
  * existing and every new rank, makes the grown communicator: comm_split.c), and releasing
- * its buffers while it is idle (ncclCommSuspend, ncclCommResume, ncclCommMemStats; see
- * below what they do on host memory).
+ * its buffers while it is idle (ncclCommSuspend, ncclCommResume, ncclCommMemStats: the
+ * checks here, the releasing in comm_suspend.c).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -88,18 +88,34 @@ BR_API(ncclResult_t, ncclCommGrow,
 }
 
 /*
- * Suspending. NCCL releases the communicator's GPU memory; a communicator on host memory
- * holds none (ncclCommMemStats says 0 bytes), and its FIFOs and arena stay mapped: what
- * suspending does here is refuse every call on it until ncclCommResume, as NCCL does.
- * A communicator with a CUDA device is refused: releasing its device buffers is not
- * implemented yet.
+ * Suspending (NCCL 2.32). Collective: every rank of the communicator calls it. With
+ * NCCL_SUSPEND_MEM the communicator's buffers are released (comm_suspend.c says which) and
+ * calls on it are refused until ncclCommResume makes them again; without it, as in NCCL,
+ * nothing happens. No other thread may be inside a call on the communicator, and no call
+ * on it may wait in an open group.
  */
-static ncclResult_t device_refused(ncclComm_t comm, const char *fn)
+static ncclResult_t idle_check(ncclComm_t comm, const char *fn)
 {
-    if (comm->ec->cuda_dev >= 0) {
-        return br_api_refuse(comm, fn,
-                             "releasing the device memory of a communicator with a "
-                             "CUDA device");
+    const char *why = NULL;
+    if (atomic_load(&comm->queued) > 0) {
+        why = "calls on it wait in an open group (ncclGroupEnd first)";
+    } else if (br_comm_busy(comm) > 1) { /* this call's own hold, and another thread's */
+        why = "another thread is inside a call on it";
+    }
+    if (why != NULL) {
+        BR_WARN(NCCL_INIT, "rank %d (host %s): %s: %s", comm->rank, br_host_name(), fn, why);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+/* Whether the suspended flag already says `want`; then a WARN naming why fn is refused. */
+static ncclResult_t state_check(ncclComm_t comm, const char *fn, int want)
+{
+    if (atomic_load(&comm->suspended) == want) {
+        BR_WARN(NCCL_INIT, "rank %d (host %s): %s: the communicator is %s", comm->rank,
+                br_host_name(), fn, want ? "suspended already" : "not suspended");
+        return ncclInvalidUsage;
     }
     return ncclSuccess;
 }
@@ -107,47 +123,68 @@ static ncclResult_t device_refused(ncclComm_t comm, const char *fn)
 BR_API(ncclResult_t, ncclCommSuspend, (ncclComm_t comm, int flags))
 {
     const char *fn = "ncclCommSuspend";
+    ncclResult_t res;
     br_api_enter(comm);
     BR_CHECK(br_api_check_comm(comm, fn));
     if ((flags & ~NCCL_SUSPEND_MEM) != 0) {
-        BR_WARN(NCCL_INIT, "%s: rank %d: unknown flags 0x%x (NCCL_SUSPEND_MEM)", fn, comm->rank,
-                flags);
+        BR_WARN(NCCL_INIT, "rank %d (host %s): %s: unknown flags 0x%x (NCCL_SUSPEND_MEM is 0x%x)",
+                comm->rank, br_host_name(), fn, flags, NCCL_SUSPEND_MEM);
         return ncclInvalidArgument;
     }
-    BR_CHECK(device_refused(comm, fn));
-    int was = atomic_exchange(&comm->suspended, 1);
-    if (was) {
-        BR_WARN(NCCL_INIT, "%s: rank %d: the communicator is suspended already", fn, comm->rank);
-        return ncclInvalidUsage;
+    BR_CHECK(state_check(comm, fn, 1));
+    if ((flags & NCCL_SUSPEND_MEM) == 0) {
+        return ncclSuccess;
     }
-    return ncclSuccess;
+    BR_CHECK(br_api_hold_comm(comm, fn));
+    res = idle_check(comm, fn);
+    if (res == ncclSuccess) {
+        /* Refused from now on, also while the buffers go. */
+        atomic_store(&comm->suspended, 1);
+        res = br_comm_suspend(comm);
+    }
+    br_comm_unhold(comm);
+    return res;
 }
 
 BR_API(ncclResult_t, ncclCommResume, (ncclComm_t comm))
 {
     const char *fn = "ncclCommResume";
+    ncclResult_t res;
     br_api_enter(comm);
     BR_CHECK(br_api_check_comm(comm, fn));
-    if (!atomic_exchange(&comm->suspended, 0)) {
-        BR_WARN(NCCL_INIT, "%s: rank %d: the communicator is not suspended", fn, comm->rank);
-        return ncclInvalidUsage;
+    BR_CHECK(state_check(comm, fn, 0));
+    BR_CHECK(br_api_hold_comm(comm, fn));
+    res = idle_check(comm, fn);
+    if (res == ncclSuccess) {
+        res = br_comm_resume(comm);
     }
-    return ncclSuccess;
+    if (res == ncclSuccess) {
+        atomic_store(&comm->suspended, 0);
+    }
+    br_comm_unhold(comm);
+    return res;
 }
 
 BR_API(ncclResult_t, ncclCommMemStats, (ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value))
 {
     const char *fn = "ncclCommMemStats";
+    uint64_t releasable, kept;
     br_api_enter(comm);
     BR_CHECK(br_api_check_comm(comm, fn));
     if (value == NULL || (int)stat < (int)ncclStatGpuMemSuspend ||
         (int)stat > (int)ncclStatGpuMemTotal) {
-        BR_WARN(NCCL_INIT, "%s: rank %d: %s", fn, comm->rank,
+        BR_WARN(NCCL_INIT, "rank %d (host %s): %s: %s", comm->rank, br_host_name(), fn,
                 value == NULL ? "value is NULL" : "unknown statistic");
         return ncclInvalidArgument;
     }
-    BR_CHECK(device_refused(comm, fn));
-    /* GPU memory, as NCCL counts it: none on a host communicator. */
-    *value = stat == ncclStatGpuMemSuspended ? (uint64_t)atomic_load(&comm->suspended) : 0;
+    BR_CHECK(br_api_hold_comm(comm, fn));
+    br_comm_mem_bytes(comm, &releasable, &kept);
+    br_comm_unhold(comm);
+    switch (stat) {
+    case ncclStatGpuMemSuspend: *value = releasable; break;
+    case ncclStatGpuMemSuspended: *value = (uint64_t)atomic_load(&comm->suspended); break;
+    case ncclStatGpuMemPersist: *value = kept; break;
+    default: *value = releasable + kept; break;
+    }
     return ncclSuccess;
 }

@@ -53,7 +53,8 @@ struct ncclComm {
     int init_dev;        /* the device it is bound to, resolved as init starts; -1 none */
     ncclUniqueId grow_id;    /* the id ncclCommGetUniqueId made for a grow (under lock) */
     int grow_pending;        /* grow_id was handed out and no grow has consumed it yet */
-    _Atomic int suspended;   /* between ncclCommSuspend and ncclCommResume: calls refused */
+    _Atomic int suspended;   /* between ncclCommSuspend and ncclCommResume: calls refused,
+                              * buffers released (comm_suspend.c) */
     struct br_comm_rma *rma; /* windows and signals of one-sided calls (comm_rma.c), or NULL */
 };
 
@@ -127,6 +128,29 @@ ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const c
 
 /* Build the graph and connect every channel's ring and tree (comm_channels.c). */
 ncclResult_t br_comm_channels_setup(ncclComm_t comm);
+/* Connect every channel's ring and tree of the graph already built, and the LL scratch
+ * (at init, and again on ncclCommResume). Collective. */
+ncclResult_t br_comm_channels_connect(ncclComm_t comm);
+/* The node arena (tc->arena and ec->arena) where the ranks allow one (comm_init.c; at
+ * init and on ncclCommResume). Collective. */
+ncclResult_t br_comm_arena_setup(ncclComm_t comm);
+
+/*
+ * Suspending (comm_suspend.c, ncclCommSuspend / ncclCommResume, collective over the
+ * communicator as in NCCL). Suspend waits for the device calls made before it, then
+ * releases every buffer the communicator's calls run through: the channel and p2p
+ * connections (FIFOs in host, shared or registered memory, the proxy and its plugin
+ * connections), the node arena, the executor's scratch, and the CUDA executor's device
+ * FIFOs or the stager's pinned staging (and its IPC mappings). Resume makes them again
+ * from the graph and settings agreed at init. What stays: the bootstrap, the peer table,
+ * the graph, the plan, collnet's staging (its plugin communicator lives as long as the
+ * communicator), registrations. Both fail with a message naming the rank on bad use.
+ */
+ncclResult_t br_comm_suspend(ncclComm_t comm);
+ncclResult_t br_comm_resume(ncclComm_t comm);
+/* Bytes the communicator holds now that a suspend releases (*releasable_p) and keeps
+ * (*kept_p), host and device memory together. */
+void br_comm_mem_bytes(ncclComm_t comm, uint64_t *releasable_p, uint64_t *kept_p);
 
 /* The plan (cost model facts agreed by every rank, NCCL_ALGO/NCCL_PROTO), the tuner and
  * the profiler plugins (comm_tune.c). */

@@ -238,6 +238,14 @@ ncclResult_t br_comm_channels_setup(ncclComm_t comm)
     if (dump != NULL && comm->rank == 0) {
         BR_CHECK(br_graph_dump(comm->graph, dump));
     }
+    return br_comm_channels_connect(comm);
+}
+
+ncclResult_t br_comm_channels_connect(ncclComm_t comm)
+{
+    br_transport_comm_t *tc = comm->tc;
+    br_exec_comm_t *ec = comm->ec;
+
     if (comm->nranks == 1) {
         return ncclSuccess;
     }

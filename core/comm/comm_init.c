@@ -481,6 +481,30 @@ ncclResult_t br_comm_env_init(void)
     return br_plugin_env_open(BR_PARAM_STR(ENV_PLUGIN));
 }
 
+ncclResult_t br_comm_arena_setup(ncclComm_t comm)
+{
+    br_transport_comm_t *tc = comm->tc;
+    int rank = comm->rank;
+    size_t cma = (size_t)BR_PARAM_INT(CMA_BYTES);
+    /* With more processes than cores, reading in place measured slower than the rings (4
+     * ranks on 2 cores: 10-25 % less from 256 KiB to 1 MiB, docs/performance.md): a
+     * reader's system call holds a core that the rank it waits for needs. Set explicitly,
+     * it holds. Ranks that are threads of one process read with loads, no system call:
+     * there it measured 1.5-4x the rings' busbw at 4 and 8 threads on 2 cores. */
+    if (comm->ec->oversubscribed && cma > 0 && param_is_default("BRAID_CMA_BYTES") &&
+        !br_transport_one_process(tc)) {
+        BR_INFO(NCCL_SHM | NCCL_INIT,
+                "rank %d: no single-copy reads: more ranks than cores on this host "
+                "(BRAID_CMA_BYTES set explicitly turns them on)",
+                rank);
+        cma = 0;
+    }
+    BR_CHECK(br_transport_arena_setup(tc, comm->oneshot_bytes, cma,
+                                      (size_t)BR_PARAM_INT(CMA_MAX_BYTES)));
+    comm->ec->arena = tc->arena;
+    return ncclSuccess;
+}
+
 ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
                           const ncclConfig_t *config)
 {
@@ -554,24 +578,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     t[3] = br_time_ns();
     BR_CHECK_GOTO(br_comm_channels_setup(comm), res, fail);
     t[4] = br_time_ns();
-    size_t cma = (size_t)BR_PARAM_INT(CMA_BYTES);
-    /* With more processes than cores, reading in place measured slower than the rings (4
-     * ranks on 2 cores: 10-25 % less from 256 KiB to 1 MiB, docs/performance.md): a
-     * reader's system call holds a core that the rank it waits for needs. Set explicitly,
-     * it holds. Ranks that are threads of one process read with loads, no system call:
-     * there it measured 1.5-4x the rings' busbw at 4 and 8 threads on 2 cores. */
-    if (comm->ec->oversubscribed && cma > 0 && param_is_default("BRAID_CMA_BYTES") &&
-        !br_transport_one_process(tc)) {
-        BR_INFO(NCCL_SHM | NCCL_INIT,
-                "rank %d: no single-copy reads: more ranks than cores on this host "
-                "(BRAID_CMA_BYTES set explicitly turns them on)",
-                rank);
-        cma = 0;
-    }
-    BR_CHECK_GOTO(
-        br_transport_arena_setup(tc, comm->oneshot_bytes, cma, (size_t)BR_PARAM_INT(CMA_MAX_BYTES)),
-        res, fail);
-    comm->ec->arena = tc->arena;
+    BR_CHECK_GOTO(br_comm_arena_setup(comm), res, fail);
     t[5] = br_time_ns();
     BR_CHECK_GOTO(br_comm_tune_setup(comm), res, fail);
     BR_CHECK_GOTO(br_comm_check_consistency(comm), res, fail);

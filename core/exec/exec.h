@@ -311,11 +311,23 @@ ncclResult_t br_exec_cuda_stage_async_error(br_exec_comm_t *ec);
 /* br_exec_cuda_pending's answer for a staged rank. */
 int br_exec_cuda_stage_pending(br_exec_comm_t *ec);
 void br_exec_cuda_stage_detach(br_exec_comm_t *ec);
+/* br_exec_cuda_mem_bytes's answer for a staged rank. */
+size_t br_exec_cuda_stage_mem_bytes(const br_exec_comm_t *ec);
 /* Wait until every device call deposited on ec has run (no-op without a stager): host
  * calls run after the device calls made before them, on every rank alike. */
 void br_exec_cuda_stage_quiesce(br_exec_comm_t *ec);
 
 /* Free what the executor allocated for a communicator (not the structure itself). */
 void br_exec_comm_release(br_exec_comm_t *ec);
+/* ncclCommSuspend: free the executor's scratch and operation queue and forget every
+ * connection and the node arena (the transport closes them); they are made again before
+ * the next call (ncclCommResume). The communicator must be idle. */
+void br_exec_comm_suspend(br_exec_comm_t *ec);
+/* Bytes of host scratch the executor holds now. */
+size_t br_exec_mem_bytes(const br_exec_comm_t *ec);
+/* Bytes the rank's CUDA executor holds now: the device FIFOs this rank receives into
+ * (made at its clique's first device call), or the stager's pinned staging and device
+ * staging buffer. 0 without either. */
+size_t br_exec_cuda_mem_bytes(const br_exec_comm_t *ec);
 
 #endif /* BR_EXEC_H_ */

@@ -354,5 +354,8 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
 /* Close every connection and the proxy; with flush, let pending network sends finish
  * first (bounded). */
 void br_transport_close_all(br_transport_comm_t *tc, int flush);
+/* Bytes of the connections' FIFO mappings (a shared segment counts at both ends that
+ * map it) and of the node arena. */
+uint64_t br_transport_mem_bytes(const br_transport_comm_t *tc);
 
 #endif /* BR_TRANSPORT_H_ */

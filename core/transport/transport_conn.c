@@ -273,3 +273,12 @@ void br_transport_close_all(br_transport_comm_t *tc, int flush)
         tc->arena = NULL;
     }
 }
+
+uint64_t br_transport_mem_bytes(const br_transport_comm_t *tc)
+{
+    uint64_t bytes = tc->arena != NULL ? tc->arena->size : 0;
+    for (int i = 0; i < tc->nconns; i++) {
+        bytes += tc->conns[i]->mapping_size; /* 0 where the end maps nothing of its own */
+    }
+    return bytes;
+}

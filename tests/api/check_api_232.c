@@ -14,7 +14,7 @@
  *   rma           ncclPutSignal / ncclSignal / ncclWaitSignal between 3 threads and 4
  *                 processes: every chunk in place once the waits return, out-of-order
  *                 signals kept for later waits, puts past a window refused
- *   refused       suspend/resume/mem stats on host memory; calls not implemented yet
+ *   refused       suspend/resume/mem stats on one rank; calls not implemented yet
  *                 return ncclInvalidUsage naming themselves
  */
 #include <check.h>
@@ -724,7 +724,8 @@ START_TEST(test_refused)
     /* The only existing rank passes no id: refused, alike on every rank. */
     ck_assert_int_eq(ncclCommGrow(comm, 2, NULL, -1, &grown, NULL), ncclInvalidUsage);
     ck_assert(strstr(ncclGetLastError(comm), "none of the 1 ranks") != NULL);
-    /* Suspending a host communicator: no GPU memory, calls refused until resumed. */
+    /* Suspending a communicator of one rank (no connections, no arena: 0 bytes held),
+     * calls refused until resumed (check_api_suspend: ranks that hold buffers). */
     v = 7;
     ck_assert_int_eq(ncclCommMemStats(comm, ncclStatGpuMemTotal, &v), ncclSuccess);
     ck_assert_uint_eq(v, 0);

@@ -19,6 +19,8 @@
  *            against a thread per rank: printed, never asserted
  *   procs-stuck  (emulator only) 2 processes whose first call cannot progress: both
  *            fail within BRAID_CUDA_WAIT_TIMEOUT, saying why
+ *   suspend  ncclCommSuspend / Resume between exact device AllReduces, MemStats counting
+ *            the device FIFOs or staging until released: 3 threads, then 2 processes
  *   procs    ranks as processes on one GPU (2 and 4), every case of the thin matrix and a
  *            group of two calls; a peer process that dies: the waiting stream is
  *            released and the error names it; and ncclCommAbort from another thread
@@ -890,6 +892,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "all") || !strcmp(what, "procs")) {
         section_procs();
+    }
+    if (!strcmp(what, "all") || !strcmp(what, "suspend")) {
+        section_suspend();
     }
     if (!strcmp(what, "latency")) {
         section_latency();

@@ -29,4 +29,9 @@ void section_procs(void);
 void run_procs(const char *what, int n);
 int proc_rank_main(const char *what, int rank, int n, const char *hex);
 
+/* check_gpu_suspend.c: a rank's rounds of device AllReduces around ncclCommSuspend and
+ * ncclCommResume (returns its failures), and the section that runs them. */
+int suspend_rounds(ncclComm_t comm, cudaStream_t s, int rank, int n, const char *who);
+void section_suspend(void);
+
 #endif /* BR_TESTS_CHECK_GPU_H_ */

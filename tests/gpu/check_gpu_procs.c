@@ -181,6 +181,9 @@ int proc_rank_main(const char *what, int rank, int n, const char *hex)
         cudaFree(dbuf);
         free(host);
         ncclCommDestroy(comm);
+    } else if (!strcmp(what, "suspend")) {
+        fails += suspend_rounds(comm, s, rank, n, who);
+        ncclCommDestroy(comm);
     } else if (!strcmp(what, "stuck")) {
         /* A GPU that runs one process at a time, keeping it while a stream waits, with
          * streams told to wait in the GPU all the same (the emulator's exclusive model,

@@ -998,3 +998,22 @@ void br_exec_cuda_detach(br_exec_comm_t *ec)
     pthread_cond_destroy(&cl->cv);
     free(cl);
 }
+
+size_t br_exec_cuda_mem_bytes(const br_exec_comm_t *ec)
+{
+    br_clique_t *cl = ec->cuda;
+    size_t bytes = 0;
+    if (ec->stage != NULL) {
+        return br_exec_cuda_stage_mem_bytes(ec);
+    }
+    if (cl == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&cl->mu);
+    /* The FIFOs live in their receivers' GPUs: count those this rank receives into. */
+    for (int i = 0; cl->setup_done && i < cl->nconn; i++) {
+        bytes += cl->conn_key[3 * i + 2] == ec->rank ? br_cuda_fifo_bytes(cl) : 0;
+    }
+    pthread_mutex_unlock(&cl->mu);
+    return bytes;
+}

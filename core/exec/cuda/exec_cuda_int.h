@@ -179,6 +179,8 @@ ncclResult_t br_cuda_direct_unit(br_clique_t *cl, const char *in_unit, int rank)
 /* exec_cuda_setup.c: contexts, kernels, FIFOs, flags, events (once per clique). */
 ncclResult_t br_cuda_setup(br_clique_t *cl, int rank);
 /* A set of FIFOs for every connection, zeroed; and its release. */
+/* Device bytes of one FIFO: the slots, then tail, head and descriptors. */
+size_t br_cuda_fifo_bytes(const br_clique_t *cl);
 ncclResult_t br_cuda_fifos_alloc(br_clique_t *cl, br_cuda_fifos_t *f, int rank);
 void br_cuda_fifos_free(br_clique_t *cl, br_cuda_fifos_t *f);
 /* A captured launch's own FIFOs, descriptors and event (NULL: nothing). */

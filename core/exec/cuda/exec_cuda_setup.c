@@ -228,11 +228,16 @@ ncclResult_t br_cuda_setup(br_clique_t *cl, int rank)
     return ncclSuccess;
 }
 
+size_t br_cuda_fifo_bytes(const br_clique_t *cl)
+{
+    return cl->slot_bytes * BR_STEPS + 4 * 128 + BR_STEPS * 2 * sizeof(uint64_t);
+}
+
 ncclResult_t br_cuda_fifos_alloc(br_clique_t *cl, br_cuda_fifos_t *f, int rank)
 {
     const br_cuda_t *cu = br_cuda(NULL);
     size_t slot = cl->slot_bytes;
-    size_t ctl = 4 * 128 + BR_STEPS * 2 * sizeof(uint64_t); /* tail, head, desc */
+    size_t ctl = br_cuda_fifo_bytes(cl) - slot * BR_STEPS; /* tail, head, desc */
     size_t conn_bytes = (size_t)(cl->nconn > 0 ? cl->nconn : 1) * sizeof(br_dev_conn_t);
     br_dev_conn_t *conns = NULL;
     ncclResult_t res = ncclSuccess;

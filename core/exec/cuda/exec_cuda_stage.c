@@ -675,6 +675,21 @@ int br_exec_cuda_stage_pending(br_exec_comm_t *ec)
     return pending;
 }
 
+size_t br_exec_cuda_stage_mem_bytes(const br_exec_comm_t *ec)
+{
+    br_cuda_stage_t *st = ec->stage;
+    size_t bytes = 0;
+    pthread_mutex_lock(&st->mu);
+    for (int i = 0; i < BR_CUDA_QUEUE; i++) {
+        bytes += st->slot[i].mem_bytes; /* pinned host staging */
+    }
+    if (st->ipc.state == 1) {
+        bytes += st->ipc.data_bytes; /* the direct path's device staging */
+    }
+    pthread_mutex_unlock(&st->mu);
+    return bytes;
+}
+
 void br_exec_cuda_stage_detach(br_exec_comm_t *ec)
 {
     br_cuda_stage_t *st = ec->stage;

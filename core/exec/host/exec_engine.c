@@ -765,16 +765,52 @@ ncclResult_t br_exec_run_item(br_exec_comm_t *ec, const br_work_t *w)
     return res;
 }
 
-void br_exec_comm_release(br_exec_comm_t *ec)
+/* The operation queue, deferred checks and scratch (made again on use or by connect). */
+static void buffers_free(br_exec_comm_t *ec)
 {
     if (ec->solo != NULL) {
         host_free(ec->solo);
         free(ec->solo);
         ec->solo = NULL;
     }
-    br_exec_oplog_close(ec);
     br_exec_defer_free(ec);
     free(ec->gather_scratch);
     free(ec->ll_scratch);
     ec->gather_scratch = ec->ll_scratch = NULL;
+}
+
+void br_exec_comm_release(br_exec_comm_t *ec)
+{
+    buffers_free(ec);
+    br_exec_oplog_close(ec);
+}
+
+void br_exec_comm_suspend(br_exec_comm_t *ec)
+{
+    /* The operation log stays: it is the state dump's history, not a buffer of calls. */
+    buffers_free(ec);
+    /* The transport frees the connections: no pointer to them may outlive that. */
+    for (int c = 0; c < BR_MAX_CHANNELS; c++) {
+        memset(ec->chan[c].send, 0, sizeof(ec->chan[c].send));
+        memset(ec->chan[c].recv, 0, sizeof(ec->chan[c].recv));
+    }
+    for (int p = 0; p < ec->nranks; p++) {
+        ec->p2p_send[p] = ec->p2p_recv[p] = NULL;
+    }
+    /* A new arena starts at operation 0 on every rank alike. */
+    ec->arena = NULL;
+    ec->arena_seq = 0;
+    ec->has_net = 0;
+}
+
+size_t br_exec_mem_bytes(const br_exec_comm_t *ec)
+{
+    size_t bytes = 0;
+    if (ec->gather_scratch != NULL) {
+        bytes += (size_t)ec->nranks * BR_PLAN_RING_ONESHOT_MAX;
+    }
+    if (ec->ll_scratch != NULL) {
+        bytes += (BR_MAX_TREE_ARITY + 1) * ec->ll_scratch_each;
+    }
+    return bytes;
 }
