@@ -10,8 +10,9 @@ case "$mode" in
 "" | --no-torch | --demo) ;;
 *) echo "usage: $0 [--no-torch | --demo]" >&2; exit 2 ;;
 esac
-# The library: a compiler, CMake, pkg-config and hwloc (topology detection).
-pkgs=(build-essential cmake pkg-config libhwloc-dev)
+# The library: a compiler, CMake, pkg-config, hwloc (topology detection) and OpenSSL 3
+# (TLS on Braid's own connections, ncclSetEncryption).
+pkgs=(build-essential cmake pkg-config libhwloc-dev libssl-dev)
 # The tests: Check, the libfabric and verbs plugins (plugins/net-ofi, plugins/net-ib),
 # the tools the tests call, and Open MPI (the MPI example of docs/guide-hpc.md and
 # braid-perf-mpi, run by the docs_guide_hpc test); the rest runs net-ib's tests in a QEMU

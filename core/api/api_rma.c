@@ -117,14 +117,15 @@ BR_API(ncclResult_t, ncclSetEncryption, (const ncclEncryptionConfig_t *config))
         memcpy(&c, config, config->size < sizeof(c) ? config->size : sizeof(c));
     }
     switch (c.mode) {
-    case NCCL_ENCRYPTION_MODE_NONE: return ncclSuccess;
+    case NCCL_ENCRYPTION_MODE_NONE: return br_comm_tls_set(0, NULL);
     case NCCL_ENCRYPTION_MODE_PSK:
         if (c.psk == NULL || strlen(c.psk) < 32) {
             BR_WARN(NCCL_INIT, "ncclSetEncryption: NCCL_ENCRYPTION_MODE_PSK needs a key of at "
                                "least 32 bytes in psk");
             return ncclInvalidArgument;
         }
-        return br_api_refuse(NULL, "ncclSetEncryption", "TLS on Braid's own connections");
+        /* Connections made from now on: call it before ncclGetUniqueId and init. */
+        return br_comm_tls_set(1, c.psk);
     default:
         BR_WARN(NCCL_INIT,
                 "ncclSetEncryption: unknown mode %d (NCCL_ENCRYPTION_MODE_NONE or "

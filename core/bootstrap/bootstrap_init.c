@@ -100,6 +100,18 @@ static ncclResult_t root_exchange(br_bootstrap_t *boot, const br_boot_handle_t *
     if (res == ncclSuccess) {
         res = br_socket_send_all(fd, &c, sizeof(c), deadline);
     }
+    /* With certificates, TLS 1.3 lets the client finish its handshake before the server
+     * checks the client's certificate: a refusal comes as a reset on the first bytes. */
+    int tls_reset = br_socket_tls() != NULL && (errno == ECONNRESET || errno == EPIPE);
+    if (res != ncclSuccess && (errno == EPROTO || tls_reset)) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d (host %s): the root at %s refused this rank's TLS: TLS is on "
+                "here and off there, or the key or certificate authority differs "
+                "(ncclSetEncryption or BRAID_TLS_* alike in every process of the job)",
+                boot->rank, br_host_name(), root);
+        res = ncclSystemError;
+        goto out;
+    }
     if (res != ncclSuccess && errno == ECONNREFUSED && !(h->flags & BR_BOOT_FLAG_COMM_ID)) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
                 "bootstrap: rank %d: the root at %s refused every connection for %d s: the "
@@ -122,10 +134,25 @@ static ncclResult_t root_exchange(br_bootstrap_t *boot, const br_boot_handle_t *
     }
     /* The root answers at the latest a timeout after the first rank arrived, so waiting a
      * timeout (plus delivery slack) from our own arrival always covers it. */
+    memset(ans, 0, sizeof(*ans));
     res = br_socket_recv_all(fd, ans, sizeof(*ans),
                              br_time_ns() + boot->timeout_ns + BR_BOOT_ANSWER_GRACE_NS);
     if (res != ncclSuccess) {
-        if (errno == ETIMEDOUT) {
+        const unsigned char *b = (const unsigned char *)ans;
+        if (br_socket_tls() != NULL && errno != ETIMEDOUT) {
+            BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                    "bootstrap: rank %d (host %s): the root at %s ended this rank's TLS "
+                    "connection without answering: TLS is on here; the root may have it off, "
+                    "or another key or certificate authority (ncclSetEncryption or BRAID_TLS_* "
+                    "alike in every process of the job)",
+                    boot->rank, br_host_name(), root);
+        } else if (b[0] == 0x15 && b[1] == 0x03) { /* a TLS alert record, in clear */
+            BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                    "bootstrap: rank %d (host %s): the root at %s refused this rank with a TLS "
+                    "alert: TLS is on there and off here (ncclSetEncryption or BRAID_TLS_* "
+                    "alike in every process of the job)",
+                    boot->rank, br_host_name(), root);
+        } else if (errno == ETIMEDOUT) {
             BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
                     "bootstrap: rank %d: the root at %s did not answer within %d s", boot->rank,
                     root, br_boot_timeout_s() + (int)(BR_BOOT_ANSWER_GRACE_NS / 1000000000ull));

@@ -90,6 +90,12 @@ void br_comm_set_stage_runner(br_cuda_stage_run_fn fn);
  * first things a program calls, as NCCL does at its own init. */
 ncclResult_t br_comm_env_init(void);
 
+/* TLS on Braid's own connections (comm_tls.c): ncclSetEncryption's key (on 0: off), and
+ * the BRAID_TLS_* parameters (read once, by br_comm_env_init, unless ncclSetEncryption
+ * was called). Both fail with a WARN on a key or file that does not do. */
+ncclResult_t br_comm_tls_set(int on, const char *psk);
+ncclResult_t br_comm_tls_env(void);
+
 /* Create this rank's communicator (collective over all ranks). */
 ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id, int rank,
                           const ncclConfig_t *config);

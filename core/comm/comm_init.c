@@ -478,7 +478,8 @@ static void log_phases(int rank, uint64_t t0, const uint64_t *t)
 
 ncclResult_t br_comm_env_init(void)
 {
-    return br_plugin_env_open(BR_PARAM_STR(ENV_PLUGIN));
+    BR_CHECK(br_plugin_env_open(BR_PARAM_STR(ENV_PLUGIN)));
+    return br_comm_tls_env();
 }
 
 ncclResult_t br_comm_arena_setup(ncclComm_t comm)

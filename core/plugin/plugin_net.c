@@ -18,10 +18,12 @@
 #include <string.h>
 #include <strings.h>
 
+#include "br_tls.h"
 #include "check.h"
 #include "param.h"
 #include "plugin_int.h"
 #include "util.h"
+#include "util_socket.h"
 
 typedef struct {
     int version;
@@ -340,6 +342,28 @@ static ncclResult_t net_pick_device(br_net_t *net, char *why, size_t why_len)
 }
 
 /* Try one opened library. On success *net_p holds it (and the library reference). */
+/* A plugin that encrypts its own sockets (Braid's socket plugin exports
+ * braidNetTlsConfigure) takes the process's TLS configuration (ncclSetEncryption), off
+ * included, before its init; others open no TCP connection of Braid's own. */
+static ncclResult_t net_tls_pass(br_plugin_lib_t *lib, char *why, size_t len)
+{
+    const br_socket_tls_t *tls = br_socket_tls();
+    br_tls_plugin_fn_t fn = (br_tls_plugin_fn_t)br_plugin_lib_sym(lib, BR_TLS_PLUGIN_SYMBOL);
+    br_tls_config_t cfg;
+
+    if (fn == NULL) {
+        return ncclSuccess;
+    }
+    memset(&cfg, 0, sizeof(cfg)); /* BR_TLS_OFF */
+    if (tls != NULL && tls->config(&cfg, sizeof(cfg)) != 0) {
+        snprintf(why, len, "internal error: no TLS configuration to hand over");
+        return ncclInternalError;
+    }
+    int ret = fn(&cfg, sizeof(cfg), why, len);
+    memset(&cfg, 0, sizeof(cfg));
+    return ret == 0 ? ncclSuccess : ncclInvalidUsage;
+}
+
 static ncclResult_t net_try_lib(net_walk_t *w, br_plugin_lib_t *lib, br_net_t **net_p)
 {
     const br_net_request_t *req = w->req;
@@ -381,6 +405,10 @@ static ncclResult_t net_try_lib(net_walk_t *w, br_plugin_lib_t *lib, br_net_t **
     snprintf(net->name, sizeof(net->name), "%s", name);
     snprintf(net->path, sizeof(net->path), "%.255s", lib->path);
 
+    if (net_tls_pass(lib, why, sizeof(why)) != ncclSuccess) {
+        net_skip(w, 1, lib->path, why);
+        goto err_free;
+    }
     char before[2048], reason[200]; /* the plugin's own reason, should init fail */
     snprintf(before, sizeof(before), "%s", br_log_last_error());
     res = probe->adapter->init(net, st, req, why, sizeof(why));

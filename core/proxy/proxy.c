@@ -29,6 +29,7 @@
 
 #include "proxy_int.h"
 #include "util.h"
+#include "util_socket.h"
 
 /* A send connection failed for good: the first such failure is the proxy's error. */
 void br_proxy_fail_send(br_proxy_t *proxy, br_net_conn_t *nc, ncclResult_t res, const char *what)
@@ -776,10 +777,7 @@ static void close_conn(br_proxy_t *proxy, br_net_conn_t *nc, int flush)
     }
     events_stop(proxy, nc);
     br_proxy_comm_close(proxy, nc);
-    if (nc->ack_fd >= 0) {
-        close(nc->ack_fd);
-        nc->ack_fd = -1;
-    }
+    br_socket_close(&nc->ack_fd); /* its TLS session too */
 }
 
 void br_proxy_comm_close(br_proxy_t *proxy, br_net_conn_t *nc)

@@ -173,8 +173,7 @@ static void ack_socket_lost(br_proxy_t *proxy, br_net_conn_t *nc, const char *wh
             "rank %d: the acknowledgement socket of the %s rank %d %s (%s); acknowledgements "
             "go through the bootstrap from here on",
             proxy->rank, nc->is_send ? "send to" : "receive from", nc->peer, what, strerror(errno));
-    close(nc->ack_fd);
-    nc->ack_fd = -1;
+    br_socket_close(&nc->ack_fd);
 }
 
 void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
@@ -199,7 +198,7 @@ void br_proxy_link_ack(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
         }
     }
     if (nc->ack_fd >= 0) {
-        ssize_t n = send(nc->ack_fd, &count, sizeof(count), MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n = br_socket_send_nb(nc->ack_fd, &count, sizeof(count));
         if (n == (ssize_t)sizeof(count)) {
             nc->ack_sent = count;
             nc->rx_unkept = 0;
@@ -272,7 +271,7 @@ void br_proxy_link_read_acks(br_proxy_t *proxy, br_net_conn_t *nc, int idle)
         nc->ack_read_ns = now;
     }
     for (;;) {
-        ssize_t n = recv(nc->ack_fd, buf, sizeof(buf), MSG_DONTWAIT);
+        ssize_t n = br_socket_recv_nb(nc->ack_fd, buf, sizeof(buf));
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
             ack_socket_lost(proxy, nc, n == 0 ? "was closed by the receiver" : "failed");
             break;

@@ -28,6 +28,9 @@ typedef struct {
      * says the token; -1 when unused. */
     int ack_listen, ack_fd;
     uint64_t ack_token;
+    int ack_tls;    /* ack_fd's TLS handshake is under way (ncclSetEncryption) */
+    int first_done; /* the first message completed */
+    char ack_peer[BR_SOCKET_ADDR_STRLEN]; /* the other end, for messages */
     void *mhandle;                        /* the FIFO's registration, once comm is up */
     void *req;                            /* the first message, while in flight */
     uint64_t userbuf;                     /* br_net_conn_t.userbuf: the sender decides and
@@ -134,9 +137,18 @@ static ncclResult_t ack_connect(br_transport_comm_t *tc, br_conn_t *conn, net_se
     if (!br_socket_addr_is_valid(&blob->ack_addr)) {
         return ncclSuccess; /* the receiver does not acknowledge */
     }
-    res = br_socket_connect_once(&blob->ack_addr, deadline, &ns->ack_fd);
+    /* With TLS the handshake moves in net_complete's polls (ack_secure), as the receiver's
+     * does: both ends of a ring of ranks attach before either accepts. The token follows. */
+    res = br_socket_connect_plain(&blob->ack_addr, deadline, &ns->ack_fd);
+    br_socket_addr_str(&blob->ack_addr, ns->ack_peer, sizeof(ns->ack_peer));
+    ns->ack_token = blob->ack_token;
     if (res == ncclSuccess) {
-        res = br_socket_send_all(ns->ack_fd, &blob->ack_token, sizeof(blob->ack_token), deadline);
+        int t = br_socket_secure_begin(ns->ack_fd, 0, ns->ack_peer);
+        ns->ack_tls = t > 0;
+        res = t < 0 ? ncclRemoteError
+              : t == 0
+                  ? br_socket_send_all(ns->ack_fd, &ns->ack_token, sizeof(ns->ack_token), deadline)
+                  : ncclSuccess;
     }
     if (res != ncclSuccess) {
         char text[BR_SOCKET_ADDR_STRLEN];
@@ -145,6 +157,27 @@ static ncclResult_t ack_connect(br_transport_comm_t *tc, br_conn_t *conn, net_se
                 br_socket_addr_str(&blob->ack_addr, text, sizeof(text)), strerror(errno));
     }
     return res;
+}
+
+/* Either end: move ack_fd's TLS handshake. Returns 1 once it is done (or there is none);
+ * the sender then writes its token. */
+static int ack_secure(net_setup_t *ns, int server, ncclResult_t *res_p)
+{
+    if (!ns->ack_tls) {
+        return 1;
+    }
+    int r = br_socket_secure_step(ns->ack_fd, server, ns->ack_peer);
+    if (r <= 0) {
+        *res_p = r < 0 ? ncclRemoteError : ncclSuccess;
+        return 0;
+    }
+    ns->ack_tls = 0;
+    if (!server) {
+        *res_p = br_socket_send_all(ns->ack_fd, &ns->ack_token, sizeof(ns->ack_token),
+                                    br_time_ns() + 5000000000ull);
+        return *res_p == ncclSuccess;
+    }
+    return 1;
 }
 
 /* Receiver: take the sender's acknowledgement connection. Returns 1 once it is there (or
@@ -156,6 +189,18 @@ static int ack_accept(br_transport_comm_t *tc, br_conn_t *conn, net_setup_t *ns,
     int fd = -1;
 
     *res_p = ncclSuccess;
+    if (ns->ack_tls) {
+        if (!ack_secure(ns, 1, res_p)) {
+            if (*res_p != ncclSuccess) { /* refused: wait for another */
+                br_socket_close(&ns->ack_fd);
+                *res_p = ncclSuccess;
+            }
+            return 0;
+        }
+        fd = ns->ack_fd;
+        ns->ack_fd = -1;
+        goto token;
+    }
     if (ns->ack_listen < 0) {
         return 1;
     }
@@ -168,13 +213,24 @@ static int ack_accept(br_transport_comm_t *tc, br_conn_t *conn, net_setup_t *ns,
         }
         return 0;
     }
-    /* The sender wrote the token right after connecting. */
+    snprintf(ns->ack_peer, sizeof(ns->ack_peer), "rank %d (host %s)", conn->peer,
+             tc->peers[conn->peer].host);
+    switch (br_socket_secure_begin(fd, 1, ns->ack_peer)) {
+    case 1: /* the handshake goes on in the next calls */
+        ns->ack_fd = fd;
+        ns->ack_tls = 1;
+        return 0;
+    case -1: br_socket_close(&fd); return 0;
+    default: break;
+    }
+token:
+    /* The sender wrote the token right after connecting (with TLS: after the handshake). */
     if (br_socket_recv_all(fd, &token, sizeof(token), br_time_ns() + 5000000000ull) !=
             ncclSuccess ||
         token != ns->ack_token) {
         BR_INFO(NCCL_NET, "rank %d: dropped a connection to the acknowledgement socket for rank "
                 "%d without its token", tc->rank, conn->peer);
-        close(fd);
+        br_socket_close(&fd);
         return 0;
     }
     ns->ack_fd = fd;
@@ -370,10 +426,13 @@ static ncclResult_t net_complete(br_transport_comm_t *tc, br_conn_t *conn, int *
             return res;
         }
     }
-    if (!net_first_message(tc, conn, ns, &res)) {
-        return res;
-    }
-    if (!ack_accept(tc, conn, ns, &res)) {
+    /* The acknowledgement socket and the first message move side by side: with TLS the
+     * sender's handshake needs the receiver's steps, which must not wait for the message. */
+    res = ncclSuccess;
+    int acked = conn->is_send ? ack_secure(ns, 0, &res) : ack_accept(tc, conn, ns, &res);
+    BR_CHECK(res);
+    ns->first_done = ns->first_done || net_first_message(tc, conn, ns, &res);
+    if (!ns->first_done || !acked) {
         return res;
     }
     BR_CHECK(net_hand_over(tc, conn, ns));

@@ -15,6 +15,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -544,6 +545,82 @@ static int connect_once(int fd, const br_socket_addr_t *remote, uint64_t deadlin
     return err;
 }
 
+/* ---- TLS ---- */
+
+static _Atomic(const br_socket_tls_t *) tls_ops;
+
+/* How long an accepted connection has to finish its TLS handshake when the caller gave
+ * no deadline (a listener drained by an event loop). */
+#define TLS_ACCEPT_NS (10ull * 1000000000ull)
+
+void br_socket_set_tls(const br_socket_tls_t *tls)
+{
+    atomic_store(&tls_ops, tls);
+}
+
+const br_socket_tls_t *br_socket_tls(void)
+{
+    return atomic_load(&tls_ops);
+}
+
+static void secure_failed(int server, const char *peer, const char *why)
+{
+    BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP | NCCL_NET,
+            "host %s: %s %s refused: %s (TLS is on here, ncclSetEncryption: the peer has it "
+            "off, or another key or certificate authority)",
+            br_host_name(), server ? "a connection from" : "the connection to", peer, why);
+    errno = EPROTO; /* callers say "TLS" for it */
+}
+
+ncclResult_t br_socket_secure(int fd, int server, uint64_t deadline_ns, const char *peer)
+{
+    const br_socket_tls_t *tls = atomic_load(&tls_ops);
+    char why[320];
+    if (tls == NULL || tls->start(fd, server, deadline_ns, why, sizeof(why)) == 0) {
+        return ncclSuccess;
+    }
+    secure_failed(server, peer, why);
+    return ncclRemoteError;
+}
+
+int br_socket_secure_begin(int fd, int server, const char *peer)
+{
+    const br_socket_tls_t *tls = atomic_load(&tls_ops);
+    char why[320];
+    if (tls == NULL) {
+        return 0;
+    }
+    if (tls->begin(fd, server, why, sizeof(why)) != 0) {
+        secure_failed(server, peer, why);
+        return -1;
+    }
+    return 1;
+}
+
+int br_socket_secure_step(int fd, int server, const char *peer)
+{
+    const br_socket_tls_t *tls = atomic_load(&tls_ops);
+    char why[320];
+    short events = 0;
+    int r = tls != NULL ? tls->step(fd, &events, why, sizeof(why)) : 1;
+    if (r < 0) {
+        secure_failed(server, peer, why);
+    }
+    return r;
+}
+
+ssize_t br_socket_send_nb(int fd, const void *buf, size_t len)
+{
+    const br_socket_tls_t *tls = atomic_load(&tls_ops);
+    return tls != NULL ? tls->send(fd, buf, len) : send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+ssize_t br_socket_recv_nb(int fd, void *buf, size_t len)
+{
+    const br_socket_tls_t *tls = atomic_load(&tls_ops);
+    return tls != NULL ? tls->recv(fd, buf, len) : recv(fd, buf, len, MSG_DONTWAIT);
+}
+
 static int connect_retryable(int err)
 {
     return err == ECONNREFUSED || err == ECONNRESET || err == ECONNABORTED || err == EHOSTUNREACH ||
@@ -553,7 +630,7 @@ static int connect_retryable(int err)
 /* Connect, retrying refusals and timeouts with growing pauses when retry is set; with
  * refused_ns, refusals in a row for that long end it early. */
 static ncclResult_t connect_impl(const br_socket_addr_t *remote, uint64_t deadline_ns, int retry,
-                                 uint64_t refused_ns, int *fd_p)
+                                 uint64_t refused_ns, int secure, int *fd_p)
 {
     uint64_t pause_ms = 5, refused_since = 0;
 
@@ -567,7 +644,15 @@ static ncclResult_t connect_impl(const br_socket_addr_t *remote, uint64_t deadli
         }
         err = connect_once(fd, remote, deadline_ns);
         if (err == 0) {
+            char text[BR_SOCKET_ADDR_STRLEN];
             set_nodelay(fd);
+            if (secure &&
+                br_socket_secure(fd, 0, deadline_ns,
+                                 br_socket_addr_str(remote, text, sizeof(text))) != ncclSuccess) {
+                close(fd);
+                errno = EPROTO;
+                return ncclRemoteError;
+            }
             *fd_p = fd;
             return ncclSuccess;
         }
@@ -587,18 +672,24 @@ static ncclResult_t connect_impl(const br_socket_addr_t *remote, uint64_t deadli
 
 ncclResult_t br_socket_connect(const br_socket_addr_t *remote, uint64_t deadline_ns, int *fd_p)
 {
-    return connect_impl(remote, deadline_ns, 1, 0, fd_p);
+    return connect_impl(remote, deadline_ns, 1, 0, 1, fd_p);
 }
 
 ncclResult_t br_socket_connect_up(const br_socket_addr_t *remote, uint64_t deadline_ns,
                                   uint64_t refused_ns, int *fd_p)
 {
-    return connect_impl(remote, deadline_ns, 1, refused_ns, fd_p);
+    return connect_impl(remote, deadline_ns, 1, refused_ns, 1, fd_p);
 }
 
 ncclResult_t br_socket_connect_once(const br_socket_addr_t *remote, uint64_t deadline_ns, int *fd_p)
 {
-    return connect_impl(remote, deadline_ns, 0, 0, fd_p);
+    return connect_impl(remote, deadline_ns, 0, 0, 1, fd_p);
+}
+
+ncclResult_t br_socket_connect_plain(const br_socket_addr_t *remote, uint64_t deadline_ns,
+                                     int *fd_p)
+{
+    return connect_impl(remote, deadline_ns, 0, 0, 0, fd_p);
 }
 
 ncclResult_t br_socket_accept(int listen_fd, uint64_t deadline_ns, int *fd_p,
@@ -612,7 +703,15 @@ ncclResult_t br_socket_accept(int listen_fd, uint64_t deadline_ns, int *fd_p,
         memset(&peer, 0, sizeof(peer));
         fd = accept4(listen_fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
+            char text[BR_SOCKET_ADDR_STRLEN];
+            uint64_t until = br_time_ns() + TLS_ACCEPT_NS;
             set_nodelay(fd);
+            if (br_socket_secure(fd, 1,
+                                 deadline_ns > 0 && deadline_ns < until ? deadline_ns : until,
+                                 br_socket_addr_str(&peer, text, sizeof(text))) != ncclSuccess) {
+                close(fd); /* refused: wait for the next */
+                continue;
+            }
             if (peer_p != NULL) {
                 *peer_p = peer;
             }
@@ -655,7 +754,7 @@ ncclResult_t br_socket_send_all(int fd, const void *buf, size_t len, uint64_t de
     size_t off = 0;
 
     while (off < len) {
-        ssize_t n = send(fd, p + off, len - off, MSG_NOSIGNAL);
+        ssize_t n = br_socket_send_nb(fd, p + off, len - off);
         if (n > 0) {
             off += (size_t)n;
             continue;
@@ -678,7 +777,7 @@ ncclResult_t br_socket_send_all(int fd, const void *buf, size_t len, uint64_t de
 ncclResult_t br_socket_recv_some(int fd, void *buf, size_t len, size_t *got_p)
 {
     for (;;) {
-        ssize_t n = recv(fd, buf, len, 0);
+        ssize_t n = br_socket_recv_nb(fd, buf, len);
         if (n > 0) {
             *got_p = (size_t)n;
             return ncclSuccess;
@@ -721,6 +820,10 @@ ncclResult_t br_socket_recv_all(int fd, void *buf, size_t len, uint64_t deadline
 void br_socket_close(int *fd)
 {
     if (*fd >= 0) {
+        const br_socket_tls_t *tls = atomic_load(&tls_ops);
+        if (tls != NULL) {
+            tls->end(*fd);
+        }
         /* Linux releases the descriptor even when close reports EINTR: never retry. */
         (void)close(*fd);
         *fd = -1;

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "nccl.h"
 
@@ -98,6 +99,42 @@ ncclResult_t br_socket_recv_some(int fd, void *buf, size_t len, size_t *got_p);
 
 /* Close fd when it is not negative, then set it to -1. */
 void br_socket_close(int *fd);
+
+/*
+ * TLS on every connection these functions make and accept (ncclSetEncryption): the layer
+ * that configures it (core/comm/comm_tls.c, over plugins/common/br_tls.h) installs its
+ * functions here; NULL, the default, is plain TCP. A connection is encrypted from its first
+ * byte: connect and accept finish the handshake before they return, and a peer that fails
+ * it (no TLS, another key or certificate authority) is refused with a WARN saying so.
+ */
+typedef struct {
+    int (*start)(int fd, int server, uint64_t deadline_ns, char *err, size_t errlen);
+    ssize_t (*send)(int fd, const void *buf, size_t len); /* as send(MSG_DONTWAIT) */
+    ssize_t (*recv)(int fd, void *buf, size_t len);       /* as recv(MSG_DONTWAIT) */
+    void (*end)(int fd);
+    int (*config)(void *cfg, size_t size); /* copy the br_tls_config_t in force */
+    int (*begin)(int fd, int server, char *err, size_t errlen);
+    int (*step)(int fd, short *events_p, char *err, size_t errlen);
+} br_socket_tls_t;
+void br_socket_set_tls(const br_socket_tls_t *tls);
+/* The functions installed, or NULL. */
+const br_socket_tls_t *br_socket_tls(void);
+/* TLS (as server or client) on a socket made some other way (accept4 of a side link);
+ * bounded by deadline_ns; peer names the other end for the WARN. */
+ncclResult_t br_socket_secure(int fd, int server, uint64_t deadline_ns, const char *peer);
+/* The same without blocking, for setup loops that poll: begin returns 0 when TLS is off
+ * (nothing to do), 1 when the handshake started, -1 on failure; step then returns 1 once
+ * it is done, 0 to call again, -1 on failure (a WARN naming peer, as above). */
+int br_socket_secure_begin(int fd, int server, const char *peer);
+int br_socket_secure_step(int fd, int server, const char *peer);
+/* One connect attempt (as br_socket_connect_once) without TLS: the caller secures the
+ * socket itself with the calls above. */
+ncclResult_t br_socket_connect_plain(const br_socket_addr_t *remote, uint64_t deadline_ns,
+                                     int *fd_p);
+/* One non-blocking send / recv through TLS when the socket has it: as send(MSG_DONTWAIT |
+ * MSG_NOSIGNAL) and recv(MSG_DONTWAIT). */
+ssize_t br_socket_send_nb(int fd, const void *buf, size_t len);
+ssize_t br_socket_recv_nb(int fd, void *buf, size_t len);
 
 /* Milliseconds from now until deadline_ns, for poll(): 0 when past, -1 for no deadline,
  * capped at cap_ms when cap_ms >= 0. */

@@ -18,7 +18,9 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
+#include "br_tls.h"
 #include "netsock_handle.h"
 #include "plugin_api/net/net.h"
 
@@ -163,5 +165,15 @@ ncclResult_t netsock_accept(void *listen_comm, void **recv_comm);
 ncclResult_t netsock_close_listen(void *listen_comm);
 /* Set the options every socket of a connection gets (non-blocking, TCP_NODELAY, buffers). */
 ncclResult_t netsock_socket_setup(int fd);
+
+/* The plugin's TLS entry (BR_TLS_PLUGIN_SYMBOL, br_tls.h): exported beside the tables. */
+int braidNetTlsConfigure(const br_tls_config_t *cfg, size_t size, char *err, size_t errlen);
+
+/* Close a socket of the plugin's, with its TLS session when it has one. */
+static inline void netsock_fd_close(int fd)
+{
+    br_tls_end(fd);
+    (void)close(fd);
+}
 
 #endif /* NETSOCK_H_ */

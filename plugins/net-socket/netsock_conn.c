@@ -41,11 +41,13 @@
 #define MAX_PENDING 4096         /* sockets accepted but not yet identified */
 #define MIN_CHUNK_FLOOR 4096
 
-enum { ST_CONNECTING, ST_HELLO, ST_READY };
+/* A connecting socket: TCP connect, TLS handshake (ncclSetEncryption), hello, done. */
+enum { ST_CONNECTING, ST_TLS, ST_HELLO, ST_READY };
 
 /* A socket accepted by a listener whose hello is not complete yet. */
 typedef struct {
     int fd;
+    int tls; /* its TLS handshake is under way */
     size_t off;
     netsock_hello_t hello;
     char peer[NETSOCK_ADDR_STRLEN];
@@ -251,7 +253,7 @@ ncclResult_t netsock_listen(int dev, void *handle, void **listen_comm)
     return ncclSuccess;
 
 err_close:
-    close(lc->fd);
+    netsock_fd_close(lc->fd);
 err_free:
     free(lc);
     return res;
@@ -279,10 +281,30 @@ static void connector_free(connector_t *c)
 {
     for (int i = 0; i < c->nfds; i++) {
         if (c->fds[i] >= 0) {
-            close(c->fds[i]);
+            netsock_fd_close(c->fds[i]);
         }
     }
     free(c);
+}
+
+static const char *const tls_hint =
+    "TLS is on here (ncclSetEncryption): the peer has it off, or another key or certificate "
+    "authority";
+
+/* Socket i's TCP connect is done: next its TLS handshake, when TLS is on, else its hello. */
+static ncclResult_t connector_connected(connector_t *c, int i)
+{
+    char why[320];
+    c->stage[i] = ST_HELLO;
+    if (br_tls_mode() == BR_TLS_OFF) {
+        return ncclSuccess;
+    }
+    if (br_tls_begin(c->fds[i], 0, why, sizeof(why)) != 0) {
+        BR_WARN(NCCL_NET, "connection to %s refused: %s (%s)", c->peer, why, tls_hint);
+        return ncclRemoteError;
+    }
+    c->stage[i] = ST_TLS;
+    return ncclSuccess;
 }
 
 static ncclResult_t connector_new(const void *handle, const netsock_handle_t *h, connector_t **c_p)
@@ -307,7 +329,7 @@ static ncclResult_t connector_new(const void *handle, const netsock_handle_t *h,
         c->fds[i] = fd;
         BR_CHECK_GOTO(netsock_socket_setup(fd), res, err_free);
         if (connect(fd, &h->addr.sa, netsock_addr_len(&h->addr)) == 0) {
-            c->stage[i] = ST_HELLO;
+            BR_CHECK_GOTO(connector_connected(c, i), res, err_free);
         } else if (errno == EINPROGRESS || errno == EINTR) {
             c->stage[i] = ST_CONNECTING;
         } else {
@@ -350,7 +372,7 @@ static ncclResult_t connector_poll_connects(connector_t *c)
             BR_WARN(NCCL_NET, "connect to %s failed: %s", c->peer, strerror(err ? err : errno));
             return ncclRemoteError;
         }
-        c->stage[idx[k]] = ST_HELLO;
+        BR_CHECK(connector_connected(c, idx[k]));
     }
     return ncclSuccess;
 }
@@ -369,9 +391,19 @@ static ncclResult_t connector_progress(connector_t *c, int *ready_p)
                                  .nsocks = c->h.nsocks,
                                  .secret = c->h.secret,
                                  .nonce = c->nonce};
+        if (c->stage[i] == ST_TLS) {
+            char why[320];
+            short events;
+            int r = br_tls_step(c->fds[i], &events, why, sizeof(why));
+            if (r < 0) {
+                BR_WARN(NCCL_NET, "connection to %s refused: %s (%s)", c->peer, why, tls_hint);
+                return ncclRemoteError;
+            }
+            c->stage[i] = r > 0 ? ST_HELLO : ST_TLS;
+        }
         while (c->stage[i] == ST_HELLO) {
-            n = send(c->fds[i], (char *)&hello + c->hello_off[i], sizeof(hello) - c->hello_off[i],
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
+            n = br_tls_send(c->fds[i], (char *)&hello + c->hello_off[i],
+                            sizeof(hello) - c->hello_off[i]);
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
                 break;
             }
@@ -388,8 +420,7 @@ static ncclResult_t connector_progress(connector_t *c, int *ready_p)
         ready += c->stage[i] == ST_READY;
     }
     while (ready == c->nfds && c->ack_off < sizeof(c->ack)) {
-        n = recv(c->fds[0], (char *)&c->ack + c->ack_off, sizeof(c->ack) - c->ack_off,
-                 MSG_DONTWAIT);
+        n = br_tls_recv(c->fds[0], (char *)&c->ack + c->ack_off, sizeof(c->ack) - c->ack_off);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             break;
         }
@@ -473,7 +504,7 @@ ncclResult_t netsock_connect(int dev, void *handle, void **send_comm)
 
 static void pending_drop(listen_comm_t *lc, int i)
 {
-    close(lc->pend[i].fd);
+    netsock_fd_close(lc->pend[i].fd);
     lc->pend[i] = lc->pend[--lc->npend];
 }
 
@@ -481,7 +512,7 @@ static void group_free(group_t *g)
 {
     for (int i = 0; i < NETSOCK_MAX_SOCKS + 1; i++) {
         if (g->fds[i] >= 0) {
-            close(g->fds[i]);
+            netsock_fd_close(g->fds[i]);
         }
     }
 }
@@ -507,23 +538,34 @@ static ncclResult_t accept_new(listen_comm_t *lc)
         if (lc->npend == MAX_PENDING || netsock_socket_setup(fd) != ncclSuccess) {
             BR_WARN(NCCL_NET, "listener %s: dropping a connection (%d unidentified)", lc->addr,
                     lc->npend);
-            close(fd);
+            netsock_fd_close(fd);
             continue;
         }
         if (lc->npend == lc->cap_pend) {
             int cap = lc->cap_pend ? 2 * lc->cap_pend : 16;
             pending_t *p = realloc(lc->pend, (size_t)cap * sizeof(*p));
             if (p == NULL) {
-                close(fd);
+                netsock_fd_close(fd);
                 BR_WARN(NCCL_NET, "out of memory accepting a connection");
                 return ncclSystemError;
             }
             lc->pend = p;
             lc->cap_pend = cap;
         }
-        memset(&lc->pend[lc->npend], 0, sizeof(pending_t));
-        lc->pend[lc->npend].fd = fd;
-        netsock_addr_str(&peer.sa, lc->pend[lc->npend].peer, sizeof(lc->pend[0].peer));
+        pending_t *pn = &lc->pend[lc->npend];
+        char why[320];
+        memset(pn, 0, sizeof(pending_t));
+        pn->fd = fd;
+        netsock_addr_str(&peer.sa, pn->peer, sizeof(pn->peer));
+        if (br_tls_mode() != BR_TLS_OFF) {
+            if (br_tls_begin(fd, 1, why, sizeof(why)) != 0) {
+                BR_WARN(NCCL_NET, "listener %s: refused %s: %s (%s)", lc->addr, pn->peer, why,
+                        tls_hint);
+                netsock_fd_close(fd);
+                continue;
+            }
+            pn->tls = 1;
+        }
         lc->npend++;
     }
 }
@@ -569,7 +611,7 @@ static ncclResult_t group_add(listen_comm_t *lc, const pending_t *p)
     if (g->fds[p->hello.index] >= 0) {
         BR_WARN(NCCL_NET, "listener %s: dropping a duplicate socket %u from %s", lc->addr,
                 p->hello.index, p->peer);
-        close(p->fd);
+        netsock_fd_close(p->fd);
         return ncclSuccess;
     }
     g->fds[p->hello.index] = p->fd;
@@ -585,9 +627,24 @@ static ncclResult_t accept_hellos(listen_comm_t *lc)
 {
     for (int i = 0; i < lc->npend;) {
         pending_t *p = &lc->pend[i];
-        ssize_t n =
-            recv(p->fd, (char *)&p->hello + p->off, sizeof(p->hello) - p->off, MSG_DONTWAIT);
         const char *why;
+        if (p->tls) {
+            char text[320];
+            short events;
+            int r = br_tls_step(p->fd, &events, text, sizeof(text));
+            if (r < 0) {
+                BR_WARN(NCCL_NET, "listener %s: refused %s: %s (%s)", lc->addr, p->peer, text,
+                        tls_hint);
+                pending_drop(lc, i);
+                continue;
+            }
+            if (r == 0) {
+                i++;
+                continue;
+            }
+            p->tls = 0;
+        }
+        ssize_t n = br_tls_recv(p->fd, (char *)&p->hello + p->off, sizeof(p->hello) - p->off);
 
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
             i++;
@@ -635,8 +692,7 @@ ncclResult_t netsock_accept(void *listen_comm, void **recv_comm)
         if (g->count != lc->h.nsocks + 1) {
             continue;
         }
-        n = send(g->fds[0], (char *)&ack + g->ack_off, sizeof(ack) - g->ack_off,
-                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        n = br_tls_send(g->fds[0], (char *)&ack + g->ack_off, sizeof(ack) - g->ack_off);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
             continue;
         }
@@ -671,12 +727,12 @@ ncclResult_t netsock_close_listen(void *listen_comm)
         return ncclInternalError;
     }
     for (int i = 0; i < lc->npend; i++) {
-        close(lc->pend[i].fd);
+        netsock_fd_close(lc->pend[i].fd);
     }
     for (int i = 0; i < lc->ngroups; i++) {
         group_free(&lc->groups[i]);
     }
-    close(lc->fd);
+    netsock_fd_close(lc->fd);
     lc->magic = 0;
     free(lc->pend);
     free(lc->groups);

@@ -66,7 +66,7 @@ ncclResult_t netsock_comm_create(int is_send, const netsock_handle_t *h, int *fd
         (h->nsocks > 0 && (comm->socks = calloc(h->nsocks, sizeof(*comm->socks))) == NULL)) {
         BR_WARN(NCCL_NET, "out of memory for a socket comm");
         for (int i = 0; i <= h->nsocks; i++) {
-            close(fds[i]);
+            netsock_fd_close(fds[i]);
         }
         free(comm);
         return ncclSystemError;
@@ -108,9 +108,9 @@ ncclResult_t netsock_comm_close(netsock_comm_t *comm)
     /* Helpers go first: they may still be writing into requests. */
     netsock_threads_stop(comm);
     for (int i = 0; i < comm->nsocks; i++) {
-        close(comm->socks[i].fd);
+        netsock_fd_close(comm->socks[i].fd);
     }
-    close(comm->ctrl_fd);
+    netsock_fd_close(comm->ctrl_fd);
     comm->magic = 0;
     free(comm->socks);
     free(comm->threads);
@@ -170,7 +170,10 @@ static void progress_send(netsock_comm_t *comm)
             iov[msg.msg_iovlen].iov_base = req->data + done;
             iov[msg.msg_iovlen++].iov_len = req->size - done;
         }
-        n = sendmsg(comm->ctrl_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        /* A TLS session takes one buffer at a time: the header, then the inline data. */
+        n = br_tls_is_on(comm->ctrl_fd)
+                ? br_tls_send(comm->ctrl_fd, iov[0].iov_base, iov[0].iov_len)
+                : sendmsg(comm->ctrl_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (would_block()) {
                 return;
@@ -200,7 +203,7 @@ static int stage_fill(netsock_comm_t *comm)
         comm->stage_tail = used;
     }
     do {
-        n = recv(comm->ctrl_fd, comm->stage + used, NETSOCK_STAGE - used, MSG_DONTWAIT);
+        n = br_tls_recv(comm->ctrl_fd, comm->stage + used, NETSOCK_STAGE - used);
     } while (n < 0 && errno == EINTR);
     if (n > 0) {
         comm->stage_tail += (size_t)n;
@@ -271,8 +274,7 @@ static void progress_recv(netsock_comm_t *comm)
         comm->stage_head += take;
         req->off += take;
         while (req->off < req->nbytes) {
-            ssize_t n =
-                recv(comm->ctrl_fd, req->data + req->off, req->nbytes - req->off, MSG_DONTWAIT);
+            ssize_t n = br_tls_recv(comm->ctrl_fd, req->data + req->off, req->nbytes - req->off);
             if (n > 0) {
                 req->off += (size_t)n;
             } else if (n == 0 || (!would_block() && errno != EINTR)) {

@@ -6,6 +6,7 @@
  * the properties struct, so each member is a thin wrapper around one shared function.
  * Host memory only: regMr refuses GPU memory and iflush has nothing to do.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -329,6 +330,19 @@ static ncclResult_t netsock_close_send(void *send_comm)
 static ncclResult_t netsock_close_recv(void *recv_comm)
 {
     return netsock_comm_close(recv_comm);
+}
+
+/* Braid's core hands over its TLS configuration (ncclSetEncryption) before init; under
+ * another core, connections stay plain. Connections made from then on use it. */
+__attribute__((visibility("default"))) int
+braidNetTlsConfigure(const br_tls_config_t *cfg, size_t size, char *err, size_t errlen)
+{
+    if (cfg == NULL || size != sizeof(*cfg)) {
+        snprintf(err, errlen, "socket plugin: a TLS configuration of %zu bytes, not %zu", size,
+                 sizeof(*cfg));
+        return -1;
+    }
+    return br_tls_configure(cfg, err, errlen);
 }
 
 __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {

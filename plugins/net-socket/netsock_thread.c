@@ -69,10 +69,9 @@ static int sock_progress(netsock_comm_t *comm, netsock_sock_t *sock, int s)
         }
         netsock_task_t *task = &sock->tasks[head & TASK_MASK];
         while (task->off < task->len) {
-            ssize_t n = comm->is_send ? send(sock->fd, task->data + task->off,
-                                             task->len - task->off, MSG_NOSIGNAL | MSG_DONTWAIT)
-                                      : recv(sock->fd, task->data + task->off,
-                                             task->len - task->off, MSG_DONTWAIT);
+            ssize_t n = comm->is_send
+                            ? br_tls_send(sock->fd, task->data + task->off, task->len - task->off)
+                            : br_tls_recv(sock->fd, task->data + task->off, task->len - task->off);
             if (n > 0) {
                 task->off += (size_t)n;
                 continue;

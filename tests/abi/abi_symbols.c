@@ -27,12 +27,17 @@ static const struct {
 const abi_plugin_t abi_plugins[] = {
     {"libnccl-net-socket.so",
      {"ncclNetPlugin_v12", "ncclNetPlugin_v11", "ncclNetPlugin_v10"},
-     NULL},
-    {"libnccl-net-ofi.so", {"ncclNetPlugin_v12", "ncclNetPlugin_v11", "ncclNetPlugin_v10"}, NULL},
+     NULL,
+     {"braidNetTlsConfigure"}},
+    {"libnccl-net-ofi.so",
+     {"ncclNetPlugin_v12", "ncclNetPlugin_v11", "ncclNetPlugin_v10"},
+     NULL,
+     {NULL}},
     {"libnccl-tuner-default.so",
      {"ncclTunerPlugin_v7", "ncclTunerPlugin_v6", "ncclTunerPlugin_v5"},
-     "Braid default"},
-    {"libnccl-profiler-braid.so", {"ncclProfiler_v6", "ncclProfiler_v5"}, "Braid trace"},
+     "Braid default",
+     {NULL}},
+    {"libnccl-profiler-braid.so", {"ncclProfiler_v6", "ncclProfiler_v5"}, "Braid trace", {NULL}},
 };
 const int abi_nplugins = (int)(sizeof(abi_plugins) / sizeof(abi_plugins[0]));
 
@@ -104,6 +109,18 @@ static int check_dynsym(const abi_plugin_t *plugin, const char *buf, size_t len,
             int bind = ELF64_ST_BIND(sym[i].st_info);
             const char *name = strtab + sym[i].st_name;
             if (sym[i].st_shndx == SHN_UNDEF || (bind != STB_GLOBAL && bind != STB_WEAK)) {
+                continue;
+            }
+            int fn = 0;
+            for (int k = 0; k < 2 && plugin->functions[k] != NULL; k++) {
+                fn |= strcmp(plugin->functions[k], name) == 0;
+            }
+            if (fn) {
+                if (ELF64_ST_TYPE(sym[i].st_info) != STT_FUNC) {
+                    off += (size_t)snprintf(err + off, off < errlen ? errlen - off : 0,
+                                            "'%s' is not a function; ", name);
+                    problems++;
+                }
                 continue;
             }
             if (!is_expected(plugin, name)) {

@@ -11,6 +11,8 @@ typedef struct {
     const char *file;                     /* library file name under <build>/lib */
     const char *symbols[ABI_MAX_SYMBOLS]; /* exactly these are exported (NULL-ended) */
     const char *name;                     /* the tables' name string, or NULL: any */
+    const char *functions[2]; /* Braid's own entries it exports as well (functions, NULL-ended):
+                               * the socket plugin's braidNetTlsConfigure */
 } abi_plugin_t;
 
 extern const abi_plugin_t abi_plugins[];
