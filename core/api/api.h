@@ -75,4 +75,31 @@ ncclResult_t pncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int ls
                                       void **outPtr);
 ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr);
 
+/* The device API's teams and resource requirements (nccl_device/core.h, lsa_barrier.h,
+ * gin_barrier.h, ll_a2a.h, NCCL 2.29-2.32; api_comm.c). A team is nRanks ranks, this one
+ * at `rank`, `stride` apart in the communicator; NCCL's ncclTeam_t has this layout and is
+ * passed and returned by value. Braid has no load/store-accessible peers (no device API):
+ * its LSA team is the rank alone, its rail team the whole communicator. */
+typedef struct {
+    int nRanks, rank, stride;
+} br_team_t;
+struct ncclLsaBarrierHandle;
+struct ncclGinBarrierHandle;
+struct ncclLLA2AHandle;
+struct ncclDevResourceRequirements;
+br_team_t pncclTeamWorld(ncclComm_t comm);
+br_team_t pncclTeamLsa(ncclComm_t comm);
+br_team_t pncclTeamRail(ncclComm_t comm);
+int pncclTeamRankToWorld(ncclComm_t comm, br_team_t team, int rank);
+int pncclTeamRankToLsa(ncclComm_t comm, br_team_t team, int rank);
+int pncclLLA2ACalcSlots(int maxElts, int maxEltSize);
+ncclResult_t pncclLLA2ACreateRequirement(int nBlocks, int nSlots, struct ncclLLA2AHandle *outHandle,
+                                         struct ncclDevResourceRequirements *outReq);
+ncclResult_t pncclLsaBarrierCreateRequirement(br_team_t team, int nBarriers,
+                                              struct ncclLsaBarrierHandle *outHandle,
+                                              struct ncclDevResourceRequirements *outReq);
+ncclResult_t pncclGinBarrierCreateRequirement(ncclComm_t comm, br_team_t team, int nBarriers,
+                                              struct ncclGinBarrierHandle *outHandle,
+                                              struct ncclDevResourceRequirements *outReq);
+
 #endif /* BR_API_H_ */

@@ -434,11 +434,111 @@ BR_API(ncclResult_t, ncclCommQueryProperties, (ncclComm_t comm, struct ncclCommP
     PROP_SET(deviceApiSupport, 0); /* no ncclDevComm: the device API is not implemented */
     PROP_SET(multimemSupport, 0);
     PROP_SET(ginType, 0);
-    PROP_SET(nLsaTeams, 1);
+    PROP_SET(nLsaTeams, comm->nranks); /* LSA teams of one rank each (ncclTeamLsa) */
     PROP_SET(hostRmaSupport, 1); /* ncclPutSignal & co. on host windows */
     PROP_SET(railedGinType, 0);
 #undef PROP_SET
     return ncclSuccess;
+}
+
+/* Teams (NCCL's host forms of ncclTeamWorld & co.): arithmetic over what Braid has. A
+ * handle that is not a live communicator gets a WARN and an empty team, or -1. */
+static int team_comm_ok(ncclComm_t comm, const char *fn)
+{
+    br_api_enter(comm);
+    return br_api_check_comm(comm, fn) == ncclSuccess;
+}
+
+BR_API(br_team_t, ncclTeamWorld, (ncclComm_t comm))
+{
+    br_team_t t = {0, 0, 0};
+    if (team_comm_ok(comm, "ncclTeamWorld")) {
+        t = (br_team_t){comm->nranks, comm->rank, 1};
+    }
+    return t;
+}
+
+BR_API(br_team_t, ncclTeamLsa, (ncclComm_t comm))
+{
+    br_team_t t = {0, 0, 0};
+    if (team_comm_ok(comm, "ncclTeamLsa")) {
+        t = (br_team_t){1, 0, 1}; /* no peer is load/store accessible (no device API) */
+    }
+    return t;
+}
+
+BR_API(br_team_t, ncclTeamRail, (ncclComm_t comm))
+{
+    br_team_t t = {0, 0, 0};
+    if (team_comm_ok(comm, "ncclTeamRail")) {
+        t = (br_team_t){comm->nranks, comm->rank, 1}; /* LSA teams of one rank each */
+    }
+    return t;
+}
+
+BR_API(int, ncclTeamRankToWorld, (ncclComm_t comm, br_team_t team, int rank))
+{
+    return team_comm_ok(comm, "ncclTeamRankToWorld") ? comm->rank + (rank - team.rank) * team.stride
+                                                     : -1;
+}
+
+BR_API(int, ncclTeamRankToLsa, (ncclComm_t comm, br_team_t team, int rank))
+{
+    /* This rank is rank 0 of its LSA team of one. */
+    return team_comm_ok(comm, "ncclTeamRankToLsa") ? (rank - team.rank) * team.stride : -1;
+}
+
+/* Slots of an LL all-to-all for maxElts elements of maxEltSize bytes: one 8-byte line per
+ * 8 bytes of an element, as NCCL counts them. Braid has no LL all-to-all to size, but the
+ * count is the program's to make. */
+BR_API(int, ncclLLA2ACalcSlots, (int maxElts, int maxEltSize))
+{
+    br_api_enter(NULL);
+    return maxElts * ((maxEltSize + 7) / 8);
+}
+
+/* Resource requirements of the device API's barriers and LL all-to-all: they size memory
+ * for an ncclDevComm, which Braid cannot make (ncclDevCommCreate is refused). */
+static ncclResult_t requirement_refuse(ncclComm_t comm, const char *fn)
+{
+    br_api_enter(comm);
+    return br_api_refuse(comm, fn, "NCCL's device API (ncclDevComm, whose resources this sizes)");
+}
+
+BR_API(ncclResult_t, ncclLLA2ACreateRequirement,
+       (int nBlocks, int nSlots, struct ncclLLA2AHandle *outHandle,
+        struct ncclDevResourceRequirements *outReq))
+{
+    (void)nBlocks;
+    (void)nSlots;
+    (void)outHandle;
+    (void)outReq;
+    return requirement_refuse(NULL, "ncclLLA2ACreateRequirement");
+}
+
+BR_API(ncclResult_t, ncclLsaBarrierCreateRequirement,
+       (br_team_t team, int nBarriers, struct ncclLsaBarrierHandle *outHandle,
+        struct ncclDevResourceRequirements *outReq))
+{
+    (void)team;
+    (void)nBarriers;
+    (void)outHandle;
+    (void)outReq;
+    return requirement_refuse(NULL, "ncclLsaBarrierCreateRequirement");
+}
+
+BR_API(ncclResult_t, ncclGinBarrierCreateRequirement,
+       (ncclComm_t comm, br_team_t team, int nBarriers, struct ncclGinBarrierHandle *outHandle,
+        struct ncclDevResourceRequirements *outReq))
+{
+    (void)team;
+    (void)nBarriers;
+    (void)outHandle;
+    (void)outReq;
+    if (br_api_check_comm(comm, "ncclGinBarrierCreateRequirement") != ncclSuccess) {
+        return ncclInvalidArgument;
+    }
+    return requirement_refuse(comm, "ncclGinBarrierCreateRequirement");
 }
 
 static ncclResult_t window_pointer_refuse(const char *fn)

@@ -16,6 +16,8 @@
  *                 signals kept for later waits, puts past a window refused
  *   refused       suspend/resume/mem stats on one rank; calls not implemented yet
  *                 return ncclInvalidUsage naming themselves
+ *   teams         the device API's teams on 3 ranks (world, LSA of one rank, rail), rank
+ *                 mapping, LL all-to-all slots; barrier and LL requirements refused
  */
 #include <check.h>
 #include <dlfcn.h>
@@ -701,6 +703,99 @@ typedef struct {
 ncclResult_t ncclCommQueryProperties(ncclComm_t comm, test_props_t *props);
 ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr);
 
+/* Teams and requirements, declared as nccl_device/core.h, lsa_barrier.h, gin_barrier.h
+ * and ll_a2a.h do (the handles and requirements are opaque here). */
+typedef struct {
+    int nRanks, rank, stride;
+} test_team_t;
+test_team_t ncclTeamWorld(ncclComm_t comm);
+test_team_t ncclTeamLsa(ncclComm_t comm);
+test_team_t ncclTeamRail(ncclComm_t comm);
+int ncclTeamRankToWorld(ncclComm_t comm, test_team_t team, int rank);
+int ncclTeamRankToLsa(ncclComm_t comm, test_team_t team, int rank);
+int ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
+ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, void *outHandle, void *outReq);
+ncclResult_t ncclLsaBarrierCreateRequirement(test_team_t team, int nBarriers, void *outHandle,
+                                             void *outReq);
+ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, test_team_t team, int nBarriers,
+                                             void *outHandle, void *outReq);
+
+static int team_is(brt_rank_ctx_t *ctx, const char *what, test_team_t t, int n, int r, int s)
+{
+    if (t.nRanks != n || t.rank != r || t.stride != s) {
+        brt_fail(ctx, "%s is {%d, %d, %d}, not {%d, %d, %d}", what, t.nRanks, t.rank, t.stride, n,
+                 r, s);
+        return 1;
+    }
+    return 0;
+}
+
+/* 3 ranks: the world is the communicator, an LSA team is one rank (nothing is load/store
+ * accessible without the device API), the rail is the world again; ranks map back; the
+ * requirements, which size an ncclDevComm, are refused naming themselves. */
+static int body_teams(brt_rank_ctx_t *ctx)
+{
+    ncclComm_t comm;
+    char handle[256], req[256];
+    int bad = 0, r = ctx->rank, n = ctx->nranks;
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    test_team_t world = ncclTeamWorld(comm), lsa = ncclTeamLsa(comm), rail = ncclTeamRail(comm);
+    bad |= team_is(ctx, "ncclTeamWorld", world, n, r, 1);
+    bad |= team_is(ctx, "ncclTeamLsa", lsa, 1, 0, 1);
+    bad |= team_is(ctx, "ncclTeamRail", rail, n, r, 1);
+    for (int k = 0; k < n && !bad; k++) {
+        if (ncclTeamRankToWorld(comm, world, k) != k || ncclTeamRankToWorld(comm, rail, k) != k) {
+            brt_fail(ctx, "team rank %d maps to world rank %d / %d", k,
+                     ncclTeamRankToWorld(comm, world, k), ncclTeamRankToWorld(comm, rail, k));
+            bad = 1;
+        }
+    }
+    if (ncclTeamRankToWorld(comm, lsa, 0) != r || ncclTeamRankToLsa(comm, lsa, 0) != 0 ||
+        ncclTeamRankToLsa(comm, world, r) != 0) {
+        brt_fail(ctx, "the LSA team's rank 0 is not this rank");
+        bad = 1;
+    }
+    if (ncclLLA2ACalcSlots(10, 12) != 20 || ncclLLA2ACalcSlots(3, 8) != 3) {
+        brt_fail(ctx, "ncclLLA2ACalcSlots(10, 12) = %d, (3, 8) = %d", ncclLLA2ACalcSlots(10, 12),
+                 ncclLLA2ACalcSlots(3, 8));
+        bad = 1;
+    }
+    static const char *const names[3] = {"ncclLLA2ACreateRequirement",
+                                         "ncclLsaBarrierCreateRequirement",
+                                         "ncclGinBarrierCreateRequirement"};
+    ncclResult_t res[3] = {ncclLLA2ACreateRequirement(4, 20, handle, req),
+                           ncclLsaBarrierCreateRequirement(lsa, 2, handle, req),
+                           ncclGinBarrierCreateRequirement(comm, world, 2, handle, req)};
+    for (int i = 0; i < 3; i++) {
+        if (res[i] != ncclInvalidUsage) {
+            brt_fail(ctx, "%s returned %d, not ncclInvalidUsage", names[i], (int)res[i]);
+            bad = 1;
+        }
+    }
+    if (strstr(ncclGetLastError(comm), "ncclGinBarrierCreateRequirement") == NULL) {
+        brt_fail(ctx, "the refusal does not name the call: %s", ncclGetLastError(comm));
+        bad = 1;
+    }
+    ncclCommDestroy(comm);
+    /* A handle that is no communicator: an empty team, -1. */
+    test_team_t none = ncclTeamWorld(comm);
+    if (none.nRanks != 0 || ncclTeamRankToWorld(comm, world, 0) != -1) {
+        brt_fail(ctx, "a destroyed communicator's world is {%d, ...}", none.nRanks);
+        bad = 1;
+    }
+    return bad;
+}
+
+START_TEST(test_teams)
+{
+    char out[8192];
+    int bad = brt_threads_run(3, body_teams, NULL, 60 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s", brt_clip(out, 3000));
+}
+END_TEST
+
 START_TEST(test_refused)
 {
     ncclUniqueId id;
@@ -825,6 +920,7 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("refused");
     tcase_add_test(tc, test_refused);
+    tcase_add_test(tc, test_teams);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
