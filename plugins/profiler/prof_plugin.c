@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The trace profiler, "Braid trace": ncclProfiler_v6 and ncclProfiler_v5 over one
+ * The trace profiler, "Braid trace": ncclProfiler_v7, _v6 and _v5 over one
  * implementation. init creates a per-communicator context with a preallocated event
  * pool and tells the core which events to emit through the shared activation mask;
  * start/stop/record (prof_event.c) fill the pool from any thread without locks; finalize
@@ -8,7 +8,9 @@
  * frees the context. No trace is lost in silence: init creates a missing directory, or
  * fails with the reason; a process that exits with contexts never finalized (no
  * ncclCommDestroy) writes them from the library's destructor. v5 descriptors are copied
- * into the v6 layout (same members, same offsets) so one code path serves both.
+ * into the v6 layout (same members, same offsets) so one code path serves both; v7's,
+ * whose members moved (user tags, kernel metadata), are translated member by member, and
+ * v7's KernelPhase events are not asked for (the trace has no place for them yet).
  */
 #include <errno.h>
 #include <limits.h>
@@ -222,6 +224,12 @@ static ncclResult_t prof_init(int version, void **context, uint64_t comm_hash, i
     return ncclSuccess;
 }
 
+static ncclResult_t prof_init_v7(void **context, uint64_t comm_id, int *mask, const char *comm_name,
+                                 int nnodes, int nranks, int rank, ncclDebugLogger_t logger)
+{
+    return prof_init(7, context, comm_id, mask, comm_name, nnodes, nranks, rank, logger);
+}
+
 static ncclResult_t prof_init_v6(void **context, uint64_t comm_id, int *mask, const char *comm_name,
                                  int nnodes, int nranks, int rank, ncclDebugLogger_t logger)
 {
@@ -246,6 +254,78 @@ static ncclResult_t prof_start_v6(void *context, void **handle, ncclProfilerEven
     return prof_start_event(context, handle, d);
 }
 
+/* A v7 descriptor in v6's layout: the members v6 has, by name. */
+static void descr_v7_to_v6(const ncclProfilerEventDescr_v7_t *d, ncclProfilerEventDescr_v6_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->type = d->type;
+    o->parentObj = d->parentObj;
+    o->rank = d->rank;
+    switch (d->type) {
+    case ncclProfileGroupApi:
+        o->groupApi.graphCaptured = d->groupApi.graphCaptured;
+        o->groupApi.groupDepth = d->groupApi.groupDepth;
+        break;
+    case ncclProfileCollApi:
+        o->collApi.func = d->collApi.func;
+        o->collApi.count = d->collApi.count;
+        o->collApi.datatype = d->collApi.datatype;
+        o->collApi.root = d->collApi.root;
+        o->collApi.stream = d->collApi.stream;
+        o->collApi.graphCaptured = d->collApi.graphCaptured;
+        break;
+    case ncclProfileP2pApi:
+        o->p2pApi.func = d->p2pApi.func;
+        o->p2pApi.count = d->p2pApi.count;
+        o->p2pApi.datatype = d->p2pApi.datatype;
+        o->p2pApi.stream = d->p2pApi.stream;
+        o->p2pApi.graphCaptured = d->p2pApi.graphCaptured;
+        break;
+    case ncclProfileColl:
+        o->coll.seqNumber = d->coll.seqNumber;
+        o->coll.func = d->coll.func;
+        o->coll.sendBuff = d->coll.sendBuff;
+        o->coll.recvBuff = d->coll.recvBuff;
+        o->coll.count = d->coll.count;
+        o->coll.root = d->coll.root;
+        o->coll.datatype = d->coll.datatype;
+        o->coll.nChannels = d->coll.nChannels;
+        o->coll.nWarps = d->coll.nWarps;
+        o->coll.algo = d->coll.algo;
+        o->coll.proto = d->coll.proto;
+        o->coll.parentGroup = d->coll.parentGroup;
+        break;
+    case ncclProfileP2p:
+        o->p2p.func = d->p2p.func;
+        o->p2p.buff = d->p2p.buff;
+        o->p2p.datatype = d->p2p.datatype;
+        o->p2p.count = d->p2p.count;
+        o->p2p.peer = d->p2p.peer;
+        o->p2p.nChannels = d->p2p.nChannels;
+        o->p2p.parentGroup = d->p2p.parentGroup;
+        break;
+    default:
+        /* The other members did not move (kernelLaunch to ceCollBatch: as v6). */
+        _Static_assert(offsetof(ncclProfilerEventDescr_v7_t, proxyOp) ==
+                           offsetof(ncclProfilerEventDescr_v6_t, proxyOp),
+                       "v6 and v7 unions start alike");
+        memcpy(&o->proxyOp, &d->proxyOp,
+               sizeof(*o) - offsetof(ncclProfilerEventDescr_v6_t, proxyOp));
+        break;
+    }
+}
+
+static ncclResult_t prof_start_v7(void *context, void **handle, ncclProfilerEventDescr_v7_t *d)
+{
+    ncclProfilerEventDescr_v6_t d6;
+
+    if (d == NULL || d->type == ncclProfileKernelPhase) {
+        return prof_start_v6(context, handle, NULL); /* not recorded */
+    }
+    descr_v7_to_v6(d, &d6);
+    return prof_start_v6(context, handle, &d6);
+}
+
 static ncclResult_t prof_start_v5(void *context, void **handle, ncclProfilerEventDescr_v5_t *d)
 {
     ncclProfilerEventDescr_v6_t d6;
@@ -268,6 +348,14 @@ static ncclResult_t prof_record_v6(void *handle, ncclProfilerEventState_v6_t sta
                                    ncclProfilerEventStateArgs_v6_t *args)
 {
     return prof_record_state(handle, (int)state, args);
+}
+
+static ncclResult_t prof_record_v7(void *handle, ncclProfilerEventState_v7_t state,
+                                   ncclProfilerEventStateArgs_v7_t *args)
+{
+    _Static_assert(sizeof(ncclProfilerEventStateArgs_v6_t) == sizeof(*args),
+                   "v6 and v7 state args have one layout");
+    return prof_record_state(handle, (int)state, (const ncclProfilerEventStateArgs_v6_t *)args);
 }
 
 static ncclResult_t prof_record_v5(void *handle, ncclProfilerEventState_v5_t state,
@@ -298,6 +386,15 @@ static ncclResult_t prof_finalize(void *context)
     free(ctx);
     return ncclSuccess;
 }
+
+__attribute__((visibility("default"))) const ncclProfiler_v7_t ncclProfiler_v7 = {
+    .name = "Braid trace",
+    .init = prof_init_v7,
+    .startEvent = prof_start_v7,
+    .stopEvent = prof_stop,
+    .recordEventState = prof_record_v7,
+    .finalize = prof_finalize,
+};
 
 __attribute__((visibility("default"))) const ncclProfiler_v6_t ncclProfiler_v6 = {
     .name = "Braid trace",

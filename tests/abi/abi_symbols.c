@@ -37,7 +37,10 @@ const abi_plugin_t abi_plugins[] = {
      {"ncclTunerPlugin_v7", "ncclTunerPlugin_v6", "ncclTunerPlugin_v5"},
      "Braid default",
      {NULL}},
-    {"libnccl-profiler-braid.so", {"ncclProfiler_v6", "ncclProfiler_v5"}, "Braid trace", {NULL}},
+    {"libnccl-profiler-braid.so",
+     {"ncclProfiler_v7", "ncclProfiler_v6", "ncclProfiler_v5"},
+     "Braid trace",
+     {NULL}},
 };
 const int abi_nplugins = (int)(sizeof(abi_plugins) / sizeof(abi_plugins[0]));
 

@@ -3,7 +3,7 @@
  * A profiler v6 plugin that checks what the core hands it against NCCL's event tree:
  *   GroupApi                     parent NULL
  *   CollApi / P2pApi / KernelLaunch  parent a GroupApi handle that has not stopped
- *   Group (legacy)               parent a GroupApi handle that has not stopped
+ *   Group (legacy)               parent NULL (as NCCL, issue 36)
  *   Coll                         parent a CollApi handle of the same function; parentGroup
  *                                a Group handle that has not stopped when the mask has Group
  *   P2p                          parent a P2pApi handle of the same function; ditto
@@ -139,6 +139,7 @@ static void check_parent(ctx_t *c, const ev_t *e, const ev_t *p, const void *raw
 
     switch (e->type) {
     case ncclProfileGroupApi:
+    case ncclProfileGroup:
     case ncclProfileProxyCtrl:
         if (raw != NULL) {
             fail(c, "%s event with a parent (%s)", tname(e->type), p ? tname(p->type) : "unknown");
@@ -146,8 +147,7 @@ static void check_parent(ctx_t *c, const ev_t *e, const ev_t *p, const void *raw
         return;
     case ncclProfileCollApi:
     case ncclProfileP2pApi:
-    case ncclProfileKernelLaunch:
-    case ncclProfileGroup: want = ncclProfileGroupApi; break;
+    case ncclProfileKernelLaunch: want = ncclProfileGroupApi; break;
     case ncclProfileColl: want = ncclProfileCollApi; break;
     case ncclProfileP2p: want = ncclProfileP2pApi; break;
     case ncclProfileProxyOp:

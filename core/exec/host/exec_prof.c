@@ -246,7 +246,7 @@ void br_exec_prof_launch(br_exec_batch_t *b)
             (ec->prof->version == 4 && (mask & (PROF_BELOW_COLL | PROF_BELOW_P2P)))) {
             memset(&d, 0, sizeof(d));
             d.type = ncclProfileGroup;
-            d.parentObj = op->prof_group;
+            d.parentObj = NULL; /* the legacy Group event has no parent, as in NCCL */
             d.rank = ec->rank;
             if (br_plugin_profiler_start_event(ec->prof, &d, &group) != ncclSuccess) {
                 group = NULL;
