@@ -88,6 +88,16 @@ static void bio_meth_make(void)
     }
 }
 
+/* When the library or the plugin holding this copy goes (exit, dlclose): what lives as
+ * long as it does. Sessions still open belong to sockets nobody closed. */
+__attribute__((destructor)) static void tls_unload(void)
+{
+    SSL_CTX_free(cur_ctx);
+    cur_ctx = NULL;
+    BIO_meth_free(bio_meth);
+    bio_meth = NULL;
+}
+
 /* ---- the pre-shared key ---- */
 
 static SSL_SESSION *psk_session(const SSL_CIPHER *cipher)
