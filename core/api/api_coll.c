@@ -116,13 +116,14 @@ static ncclResult_t route(ncclComm_t comm, const call_t *c, br_op_t *op)
         ARG_FAIL(comm, c, "%s", msg);
     }
     op->on_device = r == BR_ROUTE_DEVICE;
-    if (op->on_device && comm->ec->stage == NULL && br_op_owner_fold(op, comm->nranks)) {
-        /* Staged device calls fold on the host path; kernels do not fold that way yet. */
+    if (op->on_device && comm->ec->stage == NULL && br_op_owner_fold(op, comm->nranks) &&
+        BR_PARAM_INT(CUDA_DIRECT) == 0) {
+        /* Ranks that are threads of one process fold on the direct kernel only. */
         BR_WARN(NCCL_COLL,
                 "rank %d (host %s): %s: deterministic reductions and fp32 accumulation "
-                "(BRAID_DETERMINISTIC, BRAID_ACCUMULATE, BRAID_OPT_*) are not implemented for "
-                "device buffers of ranks that are threads of one process; use host buffers, "
-                "or one process per rank",
+                "(BRAID_DETERMINISTIC, BRAID_ACCUMULATE, BRAID_OPT_*) on device buffers of "
+                "ranks that are threads of one process run on the direct kernel, which "
+                "BRAID_CUDA_DIRECT=0 turns off",
                 comm->rank, br_host_name(), c->fn);
         return ncclInvalidUsage;
     }

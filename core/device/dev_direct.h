@@ -14,7 +14,8 @@
  * (an output that is its rank's input) reads each input piece before anything overwrites it.
  * Segments: AllGather has one per source rank, ReduceScatter one per destination rank, the
  * others one. Reductions fold the ranks' inputs in rank order, as the IPC path's reduce
- * kernel does: every rank gets the same bits.
+ * kernel does: every rank gets the same bits, and they are the bits of the host's
+ * deterministic fold (br_reduce_fold), in fp32 when acc32 asks for it.
  *
  * On the GPU, when every pointer is 16-byte aligned, Broadcast and AllGather of any type and
  * sums of float32, bfloat16 and float16 take vector paths (16 bytes a thread, the type and
@@ -41,6 +42,7 @@ typedef struct {
     uint32_t type;    /* ncclDataType_t */
     uint32_t red;     /* br_red_kind_t */
     uint32_t aligned; /* every pointer, and bytes, a multiple of 16 */
+    uint32_t acc32;   /* fold in fp32, round once (br_dev_acc32_applies to type and red) */
     double scalar_f;  /* PreMulSum (the same on every rank) */
     uint64_t scalar_i;
     uint64_t divisor; /* integer Avg */
@@ -56,7 +58,8 @@ BR_DEV_HD uint32_t br_dev_direct_segments(const br_dev_direct_t *D)
 BR_DEV_HD br_dev_v2_t br_dev_direct_fold(const br_dev_direct_t *D, const br_dev_red_t *R,
                                          uint64_t at, uint32_t nb)
 {
-    return br_dev_fold_n(R, D->red, D->in, D->nranks, at, nb);
+    return D->acc32 ? br_dev_fold_n_acc32(R, D->red, D->in, D->nranks, at, nb)
+                    : br_dev_fold_n(R, D->red, D->in, D->nranks, at, nb);
 }
 
 /* Piece `p` of segment `seg`: read what it needs, write every output it makes. */
@@ -194,7 +197,7 @@ static __device__ __forceinline__ int br_dev_direct_vector(const br_dev_direct_t
         br_dev_direct_copy(D, first, stride);
         return 1;
     }
-    if (D->red != BR_RED_SUM) {
+    if (D->red != BR_RED_SUM || D->acc32) {
         return 0;
     }
     switch (D->type) {

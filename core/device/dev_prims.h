@@ -635,6 +635,54 @@ BR_DEV_HD br_dev_v2_t br_dev_fold_n(const br_dev_red_t *R, uint32_t red, const c
     return v;
 }
 
+/* Does a reduction of `type` by `red` accumulate in fp32 when asked to (BRAID_ACCUMULATE):
+ * sums, products and PreMulSum of the narrow floats, as the host's br_reduce_fold does. */
+BR_DEV_HD int br_dev_acc32_applies(uint32_t type, uint32_t red)
+{
+    int narrow = type == ncclFloat16 || type == ncclBfloat16 || type == ncclFloat8e4m3 ||
+                 type == ncclFloat8e5m2;
+    return narrow && (red == BR_RED_SUM || red == BR_RED_PROD || red == BR_RED_PREMULSUM);
+}
+
+/* br_dev_fold_n in fp32 (br_dev_acc32_applies): every lane of every source decoded to
+ * fp32, folded in source order (the first pre-multiplied for PreMulSum, by the scalar
+ * rounded to the type), each operation rounded to fp32, and the result rounded to the type
+ * once: the host's br_reduce_fold with acc32, bit for bit. */
+BR_DEV_HD br_dev_v2_t br_dev_fold_n_acc32(const br_dev_red_t *R, uint32_t red,
+                                          const char *const *src, uint32_t nsrc, uint64_t at,
+                                          uint32_t nb)
+{
+    const uint32_t bits = 8u * br_dev_type_size(R->type), lanes = 128u / bits;
+    const uint64_t mask = (1ull << bits) - 1ull;
+    float acc[16];
+    for (uint32_t k = 0; k < nsrc; k++) {
+        br_dev_v2_t v = br_dev_ld_any(src[k] + at, nb);
+        for (uint32_t l = 0; l < lanes; l++) {
+            uint32_t sh = l * bits;
+            uint64_t w = sh < 64 ? v.lo >> sh : v.hi >> (sh - 64);
+            float x = br_dev_narrow_ld(R->type, (uint32_t)(w & mask));
+            if (red == BR_RED_PREMULSUM) {
+                x = BR_DEV_FMUL(x, R->sf);
+            }
+            acc[l] = k == 0                ? x
+                     : red == BR_RED_PROD ? BR_DEV_FMUL(acc[l], x)
+                                          : BR_DEV_FADD(acc[l], x);
+        }
+    }
+    br_dev_v2_t out;
+    out.lo = out.hi = 0;
+    for (uint32_t l = 0; l < lanes; l++) {
+        uint64_t e = (uint64_t)br_dev_narrow_st(R->type, acc[l]) & mask;
+        uint32_t sh = l * bits;
+        if (sh < 64) {
+            out.lo |= e << sh;
+        } else {
+            out.hi |= e << (sh - 64);
+        }
+    }
+    return out;
+}
+
 /* Block b of nb of the reduce kernel: its 16-byte pieces of P's reduction (dev_work.h). */
 BR_DEV_HD void br_dev_reduce_n(const br_dev_reduce_t *P, int b, int nb)
 {

@@ -390,4 +390,25 @@ BR_DEV_HD float br_dev_red_narrow_scalar(uint32_t type, double sd)
     }
 }
 
+/* A narrow float (f16, bf16, e4m3, e5m2) decoded from its bits, and encoded. */
+BR_DEV_HD float br_dev_narrow_ld(uint32_t type, uint32_t v)
+{
+    switch (type) {
+    case ncclFloat16: return br_dev_f16_ld(v);
+    case ncclBfloat16: return br_dev_bf16_ld(v);
+    case ncclFloat8e4m3: return br_dev_e4m3_ld(v);
+    default: return br_dev_e5m2_ld(v);
+    }
+}
+
+BR_DEV_HD uint32_t br_dev_narrow_st(uint32_t type, float f)
+{
+    switch (type) {
+    case ncclFloat16: return br_dev_f16_st(f);
+    case ncclBfloat16: return br_dev_bf16_st(f);
+    case ncclFloat8e4m3: return br_dev_e4m3_st(f);
+    default: return br_dev_e5m2_st(f);
+    }
+}
+
 #endif /* BR_DEVICE_DEV_REDUCE_H_ */

@@ -10,6 +10,7 @@
 #include "brt_fp.h"
 
 #include <math.h>
+#include <string.h>
 
 typedef struct {
     int ebits;
@@ -143,4 +144,43 @@ uint8_t brt_e5m2_from_double(double x)
 double brt_e5m2_to_double(uint8_t b)
 {
     return mini_decode(&fmt_e5m2, b);
+}
+
+size_t brt_fp_size(ncclDataType_t t)
+{
+    return t == ncclFloat64                               ? 8
+           : t == ncclFloat32                             ? 4
+           : (t == ncclFloat8e4m3 || t == ncclFloat8e5m2) ? 1
+                                                          : 2;
+}
+
+void brt_fp_put(ncclDataType_t t, void *buf, size_t i, double x)
+{
+    unsigned char *p = (unsigned char *)buf + i * brt_fp_size(t);
+    float f = (float)x;
+    uint16_t h;
+    switch (t) {
+    case ncclFloat64: memcpy(p, &x, 8); break;
+    case ncclFloat32: memcpy(p, &f, 4); break;
+    case ncclBfloat16: h = brt_bf16_from_double(x); memcpy(p, &h, 2); break;
+    case ncclFloat16: h = brt_fp16_from_double(x); memcpy(p, &h, 2); break;
+    case ncclFloat8e4m3: *p = brt_e4m3_from_double(x); break;
+    default: *p = brt_e5m2_from_double(x); break;
+    }
+}
+
+double brt_fp_get(ncclDataType_t t, const void *buf, size_t i)
+{
+    const unsigned char *p = (const unsigned char *)buf + i * brt_fp_size(t);
+    double d;
+    float f;
+    uint16_t h;
+    switch (t) {
+    case ncclFloat64: memcpy(&d, p, 8); return d;
+    case ncclFloat32: memcpy(&f, p, 4); return f;
+    case ncclBfloat16: memcpy(&h, p, 2); return brt_bf16_to_double(h);
+    case ncclFloat16: memcpy(&h, p, 2); return brt_fp16_to_double(h);
+    case ncclFloat8e4m3: return brt_e4m3_to_double(*p);
+    default: return brt_e5m2_to_double(*p);
+    }
 }

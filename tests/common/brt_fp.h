@@ -11,7 +11,10 @@
 #ifndef BRT_FP_H_
 #define BRT_FP_H_
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "nccl.h"
 
 /* Round x to the nearest binary16 value (ties to even) and return its bits. */
 uint16_t brt_fp16_from_double(double x);
@@ -32,5 +35,11 @@ double brt_e4m3_to_double(uint8_t b);
 uint8_t brt_e5m2_from_double(double x);
 /* The exact value of E5M2 bits b. */
 double brt_e5m2_to_double(uint8_t b);
+
+/* The floating-point types of nccl.h as doubles: bytes of one element; element i of buf
+ * set to x rounded to the type (to nearest, ties to even), and read back exactly. */
+size_t brt_fp_size(ncclDataType_t t);
+void brt_fp_put(ncclDataType_t t, void *buf, size_t i, double x);
+double brt_fp_get(ncclDataType_t t, const void *buf, size_t i);
 
 #endif /* BRT_FP_H_ */

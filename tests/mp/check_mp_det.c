@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "braid.h"
+#include "brt_data.h"
 #include "brt_fp.h"
 #include "brt_launch.h"
 
@@ -68,14 +69,6 @@ static const size_t counts[] = {1, 5, 1003, 70001};
 
 /* ---- values of each type as doubles ---- */
 
-static size_t tsize(ncclDataType_t t)
-{
-    return t == ncclFloat64                               ? 8
-           : t == ncclFloat32                             ? 4
-           : (t == ncclFloat8e4m3 || t == ncclFloat8e5m2) ? 1
-                                                          : 2;
-}
-
 /* x rounded to the type (to nearest, ties to even). */
 static double rnd(ncclDataType_t t, double x)
 {
@@ -89,60 +82,10 @@ static double rnd(ncclDataType_t t, double x)
     }
 }
 
-static void put(ncclDataType_t t, void *buf, size_t i, double x)
-{
-    char *p = (char *)buf + i * tsize(t);
-    switch (t) {
-    case ncclFloat32: {
-        float f = (float)x;
-        memcpy(p, &f, 4);
-        break;
-    }
-    case ncclFloat64: memcpy(p, &x, 8); break;
-    case ncclBfloat16: {
-        uint16_t h = brt_bf16_from_double(x);
-        memcpy(p, &h, 2);
-        break;
-    }
-    case ncclFloat16: {
-        uint16_t h = brt_fp16_from_double(x);
-        memcpy(p, &h, 2);
-        break;
-    }
-    case ncclFloat8e4m3: *(uint8_t *)p = brt_e4m3_from_double(x); break;
-    default: *(uint8_t *)p = brt_e5m2_from_double(x); break;
-    }
-}
-
-static double get(ncclDataType_t t, const void *buf, size_t i)
-{
-    const char *p = (const char *)buf + i * tsize(t);
-    uint16_t h;
-    switch (t) {
-    case ncclFloat32: {
-        float f;
-        memcpy(&f, p, 4);
-        return f;
-    }
-    case ncclFloat64: {
-        double d;
-        memcpy(&d, p, 8);
-        return d;
-    }
-    case ncclBfloat16: memcpy(&h, p, 2); return brt_bf16_to_double(h);
-    case ncclFloat16: memcpy(&h, p, 2); return brt_fp16_to_double(h);
-    case ncclFloat8e4m3: return brt_e4m3_to_double(*(const uint8_t *)p);
-    default: return brt_e5m2_to_double(*(const uint8_t *)p);
-    }
-}
-
+/* 32 well-mixed bits of x. */
 static uint32_t mix(uint32_t x)
 {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    return x ^ (x >> 16);
+    return (uint32_t)(brt_mix64(x) >> 32);
 }
 
 /* Input element i of rank r for the "bits" case: large values of both signs next to small
@@ -220,7 +163,7 @@ static int is_rs(fn_t fn)
 /* Where rank r's output starts in its out buffer (an in-place ReduceScatter's is block r). */
 static size_t out_off(fn_t fn, ncclDataType_t t, int r, size_t count)
 {
-    return fn == F_RS_INPLACE ? (size_t)r * count * tsize(t) : 0;
+    return fn == F_RS_INPLACE ? (size_t)r * count * brt_fp_size(t) : 0;
 }
 
 /* Per-call config: the selection, and the option (det or acc32) when asked for. */
@@ -339,11 +282,11 @@ static void fill(env_t *e, fn_t fn, ncclDataType_t t, size_t count, void **in, v
     size_t nin = is_rs(fn) ? count * (size_t)e->nranks : count;
     for (int j = 0; j < e->nlocal; j++) {
         for (size_t i = 0; i < nin; i++) {
-            put(t, in[j], i, val(t, e->first + j, i));
+            brt_fp_put(t, in[j], i, val(t, e->first + j, i));
         }
-        memset(out[j], 0x5a, nin * tsize(t));
+        memset(out[j], 0x5a, nin * brt_fp_size(t));
         if (fn == F_AR_INPLACE || fn == F_RS_INPLACE || fn == F_REDUCE_INPLACE) {
-            memcpy(out[j], in[j], nin * tsize(t));
+            memcpy(out[j], in[j], nin * brt_fp_size(t));
         }
     }
 }
@@ -360,13 +303,13 @@ static size_t compare(env_t *e, fn_t fn, ncclDataType_t t, ncclRedOp_t op, size_
         const char *o = (const char *)out[j] + out_off(fn, t, r, count);
         for (size_t i = 0; i < span; i++) {
             double w = fold_ref(t, op, e->nranks, at + i);
-            put(t, want, 0, w);
-            if (memcmp(o + i * tsize(t), want, tsize(t)) != 0) {
+            brt_fp_put(t, want, 0, w);
+            if (memcmp(o + i * brt_fp_size(t), want, brt_fp_size(t)) != 0) {
                 if (report && bad < 3) {
                     note(e,
                          "rank %d: %s %s type %d op %d count %zu: element %zu is %.17g, the "
                          "rank-order fold %.17g\n",
-                         r, what, fn_names[fn], (int)t, (int)op, count, at + i, get(t, o, i), w);
+                         r, what, fn_names[fn], (int)t, (int)op, count, at + i, brt_fp_get(t, o, i), w);
                 }
                 bad++;
             }
@@ -476,7 +419,7 @@ static void acc_errors(env_t *e, fn_t fn, ncclDataType_t t, ncclRedOp_t op, void
             if (op == ncclAvg) {
                 exact /= e->nranks; /* power-of-two rank counts only: exact */
             }
-            double got = get(t, out[j], i), u = ulps(t, got, exact);
+            double got = brt_fp_get(t, out[j], i), u = ulps(t, got, exact);
             mx = u > mx ? u : mx;
             sum += u;
             k++;

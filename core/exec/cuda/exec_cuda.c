@@ -456,8 +456,26 @@ static ncclResult_t fifo_unit(br_clique_t *cl, const char *in_unit, int rank)
  * record its ranks' done events. A failure fails the clique. Caller holds cl->mu. */
 static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
 {
-    ncclResult_t res = br_cuda_direct_fits(cl, in_unit) ? br_cuda_direct_unit(cl, in_unit, rank)
-                                                : fifo_unit(cl, in_unit, rank);
+    ncclResult_t res;
+    if (br_cuda_direct_fits(cl, in_unit)) {
+        res = br_cuda_direct_unit(cl, in_unit, rank);
+    } else if (br_cuda_unit_folds(cl, in_unit)) {
+        /* The FIFO kernels' sums follow the ring; only the direct kernel folds in rank
+         * order as the host does. */
+        char m[400];
+        snprintf(m, sizeof(m),
+                 "rank %d (host %s): a deterministic or fp32-accumulating reduction "
+                 "(BRAID_DETERMINISTIC, BRAID_ACCUMULATE, BRAID_OPT_*) on device buffers of "
+                 "ranks that are threads of one process needs the direct kernel: every rank "
+                 "on one GPU (this clique spans %d), BRAID_CUDA_DIRECT=1, at most %d ranks, "
+                 "no device PreMulSum scalar, and the same call and options on every rank",
+                 rank, br_host_name(), cl->ndevs, BR_DEV_DIRECT_MAX);
+        BR_WARN(NCCL_COLL, "%s", m);
+        clique_fail(cl, ncclInvalidUsage, m);
+        return ncclInvalidUsage;
+    } else {
+        res = fifo_unit(cl, in_unit, rank);
+    }
     if (res != ncclSuccess && !cl->failed) {
         char m2[256];
         snprintf(m2, sizeof(m2),

@@ -3,7 +3,9 @@
  * The direct path of the CUDA executor: a unit of collectives whose ranks are all on one
  * GPU runs on the direct kernel (core/device/dev_direct.h), one launch per collective that
  * reads every rank's input in place and writes every output. exec_cuda.c decides and
- * launches the unit; this file says whether it fits and fills the kernel's arguments.
+ * launches the unit; this file says whether it fits and fills the kernel's arguments. It
+ * is also the only device path of a clique for deterministic reductions and fp32
+ * accumulation (br_op_owner_fold): its fold is the host's rank-order fold, bit for bit.
  */
 #include <string.h>
 
@@ -13,7 +15,8 @@
 
 /* Can the unit run on the direct kernel? Every rank on one device, calls that are the
  * direct kernel's collectives and agree across ranks (those that do not go the FIFO path,
- * whose build says what is wrong), a PreMulSum scalar the same everywhere. */
+ * whose build says what is wrong), a PreMulSum scalar the same everywhere, and the same
+ * BRAID_OPT_DETERMINISTIC / _ACCUMULATE_FP32 on every rank. */
 int br_cuda_direct_fits(const br_clique_t *cl, const char *in_unit)
 {
     if (cl->ndevs != 1 || cl->nranks > BR_DEV_DIRECT_MAX || BR_PARAM_INT(CUDA_DIRECT) == 0) {
@@ -36,7 +39,8 @@ int br_cuda_direct_fits(const br_clique_t *cl, const char *in_unit)
             default: return 0;
             }
             if (b->func != a->func || b->count != a->count || b->type != a->type ||
-                b->root != a->root || b->redop.kind != a->redop.kind ||
+                b->root != a->root || b->redop.kind != a->redop.kind || b->det != a->det ||
+                b->acc32 != a->acc32 ||
                 b->redop.scalar_dev != NULL || b->redop.scalar_f != a->redop.scalar_f ||
                 b->redop.scalar_i != a->redop.scalar_i || b->redop.divisor != a->redop.divisor) {
                 return 0;
@@ -44,6 +48,24 @@ int br_cuda_direct_fits(const br_clique_t *cl, const char *in_unit)
         }
     }
     return 1;
+}
+
+/* Does the unit hold a deterministic or fp32-accumulating reduction (br_op_owner_fold),
+ * which only the direct kernel folds as the host does? */
+int br_cuda_unit_folds(const br_clique_t *cl, const char *in_unit)
+{
+    for (int r = 0; r < cl->nranks; r++) {
+        if (!in_unit[r]) {
+            continue;
+        }
+        const br_cuda_dep_t *d = br_cuda_head((br_clique_t *)cl, r);
+        for (int i = 0; i < d->nops; i++) {
+            if (br_op_owner_fold(&d->ops[i], cl->nranks)) {
+                return 1;
+            }
+        }
+    }
+    return 0;
 }
 
 /* One collective of the unit (index i of every rank's deposit) on the direct kernel. */
@@ -63,6 +85,10 @@ static ncclResult_t direct_launch(br_clique_t *cl, int i, int rank)
     D.scalar_f = op->redop.scalar_f;
     D.scalar_i = op->redop.scalar_i;
     D.divisor = op->redop.divisor;
+    /* Deterministic reductions fold in rank order here anyway; fp32 accumulation of the
+     * narrow floats is the kernel's acc32 fold (br_op_owner_fold's calls need nothing else). */
+    D.acc32 = br_op_owner_fold(op, cl->nranks) && op->acc32 &&
+              br_dev_acc32_applies(D.type, D.red);
     uintptr_t bits = (uintptr_t)D.bytes;
     for (int r = 0; r < cl->nranks; r++) {
         const br_op_t *o = &br_cuda_head(cl, r)->ops[i];

@@ -175,6 +175,9 @@ ncclResult_t br_cuda_unit_done_events(br_clique_t *cl, const char *in_unit, int 
  * Callers hold cl->mu. */
 int br_cuda_direct_fits(const br_clique_t *cl, const char *in_unit);
 ncclResult_t br_cuda_direct_unit(br_clique_t *cl, const char *in_unit, int rank);
+/* exec_cuda_direct.c: does the unit hold a reduction that must fold as the host does
+ * (br_op_owner_fold), which only the direct kernel can run? */
+int br_cuda_unit_folds(const br_clique_t *cl, const char *in_unit);
 
 /* exec_cuda_setup.c: contexts, kernels, FIFOs, flags, events (once per clique). */
 ncclResult_t br_cuda_setup(br_clique_t *cl, int rank);
