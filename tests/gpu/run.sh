@@ -133,6 +133,8 @@ BRAID_CUDA_WAIT_TIMEOUT=30 CUDA_DEVICE_MAX_CONNECTIONS=1 \
     step check "threads-queue1" 60 "$build/bin/check_gpu" threads
 BRAID_CUDA_WAIT_TIMEOUT=30 BRAID_CUDA_DIRECT=0 step check "biggroup" 40 "$build/bin/check_gpu" biggroup
 BRAID_CUDA_WAIT_TIMEOUT=30 BRAID_CUDA_DIRECT=0 step check "cliques" 40 "$build/bin/check_gpu" cliques
+BRAID_CUDA_WAIT_TIMEOUT=30 step check "det" 40 "$build/bin/check_gpu_det"
+BRAID_CUDA_WAIT_TIMEOUT=30 step check "collv" 40 "$build/bin/check_gpu_collv"
 step check "coll-direct" 60 "$build/bin/check_gpu" coll
 BRAID_CUDA_WAIT_TIMEOUT=60 step check "procs" 90 "$build/bin/check_gpu" procs
 BRAID_CUDA_WAIT_TIMEOUT=10 BRAID_CUDA_SHARED_GPU_SYNC=0 \
