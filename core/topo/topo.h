@@ -139,6 +139,10 @@ int br_topo_cpu_has(const br_topo_node_t *node, int cpu);
 int br_topo_cpu_weight(const br_topo_node_t *node);
 const char *br_topo_net_name(const br_topo_node_t *node);
 float br_topo_net_bw(const br_topo_node_t *node);
+/* The NIC's latency attribute (us; 0, NCCL's default, when the file has none: *set_p 0) and
+ * its coll attribute (1: in-network reduction such as SHARP; 0 when absent). */
+float br_topo_net_latency(const br_topo_node_t *node, int *set_p);
+int br_topo_net_coll(const br_topo_node_t *node);
 
 /* The path from node i1 of type t1 to node i2 of type t2; types GPU, CPU, NET and NVS
  * (NULL for others or indexes out of range). */

@@ -323,6 +323,18 @@ float br_topo_net_bw(const br_topo_node_t *node)
     return node->type == BR_TOPO_NET ? (float)mbps / 8000.0f : 0.0f;
 }
 
+float br_topo_net_latency(const br_topo_node_t *node, int *set_p)
+{
+    int net = node->type == BR_TOPO_NET;
+    *set_p = net && node->net.latency_set;
+    return net ? node->net.latency : 0.0f;
+}
+
+int br_topo_net_coll(const br_topo_node_t *node)
+{
+    return node->type == BR_TOPO_NET ? node->net.coll : 0;
+}
+
 const br_topo_path_t *br_topo_path(const br_topo_t *topo, br_topo_type_t t1, int i1,
                                    br_topo_type_t t2, int i2)
 {

@@ -61,6 +61,7 @@ typedef struct {
     char name[64];
     int dev, speed, port, maxconn, gdr, coll;
     float latency;
+    int latency_set; /* the file gave a latency attribute */
     uint64_t guid;
 } br_topo_net_attr_t;
 

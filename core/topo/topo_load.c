@@ -289,6 +289,7 @@ static ncclResult_t add_nets(load_t *ld, const br_xml_t *xnic, int nic)
         BR_CHECK(attr_int(ld, x, "maxconn", 0, 64, &a->maxconn));
         BR_CHECK(attr_int(ld, x, "coll", 0, 0, &a->coll));
         BR_CHECK(attr_float(ld, x, "latency", &a->latency));
+        a->latency_set = br_topo_xml_get(x, "latency") != NULL;
         a->guid = guid != NULL ? strtoull(guid, NULL, 16) : (uint64_t)dev;
         float bw = br_topo_net_bw(&ld->topo->nodes[n]);
         BR_CHECK(br_topo_connect(ld->topo, nic, n, BR_TOPO_LINK_NET, bw));

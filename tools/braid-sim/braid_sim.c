@@ -6,6 +6,8 @@
  * (core/graph), and prints, without moving data, the cost model's predicted time and bus
  * bandwidth per collective and size in nccl-tests' table shape, with the algorithm and
  * protocol chosen and what a tuner plugin (NCCL_TUNER_PLUGIN) changed. Single-threaded.
+ * --model braid (the default) predicts what Braid's executors run (core/plan); --model nccl
+ * what NVIDIA's NCCL would run and reach (NVLS, NVLSTree, CollNet, PAT: sim_nccl.c).
  *
  *   braid-sim -t tests/topo/dgx-h100.xml -n 64 -c allreduce -b 8 -e 8G -f 4
  */
@@ -20,6 +22,7 @@
 #include "graph.h"
 #include "plan.h"
 #include "plugin.h"
+#include "sim_nccl.h"
 #include "topo.h"
 #include "util.h"
 
@@ -32,6 +35,7 @@ typedef struct {
     size_t minb, maxb;
     double factor;
     int show_rings, ll128;
+    int nccl; /* --model nccl: what NVIDIA's NCCL would run (sim_nccl.c) */
     const char *dump;
 } sim_opts_t;
 
@@ -152,7 +156,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: braid-sim -t topo.xml[,topo2.xml...] [-n nodes] [-p ranks per node]\n"
             "                 [-c allreduce,allgather,...|all] [-b minbytes] [-e maxbytes]\n"
-            "                 [-f factor] [-r] [-L] [-d graph.xml]\n"
+            "                 [-f factor] [-r] [-L] [-d graph.xml] [--model braid|nccl]\n"
             "  -t  topology files; node i takes file i %% count (mixed clusters)\n"
             "  -n  nodes (1)            -p  ranks per node (default: its GPUs, else NUMA nodes)\n"
             "  -c  collectives: broadcast, reduce, allgather, reducescatter, allreduce or all\n"
@@ -161,6 +165,9 @@ static void usage(void)
             "      goes on from 4 bytes (one float)\n"
             "  -r  print every channel's ring and tree  -L  allow LL128 (the executor has it)\n"
             "  -d  write node 0's graphs (NCCL_GRAPH_DUMP_FILE format)\n"
+            "  --model braid (default): what Braid's executors run (Ring, Tree; LL128 with -L)\n"
+            "  --model nccl: what NVIDIA's NCCL would run (NVLS, NVLSTree, CollNet, PAT where the\n"
+            "      topology allows, LL128 by NCCL's rule); NCCL_ALGO/NCCL_PROTO select among them\n"
             "  NCCL_TUNER_PLUGIN, NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS and\n"
             "  NCCL_GRAPH_FILE apply as at init.\n");
 }
@@ -178,6 +185,13 @@ static int parse_opt(int c, char *arg, sim_opts_t *o)
     case 'r': o->show_rings = 1; return 0;
     case 'L': o->ll128 = 1; return 0;
     case 'd': o->dump = arg; return 0;
+    case 'm':
+        if (strcmp(arg, "nccl") != 0 && strcmp(arg, "braid") != 0) {
+            fprintf(stderr, "braid-sim: --model %s: not a model; valid: braid, nccl\n", arg);
+            return -1;
+        }
+        o->nccl = strcmp(arg, "nccl") == 0;
+        return 0;
     case 'h': usage(); return -1;
     default: /* getopt has named the option */ usage(); return -1;
     }
@@ -185,13 +199,15 @@ static int parse_opt(int c, char *arg, sim_opts_t *o)
 
 static int parse_args(int argc, char **argv, sim_opts_t *o)
 {
+    static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
+                                             {NULL, 0, NULL, 0}};
     int c;
     memset(o, 0, sizeof(*o));
     o->nnodes = 1;
     o->minb = 8;
     o->maxb = (size_t)128 << 20;
     o->factor = 2.0;
-    while ((c = getopt(argc, argv, "t:n:p:c:b:e:f:rLd:h")) != -1) {
+    while ((c = getopt_long(argc, argv, "t:n:p:c:b:e:f:rLd:h", longopts, NULL)) != -1) {
         if (parse_opt(c, optarg, o) != 0) {
             return -1;
         }
@@ -312,7 +328,29 @@ static size_t next_size(size_t size, double factor)
     return (size_t)next > size ? (size_t)next : size + 1;
 }
 
-static ncclResult_t print_table(br_plan_t *plan, const sim_opts_t *o, int n, int tuned)
+/* One row's choice: Braid's plan (nm NULL) or NCCL's model. */
+static ncclResult_t predict(br_plan_t *plan, const sim_nccl_t *nm, int f, size_t bytes, char *ap,
+                            size_t len, int *nch, float *us)
+{
+    int a, pr;
+    if (nm != NULL) {
+        double t;
+        if (sim_nccl_predict(nm, f, bytes, &a, &pr, nch, &t) != 0) {
+            return ncclInvalidUsage;
+        }
+        *us = (float)t;
+        snprintf(ap, len, "%s/%s", sim_nccl_algo_name(a), br_proto_name(pr));
+        return ncclSuccess;
+    }
+    ncclResult_t res = br_plan_predict(plan, f, bytes, 1, &a, &pr, nch, us);
+    if (res == ncclSuccess) {
+        snprintf(ap, len, "%s/%s", br_algo_name(a), br_proto_name(pr));
+    }
+    return res;
+}
+
+static ncclResult_t print_table(br_plan_t *plan, const sim_nccl_t *nm, const sim_opts_t *o, int n,
+                                int tuned)
 {
     for (int k = 0; k < o->nfuncs; k++) {
         int f = o->funcs[k], per_rank = f == BR_FUNC_ALLGATHER || f == BR_FUNC_REDUCESCATTER;
@@ -324,7 +362,7 @@ static ncclResult_t print_table(br_plan_t *plan, const sim_opts_t *o, int n, int
         for (size_t size = o->minb; size <= o->maxb; size = next_size(size, o->factor)) {
             size_t count = size / 4 / (per_rank ? (size_t)n : 1);
             size_t bytes = count * 4; /* br_op_bytes: per rank for AllGather/ReduceScatter */
-            int a, pr, nch, ma, mpr, mnch;
+            int nch, ma, mpr, mnch;
             float us, mus;
             if (size == 0) {
                 /* NCCL returns from a call of count 0 at once, launching nothing. */
@@ -335,22 +373,23 @@ static ncclResult_t print_table(br_plan_t *plan, const sim_opts_t *o, int n, int
             if (count == 0) {
                 continue; /* less than a float per rank */
             }
-            ncclResult_t res = br_plan_predict(plan, f, bytes, 1, &a, &pr, &nch, &us);
+            char ap[32];
+            ncclResult_t res = predict(plan, nm, f, bytes, ap, sizeof(ap), &nch, &us);
             if (res != ncclSuccess) {
                 printf("%13zu %12zu  nothing can run it (NCCL_ALGO/NCCL_PROTO)\n", size, count);
                 continue;
             }
             double t = us > 0.0f ? us : 0.001, total = (double)count * 4 * (per_rank ? n : 1);
             double algbw = total / (t * 1e3);
-            char ap[32];
-            snprintf(ap, sizeof(ap), "%s/%s", br_algo_name(a), br_proto_name(pr));
             printf("%13zu %12zu %6s %6s %5d %10.2f %8.2f %8.2f  %-16s %3d", size, count, "float",
                    "sum", f <= BR_FUNC_REDUCE ? 0 : -1, t, algbw, algbw * bus_factor(f, n), ap,
                    nch);
             if (tuned &&
                 br_plan_predict(plan, f, bytes, 0, &ma, &mpr, &mnch, &mus) == ncclSuccess) {
-                printf("  %s/%s %.2f us%s", br_algo_name(ma), br_proto_name(mpr), (double)mus,
-                       ma != a || mpr != pr || mnch != nch ? " (tuner changed it)" : "");
+                char mp[32];
+                snprintf(mp, sizeof(mp), "%s/%s", br_algo_name(ma), br_proto_name(mpr));
+                printf("  %s %.2f us%s", mp, (double)mus,
+                       strcmp(mp, ap) != 0 || mnch != nch ? " (tuner changed it)" : "");
             }
             printf("\n");
         }
@@ -358,8 +397,26 @@ static ncclResult_t print_table(br_plan_t *plan, const sim_opts_t *o, int n, int
     return ncclSuccess;
 }
 
-static ncclResult_t plan_and_print(const sim_opts_t *o, const br_graph_t *g)
+/* --model nccl: NCCL's own table (sim_nccl.c), no plan and no tuner. */
+static ncclResult_t nccl_print(const sim_opts_t *o, const br_graph_t *g, const br_topo_t *topo0)
 {
+    sim_nccl_t nm;
+    if (sim_nccl_init(&nm, g, topo0) != 0) {
+        return ncclInvalidUsage;
+    }
+    printf("# model nccl: what NVIDIA's NCCL would choose and reach (its tuning model; Braid's\n"
+           "#   executors run Ring and Tree only); %s\n",
+           nm.why);
+    return print_table(NULL, &nm, o, g->nranks, 0);
+}
+
+static ncclResult_t plan_and_print(const sim_opts_t *o, const br_graph_t *g, const br_topo_t *topo0)
+{
+    if (o->nccl) {
+        return nccl_print(o, g, topo0);
+    }
+    printf("# model braid: what Braid's executors run (Ring, Tree; LL128 %s)\n",
+           o->ll128 ? "allowed by -L" : "off without -L");
     br_plan_comm_t pc;
     br_plan_t *plan = NULL;
     br_tuner_t *tuner = NULL;
@@ -401,7 +458,7 @@ static ncclResult_t plan_and_print(const sim_opts_t *o, const br_graph_t *g)
             br_plan_set_tuner(plan, br_plugin_tuner_hook, tuner, tuner->name);
             printf("# tuner %s (v%d) from %s\n", tuner->name, tuner->version, tuner->path);
         }
-        res = print_table(plan, o, g->nranks, tuner != NULL);
+        res = print_table(plan, NULL, o, g->nranks, tuner != NULL);
     }
     if (tuner != NULL) {
         br_plugin_tuner_close(tuner);
@@ -445,8 +502,10 @@ int main(int argc, char **argv)
     if (o.dump != NULL && br_graph_dump(g, o.dump) != ncclSuccess) {
         goto out;
     }
-    if (plan_and_print(&o, g) != ncclSuccess) {
-        fprintf(stderr, "braid-sim: %s\n", br_log_last_error());
+    if (plan_and_print(&o, g, topos[0]) != ncclSuccess) {
+        if (!o.nccl) {
+            fprintf(stderr, "braid-sim: %s\n", br_log_last_error());
+        }
         goto out;
     }
     printf("# planned in %.1f ms\n", (double)(br_time_ns() - t0) * 1e-6);
