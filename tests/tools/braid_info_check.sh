@@ -52,7 +52,7 @@ libdir=$(dirname "$(ldd "$info" | awk '$1 == "libnccl.so.2" { print $3 }')")
 for p in "$libdir"/libnccl-net-socket.so "$libdir"/libnccl-tuner-default.so \
     "$libdir"/libnccl-profiler-braid.so; do
     "$info" --check-plugin "$p" > "$out" || fail "--check-plugin $p"
-    grep -q "Braid loads: ncclNetPlugin_v12\|Braid loads: ncclTunerPlugin_v7\|Braid loads: ncclProfiler_v6" \
+    grep -q "Braid loads: ncclNetPlugin_v12\|Braid loads: ncclTunerPlugin_v7\|Braid loads: ncclProfiler_v7" \
         "$out" || fail "--check-plugin $p names no version"
 done
 tmp=$(mktemp -d)
