@@ -55,7 +55,7 @@ static void *arena_create(const br_transport_comm_t *tc, size_t size, char *name
     int fd;
 
     snprintf(name, len, "/braid-arena-%d-%u", (int)getpid(), atomic_fetch_add(&arena_counter, 1));
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    fd = br_shm_create_own(name);
     if (fd < 0) {
         BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: no node arena: shm_open(%s) failed: %s", tc->rank,
                 name, strerror(errno));

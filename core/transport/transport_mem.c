@@ -98,7 +98,7 @@ static ncclResult_t shm_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_
 
     snprintf(conn->shm_name, sizeof(conn->shm_name), "/braid-%d-%u", (int)getpid(),
              atomic_fetch_add(&shm_counter, 1));
-    fd = shm_open(conn->shm_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    fd = br_shm_create_own(conn->shm_name);
     if (fd < 0) {
         BR_WARN(NCCL_SHM, "rank %d: shm_open(%s) failed: %s", tc->rank, conn->shm_name,
                 strerror(errno));

@@ -57,6 +57,13 @@ int br_hostmem_free(void *ptr);
 /* Does [ptr, ptr + bytes) lie in one allocation? 1 and *ref_p filled, else 0. */
 int br_hostmem_find(const void *ptr, size_t bytes, br_hostmem_ref_t *ref_p);
 
+/* Create the POSIX shared memory object `name` (O_CREAT | O_EXCL, mode 0600) and return its
+ * descriptor, or -1 with errno set. Names made from the process id and a counter of the
+ * process are the process's own: one that already exists was left by a process that died
+ * with the same id (a killed job), so it is unlinked (logged) and the creation tried once
+ * more instead of failing the job. */
+int br_shm_create_own(const char *name);
+
 /* Copy n bytes with non-temporal stores (util_copy.c): for outputs too large to stay in
  * the cache, where they save the read of every destination line; memcpy where the CPU
  * has none. Ordered before later stores (a flag another rank acquires). */

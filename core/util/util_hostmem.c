@@ -8,6 +8,7 @@
  * descriptor. Thread-safe; called from any thread.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,4 +108,18 @@ int br_hostmem_find(const void *ptr, size_t bytes, br_hostmem_ref_t *ref_p)
     }
     pthread_mutex_unlock(&hostmem_lock);
     return found;
+}
+
+int br_shm_create_own(const char *name)
+{
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        BR_INFO(NCCL_SHM, "shared memory %s already exists: left by an earlier process with "
+                          "this process id (killed?); removing it",
+                name);
+        if (shm_unlink(name) == 0) {
+            fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        }
+    }
+    return fd;
 }

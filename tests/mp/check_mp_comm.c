@@ -23,10 +23,13 @@
  * this thread, with ncclGroupStart/End around the per-rank calls.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "brt_coll.h"
 #include "brt_launch.h"
@@ -140,6 +143,55 @@ static int body_queries(brt_rank_ctx_t *ctx, ncclComm_t comm)
         brt_fail(ctx, "ncclCommGetAsyncError on a healthy communicator gave %d", (int)async);
         bad = 1;
     }
+    return bad;
+}
+
+/* Shared memory objects named as this process's own would be (the FIFOs' "/braid-<pid>-<k>"
+ * and the node arena's "/braid-arena-<pid>-<k>"), left behind by a killed process that had
+ * the same id: made before init (rank_main), they must not stop this one. */
+#define STALE_SHM 64
+
+static void stale_shm_name(char *name, size_t len, int arena, int k)
+{
+    snprintf(name, len, arena ? "/braid-arena-%d-%d" : "/braid-%d-%d", (int)getpid(), k);
+}
+
+static void stale_shm_make(void)
+{
+    for (int arena = 0; arena < 2; arena++) {
+        for (int k = 0; k < STALE_SHM; k++) {
+            char name[64];
+            stale_shm_name(name, sizeof(name), arena, k);
+            int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
+            if (fd >= 0) {
+                close(fd);
+            }
+        }
+    }
+}
+
+/* Remove what the library did not use (it unlinks the ones it replaced itself). */
+static void stale_shm_clean(void)
+{
+    for (int arena = 0; arena < 2; arena++) {
+        for (int k = 0; k < STALE_SHM; k++) {
+            char name[64];
+            stale_shm_name(name, sizeof(name), arena, k);
+            shm_unlink(name);
+        }
+    }
+}
+
+/* Collectives work (init already did, over names the stale objects held). */
+static int body_stale_shm(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    char err[1024];
+    brt_case_t c = mk(BRT_ALLREDUCE, ncclInt32, BRT_SUM, 100003, 0, 0, 3);
+    int bad = brt_cases_run(&comm, 1, &c, 1, ctx, err, sizeof(err)) != 0;
+    if (bad) {
+        brt_fail(ctx, "AllReduce beside stale shared memory objects: %s", err);
+    }
+    stale_shm_clean();
     return bad;
 }
 
@@ -602,7 +654,13 @@ static int rank_main(brt_rank_ctx_t *ctx)
     ncclComm_t comm = NULL;
     int bad;
 
+    if (body == body_stale_shm) {
+        stale_shm_make();
+    }
     if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        if (body == body_stale_shm) {
+            stale_shm_clean();
+        }
         return 1;
     }
     bad = body(ctx, comm);
@@ -805,6 +863,15 @@ START_TEST(test_late_receiver)
 }
 END_TEST
 
+START_TEST(test_stale_shm)
+{
+    if (cfg.mode != BRT_MODE_PROC) {
+        return; /* the names are per process: only processes of their own can leave them */
+    }
+    run_body(body_stale_shm, cfg.ranks[_i]);
+}
+END_TEST
+
 START_TEST(test_lifecycle)
 {
     int n = cfg.ranks[_i];
@@ -860,7 +927,8 @@ static Suite *mp_comm_suite(void)
                  {"split", test_split},
                  {"lifecycle", test_lifecycle},
                  {"late_receiver", test_late_receiver},
-                 {"concurrent", test_concurrent}};
+                 {"concurrent", test_concurrent},
+                 {"stale_shm", test_stale_shm}};
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         TCase *tc = tcase_create(cases[k].name);
         tcase_set_timeout(tc, TIMEOUT * brt_time_scale() + 60);

@@ -65,7 +65,7 @@ static inline br_cu_ptr_t data_of(const ipc_state_t *s, int q)
 static const char *inbox_map(ipc_state_t *s, int q, const char *name, int create)
 {
     const br_cuda_t *cu = br_cuda(NULL);
-    int fd = shm_open(name, O_RDWR | (create ? O_CREAT | O_EXCL : 0), 0600);
+    int fd = create ? br_shm_create_own(name) : shm_open(name, O_RDWR, 0600);
     if (fd < 0) {
         return create ? "shm_open of the inbox" : "shm_open of a peer's inbox";
     }
