@@ -141,9 +141,7 @@ typedef struct {
  * between thread 0 (polls, plans, counters) and the others (data) runs concurrently. */
 static int block_threads(void)
 {
-    const char *v = getenv("BRAID_FAKE_CUDA_BLOCK_THREADS");
-    int n = v != NULL ? atoi(v) : 2;
-    return n < 1 ? 1 : n > 8 ? 8 : n;
+    return env_int("BRAID_FAKE_CUDA_BLOCK_THREADS", 2, 1, 8);
 }
 
 typedef struct {

@@ -41,7 +41,6 @@
 #include "gpu_check.h"
 #include "nccl.h"
 
-#define SKIP 77
 
 int failures;
 
@@ -852,14 +851,10 @@ static void section_capture(void)
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        printf("SKIP: no GPU here (%s): the CUDA executor's tests need one\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return SKIP;
+    int skip = gpu_or_skip();
+    if (skip != 0) {
+        return skip;
     }
-    setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(what, "proc-rank") && argc == 6) {
         return proc_rank_main(argv[2], atoi(argv[3]), atoi(argv[4]), argv[5]) ? 1 : 0;
     }

@@ -165,14 +165,10 @@ static int run_case(ncclComm_t *comms, cudaStream_t *streams, int n, int func, i
 int main(void)
 {
     static const int sizes[] = {1, 3, 4};
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP: no GPU here (%s): the CUDA executor's tests need one\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 77;
+    int skip = gpu_or_skip();
+    if (skip != 0) {
+        return skip;
     }
-    setvbuf(stdout, NULL, _IOLBF, 0);
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         int n = sizes[si], devs[MAXR], cases = 0;
         ncclComm_t comms[MAXR];

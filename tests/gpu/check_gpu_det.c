@@ -240,14 +240,11 @@ int main(void)
 {
     static const ncclDataType_t types[] = {ncclFloat32, ncclBfloat16, ncclFloat16,
                                            ncclFloat8e4m3, ncclFloat8e5m2};
-    int ndev = 0, devs[NR] = {0};
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP: no GPU here (%s): the CUDA executor's tests need one\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 77;
+    int devs[NR] = {0};
+    int skip = gpu_or_skip();
+    if (skip != 0) {
+        return skip;
     }
-    setvbuf(stdout, NULL, _IOLBF, 0);
     const char *direct = getenv("BRAID_CUDA_DIRECT");
     int no_direct = direct != NULL && strcmp(direct, "0") == 0;
     ncclComm_t comms[NR];

@@ -38,7 +38,6 @@
 #include "brt_fp.h"
 #include "brt_launch.h"
 
-enum { MODE_PROC, MODE_THREADS, MODE_INITALL };
 
 static struct {
     int mode;
@@ -604,9 +603,9 @@ static void run_layout(int n, int (*fn)(env_t *e))
 
     body_fn = fn;
     out[0] = '\0';
-    if (cfg.mode == MODE_PROC) {
+    if (cfg.mode == BRT_MODE_PROC) {
         bad = brt_procs_run(n, rank_body, NULL, timeout, out, sizeof(out));
-    } else if (cfg.mode == MODE_THREADS) {
+    } else if (cfg.mode == BRT_MODE_THREADS) {
         bad = brt_threads_run(n, rank_body, NULL, timeout, out, sizeof(out));
     } else {
         ncclComm_t comms[BRT_MAX_RANKS];
@@ -656,7 +655,7 @@ END_TEST
 
 static int parse_args(int argc, char **argv)
 {
-    cfg.mode = MODE_PROC;
+    cfg.mode = BRT_MODE_PROC;
     cfg.timeout = 120;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -665,15 +664,8 @@ static int parse_args(int argc, char **argv)
             continue;
         }
         i++;
-        if (strcmp(k, "--mode") == 0) {
-            cfg.mode = strcmp(v, "threads") == 0   ? MODE_THREADS
-                       : strcmp(v, "initall") == 0 ? MODE_INITALL
-                                                   : MODE_PROC;
-        } else if (strcmp(k, "--ranks") == 0) {
-            for (char *s = (char *)v; *s && cfg.nranks_list < BRT_MAX_RANKS;) {
-                cfg.ranks[cfg.nranks_list++] = (int)strtol(s, &s, 10);
-                s += *s == ',';
-            }
+        if (brt_layout_option(k, v, &cfg.mode, cfg.ranks, &cfg.nranks_list)) {
+            continue;
         } else if (strcmp(k, "--timeout") == 0) {
             cfg.timeout = atof(v);
         } else {
