@@ -299,6 +299,13 @@ ncclResult_t br_plugin_profiler_start_event_tagged(br_profiler_t *prof,
                                                    ncclProfilerEventDescr_v6_t *descr,
                                                    uint64_t user_tag, void **handle_p);
 ncclResult_t br_plugin_profiler_stop_event(br_profiler_t *prof, void *handle);
+/* A kernel's (for the host executor: a work item's) three phases on one channel, for v7
+ * plugins that ask for ncclProfileKernelPhase (others get nothing): initial_sync from
+ * t[0] to t[1], compute to t[2], final_sync to t[3], clock stamps in ns of the same clock
+ * as the parent KernelCh event's pTimer. Each is started, given its KernelPhaseStop
+ * state with its end stamp, and stopped at once. */
+void br_plugin_profiler_kernel_phases(br_profiler_t *prof, void *kch, int rank, int channel,
+                                      const uint64_t t[4]);
 ncclResult_t br_plugin_profiler_record_event_state(br_profiler_t *prof, void *handle,
                                                    ncclProfilerEventState_t state,
                                                    ncclProfilerEventStateArgs_v6_t *args);

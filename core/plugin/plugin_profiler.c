@@ -347,6 +347,38 @@ ncclResult_t br_plugin_profiler_record_event_state(br_profiler_t *prof, void *ha
     }
 }
 
+void br_plugin_profiler_kernel_phases(br_profiler_t *prof, void *kch, int rank, int channel,
+                                      const uint64_t t[4])
+{
+    static const char *const names[3] = {"initial_sync", "compute", "final_sync"};
+    prof_state_t *st = prof->priv;
+
+    if (st->version < 7 || (br_plugin_profiler_mask() & ncclProfileKernelPhase) == 0) {
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        ncclProfilerEventDescr_v7_t d;
+        ncclProfilerEventStateArgs_v7_t args;
+        void *h = NULL;
+
+        memset(&d, 0, sizeof(d));
+        d.type = ncclProfileKernelPhase;
+        d.parentObj = kch;
+        d.rank = rank;
+        d.kernelPhase.channelId = (uint8_t)channel;
+        d.kernelPhase.phaseId = (uint8_t)i;
+        d.kernelPhase.phaseName = names[i];
+        d.kernelPhase.pTimer = t[i];
+        if (st->fn.v7.startEvent(st->ctx, &h, &d) != ncclSuccess || h == NULL) {
+            continue;
+        }
+        memset(&args, 0, sizeof(args));
+        args.kernelCh.pTimer = t[i + 1];
+        (void)st->fn.v7.recordEventState(h, ncclProfilerKernelPhaseStop, &args);
+        (void)st->fn.v7.stopEvent(h);
+    }
+}
+
 void br_plugin_profiler_close(br_profiler_t *prof)
 {
     prof_state_t *st;

@@ -50,6 +50,8 @@ typedef struct prof_event {
     int step;       /* proxyStep step, proxyOp isSend, groupApi depth */
     int flag;       /* graphCaptured, or the net payload's op */
     int64_t net_id; /* netPlugin id (the payload's byte count goes to count) */
+    uint64_t tag;   /* API and task events: the call's user tag (v7; 0: none) */
+    uint64_t ptimer; /* KernelCh, KernelPhase: the start's timer stamp from the core */
     int nstates;    /* incremented atomically; may exceed PROF_MAX_STATES */
     prof_state_t states[PROF_MAX_STATES];
 } prof_event_t;
@@ -57,7 +59,7 @@ typedef struct prof_event {
 struct prof_ctx {
     uint64_t comm_hash;
     int rank, nranks, nnodes;
-    int version; /* ABI version the core uses: 5 or 6 */
+    int version; /* ABI version the core uses: 5, 6 or 7 */
     char comm_name[64];
     pid_t pid;
     prof_event_t *events; /* the pool */
@@ -74,9 +76,13 @@ struct prof_ctx {
 /* Monotonic time in ns. */
 uint64_t prof_now_ns(void);
 
-/* Event calls, with v6 descriptor semantics (v5 descriptors are copied into v6 ones). */
+/* Event calls, with v6 descriptor semantics (v5 descriptors are copied into v6 ones, v7's
+ * translated, their user tag passed as tag). */
 ncclResult_t prof_start_event(prof_ctx_t *ctx, void **handle_p,
-                              const ncclProfilerEventDescr_v6_t *d);
+                              const ncclProfilerEventDescr_v6_t *d, uint64_t tag);
+/* A v7 KernelPhase event: the phase's id in step, its name in func. */
+ncclResult_t prof_start_phase(prof_ctx_t *ctx, void **handle_p,
+                              const ncclProfilerEventDescr_v7_t *d);
 ncclResult_t prof_stop_event(void *handle);
 ncclResult_t prof_record_state(void *handle, int state, const ncclProfilerEventStateArgs_v6_t *a);
 

@@ -132,7 +132,10 @@ static void fill_fields(prof_event_t *ev, const ncclProfilerEventDescr_v6_t *d)
         ev->step = d->proxyOp.isSend;
         break;
     case ncclProfileProxyStep: ev->step = d->proxyStep.step; break;
-    case ncclProfileKernelCh: ev->channel = d->kernelCh.channelId; break;
+    case ncclProfileKernelCh:
+        ev->channel = d->kernelCh.channelId;
+        ev->ptimer = d->kernelCh.pTimer;
+        break;
     case ncclProfileNetPlugin:
         ev->net_id = d->netPlugin.id;
         decode_net_payload(d->netPlugin.id, d->netPlugin.data, &ev->flag, &ev->count);
@@ -157,36 +160,68 @@ static int type_index(uint64_t type)
 {
     int i = 0;
 
-    while (i < 15 && !(type & (1ull << i))) {
+    while (i < 16 && !(type & (1ull << i))) {
         i++;
     }
     return i;
 }
 
-ncclResult_t prof_start_event(prof_ctx_t *ctx, void **handle_p,
-                              const ncclProfilerEventDescr_v6_t *d)
+/* The next record of the pool, cleared, for an event of `type` started by this thread;
+ * NULL (the event dropped) when the pool is full. */
+static prof_event_t *new_event(prof_ctx_t *ctx, uint64_t type)
 {
-    size_t idx;
+    size_t idx = __atomic_fetch_add(&ctx->next, 1, __ATOMIC_RELAXED);
     prof_event_t *ev;
 
-    *handle_p = NULL;
-    idx = __atomic_fetch_add(&ctx->next, 1, __ATOMIC_RELAXED);
     if (idx >= ctx->capacity) {
         /* Pool exhausted: drop the event (the core then skips its stop and states). */
         __atomic_fetch_add(&ctx->dropped, 1, __ATOMIC_RELAXED);
-        return ncclSuccess;
+        return NULL;
     }
     ev = &ctx->events[idx];
     memset(ev, 0, sizeof(*ev));
     ev->ctx = ctx;
-    ev->type = d->type;
+    ev->type = type;
     ev->lane = my_lane();
     ev->channel = -1;
     ev->peer = -1;
+    return ev;
+}
+
+ncclResult_t prof_start_phase(prof_ctx_t *ctx, void **handle_p,
+                              const ncclProfilerEventDescr_v7_t *d)
+{
+    prof_event_t *ev = new_event(ctx, d->type);
+
+    *handle_p = NULL;
+    if (ev == NULL) {
+        return ncclSuccess;
+    }
+    ev->parent = own_parent(ctx, d->parentObj);
+    ev->channel = d->kernelPhase.channelId;
+    ev->step = d->kernelPhase.phaseId;
+    copy_name(ev->func, d->kernelPhase.phaseName);
+    ev->ptimer = d->kernelPhase.pTimer;
+    ev->seq = ev->parent != NULL ? ev->parent->seq : 0;
+    ev->start_ns = prof_now_ns();
+    *handle_p = ev;
+    return ncclSuccess;
+}
+
+ncclResult_t prof_start_event(prof_ctx_t *ctx, void **handle_p,
+                              const ncclProfilerEventDescr_v6_t *d, uint64_t tag)
+{
+    prof_event_t *ev = new_event(ctx, d->type);
+
+    *handle_p = NULL;
+    if (ev == NULL) {
+        return ncclSuccess;
+    }
     /* A ProxyOp posted by another process's proxy carries a foreign parent. */
     if (d->type != ncclProfileProxyOp || d->proxyOp.pid == ctx->pid) {
         ev->parent = own_parent(ctx, d->parentObj);
     }
+    ev->tag = tag;
     fill_fields(ev, d);
     if (ev->parent != NULL) {
         if (ev->channel < 0) {

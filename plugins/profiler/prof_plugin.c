@@ -9,8 +9,9 @@
  * fails with the reason; a process that exits with contexts never finalized (no
  * ncclCommDestroy) writes them from the library's destructor. v5 descriptors are copied
  * into the v6 layout (same members, same offsets) so one code path serves both; v7's,
- * whose members moved (user tags, kernel metadata), are translated member by member, and
- * v7's KernelPhase events are not asked for (the trace has no place for them yet).
+ * whose members moved (user tags, kernel metadata), are translated member by member with
+ * the call's user tag kept beside them, and v7's KernelPhase events are recorded on
+ * their own (phase id, name, timer stamps).
  */
 #include <errno.h>
 #include <limits.h>
@@ -36,6 +37,7 @@
  * thread wake-up adds volume, not insight) and, for v5, the v6-only CE types. */
 #define PROF_DEFAULT_MASK_V5 (NCCL_PROFILER_EVENT_MASK_V5 & ~ncclProfileProxyCtrl)
 #define PROF_DEFAULT_MASK_V6 (NCCL_PROFILER_EVENT_MASK_V6 & ~ncclProfileProxyCtrl)
+#define PROF_DEFAULT_MASK_V7 (NCCL_PROFILER_EVENT_MASK_V7 & ~ncclProfileProxyCtrl)
 #define PROF_MAX_EVENTS (1 << 26)
 
 /* Contexts initialized and not yet finalized, for the exit-time flush. */
@@ -54,10 +56,14 @@ static uint64_t realtime_ns(void)
 static int wanted_mask(int version)
 {
     int64_t m = prof_param_mask();
-    int all = version >= 6 ? NCCL_PROFILER_EVENT_MASK_V6 : NCCL_PROFILER_EVENT_MASK_V5;
+    int all = version >= 7   ? NCCL_PROFILER_EVENT_MASK_V7
+              : version >= 6 ? NCCL_PROFILER_EVENT_MASK_V6
+                             : NCCL_PROFILER_EVENT_MASK_V5;
 
     if (m == -1) {
-        return version >= 6 ? PROF_DEFAULT_MASK_V6 : PROF_DEFAULT_MASK_V5;
+        return version >= 7   ? PROF_DEFAULT_MASK_V7
+               : version >= 6 ? PROF_DEFAULT_MASK_V6
+                              : PROF_DEFAULT_MASK_V5;
     }
     return (int)(m & all);
 }
@@ -242,7 +248,9 @@ static ncclResult_t prof_init_v5(void **context, uint64_t comm_id, int *mask, co
     return prof_init(5, context, comm_id, mask, comm_name, nnodes, nranks, rank, logger);
 }
 
-static ncclResult_t prof_start_v6(void *context, void **handle, ncclProfilerEventDescr_v6_t *d)
+/* A v6 descriptor (or v5's and v7's, translated) and the call's user tag. */
+static ncclResult_t start_tagged(void *context, void **handle, ncclProfilerEventDescr_v6_t *d,
+                                 uint64_t tag)
 {
     if (handle == NULL) {
         return ncclSuccess;
@@ -251,12 +259,19 @@ static ncclResult_t prof_start_v6(void *context, void **handle, ncclProfilerEven
         *handle = NULL;
         return ncclSuccess;
     }
-    return prof_start_event(context, handle, d);
+    return prof_start_event(context, handle, d, tag);
 }
 
-/* A v7 descriptor in v6's layout: the members v6 has, by name. */
-static void descr_v7_to_v6(const ncclProfilerEventDescr_v7_t *d, ncclProfilerEventDescr_v6_t *o)
+static ncclResult_t prof_start_v6(void *context, void **handle, ncclProfilerEventDescr_v6_t *d)
 {
+    return start_tagged(context, handle, d, 0);
+}
+
+/* A v7 descriptor in v6's layout: the members v6 has, by name; the user tag is returned. */
+static uint64_t descr_v7_to_v6(const ncclProfilerEventDescr_v7_t *d, ncclProfilerEventDescr_v6_t *o)
+{
+    uint64_t tag = 0;
+
     memset(o, 0, sizeof(*o));
     o->type = d->type;
     o->parentObj = d->parentObj;
@@ -273,6 +288,7 @@ static void descr_v7_to_v6(const ncclProfilerEventDescr_v7_t *d, ncclProfilerEve
         o->collApi.root = d->collApi.root;
         o->collApi.stream = d->collApi.stream;
         o->collApi.graphCaptured = d->collApi.graphCaptured;
+        tag = d->collApi.userTag;
         break;
     case ncclProfileP2pApi:
         o->p2pApi.func = d->p2pApi.func;
@@ -280,6 +296,7 @@ static void descr_v7_to_v6(const ncclProfilerEventDescr_v7_t *d, ncclProfilerEve
         o->p2pApi.datatype = d->p2pApi.datatype;
         o->p2pApi.stream = d->p2pApi.stream;
         o->p2pApi.graphCaptured = d->p2pApi.graphCaptured;
+        tag = d->p2pApi.userTag;
         break;
     case ncclProfileColl:
         o->coll.seqNumber = d->coll.seqNumber;
@@ -294,6 +311,7 @@ static void descr_v7_to_v6(const ncclProfilerEventDescr_v7_t *d, ncclProfilerEve
         o->coll.algo = d->coll.algo;
         o->coll.proto = d->coll.proto;
         o->coll.parentGroup = d->coll.parentGroup;
+        tag = d->coll.userTag;
         break;
     case ncclProfileP2p:
         o->p2p.func = d->p2p.func;
@@ -303,6 +321,7 @@ static void descr_v7_to_v6(const ncclProfilerEventDescr_v7_t *d, ncclProfilerEve
         o->p2p.peer = d->p2p.peer;
         o->p2p.nChannels = d->p2p.nChannels;
         o->p2p.parentGroup = d->p2p.parentGroup;
+        tag = d->p2p.userTag;
         break;
     default:
         /* The other members did not move (kernelLaunch to ceCollBatch: as v6). */
@@ -311,19 +330,26 @@ static void descr_v7_to_v6(const ncclProfilerEventDescr_v7_t *d, ncclProfilerEve
                        "v6 and v7 unions start alike");
         memcpy(&o->proxyOp, &d->proxyOp,
                sizeof(*o) - offsetof(ncclProfilerEventDescr_v6_t, proxyOp));
+        if (d->type == ncclProfileCeColl) {
+            tag = d->ceColl.userTag;
+        }
         break;
     }
+    return tag;
 }
 
 static ncclResult_t prof_start_v7(void *context, void **handle, ncclProfilerEventDescr_v7_t *d)
 {
     ncclProfilerEventDescr_v6_t d6;
 
-    if (d == NULL || d->type == ncclProfileKernelPhase) {
-        return prof_start_v6(context, handle, NULL); /* not recorded */
+    if (d != NULL && d->type == ncclProfileKernelPhase && context != NULL && handle != NULL) {
+        return prof_start_phase(context, handle, d);
     }
-    descr_v7_to_v6(d, &d6);
-    return prof_start_v6(context, handle, &d6);
+    if (d == NULL) {
+        return start_tagged(context, handle, NULL, 0);
+    }
+    uint64_t tag = descr_v7_to_v6(d, &d6);
+    return start_tagged(context, handle, &d6, tag);
 }
 
 static ncclResult_t prof_start_v5(void *context, void **handle, ncclProfilerEventDescr_v5_t *d)

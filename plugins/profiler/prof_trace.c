@@ -4,7 +4,7 @@
  * chrome://tracing open), one file per rank: pid = rank. Events that nest on the thread
  * that started them (GroupApi, CollApi, P2pApi, KernelLaunch, ProxyCtrl) become "X"
  * complete events on that thread's lane; events that overlap freely (Group, Coll, P2p,
- * ProxyOp, ProxyStep, NetPlugin, KernelCh, CE) become async "b"/"e" pairs keyed by
+ * ProxyOp, ProxyStep, NetPlugin, KernelCh, KernelPhase, CE) become async "b"/"e" pairs keyed by
  * (cat, id), with tid = 1000 + channel where there is one. State changes become instant
  * events ("i" / async "n"). An event never stopped is written as a lone "B" or "b" with
  * args.unterminated, so a validator flags it. Timestamps are CLOCK_REALTIME
@@ -30,9 +30,9 @@ const char *prof_type_name(uint64_t type)
     static const char *const names[] = {
         "Group",     "Coll",         "P2p",       "ProxyOp",  "ProxyStep",
         "ProxyCtrl", "KernelCh",     "NetPlugin", "GroupApi", "CollApi",
-        "P2pApi",    "KernelLaunch", "CeColl",    "CeSync",   "CeBatch",
+        "P2pApi",    "KernelLaunch", "CeColl",    "CeSync",   "CeBatch", "KernelPhase",
     };
-    for (int i = 0; i < 15; i++) {
+    for (int i = 0; i < 16; i++) {
         if (type == (1ull << i)) {
             return names[i];
         }
@@ -74,6 +74,7 @@ const char *prof_state_name(int state)
         "CeSyncComplete",
         "CeBatchStart",
         "CeBatchComplete",
+        "KernelPhaseStop",
     };
     return state >= 0 && state < (int)(sizeof(names) / sizeof(names[0])) ? names[state]
                                                                          : "UnknownState";
@@ -131,6 +132,7 @@ static void event_name(const prof_event_t *ev, char *buf, size_t len)
         break;
     case ncclProfileCollApi:
     case ncclProfileP2pApi: snprintf(buf, len, "%s API", ev->func); break;
+    case ncclProfileKernelPhase: snprintf(buf, len, "%s", ev->func); break;
     case ncclProfileProxyOp: snprintf(buf, len, "ProxyOp %s", ev->step ? "Send" : "Recv"); break;
     case ncclProfileProxyStep:
         snprintf(buf, len, "ProxyStep%s", op == NULL ? "" : (op->step ? " Send" : " Recv"));
@@ -177,6 +179,9 @@ static void put_args(FILE *f, const prof_event_t *ev)
         fprintf(f, ",\"channel\":%d,\"step\":%d", ev->channel, ev->step);
         break;
     case ncclProfileKernelCh: fprintf(f, ",\"channel\":%d", ev->channel); break;
+    case ncclProfileKernelPhase:
+        fprintf(f, ",\"channel\":%d,\"phaseId\":%d", ev->channel, ev->step);
+        break;
     case ncclProfileNetPlugin:
         fprintf(f, ",\"pluginId\":\"0x%" PRIx64 "\",\"bytes\":%zu,\"op\":%d", (uint64_t)ev->net_id,
                 ev->count, ev->flag);
@@ -205,23 +210,83 @@ static void put_head(FILE *f, const prof_ctx_t *ctx, const prof_event_t *ev, con
     fprintf(f, ",\"ts\":");
 }
 
+/* The KernelPhaseStop (or KernelChStop) stamp an event was given, or 0. */
+static uint64_t end_stamp(const prof_event_t *ev, int state)
+{
+    uint64_t end = 0;
+
+    for (int s = 0; s < ev->nstates && s < PROF_MAX_STATES; s++) {
+        if (ev->states[s].state == state) {
+            end = ev->states[s].arg;
+        }
+    }
+    return end;
+}
+
+/* A stamp of the core's timer as a time of this process: the KernelCh event's timer span
+ * [ch->ptimer, ch_end] mapped onto the span the event itself had here. */
+static uint64_t map_stamp(const prof_event_t *ch, uint64_t ch_end, uint64_t ch_stop, uint64_t t)
+{
+    double f;
+
+    if (t <= ch->ptimer) {
+        return ch->start_ns;
+    }
+    if (t >= ch_end) {
+        return ch_stop;
+    }
+    f = (double)(t - ch->ptimer) / (double)(ch_end - ch->ptimer);
+    return ch->start_ns + (uint64_t)(f * (double)(ch_stop - ch->start_ns));
+}
+
+/* A KernelPhase's span on this process's clock. The core stamps phases with the clock of
+ * their KernelCh's pTimer (a GPU timer, or the host executor's clock) and may report them
+ * after the fact, so the phase is placed within its KernelCh event by where its stamps
+ * fall in the KernelCh's own [start, KernelChStop] stamps. Without a KernelCh parent (or
+ * stamps), the calls' own times stay. */
+static void phase_span(const prof_event_t *ev, uint64_t *start_p, uint64_t *stop_p)
+{
+    const prof_event_t *ch = ev->parent;
+    uint64_t end = end_stamp(ev, ncclProfilerKernelPhaseStop), ch_end, ch_stop;
+
+    if (ch == NULL || ch->type != ncclProfileKernelCh || *stop_p == 0 || end < ev->ptimer) {
+        return;
+    }
+    ch_end = end_stamp(ch, ncclProfilerKernelChStop);
+    ch_stop = __atomic_load_n(&ch->stop_ns, __ATOMIC_ACQUIRE);
+    if (ch->ptimer == 0 || ch_end <= ch->ptimer || ch_stop < ch->start_ns) {
+        return;
+    }
+    *start_p = map_stamp(ch, ch_end, ch_stop, ev->ptimer);
+    *stop_p = map_stamp(ch, ch_end, ch_stop, end);
+}
+
 static void put_event(FILE *f, const prof_ctx_t *ctx, const prof_event_t *ev)
 {
-    uint64_t stop = __atomic_load_n(&ev->stop_ns, __ATOMIC_ACQUIRE);
+    uint64_t stop = __atomic_load_n(&ev->stop_ns, __ATOMIC_ACQUIRE), start = ev->start_ns;
     int sync = is_sync(ev->type), nstates = ev->nstates;
     char name[64];
 
+    if (ev->type == ncclProfileKernelPhase) {
+        phase_span(ev, &start, &stop);
+    }
     event_name(ev, name, sizeof(name));
     put_head(f, ctx, ev, name, stop == 0 ? (sync ? "B" : "b") : (sync ? "X" : "b"));
-    put_ts(f, ctx, ev->start_ns);
+    put_ts(f, ctx, start);
     if (stop != 0 && sync) {
-        uint64_t dur = stop > ev->start_ns ? stop - ev->start_ns : 0;
+        uint64_t dur = stop > start ? stop - start : 0;
         fprintf(f, ",\"dur\":%" PRIu64 ".%03u", dur / 1000, (unsigned)(dur % 1000));
     }
     fprintf(f, ",\"args\":{\"commHash\":\"0x%016" PRIx64 "\",\"rank\":%d,\"seq\":%" PRIu64,
             ctx->comm_hash, ctx->rank, ev->seq);
     put_args(f, ev);
+    if (ev->tag != 0) {
+        fprintf(f, ",\"userTag\":\"0x%" PRIx64 "\"", ev->tag);
+    }
     fprintf(f, "%s}}", stop == 0 ? ",\"unterminated\":true" : "");
+    if (ev->type == ncclProfileKernelPhase) {
+        nstates = 0; /* its one state, the end stamp, is the span's end */
+    }
     for (int s = 0; s < nstates && s < PROF_MAX_STATES; s++) {
         put_head(f, ctx, ev, prof_state_name(ev->states[s].state), sync ? "i" : "n");
         put_ts(f, ctx, ev->states[s].ts_ns);

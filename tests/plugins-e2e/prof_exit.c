@@ -2,7 +2,9 @@
 /*
  * A program that forgets ncclCommDestroy: 2 ranks as communicators of one thread
  * (ncclCommInitAll) run one AllReduce, then main returns with both still live. With the
- * trace profiler loaded, each rank's trace must still be written (profiler_lost.sh).
+ * trace profiler loaded, each rank's trace must still be written (profiler_lost.sh). The
+ * AllReduce goes through ncclAllReduceConfig with a user profiler tag, which the traces
+ * must carry on its API and task events.
  */
 #include <nccl.h>
 #include <stdio.h>
@@ -17,9 +19,11 @@ int main(void)
         fprintf(stderr, "ncclCommInitAll: %s\n", ncclGetErrorString(res));
         return 1;
     }
+    ncclCollConfig_t config = NCCL_COLLCONFIG_INITIALIZER;
+    config.userProfilerTag = 0x5eed;
     res = ncclGroupStart();
     for (int r = 0; r < 2 && res == ncclSuccess; r++) {
-        res = ncclAllReduce(data[r], data[r], 4, ncclFloat, ncclSum, comms[r], NULL);
+        res = ncclAllReduceConfig(data[r], data[r], 4, ncclFloat, ncclSum, comms[r], NULL, &config);
     }
     if (res == ncclSuccess) {
         res = ncclGroupEnd();

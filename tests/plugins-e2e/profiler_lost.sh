@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The trace profiler loses no trace in silence (prof_exit.c: 2 ranks, one AllReduce, no
-# ncclCommDestroy before the process exits):
+# The trace profiler loses no trace in silence (prof_exit.c: 2 ranks, one AllReduce with a
+# user profiler tag, no ncclCommDestroy before the process exits):
 #  - a BRAID_PROFILER_DIR that does not exist is created, parents included, and the
 #    traces written at exit pair up (braid-trace-merge --check), with a WARN naming the
 #    communicators that were not destroyed;
@@ -23,6 +23,8 @@ n=$(find "$dir/new/traces" -name 'braid-trace-*.json' | wc -l)
 python3 "$merge" --check --expect-ranks 2 "$dir"/new/traces/braid-trace-*.json
 grep -q '"AllReduce' "$dir"/new/traces/braid-trace-*.json ||
     { echo "FAIL: no AllReduce in the traces"; exit 1; }
+# Profiler v7: the call's user tag on its CollApi and Coll events, and kernel phases.
+python3 "$(dirname "$0")/trace_phases.py" --tag 0x5eed "$dir"/new/traces/braid-trace-*.json
 
 touch "$dir/file"
 BRAID_PROFILER_DIR="$dir/file/traces" "$prog" > "$dir/refused.log" 2>&1 ||

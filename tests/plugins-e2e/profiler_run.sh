@@ -14,6 +14,8 @@ if [ "$n" -ne 4 ]; then
     echo "FAIL: expected 4 trace files, found $n"; cat "$dir/demo.log"; exit 1
 fi
 python3 "$merge" --check --expect-ranks 4 "$dir"/braid-trace-*.json
+# Profiler v7's kernel phases: three per KernelCh event, in order, inside it.
+python3 "$(dirname "$0")/trace_phases.py" "$dir"/braid-trace-*.json
 python3 "$merge" -o "$dir/merged.json" "$dir"/braid-trace-*.json
 grep -q '"AllReduce' "$dir/merged.json" || { echo "FAIL: no AllReduce events in the trace"; exit 1; }
 # The per-operation table: one row per collective run, each with its calls.

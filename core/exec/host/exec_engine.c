@@ -496,10 +496,13 @@ static int step_queues(br_exec_batch_t *b, int *pending_p, ncclResult_t *res_p)
                 return -1;
             }
             moved += r;
+            if (r > 0) {
+                br_exec_prof_work_moved(w);
+            }
             if (!done) {
                 break;
             }
-            if (w->kch != NULL) {
+            if (w->kch != NULL || w->phases) {
                 br_exec_prof_work_done(b, w);
             }
             br_oplog_note(q->ec, w->op.log_ticket, BR_OPLOG_EV_ITEM_DONE, -1, NULL, 0);

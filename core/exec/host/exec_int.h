@@ -75,6 +75,10 @@ struct br_work {
     int event;         /* index in the batch's events, or -1 */
     void *kch;         /* its KernelCh event while it runs, or NULL */
     int kch_started;   /* br_exec_prof_work_start ran for it */
+    /* Its kernel phases (profiler v7), stamped while it runs when asked for: started,
+     * first and last step that moved data (0: none yet). */
+    int phases;
+    uint64_t ph_start, ph_first, ph_last;
     /* Collnet: chunks of the staging buffers' size, posted and finished in order. */
     size_t cn_next;                    /* next chunk to post */
     size_t cn_done;                    /* chunks whose result was copied out */
@@ -152,6 +156,16 @@ void br_exec_prof_launch(br_exec_batch_t *b);
 /* A work item starts running / has finished: its KernelCh event. */
 void br_exec_prof_work_start(br_exec_batch_t *b, br_work_t *w);
 void br_exec_prof_work_done(br_exec_batch_t *b, br_work_t *w);
+/* A step of w moved data (r > 0): its kernel phases' stamps. */
+static inline void br_exec_prof_work_moved(br_work_t *w)
+{
+    if (w->phases) {
+        w->ph_last = br_time_ns();
+        if (w->ph_first == 0) {
+            w->ph_first = w->ph_last;
+        }
+    }
+}
 /* End of a batch: every KernelCh event still open stops (after a failure too). */
 void br_exec_prof_batch_end(br_exec_batch_t *b);
 

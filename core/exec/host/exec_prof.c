@@ -45,10 +45,10 @@ static const char *prof_proto_name(int proto)
  * them is in the mask. */
 #define PROF_BELOW_COLL                                                                           \
     (ncclProfileColl | ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileKernelCh |         \
-     ncclProfileNetPlugin)
+     ncclProfileKernelPhase | ncclProfileNetPlugin)
 #define PROF_BELOW_P2P                                                                            \
     (ncclProfileP2p | ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileKernelCh |          \
-     ncclProfileNetPlugin)
+     ncclProfileKernelPhase | ncclProfileNetPlugin)
 #define PROF_BELOW_COLLAPI (ncclProfileCollApi | PROF_BELOW_COLL)
 #define PROF_BELOW_P2PAPI (ncclProfileP2pApi | PROF_BELOW_P2P)
 #define PROF_BELOW_GROUPAPI                                                                       \
@@ -360,11 +360,12 @@ void br_exec_prof_work_start(br_exec_batch_t *b, br_work_t *w)
 
     w->kch_started = 1;
     w->kch = NULL;
+    w->phases = 0;
     if (e->handle != NULL &&
         (w->op.prof_mask & (ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileNetPlugin))) {
         proxy_ops(e, w);
     }
-    if (e->handle == NULL || (w->op.prof_mask & ncclProfileKernelCh) == 0) {
+    if (e->handle == NULL || (w->op.prof_mask & (ncclProfileKernelCh | ncclProfileKernelPhase)) == 0) {
         return;
     }
     memset(&d, 0, sizeof(d));
@@ -374,18 +375,39 @@ void br_exec_prof_work_start(br_exec_batch_t *b, br_work_t *w)
     d.kernelCh.channelId = (uint8_t)(w->kind == BR_WORK_SCHED ? w->ch : 0);
     /* The host executor's clock where a kernel would give its GPU timer. */
     d.kernelCh.pTimer = br_time_ns();
-    if (br_plugin_profiler_start_event(e->ec->prof, &d, &w->kch) != ncclSuccess) {
+    /* Phases hang under the KernelCh event; a plugin that asks for phases only gets them
+     * without a parent. */
+    if ((w->op.prof_mask & ncclProfileKernelCh) == 0 ||
+        br_plugin_profiler_start_event(e->ec->prof, &d, &w->kch) != ncclSuccess) {
         w->kch = NULL;
+    }
+    if (w->op.prof_mask & ncclProfileKernelPhase) {
+        w->phases = 1;
+        w->ph_start = d.kernelCh.pTimer;
+        w->ph_first = w->ph_last = 0;
     }
 }
 
 void br_exec_prof_work_done(br_exec_batch_t *b, br_work_t *w)
 {
-    br_profiler_t *prof = b->events[w->event].ec->prof;
+    const br_exec_comm_t *ec = b->events[w->event].ec;
+    br_profiler_t *prof = ec->prof;
     ncclProfilerEventStateArgs_v6_t args;
 
     memset(&args, 0, sizeof(args));
     args.kernelCh.pTimer = br_time_ns();
+    if (w->phases) {
+        /* Waiting for the peers until the first step that moved data, moving data until
+         * the last one, then waiting for the item to complete. An item that never moved
+         * data (nothing to do on this channel) is all initial sync. */
+        uint64_t t[4] = {w->ph_start, w->ph_first, w->ph_last, args.kernelCh.pTimer};
+        if (w->ph_first == 0) {
+            t[1] = t[2] = t[3];
+        }
+        br_plugin_profiler_kernel_phases(prof, w->kch, ec->rank,
+                                         w->kind == BR_WORK_SCHED ? w->ch : 0, t);
+        w->phases = 0;
+    }
     (void)br_plugin_profiler_record_event_state(prof, w->kch, ncclProfilerKernelChStop, &args);
     (void)br_plugin_profiler_stop_event(prof, w->kch);
     w->kch = NULL;
