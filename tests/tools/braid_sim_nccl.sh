@@ -2,12 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # braid-sim --model nccl: NCCL's tuning model, which is arithmetic (no timing here).
 #  1. A few predictions recomputed here from NCCL's formulas and constants (nccl-internals.md
-#     4.3-4.4), independently of sim_nccl.c.
+#     4.3-4.4), independently of sim_nccl.c, with 2.30's constants and with older releases'
+#     (--nccl-version: the values each release's src/graph/tuning.cc had).
 #  2. The topology's NIC latency and coll attributes reach the model, and their absence is
 #     stated with NCCL's defaults.
 #  3. Every published configuration of nccl_published.txt predicts the value and algorithm the
 #     table (and docs/topology.md) records, and its hit/miss verdict (within 15 % of the
-#     published figure) holds: at least 20 hits.
+#     published figure) holds: at least 20 hits, at least 2 of them 8-byte latencies.
 #  4. --model braid (the default) names only what Braid's executors run: Ring and Tree.
 set -uo pipefail
 sim=$1 src=$2
@@ -51,6 +52,54 @@ near "$(field 8)" "$want" 0.001 || fail "4 nodes Ring busbw $(field 8), formula 
 sim -- -t "$topo" --model nccl -n 16 -p 1 -c allgather -b 64K -e 64K
 [ "$(field 9)" = PAT/Simple ] || fail "16 nodes x 1 GPU AllGather 64K: $(field 9), not PAT"
 
+# NCCL releases. NVLSTree forced on 2 nodes, 8 bytes: intra 25 + 2 x log2(2) x the network
+# hop, 20.9 from 2.29, 14 in 2.21-2.28; 2.19 and 2.20 had 23 for the NVLink hop.
+for vl in 2.30:66.8 2.29:66.8 2.28:53.0 2.21.5:53.0 2.20:51.0 2.19:51.0; do
+    sim NCCL_ALGO=NVLSTree -- -t "$topo" --model nccl --nccl-version "${vl%%:*}" -n 2 -b 8 -e 8
+    near "$(field 6)" "${vl##*:}" 0.001 || fail "NVLSTree 8 B at NCCL ${vl%%:*}: $(field 6), not ${vl##*:}"
+done
+grep -qF "NCCL 2.19's tuning constants" "$out" || fail "the release's constants not stated"
+# Tree/Simple, 2 nodes, 8 bytes: up to 2.22 no base and 28 us a hop, 2 x (7 x 28 + 28) = 448;
+# from 2.23 8.4 + 2 x (7 x 4 + 14) = 92.4.
+sim NCCL_ALGO=Tree NCCL_PROTO=Simple -- -t "$topo" --model nccl --nccl-version 2.22 -n 2 -b 8 -e 8
+near "$(field 6)" 448.0 0.001 || fail "Tree/Simple at 2.22: $(field 6), not 448"
+sim NCCL_ALGO=Tree NCCL_PROTO=Simple -- -t "$topo" --model nccl --nccl-version 2.23 -n 2 -b 8 -e 8
+near "$(field 6)" 92.4 0.001 || fail "Tree/Simple at 2.23: $(field 6), not 92.4"
+# Ring/LL on one node, 1 GiB: up to 2.20 a quarter of 12 x 30 GB/s capped at Ampere's 87.7
+# (Hopper had no row of its own); from 2.21 half, capped at 141.
+for vl in 2.20:87.7 2.21:141; do
+    sim NCCL_ALGO=Ring NCCL_PROTO=LL -- -t "$topo" --model nccl --nccl-version "${vl%%:*}" -b 1G -e 1G
+    want=$(awk -v b="${vl##*:}" 'BEGIN{B=1073741824; t=15.0+B/(1000*b*8/14); print B/(t*1e3)*14/8}')
+    near "$(field 8)" "$want" 0.001 || fail "Ring/LL 1 GiB at ${vl%%:*}: busbw $(field 8), formula $want"
+done
+# Blackwell (sm100 on the same board): before 2.25 NCCL had no Blackwell row and took Hopper's
+# LL cap (141); from 2.25 Blackwell's (282).
+sed -e 's/sm="90"/sm="100"/' "$topo" > "$tmp"
+for vl in 2.24:141 2.25:282; do
+    sim NCCL_ALGO=Ring NCCL_PROTO=LL -- -t "$tmp" --model nccl --nccl-version "${vl%%:*}" -b 1G -e 1G
+    want=$(awk -v b="${vl##*:}" 'BEGIN{B=1073741824; t=15.0+B/(1000*b*8/14); print B/(t*1e3)*14/8}')
+    near "$(field 8)" "$want" 0.001 || fail "sm100 Ring/LL at ${vl%%:*}: busbw $(field 8), formula $want"
+done
+# NCCL_ALGO leaving AllReduce nothing: up to 2.23 NCCL ran Ring (6.6 + 2 x 0.6 on 2 GPUs),
+# from 2.24 it refuses.
+sim NCCL_ALGO=NVLSTree -- -t "$topo" --model nccl --nccl-version 2.23 -p 2 -b 8 -e 8
+[ "$(field 9)" = Ring/LL ] && near "$(field 6)" 7.8 0.001 || fail "2.23 ring backup: $(field 9) $(field 6)"
+sim NCCL_ALGO=NVLSTree -- -t "$topo" --model nccl --nccl-version 2.24 -p 2 -b 8 -e 8
+grep -qF "nothing can run it" "$out" || fail "2.24 ran a function NCCL_ALGO left nothing"
+# NCCL's own estimate logged on a 2-node H100 cluster (NVIDIA/nccl#1453): 128 bytes -> Tree/LL,
+# 25.214764 us.
+sim -- -t "$topo" --model nccl -n 2 -b 128 -e 128
+[ "$(field 9)" = Tree/LL ] && near "$(field 6)" 25.2148 0.001 || fail "nccl#1453's estimate: $(field 9) $(field 6)"
+for bad in 2.18 3.0 2.31 2.x 2.21.; do
+    rc=0
+    timeout 60 "$sim" -t "$topo" --model nccl --nccl-version "$bad" -b 8 -e 8 > "$out" 2>&1 || rc=$?
+    [ "$rc" -ne 0 ] && grep -qF -- "--nccl-version $bad: not an NCCL release" "$out" ||
+        fail "--nccl-version $bad not refused"
+done
+rc=0
+timeout 60 "$sim" -t "$topo" --nccl-version 2.21 -b 8 -e 8 > "$out" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -qF "applies to --model nccl only" "$out" || fail "--nccl-version without --model nccl"
+
 # 2. NIC attributes: latency="5" adds 5 us to each network hop (twice for Simple), coll="1"
 # with NCCL_COLLNET_ENABLE=1 turns CollNet (and multi-node NVLS) on.
 sed -e 's/latency="0"/latency="5"/' -e 's/gdr="1"/gdr="1" coll="1"/' "$topo" > "$tmp"
@@ -72,7 +121,7 @@ NCCL_ALGO=bogus timeout 60 "$sim" -t "$topo" --model nccl -b 8 -e 8 > "$out" 2>&
 grep -qF "unknown name 'bogus'" "$out" || fail "NCCL_ALGO=bogus not named"
 
 # 3. The published configurations.
-hits=0
+hits=0 us_hits=0
 while IFS='|' read -r id cfg source envv args metric pub algo pred_ap pred verdict; do
     case "$id" in '#'* | '') continue ;; esac
     env=()
@@ -86,15 +135,17 @@ while IFS='|' read -r id cfg source envv args metric pub algo pred_ap pred verdi
     if near "$got" "$pub" 0.15; then
         [ "$verdict" = hit ] || fail "$id: within 15 % of $pub but recorded as a miss"
         hits=$((hits + 1))
+        [ "$metric" = us ] && us_hits=$((us_hits + 1))
     else
         [ "$verdict" = miss ] || fail "$id: $got is over 15 % from $pub but recorded as a hit"
     fi
 done < "$src/tests/tools/nccl_published.txt"
 [ "$hits" -ge 20 ] || fail "only $hits published configurations within 15 %"
+[ "$us_hits" -ge 2 ] || fail "only $us_hits 8-byte latencies within 15 %"
 
 # 4. Braid's own model runs only what its executors have.
 sim -- -t "$topo" -n 4 -c all -b 8 -e 8G -f 8 -L
 grep -qF "# model braid" "$out" || fail "model not named"
 grep -v '^#' "$out" | grep -Eq 'NVLS|CollNet|PAT' && fail "Braid's plan chose an algorithm it cannot run"
-echo "braid_sim_nccl: $hits published configurations within 15 %"
+echo "braid_sim_nccl: $hits published configurations within 15 % ($us_hits of them 8-byte latencies)"
 exit 0

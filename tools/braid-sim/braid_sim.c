@@ -35,7 +35,8 @@ typedef struct {
     size_t minb, maxb;
     double factor;
     int show_rings, ll128;
-    int nccl; /* --model nccl: what NVIDIA's NCCL would run (sim_nccl.c) */
+    int nccl;         /* --model nccl: what NVIDIA's NCCL would run (sim_nccl.c) */
+    int nccl_version; /* --nccl-version 2.x: x, the release whose constants it uses */
     const char *dump;
 } sim_opts_t;
 
@@ -157,6 +158,7 @@ static void usage(void)
             "usage: braid-sim -t topo.xml[,topo2.xml...] [-n nodes] [-p ranks per node]\n"
             "                 [-c allreduce,allgather,...|all] [-b minbytes] [-e maxbytes]\n"
             "                 [-f factor] [-r] [-L] [-d graph.xml] [--model braid|nccl]\n"
+            "                 [--nccl-version 2.x]\n"
             "  -t  topology files; node i takes file i %% count (mixed clusters)\n"
             "  -n  nodes (1)            -p  ranks per node (default: its GPUs, else NUMA nodes)\n"
             "  -c  collectives: broadcast, reduce, allgather, reducescatter, allreduce or all\n"
@@ -168,6 +170,8 @@ static void usage(void)
             "  --model braid (default): what Braid's executors run (Ring, Tree; LL128 with -L)\n"
             "  --model nccl: what NVIDIA's NCCL would run (NVLS, NVLSTree, CollNet, PAT where the\n"
             "      topology allows, LL128 by NCCL's rule); NCCL_ALGO/NCCL_PROTO select among them\n"
+            "  --nccl-version 2.x: the NCCL release whose tuning constants --model nccl uses\n"
+            "      (2.19 to 2.30; default 2.30)\n"
             "  NCCL_TUNER_PLUGIN, NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS and\n"
             "  NCCL_GRAPH_FILE apply as at init.\n");
 }
@@ -192,6 +196,7 @@ static int parse_opt(int c, char *arg, sim_opts_t *o)
         }
         o->nccl = strcmp(arg, "nccl") == 0;
         return 0;
+    case 'V': return sim_nccl_version_parse(arg, &o->nccl_version);
     case 'h': usage(); return -1;
     default: /* getopt has named the option */ usage(); return -1;
     }
@@ -200,6 +205,7 @@ static int parse_opt(int c, char *arg, sim_opts_t *o)
 static int parse_args(int argc, char **argv, sim_opts_t *o)
 {
     static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
+                                             {"nccl-version", required_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
     int c;
     memset(o, 0, sizeof(*o));
@@ -224,6 +230,13 @@ static int parse_args(int argc, char **argv, sim_opts_t *o)
     if (o->minb > o->maxb) {
         fprintf(stderr, "braid-sim: -b %zu is above -e %zu\n", o->minb, o->maxb);
         return -1;
+    }
+    if (o->nccl_version != 0 && !o->nccl) {
+        fprintf(stderr, "braid-sim: --nccl-version applies to --model nccl only\n");
+        return -1;
+    }
+    if (o->nccl_version == 0) {
+        o->nccl_version = SIM_NCCL_VERSION_MAX;
     }
     if (o->nfuncs == 0) {
         o->funcs[o->nfuncs++] = BR_FUNC_ALLREDUCE;
@@ -401,7 +414,7 @@ static ncclResult_t print_table(br_plan_t *plan, const sim_nccl_t *nm, const sim
 static ncclResult_t nccl_print(const sim_opts_t *o, const br_graph_t *g, const br_topo_t *topo0)
 {
     sim_nccl_t nm;
-    if (sim_nccl_init(&nm, g, topo0) != 0) {
+    if (sim_nccl_init(&nm, g, topo0, o->nccl_version) != 0) {
         return ncclInvalidUsage;
     }
     printf("# model nccl: what NVIDIA's NCCL would choose and reach (its tuning model; Braid's\n"

@@ -15,7 +15,11 @@
  *     NIC across nodes; on one node at the top entry of the intra-node speed table (60
  *     GB/s on sm90, 90 on sm100), across nodes at the NIC's speed.
  *   CollNetDirect/Chain: one channel per NIC at the NIC's speed.
- * NCCL's constants are copied as facts into the tables below.
+ * NCCL's constants are copied as facts into the tables below: those of 2.30 (the newest
+ * release read, 2.30.7), and what each release from 2.19 on had instead where it differed
+ * (version_constants, from the releases' tuning.cc). The NVLS/NVLSTree bandwidth is 2.28's
+ * formula (NVLS efficiency, two pipelined operations) at every version: before 2.28 NCCL
+ * derived it from its own NVLS graph's speeds, which braid-sim does not search.
  */
 #include "sim_nccl.h"
 
@@ -31,12 +35,12 @@
 static const char *const algo_names[SIM_NUM_ALGOS] = {
     "Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"};
 
-/* {LL, LL128, Simple} per algorithm. */
-static const double base_lat[SIM_NUM_ALGOS][3] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}, {0, 0, 0},
-                                                  {0, 0, 0},        {0, 0, 0},        {0, 0, 0},
-                                                  {8.0, 8.0, 8.0}};
+/* NCCL 2.30's latencies (us). {LL, LL128, Simple} per algorithm. */
+static const double base_lat_230[SIM_NUM_ALGOS][3] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}, {0, 0, 0},
+                                                      {0, 0, 0},        {0, 0, 0},        {0, 0, 0},
+                                                      {8.0, 8.0, 8.0}};
 /* Per hop: NVLink, PCI, network. */
-static const double hw_lat[3][SIM_NUM_ALGOS][3] = {
+static const double hw_lat_230[3][SIM_NUM_ALGOS][3] = {
     {{0.6, 1.25, 4.0},
      {0.6, 1.9, 3.4},
      {0, 0, 3.7},
@@ -53,7 +57,7 @@ static const double hw_lat[3][SIM_NUM_ALGOS][3] = {
      {0, 0, 20.9},
      {0, 0, 14}}};
 /* [arch: Volta, Ampere, Hopper, Blackwell][scale: 1 node, 2 nodes, more]. */
-static const double ll_max[4][3] = {
+static const double ll_max_230[4][3] = {
     {39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}};
 static const double ring_ll128_max[4] = {20.0, 20.0, 36.7, 40.0};
 static const double tree_ll128_max[4][3] = {
@@ -79,9 +83,57 @@ const char *sim_nccl_algo_name(int algo)
     return algo >= 0 && algo < SIM_NUM_ALGOS ? algo_names[algo] : "?";
 }
 
-static int arch_row(int sm)
+/* NCCL's compute-capability row; before 2.25 NCCL had no Blackwell row and took Hopper's. */
+static int arch_row(const sim_nccl_t *m)
 {
-    return sm >= 100 ? 3 : sm >= 90 ? 2 : sm >= 80 ? 1 : 0;
+    int bw_row = m->version >= 25 ? 3 : 2;
+    return m->sm >= 100 ? bw_row : m->sm >= 90 ? 2 : m->sm >= 80 ? 1 : 0;
+}
+
+int sim_nccl_version_parse(const char *s, int *minor)
+{
+    char *end = NULL;
+    long v = -1;
+    if (strncmp(s, "2.", 2) == 0 && s[2] >= '1' && s[2] <= '9') {
+        v = strtol(s + 2, &end, 10);
+        if (*end == '.' && end[1] >= '0' && end[1] <= '9') {
+            (void)strtol(end + 1, &end, 10); /* the patch level */
+        }
+    }
+    if (v < SIM_NCCL_VERSION_MIN || v > SIM_NCCL_VERSION_MAX || end == NULL || *end != '\0') {
+        fprintf(stderr,
+                "braid-sim: --nccl-version %s: not an NCCL release braid-sim has the constants of "
+                "(2.%d to 2.%d, as 2.21 or 2.21.5)\n",
+                s, SIM_NCCL_VERSION_MIN, SIM_NCCL_VERSION_MAX);
+        return -1;
+    }
+    *minor = (int)v;
+    return 0;
+}
+
+/* 2.30's tables, then what the chosen release had instead (each release's tuning.cc). */
+static void version_constants(sim_nccl_t *m)
+{
+    int v = m->version;
+    memcpy(m->base_lat, base_lat_230, sizeof(m->base_lat));
+    memcpy(m->hw_lat, hw_lat_230, sizeof(m->hw_lat));
+    memcpy(m->ll_max, ll_max_230, sizeof(m->ll_max));
+    if (v <= 28) {
+        m->hw_lat[2][SIM_NVLS_TREE][BR_PROTO_SIMPLE] = 14.0; /* 20.9 from 2.29 */
+    }
+    if (v <= 22) {
+        /* Tree/Simple: no base latency, 28 us per hop everywhere (2.23: 8.4; 4, 4, 14). */
+        m->base_lat[SIM_TREE][BR_PROTO_SIMPLE] = 0.0;
+        for (int hw = 0; hw < 3; hw++) {
+            m->hw_lat[hw][SIM_TREE][BR_PROTO_SIMPLE] = 28.0;
+        }
+    }
+    if (v <= 20) {
+        /* NVLS over NVLink 23 us (25 from 2.21); Hopper's LL caps were Ampere's. */
+        m->hw_lat[0][SIM_NVLS][BR_PROTO_SIMPLE] = m->hw_lat[0][SIM_NVLS_TREE][BR_PROTO_SIMPLE] =
+            23.0;
+        memcpy(m->ll_max[2], ll_max_230[1], sizeof(m->ll_max[2]));
+    }
 }
 
 static int log2i(size_t v)
@@ -126,10 +178,12 @@ static int parse_mask(const char *var, const char *const *names, int n, int *mas
     return 0;
 }
 
-int sim_nccl_init(sim_nccl_t *m, const br_graph_t *g, const br_topo_t *topo0)
+int sim_nccl_init(sim_nccl_t *m, const br_graph_t *g, const br_topo_t *topo0, int version)
 {
     static const char *const protos[3] = {"LL", "LL128", "Simple"};
     memset(m, 0, sizeof(*m));
+    m->version = version;
+    version_constants(m);
     m->nranks = g->nranks;
     m->nnodes = g->nnodes;
     m->ppn = g->nranks / g->nnodes;
@@ -158,9 +212,11 @@ int sim_nccl_init(sim_nccl_t *m, const br_graph_t *g, const br_topo_t *topo0)
     }
     m->collnet = coll && BR_PARAM_INT(COLLNET_ENABLE) && m->nnodes > 1;
     snprintf(m->why, sizeof(m->why),
+             "NCCL 2.%d's tuning constants (--nccl-version 2.%d to 2.%d%s); "
              "NVLS %s (%s; multicast assumed, as NCCL_NVLS_ENABLE=2 finds it on such a node); "
              "CollNet %s (%s); NIC latency %.1f us (%s)",
-             m->nvls ? "on" : "off",
+             m->version, SIM_NCCL_VERSION_MIN, SIM_NCCL_VERSION_MAX,
+             m->version < 28 ? "; NVLS bandwidth by 2.28's formula" : "", m->nvls ? "on" : "off",
              m->nvls      ? "NVSwitch and sm90+"
              : m->sm < 90 ? "below sm90"
                           : "no NVSwitch",
@@ -205,11 +261,11 @@ static void algo_graph(const sim_nccl_t *m, int algo, int *nch, double *intra, d
 }
 
 /* Whether NCCL would consider (func, algo, proto) here at all. */
-static int allowed(const sim_nccl_t *m, int func, int algo, int proto)
+static int allowed(const sim_nccl_t *m, int func, int algo, int proto, int ring_backup)
 {
     int agrs = func == BR_FUNC_ALLGATHER || func == BR_FUNC_REDUCESCATTER;
     int ar = func == BR_FUNC_ALLREDUCE;
-    if (!(m->algo_mask >> algo & 1)) {
+    if (ring_backup ? algo != SIM_RING : !(m->algo_mask >> algo & 1)) {
         return 0;
     }
     if (!ar && !agrs && algo != SIM_RING) {
@@ -237,7 +293,7 @@ static int allowed(const sim_nccl_t *m, int func, int algo, int proto)
     if (agrs && m->nnodes > 1 && (algo == SIM_NVLS || algo == SIM_COLLNET_DIRECT)) {
         return 0;
     }
-    if (algo == SIM_PAT && (m->ppn != 1 || m->sm < 60)) {
+    if (algo == SIM_PAT && (m->ppn != 1 || m->sm < 60 || m->version < 23)) {
         return 0;
     }
     if (m->proto_mask >= 0) {
@@ -254,7 +310,7 @@ static int allowed(const sim_nccl_t *m, int func, int algo, int proto)
 /* NCCL's algorithm bandwidth (GB/s) of (func, algo, proto), before the size correction. */
 static double alg_bw(const sim_nccl_t *m, int func, int algo, int proto, int *nch_p)
 {
-    int n = m->nranks, N = m->nnodes, arch = arch_row(m->sm), col = N <= 2 ? N - 1 : 2;
+    int n = m->nranks, N = m->nnodes, arch = arch_row(m), col = N <= 2 ? N - 1 : 2;
     int ar = func == BR_FUNC_ALLREDUCE;
     int agrs = func == BR_FUNC_ALLGATHER || func == BR_FUNC_REDUCESCATTER;
     int nsteps = ar ? 2 * (n - 1) : agrs ? n - 1 : n, nch;
@@ -277,18 +333,23 @@ static double alg_bw(const sim_nccl_t *m, int func, int algo, int proto, int *nc
     double bus = nch * bw;
     int llrow = N == 1 ? arch : m->amd ? 1 : 0;
     if (algo == SIM_RING && proto == BR_PROTO_LL) {
-        bus = min2(ll_max[llrow][col], bus * 0.5);
+        /* Up to 2.20: a quarter for AllReduce, Reduce and across nodes, else a third. */
+        double f = m->version >= 21                        ? 0.5
+                   : N > 1 || ar || func == BR_FUNC_REDUCE ? 0.25
+                                                           : 1.0 / 3.0;
+        bus = min2(m->ll_max[llrow][col], bus * f);
     } else if (algo == SIM_RING && proto == BR_PROTO_LL128) {
-        bus = min2(bus * 0.92, nch * ring_ll128_max[arch]);
+        /* Up to 2.22 one GPU per node had 0.7. */
+        bus = min2(bus * (m->version <= 22 && ppn < 2 ? 0.7 : 0.92), nch * ring_ll128_max[arch]);
     } else if (algo == SIM_TREE) {
         bus = min2(bus * 0.92, nch * tree_max[arch][col]);
         if (proto == BR_PROTO_LL) {
-            bus = min2(bus / 3.8, ll_max[llrow][col]);
+            bus = min2(bus / 3.8, m->ll_max[llrow][col]);
         } else if (proto == BR_PROTO_LL128) {
             bus = min2(bus * (N == 1 ? 7.0 / 9.0 : 120.0 / 128.0), nch * tree_ll128_max[arch][col]);
         }
     } else if (algo == SIM_PAT) {
-        bus *= 0.75;
+        bus *= m->version == 23 ? 0.85 : 0.75;
     } else if (algo == SIM_COLLNET_DIRECT) {
         if (agrs) {
             bus = ppn * min2(intra, inter * 0.9);
@@ -313,9 +374,11 @@ static double latency(const sim_nccl_t *m, int func, int algo, int proto)
     int agrs = func == BR_FUNC_ALLGATHER || func == BR_FUNC_REDUCESCATTER;
     int nsteps = ar ? 2 * (n - 1) : agrs ? n - 1 : n;
     int intra_hw = m->type_intra <= BR_TOPO_PATH_NVL ? 0 : 1, hw = N == 1 ? intra_hw : 2;
-    double intra = hw_lat[intra_hw][algo][proto];
-    double inter = (ppn == 1 ? hw_lat[2][SIM_TREE][proto] : hw_lat[2][algo][proto]) + m->nic_lat;
-    double lat = base_lat[algo][proto];
+    double intra = m->hw_lat[intra_hw][algo][proto];
+    /* From 2.23 one GPU per node takes the tree's network latency for every algorithm. */
+    int net_algo = ppn == 1 && m->version >= 23 ? SIM_TREE : algo;
+    double inter = m->hw_lat[2][net_algo][proto] + m->nic_lat;
+    double lat = m->base_lat[algo][proto];
     if (proto == BR_PROTO_SIMPLE) {
         inter += m->nic_lat; /* the flush */
     }
@@ -323,10 +386,11 @@ static double latency(const sim_nccl_t *m, int func, int algo, int proto)
     case SIM_RING:
         if (!ar && !agrs) {
             /* Braid's graph keeps every channel on one order (NCCL's sameChannels). */
-            return lat + hw_lat[hw][algo][proto];
+            return lat + m->hw_lat[hw][algo][proto];
         } else {
             double ov = N > 1 ? (m->amd ? 2.0 : 1.0) * (proto == BR_PROTO_SIMPLE ? 3.0 : 1.0) : 0.0;
-            int isteps = N == 1 ? 0 : ar ? 2 * (N - 1) : N - 1;
+            /* Up to 2.22 an AllReduce counted 2 x nodes network steps. */
+            int isteps = N == 1 ? 0 : ar ? 2 * (N - (m->version <= 22 ? 0 : 1)) : N - 1;
             return lat + (nsteps - isteps) * (intra > ov ? intra : ov) + isteps * inter;
         }
     case SIM_TREE: return lat + 2.0 * ((ppn - 1) * intra + log2i((size_t)N) * inter);
@@ -339,8 +403,9 @@ static double latency(const sim_nccl_t *m, int func, int algo, int proto)
     }
 }
 
-int sim_nccl_predict(const sim_nccl_t *m, int func, size_t bytes, int *algo_p, int *proto_p,
-                     int *nch_p, double *us_p)
+/* The fastest allowed (algorithm, protocol); ring_backup: Ring alone, whatever NCCL_ALGO says. */
+static int best(const sim_nccl_t *m, int func, size_t bytes, int ring_backup, int *algo_p,
+                int *proto_p, int *nch_p, double *us_p)
 {
     int agrs = func == BR_FUNC_ALLGATHER || func == BR_FUNC_REDUCESCATTER, found = -1;
     double nbytes = (double)bytes * (agrs ? m->nranks : 1);
@@ -348,7 +413,7 @@ int sim_nccl_predict(const sim_nccl_t *m, int func, size_t bytes, int *algo_p, i
     for (int a = 0; a < SIM_NUM_ALGOS; a++) {
         for (int p = 0; p < 3; p++) {
             int nch;
-            if (m->nranks < 2 || !allowed(m, func, a, p)) {
+            if (m->nranks < 2 || !allowed(m, func, a, p, ring_backup)) {
                 continue;
             }
             double bw = alg_bw(m, func, a, p, &nch), lat = latency(m, func, a, p);
@@ -370,4 +435,15 @@ int sim_nccl_predict(const sim_nccl_t *m, int func, size_t bytes, int *algo_p, i
         }
     }
     return found;
+}
+
+int sim_nccl_predict(const sim_nccl_t *m, int func, size_t bytes, int *algo_p, int *proto_p,
+                     int *nch_p, double *us_p)
+{
+    if (best(m, func, bytes, 0, algo_p, proto_p, nch_p, us_p) == 0) {
+        return 0;
+    }
+    /* Up to 2.23 a function NCCL_ALGO left nothing for ran Ring (NCCL's ring backup); from
+     * 2.24 NCCL refuses it. */
+    return m->version <= 23 ? best(m, func, bytes, 1, algo_p, proto_p, nch_p, us_p) : -1;
 }

@@ -39,13 +39,27 @@ typedef struct {
     float nic_lat;  /* us, the graph's latencyInter */
     int algo_mask;  /* NCCL_ALGO: bit per SIM_* (all by default) */
     int proto_mask; /* NCCL_PROTO: bit per protocol; -1 = NCCL's default (LL128 by rule) */
-    char why[512];  /* the defaults taken, for the output */
+    int version;    /* NCCL 2.x whose tuning constants are used: x from SIM_NCCL_VERSION_MIN */
+    /* That version's constants (tuning.cc): base and per-hop latencies {LL, LL128, Simple},
+     * hops over NVLink, PCI and the network; the LL bandwidth caps [row][1 node, 2, more]. */
+    double base_lat[SIM_NUM_ALGOS][3];
+    double hw_lat[3][SIM_NUM_ALGOS][3];
+    double ll_max[4][3];
+    char why[640]; /* the defaults taken, for the output */
 } sim_nccl_t;
 
-/* Fill the model from the graph and node 0's topology; NCCL_ALGO / NCCL_PROTO are read from
- * the environment as NCCL reads them (a list, "^" negating). -1 with a message on a bad
- * list. */
-int sim_nccl_init(sim_nccl_t *m, const br_graph_t *g, const br_topo_t *topo0);
+/* The NCCL releases whose constants the model carries: 2.19 to 2.30 (the default). */
+#define SIM_NCCL_VERSION_MIN 19
+#define SIM_NCCL_VERSION_MAX 30
+
+/* "2.21" or "2.21.5" (the patch level changes no constant) to its minor number. -1 with a
+ * message for anything else or a release outside the range. */
+int sim_nccl_version_parse(const char *s, int *minor);
+
+/* Fill the model from the graph and node 0's topology with NCCL 2.`version`'s constants;
+ * NCCL_ALGO / NCCL_PROTO are read from the environment as NCCL reads them (a list, "^"
+ * negating). -1 with a message on a bad list. */
+int sim_nccl_init(sim_nccl_t *m, const br_graph_t *g, const br_topo_t *topo0, int version);
 
 /* The fastest (algorithm, protocol) NCCL's model picks for func (BR_FUNC_*) on `bytes` (per
  * rank for AllGather/ReduceScatter, as br_op_bytes), its channels and time (us). -1 when

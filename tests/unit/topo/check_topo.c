@@ -426,6 +426,12 @@ static const struct {
     {"<system version=\"1\">" CPU_OK
      "<nic><net name=\"a\" dev=\"0\" speed=\"fast\"/></nic></cpu></system>",
      "inline.xml:1:", "speed=\"fast\" is not an integer"},
+    {"<system version=\"1\">" CPU_OK
+     "<nic><net name=\"a\" dev=\"0\" latency=\"slow\"/></nic></cpu></system>",
+     "inline.xml:1:", "latency=\"slow\" is not a number"},
+    {"<system version=\"1\">" CPU_OK
+     "<nic><net name=\"a\" dev=\"0\" coll=\"yes\"/></nic></cpu></system>",
+     "inline.xml:1:", "coll=\"yes\" is not an integer"},
     {"<system version=\"1\">" CPU_OK PCI_GPU(
          "0000:01:00.0") "<gpu dev=\"0\" sm=\"90\" rank=\"0\" gdr=\"0\">\n<nvlink "
                          "target=\"0000:02:00.0\" count=\"2\" "
@@ -449,6 +455,35 @@ START_TEST(test_topo_malformed)
                       strstr(err, bad_cases[_i].what) != NULL,
                   "case %d: error \"%s\" lacks \"%s\" or \"%s\"", _i, err, bad_cases[_i].where,
                   bad_cases[_i].what);
+}
+END_TEST
+
+/* What NCCL's tuning model reads of a NIC (braid-sim --model nccl): <net latency> in us, a
+ * float (NCCL's graph latencyInter), and <net coll> (SHARP), each absent meaning NCCL's
+ * default 0, told apart from a written 0; both survive a dump. */
+START_TEST(test_topo_model_attributes)
+{
+    static const char text[] =
+        "<system version=\"1\">" CPU_OK
+        "<nic><net name=\"a\" dev=\"0\" speed=\"400000\" latency=\"2.5\" coll=\"1\"/>"
+        "<net name=\"b\" dev=\"1\" speed=\"400000\"/>"
+        "<net name=\"c\" dev=\"2\" speed=\"400000\" latency=\"0\" coll=\"0\"/></nic>"
+        "</cpu></system>";
+    static const struct {
+        const char *name;
+        float latency;
+        int set, coll;
+    } want[] = {{"a", 2.5f, 1, 1}, {"b", 0.0f, 0, 0}, {"c", 0.0f, 1, 0}};
+    br_topo_t *t = parse(text);
+    for (int i = 0; i < 3; i++) {
+        const br_topo_node_t *n = br_topo_node(t, BR_TOPO_NET, find(t, BR_TOPO_NET, want[i].name));
+        int set = -1;
+        ck_assert_float_eq_tol(br_topo_net_latency(n, &set), want[i].latency, 1e-6);
+        ck_assert_int_eq(set, want[i].set);
+        ck_assert_int_eq(br_topo_net_coll(n), want[i].coll);
+    }
+    round_trip(t, "model attributes");
+    br_topo_free(t);
 }
 END_TEST
 
@@ -743,6 +778,7 @@ static Suite *topo_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("errors");
     tcase_add_loop_test(tc, test_topo_malformed, 0, NBAD);
+    tcase_add_test(tc, test_topo_model_attributes);
     tcase_add_test(tc, test_topo_missing_file);
     tcase_add_loop_test(tc, test_topo_damaged_files, 0, (int)(sizeof(files) / sizeof(files[0])));
     tcase_add_test(tc, test_topo_tolerates_extensions);
