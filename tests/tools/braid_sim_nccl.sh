@@ -7,8 +7,8 @@
 #  2. The topology's NIC latency and coll attributes reach the model, and their absence is
 #     stated with NCCL's defaults.
 #  3. Every published configuration of nccl_published.txt predicts the value and algorithm the
-#     table (and docs/topology.md) records, and its hit/miss verdict (within 15 % of the
-#     published figure) holds: at least 20 hits, at least 2 of them 8-byte latencies.
+#     table records, docs/topology.md shows the same row, and its hit/miss verdict (within 15 %
+#     of the published figure) holds: at least 20 hits, at least 2 of them 8-byte latencies.
 #  4. --model braid (the default) names only what Braid's executors run: Ring and Tree.
 set -uo pipefail
 sim=$1 src=$2
@@ -132,6 +132,11 @@ while IFS='|' read -r id cfg source envv args metric pub algo pred_ap pred verdi
     [ "$got_ap" = "$pred_ap" ] || fail "$id: $got_ap, table says $pred_ap"
     [ "$algo" = "-" ] || [ "${got_ap%%/*}" = "$algo" ] || fail "$id: $got_ap, NCCL ran $algo"
     near "$got" "$pred" 0.005 || fail "$id: $got, table says $pred"
+    # docs/topology.md shows the same row: published, arguments, prediction.
+    u=$([ "$metric" = us ] && echo " us")
+    a=$([ "$envv" != "-" ] && echo "$envv $args" || echo "$args")
+    grep -qF "| $pub$u | \`$a\` | $pred$u $pred_ap |" "$src/docs/topology.md" ||
+        fail "$id: docs/topology.md has no row '| $pub$u | \`$a\` | $pred$u $pred_ap |'"
     if near "$got" "$pub" 0.15; then
         [ "$verdict" = hit ] || fail "$id: within 15 % of $pub but recorded as a miss"
         hits=$((hits + 1))
