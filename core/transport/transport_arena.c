@@ -34,8 +34,6 @@ typedef struct {
     int32_t cma; /* second round: the rank read every other process's probe word */
 } arena_blob_t;
 
-static _Atomic unsigned arena_counter;
-
 /* Every rank on this host, and none has shared memory turned off. */
 static int arena_eligible(const br_transport_comm_t *tc)
 {
@@ -54,7 +52,7 @@ static void *arena_create(const br_transport_comm_t *tc, size_t size, char *name
     void *base;
     int fd;
 
-    snprintf(name, len, "/braid-arena-%d-%u", (int)getpid(), atomic_fetch_add(&arena_counter, 1));
+    br_shm_name(name, len, "arena-");
     fd = br_shm_create_own(name);
     if (fd < 0) {
         BR_INFO(NCCL_SHM | NCCL_INIT, "rank %d: no node arena: shm_open(%s) failed: %s", tc->rank,

@@ -21,8 +21,6 @@
 #include "transport_int.h"
 #include "util.h"
 
-static _Atomic unsigned shm_counter;
-
 /* A new FIFO: zeroed counters, Simple slots written with a pattern (not zeros, which a
  * hypervisor may keep backed by one shared zero page), LL lines with flag 0 (no step).
  * Without prefault only the counters are written: the slots of a fresh segment read as
@@ -96,8 +94,7 @@ static ncclResult_t shm_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_
     void *base;
     int fd;
 
-    snprintf(conn->shm_name, sizeof(conn->shm_name), "/braid-%d-%u", (int)getpid(),
-             atomic_fetch_add(&shm_counter, 1));
+    br_shm_name(conn->shm_name, sizeof(conn->shm_name), "");
     fd = br_shm_create_own(conn->shm_name);
     if (fd < 0) {
         BR_WARN(NCCL_SHM, "rank %d: shm_open(%s) failed: %s", tc->rank, conn->shm_name,

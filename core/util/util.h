@@ -57,11 +57,17 @@ int br_hostmem_free(void *ptr);
 /* Does [ptr, ptr + bytes) lie in one allocation? 1 and *ref_p filled, else 0. */
 int br_hostmem_find(const void *ptr, size_t bytes, br_hostmem_ref_t *ref_p);
 
+/* A name for a POSIX shared memory object this process creates: "/braid-<kind><pid>-
+ * <load>-<n>", n counted per process and <load> drawn at random once per load of the
+ * library, so that two copies of it in one process (libbraid.so beside libnccl.so.2, each
+ * with its own counter) never make the same name. kind is "", "arena-" or "ipc-". */
+void br_shm_name(char *buf, size_t len, const char *kind);
+
 /* Create the POSIX shared memory object `name` (O_CREAT | O_EXCL, mode 0600) and return its
- * descriptor, or -1 with errno set. Names made from the process id and a counter of the
- * process are the process's own: one that already exists was left by a process that died
- * with the same id (a killed job), so it is unlinked (logged) and the creation tried once
- * more instead of failing the job. */
+ * descriptor, or -1 with errno set. Names from br_shm_name are the process's own: one that
+ * already exists was left by a process that died with the same id and drew the same load
+ * number (a killed job), so it is unlinked (logged) and the creation tried once more
+ * instead of failing the job. */
 int br_shm_create_own(const char *name);
 
 /* Copy n bytes with non-temporal stores (util_copy.c): for outputs too large to stay in

@@ -10,9 +10,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -108,6 +112,29 @@ int br_hostmem_find(const void *ptr, size_t bytes, br_hostmem_ref_t *ref_p)
     }
     pthread_mutex_unlock(&hostmem_lock);
     return found;
+}
+
+static uint32_t shm_load;
+static pthread_once_t shm_load_once = PTHREAD_ONCE_INIT;
+static _Atomic unsigned shm_counter;
+
+static void shm_load_draw(void)
+{
+    uint32_t v = 0;
+
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
+        /* No entropy yet (early boot): the clock and this copy's address differ enough. */
+        uint64_t t = br_time_ns() ^ (uint64_t)(uintptr_t)&shm_load;
+        v = (uint32_t)(t ^ (t >> 32));
+    }
+    shm_load = v;
+}
+
+void br_shm_name(char *buf, size_t len, const char *kind)
+{
+    pthread_once(&shm_load_once, shm_load_draw);
+    snprintf(buf, len, "/braid-%s%d-%08x-%u", kind, (int)getpid(), shm_load,
+             atomic_fetch_add(&shm_counter, 1u));
 }
 
 int br_shm_create_own(const char *name)

@@ -146,9 +146,11 @@ static int body_queries(brt_rank_ctx_t *ctx, ncclComm_t comm)
     return bad;
 }
 
-/* Shared memory objects named as this process's own would be (the FIFOs' "/braid-<pid>-<k>"
- * and the node arena's "/braid-arena-<pid>-<k>"), left behind by a killed process that had
- * the same id: made before init (rank_main), they must not stop this one. */
+/* Shared memory objects left behind by a killed process that had the same id, named as
+ * the library named them before its names took a random number per load ("/braid-<pid>-<k>"
+ * and "/braid-arena-<pid>-<k>"): made before init (rank_main), they must not stop this
+ * one. (A name of today's form cannot be foreseen here; br_shm_create_own's removal of
+ * one that exists is what made these pass when the names had no load number.) */
 #define STALE_SHM 64
 
 static void stale_shm_name(char *name, size_t len, int arena, int k)

@@ -162,9 +162,7 @@ static void hello_make(br_cuda_stage_t *st, ipc_hello_t *h)
                  "registration");
         return;
     }
-    static _Atomic unsigned inboxes;
-    snprintf(h->inbox, sizeof(h->inbox), "/braid-ipc-%d-%u", (int)getpid(),
-             atomic_fetch_add(&inboxes, 1u));
+    br_shm_name(h->inbox, sizeof(h->inbox), "ipc-");
     if ((what = inbox_map(s, st->ec->rank, h->inbox, 1)) != NULL) {
         snprintf(h->why, sizeof(h->why), "%s failed", what);
         return;
