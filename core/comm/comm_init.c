@@ -448,6 +448,7 @@ static void host_policy(ncclComm_t comm)
     /* Ranks that pretend to be on other hosts (NCCL_HOSTID) still share the cores. */
     comm->ec->oversubscribed = cpus > 0 && sharing > cpus;
     comm->ec->nt_bytes = nt_bytes(local, cpus, rank);
+    comm->ec->a2av_inline = (size_t)BR_PARAM_INT(ALLTOALLV_INLINE_BYTES);
     int64_t prefault = BR_PARAM_INT(FIFO_PREFAULT);
     comm->tc->shm_prefault =
         prefault >= 0 ? prefault != 0 : cpus <= 0 || sharing <= BR_PREFAULT_RANKS_PER_CPU * cpus;
@@ -501,7 +502,8 @@ ncclResult_t br_comm_arena_setup(ncclComm_t comm)
         cma = 0;
     }
     BR_CHECK(br_transport_arena_setup(tc, comm->oneshot_bytes, cma,
-                                      (size_t)BR_PARAM_INT(CMA_MAX_BYTES)));
+                                      (size_t)BR_PARAM_INT(CMA_MAX_BYTES),
+                                      BR_PARAM_INT(ALLTOALLV_ARENA) != 0));
     comm->ec->arena = tc->arena;
     return ncclSuccess;
 }

@@ -117,6 +117,8 @@ typedef struct br_exec_comm {
     int has_net;            /* some connection goes through the proxy */
     int oversubscribed;     /* more ranks on this host than CPU cores */
     size_t nt_bytes;        /* arena copies of inputs this large stream (0: never) */
+    size_t a2av_inline;     /* node-arena AlltoAllV: blocks up to this size for readers of
+                             * other processes are copied into the arena (exec_a2av.c) */
     br_profiler_t *prof;    /* profiler plugin, or NULL */
     uint64_t prof_seq[BR_NUM_FUNCS]; /* per-function counters for its events */
     uint64_t symptom_ns;             /* when a local network symptom was first seen */

@@ -191,6 +191,9 @@ typedef struct br_arena {
     size_t cma_bytes;  /* smallest AllGather/Broadcast input read straight from its owner's
                         * memory (single copy), or 0 when ranks cannot read each other's */
     size_t cma_max;    /* and the largest (0: no limit) */
+    int a2av;          /* AlltoAllV runs through the arena: every rank may read every
+                        * other's memory (same process, or process_vm_readv proven at
+                        * setup) and BRAID_ALLTOALLV_ARENA allows it */
     uint64_t probe;    /* a word the other ranks read at setup to prove they can */
     br_arena_map_t maps[BR_ARENA_NMAP]; /* peers' ncclMemAlloc memory mapped here */
     uint64_t map_clock;
@@ -278,6 +281,12 @@ int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner, const br_peer
                        uint64_t k, int which, char *dst, size_t off, size_t bytes, int stream,
                        const void **src_p, size_t *done_p);
 
+/* The same from a buffer `pub` that rank owner described elsewhere (an AlltoAllV's table
+ * in its large arena buffer). */
+int br_arena_read_buf(br_arena_t *a, const br_peer_info_t *owner, const br_peer_info_t *me,
+                      const br_arena_buf_t *pub, char *dst, size_t off, size_t bytes, int stream,
+                      const void **src_p, size_t *done_p);
+
 /*
  * DirectRead Broadcast: the root copies `bytes` from src to the start of the output whose
  * address rank `owner` published (BR_ARENA_IN) for operation k (process_vm_writev between
@@ -343,13 +352,14 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
  * Collective over the communicator: map a node arena of max_bytes per rank and buffer
  * when every rank is on this host and may use shared memory (tc->arena, else NULL). Every
  * rank reaches the same answer; a failure to create or map the segment on any rank leaves
- * it off everywhere (logged), it is an optimisation and never required. With cma_bytes > 0
- * the ranks also check that each can read every other's memory (process_vm_readv), and if
- * all can, AllGather/Broadcast inputs from cma_bytes to cma_max (0: any) may be read in
- * place.
+ * it off everywhere (logged), it is an optimisation and never required. The ranks also
+ * check that each can read every other's memory (process_vm_readv), and if all can,
+ * AllGather/Broadcast inputs from cma_bytes to cma_max (0: any; cma_bytes 0: none) may be
+ * read in place, and with a2av AlltoAllV runs through the arena (rank 0's values of the
+ * three hold for all).
  */
 ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
-                                      size_t cma_bytes, size_t cma_max);
+                                      size_t cma_bytes, size_t cma_max, int a2av);
 
 /* Close every connection and the proxy; with flush, let pending network sends finish
  * first (bounded). */

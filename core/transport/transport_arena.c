@@ -30,8 +30,9 @@ typedef struct {
     uint64_t probe_val;
     uint64_t cma_bytes; /* the rank's read-in-place window: rank 0's is used by all */
     uint64_t cma_max;
-    int32_t ok;  /* second round: the rank mapped the arena */
-    int32_t cma; /* second round: the rank read every other process's probe word */
+    int32_t a2av; /* BRAID_ALLTOALLV_ARENA: rank 0's is used by all */
+    int32_t ok;   /* second round: the rank mapped the arena */
+    int32_t cma;  /* second round: the rank read every other process's probe word */
 } arena_blob_t;
 
 /* Every rank on this host, and none has shared memory turned off. */
@@ -128,7 +129,7 @@ static int arena_cma_probe(const br_transport_comm_t *tc, const arena_blob_t *bl
 }
 
 ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes,
-                                      size_t cma_max)
+                                      size_t cma_max, int a2av)
 {
     ncclResult_t res = ncclSuccess;
     arena_blob_t *blobs = NULL;
@@ -159,6 +160,7 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
     blobs[tc->rank].probe_val = arena->probe;
     blobs[tc->rank].cma_bytes = cma_bytes;
     blobs[tc->rank].cma_max = cma_max;
+    blobs[tc->rank].a2av = a2av;
     if (tc->rank == 0) {
         base = arena_create(tc, size, name, sizeof(name));
         memcpy(blobs[0].name, name, sizeof(name));
@@ -170,8 +172,11 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
     /* Everyone cuts alike with rank 0's window, whatever the others' environment says. */
     cma_bytes = (size_t)blobs[0].cma_bytes;
     cma_max = (size_t)blobs[0].cma_max;
-    int all_cma = cma_bytes > 0;
-    int cma = all_cma && arena_cma_probe(tc, blobs);
+    a2av = blobs[0].a2av;
+    /* Probed even where the window is 0 (more processes than cores): an AlltoAllV reads
+     * its large blocks in place whenever the ranks can (exec_a2av.c). */
+    int all_cma = 1;
+    int cma = arena_cma_probe(tc, blobs);
     /* Second round: everyone's verdict, so nobody uses an arena a peer could not map. */
     memset(blobs, 0, (size_t)tc->nranks * sizeof(*blobs));
     blobs[tc->rank].ok = base != NULL;
@@ -195,6 +200,7 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
                 tc->rank);
     }
     arena->cma_bytes = all_cma ? cma_bytes : 0;
+    arena->a2av = a2av && all_cma;
     arena->cma_max = cma_max;
     for (int i = 0; i < BR_ARENA_NMAP; i++) {
         arena->maps[i].rank = -1;
@@ -404,8 +410,15 @@ int br_arena_read_peer(br_arena_t *a, const br_peer_info_t *owner, const br_peer
                        const void **src_p, size_t *done_p)
 {
     br_arena_buf_t pub = published_buf(a, owner->rank, k, which);
-    const char *from = loadable(a, owner, me, &pub, off + bytes);
-    char *src = (char *)(uintptr_t)pub.addr;
+    return br_arena_read_buf(a, owner, me, &pub, dst, off, bytes, stream, src_p, done_p);
+}
+
+int br_arena_read_buf(br_arena_t *a, const br_peer_info_t *owner, const br_peer_info_t *me,
+                      const br_arena_buf_t *pub, char *dst, size_t off, size_t bytes, int stream,
+                      const void **src_p, size_t *done_p)
+{
+    const char *from = loadable(a, owner, me, pub, off + bytes);
+    char *src = (char *)(uintptr_t)pub->addr;
 
     *src_p = src;
     *done_p = 0;

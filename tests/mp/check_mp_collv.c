@@ -441,6 +441,8 @@ END_TEST
 
 #define MM_RANKS 4
 #define MM_ODD 2
+#define MM_GUARD (-7.0f) /* what rbuf holds before the call */
+#define MM_OVERRUN 1000  /* a report's result: the call wrote past the output */
 enum { MM_A2A_COUNT, MM_AG_COUNT, MM_RS_COUNT, MM_FUNC, MM_NKINDS };
 static const char *const mm_names[] = {"AlltoAllV count", "AllGatherV count",
                                        "ReduceScatterV count", "AlltoAllV against AllReduce"};
@@ -485,10 +487,18 @@ static int mm_body(brt_rank_ctx_t *ctx)
         return 1;
     }
     brt_doing(ctx, "%s", mm_names[kind]);
+    for (int i = 0; i < 64; i++) {
+        rbuf[i] = MM_GUARD;
+    }
+    size_t rd[MM_RANKS], at = 0; /* the AlltoAllV's blocks with a gap of 2 after each */
+    for (int p = 0; p < MM_RANKS; p++) {
+        rd[p] = at;
+        at += rcounts[p] + (kind == MM_A2A_COUNT ? 2 : 0);
+    }
     switch (kind) {
     case MM_A2A_COUNT: /* rank 2 sends rank 1 one element more than rank 1 expects */
         counts[1] += odd;
-        res = braidAlltoAllV(sbuf, counts, NULL, rbuf, rcounts, NULL, ncclFloat, comm, NULL);
+        res = braidAlltoAllV(sbuf, counts, NULL, rbuf, rcounts, rd, ncclFloat, comm, NULL);
         break;
     case MM_AG_COUNT: /* rank 2 thinks rank 0 sends 2 elements fewer */
         rcounts[0] -= 2 * odd;
@@ -507,6 +517,29 @@ static int mm_body(brt_rank_ctx_t *ctx)
     ctx->report->result = (int)res;
     snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s",
              res == ncclSuccess ? "" : ncclGetLastError(comm));
+    /* Whatever the peers sent, nothing lands outside the blocks this rank's own arguments
+     * give its output (a reader checks an owner's count before it copies). */
+    char allowed[64] = {0};
+    at = 0;
+    for (int p = 0; p < MM_RANKS; p++) { /* rd again: the counts as the call had them */
+        rd[p] = at;
+        at += rcounts[p] + (kind == MM_A2A_COUNT ? 2 : 0);
+    }
+    for (int p = 0; p < MM_RANKS; p++) {
+        size_t from = kind == MM_RS_COUNT ? 0 : rd[p];
+        size_t len = kind == MM_RS_COUNT ? rcounts[me] : kind == MM_FUNC && odd ? 8 : rcounts[p];
+        memset(allowed + from, 1, len);
+    }
+    for (int i = 0; i < 64; i++) {
+        if (!allowed[i] && rbuf[i] != MM_GUARD) {
+            ctx->report->result = MM_OVERRUN;
+            snprintf(ctx->report->msg, sizeof(ctx->report->msg),
+                     "rank %d: element %d of its output, outside every block its counts "
+                     "give, was written",
+                     me, i);
+            break;
+        }
+    }
     ncclCommAbort(comm);
     return 0;
 }
@@ -525,6 +558,7 @@ START_TEST(test_v_mismatch)
     int named = 0, failed = 0;
     for (int r = 0; r < MM_RANKS; r++) {
         const brt_report_t *rep = &p.reports[r];
+        ck_assert_msg(rep->result != MM_OVERRUN, "%s: %s", mm_names[kind], rep->msg);
         if (rep->result == ncclSuccess) {
             continue;
         }

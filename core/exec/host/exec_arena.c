@@ -311,10 +311,9 @@ void br_exec_defer_free(br_exec_comm_t *ec)
     ec->defer = NULL;
 }
 
-/* DirectRead: a copy to or from rank r's memory failed; record it. */
-static void peer_copy_failed(br_exec_comm_t *ec, const br_work_t *w, int r, const char *how,
-                             const void *theirs, const void *ours, size_t done, size_t bytes,
-                             int err)
+void br_exec_peer_copy_failed(br_exec_comm_t *ec, const br_work_t *w, int r, const char *how,
+                              const void *theirs, const void *ours, size_t done, size_t bytes,
+                              int err)
 {
     const br_peer_info_t *pi = &ec->tc->peers[r];
     ncclResult_t res = err == EFAULT ? ncclInvalidArgument : err == ESRCH ? ncclRemoteError
@@ -341,7 +340,8 @@ static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, int which, c
                                  w->arena_k, which, dst, off, bytes, br_exec_streams(ec, &w->op),
                                  &src, &done);
     if (err != 0) {
-        peer_copy_failed(ec, w, r, "reading", (const char *)src + off, dst, done, bytes, err);
+        br_exec_peer_copy_failed(ec, w, r, "reading", (const char *)src + off, dst, done, bytes,
+                                 err);
         return -1;
     }
     return 0;
@@ -394,7 +394,7 @@ static int write_readers(br_exec_comm_t *ec, const br_work_t *w, size_t split)
         int err = br_arena_write_peer(ec->arena, &ec->tc->peers[r], &ec->tc->peers[ec->rank],
                                       w->arena_k, w->op.sendbuff, split, &dst, &done);
         if (err != 0) {
-            peer_copy_failed(ec, w, r, "writing", dst, w->op.sendbuff, done, split, err);
+            br_exec_peer_copy_failed(ec, w, r, "writing", dst, w->op.sendbuff, done, split, err);
             return -1;
         }
     }
@@ -571,8 +571,7 @@ static int direct_rest(br_exec_queue_t *q, br_work_t *w, int *done_p)
     return 1;
 }
 
-/* DirectRead: what a rank publishes of one of its buffers. */
-static void publish_buf(br_arena_buf_t *b, const void *buf, size_t bytes)
+void br_exec_publish_buf(br_arena_buf_t *b, const void *buf, size_t bytes)
 {
     br_hostmem_ref_t ref;
     b->addr = (uint64_t)(uintptr_t)buf;
@@ -604,9 +603,10 @@ static int publish(br_exec_queue_t *q, br_work_t *w)
         int reader = op->func == BR_FUNC_BROADCAST && ec->rank != op->root;
         br_arena_addr_t pub;
         memset(&pub, 0, sizeof(pub));
-        publish_buf(&pub.buf[BR_ARENA_IN], reader ? op->recvbuff : op->sendbuff, br_op_bytes(op));
+        br_exec_publish_buf(&pub.buf[BR_ARENA_IN], reader ? op->recvbuff : op->sendbuff,
+                            br_op_bytes(op));
         if (op->func == BR_FUNC_ALLREDUCE) {
-            publish_buf(&pub.buf[BR_ARENA_OUT], op->recvbuff, br_op_bytes(op));
+            br_exec_publish_buf(&pub.buf[BR_ARENA_OUT], op->recvbuff, br_op_bytes(op));
         }
         if (op->func == BR_FUNC_BROADCAST && !reader) {
             pub.split = bcast_split(ec, op);
@@ -843,6 +843,9 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
         if (r <= 0) {
             return r;
         }
+    }
+    if (op->func == BR_FUNC_ALLTOALLV) {
+        return br_work_a2av(q, w, done_p);
     }
     if (op->algo == BR_ALGO_ONESHOT && (w->arena_nchunk > 1 || op->v != NULL)) {
         return arena_chunked(q, w, done_p); /* AllGatherV: chunked whatever its size */

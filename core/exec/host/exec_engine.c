@@ -296,6 +296,22 @@ static ncclResult_t enqueue_v(br_exec_batch_t *b, br_exec_comm_t *ec, const br_w
         BR_CHECK(queue_get(b, ec, Q_ARENA, 0, &q));
         return push_item(q, &w);
     }
+    if (br_work_a2av_takes(ec, op)) {
+        /* Every rank on one host and able to read the others: through the node arena,
+         * large blocks read straight from their owner's send buffer (exec_a2av.c). */
+        w = *w0;
+        w.op.algo = BR_ALGO_DIRECT_READ;
+        w.op.proto = BR_PROTO_SIMPLE;
+        w.kind = BR_WORK_ARENA;
+        w.arena_k = ec->arena_seq++;
+        w.arena_nchunk = 1;
+        void *got = NULL;
+        BR_CHECK(batch_own(b, (size_t)n, &got));
+        memset(got, 0, (size_t)n);
+        w.a2av_got = got;
+        BR_CHECK(queue_get(b, ec, Q_ARENA, 0, &q));
+        return push_item(q, &w);
+    }
     char *scratch = NULL;
     if (op->func == BR_FUNC_REDUCESCATTERV) {
         void *mem = NULL;

@@ -55,8 +55,10 @@ struct br_work {
     uint64_t ub_send_end;  /* the step head must reach there before the buffers are free */
     const void *copy_src;  /* copy: source (self send; a v-collective's own block) */
     /* A v-collective's part for one peer (exec_engine.c, enqueue_v). */
-    int vhdr;         /* its count is 0: one step with the descriptor alone */
-    br_vstate_t *vst; /* ReduceScatterV: the state its receives and fold share */
+    int vhdr;          /* its count is 0: one step with the descriptor alone */
+    br_vstate_t *vst;  /* ReduceScatterV: the state its receives and fold share */
+    uint8_t *a2av_got; /* AlltoAllV through the arena: 1 per owner whose block we copied
+                        * (owned by the batch) */
     /* Node arena. */
     uint64_t arena_k;  /* the operation's number in the arena */
     int arena_phase;   /* 0: input not published, 1: published, reading; 2: waiting for
@@ -106,6 +108,20 @@ int br_work_desc_recv(br_exec_queue_t *q, const br_work_t *w, br_conn_t *c);
 /* Steps of the kinds (exec_sched.c, exec_arena.c, exec_work.c). */
 int br_work_sched(br_exec_queue_t *q, br_work_t *w, int *done_p);
 int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p);
+
+/* DirectRead: what a rank publishes of one of its buffers (its address and, in
+ * ncclMemAlloc memory, where peers of other processes can map it; exec_arena.c). */
+void br_exec_publish_buf(br_arena_buf_t *b, const void *buf, size_t bytes);
+/* DirectRead: a copy `how` ("reading", "writing") rank r's buffer `theirs` failed after
+ * `done` of `bytes` with errno err; record it in ec naming both ranks and buffers. */
+void br_exec_peer_copy_failed(br_exec_comm_t *ec, const br_work_t *w, int r, const char *how,
+                              const void *theirs, const void *ours, size_t done, size_t bytes,
+                              int err);
+
+/* AlltoAllV through the node arena (exec_a2av.c): may op run that way here (the same
+ * answer on every rank), and its steps (called by br_work_arena). */
+int br_work_a2av_takes(const br_exec_comm_t *ec, const br_op_t *op);
+int br_work_a2av(br_exec_queue_t *q, br_work_t *w, int *done_p);
 
 /* Arena operation numbers op takes: one, or one per chunk for a OneShot Broadcast or
  * AllGather larger than an arena buffer. Every rank computes the same. */
