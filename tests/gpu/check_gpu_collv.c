@@ -7,7 +7,9 @@
  * each rank's output is copied back and checked element by element against a reference
  * computed here, and the gaps between blocks must stay untouched. Without a GPU (or the
  * CUDA runtime) it prints SKIP and exits 77; the emulated driver of tests/cuda-emu runs
- * it without one (cuda_emu_collv).
+ * it without one (cuda_emu_collv). `check_gpu_collv procs` runs the same cases with each
+ * rank a process of its own on the GPU (2, 3 and 4; this program started again per rank),
+ * which takes the paths of ranks in separate processes (cuda_emu_collv_procs*).
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -62,77 +64,82 @@ static void layout(int func, int n, int me, int big, lay_t *l)
     l->recv = func == RS ? l->rc[0] : r;
 }
 
-/* One case on every rank: returns the number of wrong elements (and prints the first). */
-static int run_case(ncclComm_t *comms, cudaStream_t *streams, int n, int func, int inplace,
-                    ncclRedOp_t op, int big)
+/* One case on the ranks first .. first + nl - 1 (comms[l], streams[l] are rank first + l;
+ * the other ranks run it in other processes): returns the number of wrong elements (and
+ * prints the first). */
+static int run_case(ncclComm_t *comms, cudaStream_t *streams, int n, int first, int nl, int func,
+                    int inplace, ncclRedOp_t op, int big)
 {
     lay_t l[MAXR];
     float *dsend[MAXR], *drecv[MAXR], *host[MAXR], *hsend[MAXR];
     int bad = 0;
 
-    for (int r = 0; r < n; r++) {
-        layout(func, n, r, big, &l[r]);
-        size_t rs = l[r].recv + 1, ss = l[r].send + 1;
-        host[r] = malloc(rs * sizeof(float));
-        hsend[r] = malloc(ss * sizeof(float));
+    for (int k = 0; k < nl; k++) {
+        int r = first + k;
+        layout(func, n, r, big, &l[k]);
+        size_t rs = l[k].recv + 1, ss = l[k].send + 1;
+        host[k] = malloc(rs * sizeof(float));
+        hsend[k] = malloc(ss * sizeof(float));
         for (size_t i = 0; i < rs; i++) {
-            host[r][i] = FILL;
+            host[k][i] = FILL;
         }
         for (int q = 0; q < n; q++) {
-            for (size_t i = 0; i < l[r].sc[q] && (func != AG || q == 0); i++) {
-                hsend[r][l[r].sd[q] + i] = val(r, func == AG ? 0 : q, i);
+            for (size_t i = 0; i < l[k].sc[q] && (func != AG || q == 0); i++) {
+                hsend[k][l[k].sd[q] + i] = val(r, func == AG ? 0 : q, i);
             }
         }
-        CUDA_OK(cudaMalloc((void **)&drecv[r], rs * sizeof(float)));
-        CUDA_OK(cudaMemcpy(drecv[r], host[r], rs * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMalloc((void **)&drecv[k], rs * sizeof(float)));
+        CUDA_OK(cudaMemcpy(drecv[k], host[k], rs * sizeof(float), cudaMemcpyHostToDevice));
         if (inplace && func == AG) { /* my block already at rd[me] */
-            dsend[r] = drecv[r] + l[r].rd[r];
+            dsend[k] = drecv[k] + l[k].rd[r];
             CUDA_OK(
-                cudaMemcpy(dsend[r], hsend[r], l[r].sc[0] * sizeof(float), cudaMemcpyHostToDevice));
+                cudaMemcpy(dsend[k], hsend[k], l[k].sc[0] * sizeof(float), cudaMemcpyHostToDevice));
         } else {
-            CUDA_OK(cudaMalloc((void **)&dsend[r], ss * sizeof(float)));
-            CUDA_OK(cudaMemcpy(dsend[r], hsend[r], ss * sizeof(float), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMalloc((void **)&dsend[k], ss * sizeof(float)));
+            CUDA_OK(cudaMemcpy(dsend[k], hsend[k], ss * sizeof(float), cudaMemcpyHostToDevice));
         }
     }
     /* The copies above land in order with the legacy stream only: the calls' streams do
      * not wait for them. */
     CUDA_OK(cudaDeviceSynchronize());
     ncclResult_t res = ncclGroupStart();
-    for (int r = 0; r < n && res == ncclSuccess; r++) {
+    for (int k = 0; k < nl && res == ncclSuccess; k++) {
+        int r = first + k;
         if (func == AG) {
-            res = braidAllGatherV(dsend[r], l[r].sc[0], drecv[r], l[r].rc, l[r].rd, ncclFloat,
-                                  comms[r], streams[r]);
+            res = braidAllGatherV(dsend[k], l[k].sc[0], drecv[k], l[k].rc, l[k].rd, ncclFloat,
+                                  comms[k], streams[k]);
         } else if (func == RS) {
-            float *out = inplace ? dsend[r] + l[r].sd[r] : drecv[r];
-            res = braidReduceScatterV(dsend[r], out, l[r].sc, l[r].sd, ncclFloat, op, comms[r],
-                                      streams[r]);
+            float *out = inplace ? dsend[k] + l[k].sd[r] : drecv[k];
+            res = braidReduceScatterV(dsend[k], out, l[k].sc, l[k].sd, ncclFloat, op, comms[k],
+                                      streams[k]);
         } else {
-            res = braidAlltoAllV(dsend[r], l[r].sc, l[r].sd, drecv[r], l[r].rc, l[r].rd, ncclFloat,
-                                 comms[r], streams[r]);
+            res = braidAlltoAllV(dsend[k], l[k].sc, l[k].sd, drecv[k], l[k].rc, l[k].rd, ncclFloat,
+                                 comms[k], streams[k]);
         }
     }
     ncclResult_t end = ncclGroupEnd();
-    EXPECT(res == ncclSuccess && end == ncclSuccess, "%s on %d ranks: %d/%d: %s", names[func], n,
-           res, end, ncclGetLastError(NULL));
-    for (int r = 0; r < n; r++) {
-        CUDA_OK(cudaStreamSynchronize(streams[r]));
-        const float *src = inplace && func == RS ? dsend[r] + l[r].sd[r] : drecv[r];
-        CUDA_OK(cudaMemcpy(host[r], src,
-                           (l[r].recv + (inplace && func == RS ? 0 : 1)) * sizeof(float),
+    EXPECT(res == ncclSuccess && end == ncclSuccess, "%s on %d ranks (rank %d..): %d/%d: %s",
+           names[func], n, first, res, end, ncclGetLastError(NULL));
+    for (int k = 0; k < nl; k++) {
+        int r = first + k;
+        CUDA_OK(cudaStreamSynchronize(streams[k]));
+        const float *src = inplace && func == RS ? dsend[k] + l[k].sd[r] : drecv[k];
+        CUDA_OK(cudaMemcpy(host[k], src,
+                           (l[k].recv + (inplace && func == RS ? 0 : 1)) * sizeof(float),
                            cudaMemcpyDeviceToHost));
         size_t at = 0;
         for (int p = 0; p < n && bad == 0; p++) {
-            for (size_t i = 0; i < l[r].rc[p] && (func != RS || p == 0); i++) {
+            for (size_t i = 0; i < l[k].rc[p] && (func != RS || p == 0); i++) {
                 float want = 0;
                 if (func == RS) {
-                    for (int k = 0; k < n; k++) {
-                        float x = val(k, r, i);
-                        want = k == 0 ? x : op == ncclMax ? (x > want ? x : want) : want + x;
+                    for (int j = 0; j < n; j++) {
+                        float x = val(j, r, i);
+                        want = j == 0 ? x : op == ncclMax ? (x > want ? x : want) : want + x;
                     }
                 } else {
                     want = val(p, func == A2A ? r : 0, i);
                 }
-                float got = host[r][l[r].rd[p] + i];
+                float got = host[k][l[k].rd[p] + i];
                 if (got != want) {
                     printf("FAIL: %s%s on %d ranks: rank %d block %d element %zu is %g, "
                            "expected %g\n",
@@ -142,35 +149,81 @@ static int run_case(ncclComm_t *comms, cudaStream_t *streams, int n, int func, i
                     break;
                 }
             }
-            for (size_t i = at; func != RS && !inplace && i < l[r].rd[p] && bad == 0; i++) {
-                if (host[r][i] != FILL) {
+            for (size_t i = at; func != RS && !inplace && i < l[k].rd[p] && bad == 0; i++) {
+                if (host[k][i] != FILL) {
                     printf("FAIL: %s on %d ranks: rank %d: gap element %zu written\n", names[func],
                            n, r, i);
                     bad++;
                 }
             }
-            at = l[r].rd[p] + l[r].rc[p];
+            at = l[k].rd[p] + l[k].rc[p];
         }
         if (!(inplace && func == AG)) {
-            cudaFree(dsend[r]);
+            cudaFree(dsend[k]);
         }
-        cudaFree(drecv[r]);
-        free(host[r]);
-        free(hsend[r]);
+        cudaFree(drecv[k]);
+        free(host[k]);
+        free(hsend[k]);
     }
     failures += bad;
     return bad;
 }
 
-int main(void)
+/* Every case on n ranks, ranks first .. first + nl - 1 here; returns how many cases. */
+static int run_all(ncclComm_t *comms, cudaStream_t *streams, int n, int first, int nl)
+{
+    int cases = 0;
+    for (int big = 0; big < 2; big++) {
+        for (int func = AG; func <= A2A; func++) {
+            for (int inplace = 0; inplace < (func == A2A ? 1 : 2); inplace++) {
+                run_case(comms, streams, n, first, nl, func, inplace, ncclSum, big);
+                cases++;
+            }
+        }
+        run_case(comms, streams, n, first, nl, RS, 0, ncclMax, big);
+        cases++;
+    }
+    return cases;
+}
+
+/* One rank of `procs`, in a process of its own (gpu_procs_run): every case. Returns the
+ * exit status (failures). */
+static int proc_rank(int rank, int n, const char *hex)
+{
+    ncclComm_t comm;
+    cudaStream_t s;
+    if (gpu_rank_init(rank, n, hex, &comm) != 0) {
+        return 1;
+    }
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    int cases = run_all(&comm, &s, n, rank, 1);
+    printf("collv procs: rank %d of %d: %d cases, %d failed\n", rank, n, cases, failures);
+    EXPECT(ncclCommDestroy(comm) == ncclSuccess, "process rank %d: ncclCommDestroy: %s", rank,
+           ncclGetLastError(NULL));
+    cudaStreamDestroy(s);
+    return failures;
+}
+
+int main(int argc, char **argv)
 {
     static const int sizes[] = {1, 3, 4};
     int skip = gpu_or_skip();
     if (skip != 0) {
         return skip;
     }
+    if (argc == 6 && !strcmp(argv[1], "proc-rank")) {
+        return proc_rank(atoi(argv[3]), atoi(argv[4]), argv[5]) ? 1 : 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "procs")) {
+        for (int n = 2; n <= 4; n++) {
+            int bad = gpu_procs_run("collv", n);
+            failures += bad;
+            printf("collv: %d processes on one GPU: %s\n", n, bad ? "FAILED" : "passed");
+        }
+        return failures ? 1 : 0;
+    }
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
-        int n = sizes[si], devs[MAXR], cases = 0;
+        int n = sizes[si], devs[MAXR];
         ncclComm_t comms[MAXR];
         cudaStream_t streams[MAXR];
         for (int r = 0; r < n; r++) {
@@ -185,16 +238,7 @@ int main(void)
             CUDA_OK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
         }
         int before = failures;
-        for (int big = 0; big < 2; big++) {
-            for (int func = AG; func <= A2A; func++) {
-                for (int inplace = 0; inplace < (func == A2A ? 1 : 2); inplace++) {
-                    run_case(comms, streams, n, func, inplace, ncclSum, big);
-                    cases++;
-                }
-            }
-            run_case(comms, streams, n, RS, 0, ncclMax, big);
-            cases++;
-        }
+        int cases = run_all(comms, streams, n, 0, n);
         printf("collv: %d rank%s on one GPU: %d cases, %d failed\n", n, n == 1 ? "" : "s", cases,
                failures - before);
         for (int r = 0; r < n; r++) {

@@ -17,28 +17,6 @@
 #include "gpu_check.h"
 #include "nccl.h"
 
-static void id_to_hex(const ncclUniqueId *id, char *hex)
-{
-    for (size_t i = 0; i < sizeof(id->internal); i++) {
-        sprintf(hex + 2 * i, "%02x", (unsigned char)id->internal[i]);
-    }
-}
-
-static int id_from_hex(const char *hex, ncclUniqueId *id)
-{
-    if (strlen(hex) != 2 * sizeof(id->internal)) {
-        return -1;
-    }
-    for (size_t i = 0; i < sizeof(id->internal); i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
-            return -1;
-        }
-        id->internal[i] = (char)v;
-    }
-    return 0;
-}
-
 /* An AllReduce on dbuf that must fail, by its return code or the communicator's asynchronous
  * error, with a last error that holds `needle`; a stream never released ends the test (the
  * alarm). Returns the error text. */
@@ -73,18 +51,11 @@ static const char *failed_call(ncclComm_t comm, cudaStream_t s, int rank, float 
  * aborts, which must release rank 0's waiting stream). Exit status: failures (0 passes). */
 int proc_rank_main(const char *what, int rank, int n, const char *hex)
 {
-    ncclUniqueId id;
     ncclComm_t comm;
     cudaStream_t s;
     char who[64];
     int fails = 0;
-    if (id_from_hex(hex, &id) != 0) {
-        printf("FAIL: process rank %d: bad unique id argument\n", rank);
-        return 1;
-    }
-    CUDA_OK(cudaSetDevice(0));
-    if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) {
-        printf("FAIL: process rank %d: ncclCommInitRank: %s\n", rank, ncclGetLastError(NULL));
+    if (gpu_rank_init(rank, n, hex, &comm) != 0) {
         return 1;
     }
     int d = -2;
@@ -263,35 +234,7 @@ int proc_rank_main(const char *what, int rank, int n, const char *hex)
  * started again for each rank. */
 void run_procs(const char *what, int n)
 {
-    ncclUniqueId id;
-    char hex[2 * sizeof(id.internal) + 1], rs[16], ns[16];
-    pid_t pid[MAXR];
-    int fails = 0;
-    if (ncclGetUniqueId(&id) != ncclSuccess) {
-        EXPECT(0, "ncclGetUniqueId: %s", ncclGetLastError(NULL));
-        return;
-    }
-    id_to_hex(&id, hex);
-    fflush(stdout);
-    for (int r = 0; r < n; r++) {
-        snprintf(rs, sizeof(rs), "%d", r);
-        snprintf(ns, sizeof(ns), "%d", n);
-        pid[r] = fork();
-        if (pid[r] == 0) {
-            execl("/proc/self/exe", "check_gpu", "proc-rank", what, rs, ns, hex, (char *)NULL);
-            _exit(127);
-        }
-    }
-    for (int r = 0; r < n; r++) {
-        int st = 0;
-        waitpid(pid[r], &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            printf("FAIL: procs %s: rank %d's process ended with %s %d\n", what, r,
-                   WIFEXITED(st) ? "status" : "signal",
-                   WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-            fails++;
-        }
-    }
+    int fails = gpu_procs_run(what, n);
     failures += fails;
     printf("procs %s: %d processes on one GPU: %s\n", what, n, fails ? "FAILED" : "passed");
 }

@@ -11,6 +11,11 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nccl.h"
 
 #define EXPECT(cond, ...)                                                                          \
     do {                                                                                           \
@@ -47,6 +52,84 @@ static inline int gpu_or_skip(void)
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     return 0;
+}
+
+/* A unique id as hex text (2 * NCCL_UNIQUE_ID_BYTES digits and a NUL), and back (-1: not
+ * one), to hand it to ranks started as programs of their own. */
+static inline void gpu_id_to_hex(const ncclUniqueId *id, char *hex)
+{
+    for (size_t i = 0; i < sizeof(id->internal); i++) {
+        sprintf(hex + 2 * i, "%02x", (unsigned char)id->internal[i]);
+    }
+}
+
+static inline int gpu_id_from_hex(const char *hex, ncclUniqueId *id)
+{
+    if (strlen(hex) != 2 * sizeof(id->internal)) {
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(id->internal); i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+            return -1;
+        }
+        id->internal[i] = (char)v;
+    }
+    return 0;
+}
+
+/* A rank started by gpu_procs_run: its communicator on GPU 0 from the id's hex text.
+ * Returns 0, or 1 after printing why not. */
+static inline int gpu_rank_init(int rank, int n, const char *hex, ncclComm_t *comm_p)
+{
+    ncclUniqueId id;
+    if (gpu_id_from_hex(hex, &id) != 0) {
+        printf("FAIL: process rank %d: bad unique id argument\n", rank);
+        return 1;
+    }
+    CUDA_OK(cudaSetDevice(0));
+    if (ncclCommInitRank(comm_p, n, id, rank) != ncclSuccess) {
+        printf("FAIL: process rank %d: ncclCommInitRank: %s\n", rank, ncclGetLastError(NULL));
+        return 1;
+    }
+    return 0;
+}
+
+/* n ranks, each a process of its own on the GPU (as torchrun starts them): this program
+ * started again for each as `PROGRAM proc-rank what rank n hex-id` (exec'd, not only
+ * forked: a process that has used CUDA cannot hand it to a forked child), all waited for.
+ * Returns how many did not exit 0 (each printed), or 1 when no id could be made. */
+static inline int gpu_procs_run(const char *what, int n)
+{
+    ncclUniqueId id;
+    char hex[2 * sizeof(id.internal) + 1], rs[16], ns[16];
+    pid_t pid[64];
+    int fails = 0;
+    if (n > 64 || ncclGetUniqueId(&id) != ncclSuccess) {
+        printf("FAIL: procs %s: %d ranks: no unique id: %s\n", what, n, ncclGetLastError(NULL));
+        return 1;
+    }
+    gpu_id_to_hex(&id, hex);
+    fflush(stdout);
+    for (int r = 0; r < n; r++) {
+        snprintf(rs, sizeof(rs), "%d", r);
+        snprintf(ns, sizeof(ns), "%d", n);
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            execl("/proc/self/exe", "check_gpu", "proc-rank", what, rs, ns, hex, (char *)NULL);
+            _exit(127);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        int st = 0;
+        if (pid[r] < 0 || waitpid(pid[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            printf("FAIL: procs %s: rank %d's process ended with %s %d\n", what, r,
+                   WIFEXITED(st) ? "status" : "signal",
+                   WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+            fails++;
+        }
+    }
+    return fails;
 }
 
 #endif /* BR_TESTS_GPU_CHECK_H_ */

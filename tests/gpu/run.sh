@@ -135,6 +135,7 @@ BRAID_CUDA_WAIT_TIMEOUT=30 BRAID_CUDA_DIRECT=0 step check "biggroup" 40 "$build/
 BRAID_CUDA_WAIT_TIMEOUT=30 BRAID_CUDA_DIRECT=0 step check "cliques" 40 "$build/bin/check_gpu" cliques
 BRAID_CUDA_WAIT_TIMEOUT=30 step check "det" 40 "$build/bin/check_gpu_det"
 BRAID_CUDA_WAIT_TIMEOUT=30 step check "collv" 40 "$build/bin/check_gpu_collv"
+BRAID_CUDA_WAIT_TIMEOUT=30 step check "collv-procs" 60 "$build/bin/check_gpu_collv" procs
 step check "coll-direct" 60 "$build/bin/check_gpu" coll
 BRAID_CUDA_WAIT_TIMEOUT=60 step check "procs" 90 "$build/bin/check_gpu" procs
 BRAID_CUDA_WAIT_TIMEOUT=10 BRAID_CUDA_SHARED_GPU_SYNC=0 \
