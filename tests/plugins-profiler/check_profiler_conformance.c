@@ -4,7 +4,7 @@
  *
  *   check_profiler_conformance <plugin.so> [--version N] [--braid-trace] [--trace-dir DIR]
  *
- * Loads ncclProfiler_v6 (or _v5, or the version named), inits it with a pointer to a
+ * Loads ncclProfiler_v7 (or _v6, _v5, or the version named), inits it with a pointer to a
  * process-wide mask, and drives a synthetic event sequence per plugin-abi.md 3.6/3.7
  * for two ranks at once (API thread and proxy thread per rank; prof_kit.c): every call
  * must return ncclSuccess and the plugin must set the mask. A run is repeated for

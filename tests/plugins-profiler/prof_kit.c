@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -27,7 +28,7 @@ int prof_kit_open(const char *path, int version, prof_kit_t *kit, char *err, siz
         snprintf(err, errlen, "dlopen(%s): %s", path, dlerror());
         return -1;
     }
-    for (int v = 6; v >= 5; v--) {
+    for (int v = 7; v >= 5; v--) {
         char sym[32];
         if (version != 0 && v != version) {
             continue;
@@ -40,7 +41,7 @@ int prof_kit_open(const char *path, int version, prof_kit_t *kit, char *err, siz
             return 0;
         }
     }
-    snprintf(err, errlen, "%s exports no ncclProfiler_v%s", path, version ? "<version>" : "6/v5");
+    snprintf(err, errlen, "%s exports no ncclProfiler_v%s", path, version ? "<version>" : "7/v6/v5");
     dlclose(kit->lib);
     kit->lib = NULL;
     return -1;
@@ -76,7 +77,8 @@ static void count_call(rank_t *r, ncclResult_t res)
 static int subtree(uint64_t type)
 {
     const int net = ncclProfileNetPlugin, step = ncclProfileProxyStep | net;
-    const int op = ncclProfileProxyOp | step, task = op | ncclProfileKernelCh;
+    const int kch = ncclProfileKernelCh | ncclProfileKernelPhase;
+    const int op = ncclProfileProxyOp | step, task = op | kch;
     const int ce = ncclProfileCeColl | ncclProfileCeSync | ncclProfileCeBatch;
 
     switch (type) {
@@ -90,6 +92,7 @@ static int subtree(uint64_t type)
     case ncclProfileP2p: return (int)type | task;
     case ncclProfileProxyOp: return op;
     case ncclProfileProxyStep: return step;
+    case ncclProfileKernelCh: return kch;
     default: return (int)type;
     }
 }
@@ -98,6 +101,43 @@ static int is_sync(uint64_t type)
 {
     return type == ncclProfileGroupApi || type == ncclProfileCollApi || type == ncclProfileP2pApi ||
            type == ncclProfileKernelLaunch || type == ncclProfileProxyCtrl;
+}
+
+/* A v6 descriptor as NCCL 2.32 hands it to a v7 plugin: the same members (v7 appends a user
+ * tag to the API, task and CE descriptors), the kit's tag on every call. */
+#define KIT_USER_TAG 0x7a9ull
+static void to_v7(const ncclProfilerEventDescr_v6_t *d, ncclProfilerEventDescr_v7_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->type = d->type;
+    o->parentObj = d->parentObj;
+    o->rank = d->rank;
+    switch (d->type) {
+    case ncclProfileCollApi:
+        memcpy(&o->collApi, &d->collApi, sizeof(d->collApi));
+        o->collApi.userTag = KIT_USER_TAG;
+        break;
+    case ncclProfileP2pApi:
+        memcpy(&o->p2pApi, &d->p2pApi, sizeof(d->p2pApi));
+        o->p2pApi.userTag = KIT_USER_TAG;
+        break;
+    case ncclProfileColl:
+        memcpy(&o->coll, &d->coll, sizeof(d->coll));
+        o->coll.userTag = KIT_USER_TAG;
+        break;
+    case ncclProfileP2p:
+        memcpy(&o->p2p, &d->p2p, sizeof(d->p2p));
+        o->p2p.userTag = KIT_USER_TAG;
+        break;
+    case ncclProfileCeColl:
+        memcpy(&o->ceColl, &d->ceColl, sizeof(d->ceColl));
+        o->ceColl.userTag = KIT_USER_TAG;
+        break;
+    default: /* the other members are v6's, whole */
+        memcpy(&o->groupApi, &d->groupApi,
+               sizeof(*d) - offsetof(ncclProfilerEventDescr_v6_t, groupApi));
+        break;
+    }
 }
 
 /* Start an event if the mask asks for it (or for a descendant); NULL otherwise. */
@@ -111,7 +151,11 @@ static void *start(rank_t *r, ncclProfilerEventDescr_v6_t *d, void *parent)
     }
     d->parentObj = parent;
     d->rank = r->rank;
-    if (r->kit->version == 6) {
+    if (r->kit->version == 7) {
+        ncclProfilerEventDescr_v7_t d7;
+        to_v7(d, &d7);
+        res = ((const ncclProfiler_v7_t *)r->kit->table)->startEvent(r->ctx, &h, &d7);
+    } else if (r->kit->version == 6) {
         res = ((const ncclProfiler_v6_t *)r->kit->table)->startEvent(r->ctx, &h, d);
     } else {
         ncclProfilerEventDescr_v5_t d5;
@@ -151,7 +195,7 @@ static void state(rank_t *r, void *h, ncclProfilerEventState_t s, uint64_t arg)
     } else {
         a.kernelCh.pTimer = arg;
     }
-    if (r->kit->version == 6) {
+    if (r->kit->version >= 6) { /* v7's state args are v6's */
         count_call(r, ((const ncclProfiler_v6_t *)r->kit->table)->recordEventState(h, s, &a));
     } else {
         ncclProfilerEventStateArgs_v5_t a5;
@@ -242,6 +286,27 @@ static void run_kernel_ch(rank_t *r, void *task, int channel)
     d.kernelCh.channelId = (uint8_t)channel;
     d.kernelCh.pTimer = 1000;
     h = start(r, &d, task);
+    /* v7: the kernel's three phases under it, as NCCL reports them after the kernel. */
+    for (int i = 0; i < 3 && r->kit->version >= 7 && (r->mask & ncclProfileKernelPhase); i++) {
+        static const char *const names[3] = {"initial_sync", "compute", "final_sync"};
+        ncclProfilerEventDescr_v7_t p = {.type = ncclProfileKernelPhase};
+        void *ph = NULL;
+
+        p.parentObj = h;
+        p.rank = r->rank;
+        p.kernelPhase.channelId = (uint8_t)channel;
+        p.kernelPhase.phaseId = (uint8_t)i;
+        p.kernelPhase.phaseName = names[i];
+        p.kernelPhase.pTimer = 1000 + 300 * (uint64_t)i;
+        count_call(r, ((const ncclProfiler_v7_t *)r->kit->table)->startEvent(r->ctx, &ph, &p));
+        if (ph == NULL) {
+            __atomic_add_fetch(&r->stats->dropped, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        __atomic_add_fetch(&r->stats->async_events, 1, __ATOMIC_RELAXED);
+        state(r, ph, ncclProfilerKernelPhaseStop, 1300 + 300 * (uint64_t)i);
+        stop(r, ph);
+    }
     state(r, h, ncclProfilerKernelChStop, 2000);
     stop(r, h);
 }
@@ -400,6 +465,10 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
 
 static ncclResult_t kit_init(prof_kit_t *kit, void **ctx, uint64_t hash, int nranks, int rank)
 {
+    if (kit->version == 7) {
+        return ((const ncclProfiler_v7_t *)kit->table)
+            ->init(ctx, hash, &prof_kit_mask, "kit", 1, nranks, rank, logger);
+    }
     if (kit->version == 6) {
         return ((const ncclProfiler_v6_t *)kit->table)
             ->init(ctx, hash, &prof_kit_mask, "kit", 1, nranks, rank, logger);

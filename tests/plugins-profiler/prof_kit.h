@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The profiler conformance kit's stand-in for a core: it loads a profiler plugin
- * (ncclProfiler_v6 or _v5), owns the process-wide activation mask, and emits a synthetic
+ * (ncclProfiler_v7, _v6 or _v5), owns the process-wide activation mask, and emits a synthetic
  * but well-formed event sequence per plugin-abi.md 3.6/3.7 for several ranks at once:
  * API events on one thread per rank, proxy/net/kernel events on another, honouring the
  * mask the plugin set (an event is emitted when its bit or a descendant's bit is set)
@@ -31,7 +31,7 @@ typedef struct {
     long dropped;      /* NULL handles returned for emitted events */
 } prof_kit_stats_t;
 
-/* dlopen (RTLD_NOW | RTLD_LOCAL) and find ncclProfiler_v<version> (0: v6, else v5). */
+/* dlopen (RTLD_NOW | RTLD_LOCAL) and find ncclProfiler_v<version> (0: the newest of v7, v6, v5). */
 int prof_kit_open(const char *path, int version, prof_kit_t *kit, char *err, size_t errlen);
 void prof_kit_close(prof_kit_t *kit);
 
