@@ -26,7 +26,7 @@ install(TARGETS nccl braid EXPORT BraidTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT braid
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} ${CMAKE_INSTALL_INCLUDEDIR}/braid)
 
-# Plugins go beside the library: that is where Braid looks first (NCCL_PLUGIN_PATH
+# Plugins go beside the library: that is where Braid looks first (BRAID_PLUGIN_PATH
 # overrides it), and where NCCL's own dlopen() finds them on the library path.
 foreach(plugin nccl-net-socket nccl-net-ib nccl-net-ofi nccl-tuner-default nccl-profiler-braid)
   if(TARGET ${plugin})
