@@ -26,16 +26,22 @@ done
 # Which module owns each header name (basenames are unique across core/). core/device holds
 # the kernels (CUDA, built apart) and the headers they share with exec: it depends on
 # nothing, so only a module that lists it may include them.
-declare -A owner
+# A module's subfolders (exec: host/ and cuda/) hold private headers of their own: only
+# files of the same subfolder may include them (core/CMakeLists.txt gives each subfolder
+# its own include path), so neither executor sees the other's.
+declare -A owner subdir
 for m in $modules common device; do
-    for h in "$core/$m"/*.h "$core/$m"/*.def; do
-        [ -e "$h" ] && owner[$(basename "$h")]=$m
+    for h in "$core/$m"/*.h "$core/$m"/*.def "$core/$m"/*/*.h; do
+        [ -e "$h" ] || continue
+        owner[$(basename "$h")]=$m
+        d=$(dirname "$h")
+        [ "$d" = "$core/$m" ] || subdir[$(basename "$h")]=${d#"$core"/}
     done
 done
 
 bad=0
 for m in $modules; do
-    for f in "$core/$m"/*.c "$core/$m"/*.h; do
+    for f in "$core/$m"/*.c "$core/$m"/*.h "$core/$m"/*/*.c "$core/$m"/*/*.h; do
         [ -e "$f" ] || continue
         while IFS=: read -r line inc; do
             name=${inc#*\"}
@@ -54,6 +60,12 @@ for m in $modules; do
                 [ -e "$root/include/$name" ] && continue
                 [ -e "$root/plugins/common/$name" ] && continue
                 echo "$where: includes \"$name\", which no module of core/ and no public header provides"
+                bad=1
+                continue
+            fi
+            s=${subdir[$name]:-}
+            if [ -n "$s" ] && [ "$(dirname "${f#"$core"/}")" != "$s" ]; then
+                echo "$where: includes \"$name\", private to core/$s"
                 bad=1
                 continue
             fi
