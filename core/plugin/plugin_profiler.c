@@ -3,7 +3,8 @@
  * Profiler plugin loading and adapters. The internal interface speaks profiler v6: its
  * descriptor, states and state arguments, and the call's user tag beside the descriptor.
  * v7 descriptors are v6's members and the tag (and kernel metadata Braid leaves empty:
- * no kernel variant, no symmetric kernels, no kernel phases). v5 has the same layout minus the
+ * no kernel variant, no symmetric kernels); only v7 gets KernelPhase events
+ * (br_plugin_profiler_kernel_phases). v5 has the same layout minus the
  * copy-engine events, which are dropped for it. v4 has an 8-bit `type`, no API events (dropped), no
  * parentGroup (NCCL hands a v4 Coll/P2p event the legacy Group handle as its parent),
  * and an init that takes commHash after the mask instead of commId first.
