@@ -501,9 +501,17 @@ ncclResult_t br_comm_arena_setup(ncclComm_t comm)
                 rank);
         cma = 0;
     }
+    /* An AlltoAllV's blocks between processes: with more processes than cores, from 256
+     * KiB on a block read in place measured slower than the FIFOs (4 processes on 2 cores,
+     * 1 and 16 MiB: 1.16-1.30x the grouped sends' time) while 128 KiB ones were faster
+     * (8 processes, 1 MiB: 0.63x; docs/performance.md). */
+    int64_t a2av_max = BR_PARAM_INT(ALLTOALLV_READ_MAX_BYTES);
+    if (a2av_max < 0) {
+        a2av_max = comm->ec->oversubscribed ? (int64_t)128 << 10 : BR_PARAM_INT(CMA_MAX_BYTES);
+    }
     BR_CHECK(br_transport_arena_setup(tc, comm->oneshot_bytes, cma,
                                       (size_t)BR_PARAM_INT(CMA_MAX_BYTES),
-                                      BR_PARAM_INT(ALLTOALLV_ARENA) != 0));
+                                      BR_PARAM_INT(ALLTOALLV_ARENA) != 0, (size_t)a2av_max));
     comm->ec->arena = tc->arena;
     return ncclSuccess;
 }

@@ -194,6 +194,8 @@ typedef struct br_arena {
     int a2av;          /* AlltoAllV runs through the arena: every rank may read every
                         * other's memory (same process, or process_vm_readv proven at
                         * setup) and BRAID_ALLTOALLV_ARENA allows it */
+    size_t a2av_max;   /* its largest block read in place between processes (larger ones
+                        * go through the p2p FIFOs), 0: no limit */
     uint64_t probe;    /* a word the other ranks read at setup to prove they can */
     br_arena_map_t maps[BR_ARENA_NMAP]; /* peers' ncclMemAlloc memory mapped here */
     uint64_t map_clock;
@@ -355,11 +357,12 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
  * it off everywhere (logged), it is an optimisation and never required. The ranks also
  * check that each can read every other's memory (process_vm_readv), and if all can,
  * AllGather/Broadcast inputs from cma_bytes to cma_max (0: any; cma_bytes 0: none) may be
- * read in place, and with a2av AlltoAllV runs through the arena (rank 0's values of the
- * three hold for all).
+ * read in place, and with a2av AlltoAllV runs through the arena, its blocks between
+ * processes read in place up to a2av_max bytes (0: any; rank 0's values hold for all).
  */
 ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
-                                      size_t cma_bytes, size_t cma_max, int a2av);
+                                      size_t cma_bytes, size_t cma_max, int a2av,
+                                      size_t a2av_max);
 
 /* Close every connection and the proxy; with flush, let pending network sends finish
  * first (bounded). */

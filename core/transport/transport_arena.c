@@ -30,6 +30,7 @@ typedef struct {
     uint64_t probe_val;
     uint64_t cma_bytes; /* the rank's read-in-place window: rank 0's is used by all */
     uint64_t cma_max;
+    uint64_t a2av_max; /* BRAID_ALLTOALLV_READ_MAX_BYTES, resolved: rank 0's is used */
     int32_t a2av; /* BRAID_ALLTOALLV_ARENA: rank 0's is used by all */
     int32_t ok;   /* second round: the rank mapped the arena */
     int32_t cma;  /* second round: the rank read every other process's probe word */
@@ -129,7 +130,7 @@ static int arena_cma_probe(const br_transport_comm_t *tc, const arena_blob_t *bl
 }
 
 ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes, size_t cma_bytes,
-                                      size_t cma_max, int a2av)
+                                      size_t cma_max, int a2av, size_t a2av_max)
 {
     ncclResult_t res = ncclSuccess;
     arena_blob_t *blobs = NULL;
@@ -161,6 +162,7 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
     blobs[tc->rank].cma_bytes = cma_bytes;
     blobs[tc->rank].cma_max = cma_max;
     blobs[tc->rank].a2av = a2av;
+    blobs[tc->rank].a2av_max = a2av_max;
     if (tc->rank == 0) {
         base = arena_create(tc, size, name, sizeof(name));
         memcpy(blobs[0].name, name, sizeof(name));
@@ -173,6 +175,7 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
     cma_bytes = (size_t)blobs[0].cma_bytes;
     cma_max = (size_t)blobs[0].cma_max;
     a2av = blobs[0].a2av;
+    a2av_max = (size_t)blobs[0].a2av_max;
     /* Probed even where the window is 0 (more processes than cores): an AlltoAllV reads
      * its large blocks in place whenever the ranks can (exec_a2av.c). */
     int all_cma = 1;
@@ -201,6 +204,7 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
     }
     arena->cma_bytes = all_cma ? cma_bytes : 0;
     arena->a2av = a2av && all_cma;
+    arena->a2av_max = a2av_max;
     arena->cma_max = cma_max;
     for (int i = 0; i < BR_ARENA_NMAP; i++) {
         arena->maps[i].rank = -1;

@@ -28,9 +28,15 @@ typedef struct {
 /* The owner's entry for one reader. */
 typedef struct {
     uint64_t count; /* elements: the owner's sendcounts[reader] */
-    uint64_t off;   /* bytes: into the send buffer, or (inl) into the arena buffer */
-    uint64_t inl;   /* 1: copied into the arena buffer, 0: read from the send buffer */
+    uint64_t off;   /* bytes: into the send buffer, or (A2AV_INLINE) into the arena buffer */
+    uint64_t how;   /* A2AV_* */
 } a2av_entry_t;
+
+enum {
+    A2AV_READ = 0,   /* read from the owner's send buffer */
+    A2AV_INLINE = 1, /* copied into the owner's arena buffer */
+    A2AV_FIFO = 2    /* sent over the pair's p2p connection (br_work_a2av_fifo) */
+};
 
 static size_t round64(size_t x)
 {
@@ -41,6 +47,15 @@ static size_t round64(size_t x)
 static size_t table_bytes(int n)
 {
     return round64(sizeof(a2av_head_t) + (size_t)n * sizeof(a2av_entry_t));
+}
+
+int br_work_a2av_fifo(const br_exec_comm_t *ec, int peer, size_t bytes)
+{
+    /* Both ranks of the pair decide alike from the block's size (each from its own count:
+     * if they differ, the reader's check of the owner's entry fails the call). */
+    const br_peer_info_t *pi = ec->tc->peers;
+    size_t most = ec->arena->a2av_max;
+    return pi[peer].pid_hash != pi[ec->rank].pid_hash && most > 0 && bytes > most;
 }
 
 int br_work_a2av_takes(const br_exec_comm_t *ec, const br_op_t *op)
@@ -81,7 +96,12 @@ static int a2av_publish(br_exec_queue_t *q, br_work_t *w)
     for (int i = 0; i < n; i++) {
         int r = (me + i) % n; /* the nearest readers get the room first */
         size_t bytes = v->scount[r] * ts, at = v->sdispl[r] * ts;
-        a2av_entry_t e = {v->scount[r], at, 0};
+        a2av_entry_t e = {v->scount[r], at, A2AV_READ};
+        if (r != me && br_work_a2av_fifo(ec, r, bytes)) {
+            e.how = A2AV_FIFO; /* its own work item sends it */
+            tab[r] = e;
+            continue;
+        }
         extent = at + bytes > extent ? at + bytes : extent;
         /* A reader of another process would pay a system call to read a small block in
          * place; a thread of this process reads it with a plain memcpy (faster than two
@@ -91,7 +111,7 @@ static int a2av_publish(br_exec_queue_t *q, br_work_t *w)
             used + bytes <= a->max_bytes) {
             memcpy(data + used, (const char *)op->sendbuff + at, bytes);
             e.off = used;
-            e.inl = 1;
+            e.how = A2AV_INLINE;
             used += round64(bytes);
         }
         tab[r] = e;
@@ -144,7 +164,7 @@ static int a2av_check(br_exec_comm_t *ec, const br_work_t *w, int o, const a2av_
         br_desc_mismatch(ec, &expect, o, "published its input for", &theirs);
         return -1;
     }
-    if (e->inl && (e->off > d->bytes || want * ts > d->bytes - e->off)) {
+    if (e->how == A2AV_INLINE && (e->off > d->bytes || want * ts > d->bytes - e->off)) {
         br_exec_fail(ec, ncclInternalError,
                      "rank %d: AlltoAllV #%llu: rank %d's block for it lies outside its "
                      "table (%llu bytes at %llu of %llu)",
@@ -167,10 +187,10 @@ static int a2av_read(br_exec_comm_t *ec, const br_work_t *w, int o)
     }
     size_t ts = br_type_size(op->type), bytes = (size_t)e.count * ts;
     char *dst = (char *)op->recvbuff + op->v->rdispl[o] * ts;
-    if (bytes == 0) {
-        return 0;
+    if (bytes == 0 || e.how == A2AV_FIFO) {
+        return 0; /* a FIFO block: its receive work item takes it */
     }
-    if (e.inl) {
+    if (e.how == A2AV_INLINE) {
         br_exec_copy_out(ec, op, dst, br_arena_data(a, o, w->arena_k, 0) + e.off, bytes);
         return 0;
     }
@@ -230,7 +250,8 @@ static int a2av_readers(br_exec_queue_t *q, br_work_t *w)
 
     for (; w->arena_next < n; w->arena_next++) {
         int r = (ec->rank + w->arena_next) % n;
-        if (tab[r].count > 0 && !tab[r].inl && !br_arena_read_by(ec->arena, r, w->arena_k)) {
+        if (tab[r].count > 0 && tab[r].how == A2AV_READ &&
+            !br_arena_read_by(ec->arena, r, w->arena_k)) {
             q->wait_peer = r;
             q->wait_what = "its input to be read by";
             return 0;

@@ -296,9 +296,11 @@ static ncclResult_t enqueue_v(br_exec_batch_t *b, br_exec_comm_t *ec, const br_w
         BR_CHECK(queue_get(b, ec, Q_ARENA, 0, &q));
         return push_item(q, &w);
     }
-    if (br_work_a2av_takes(ec, op)) {
+    int a2av = br_work_a2av_takes(ec, op);
+    if (a2av) {
         /* Every rank on one host and able to read the others: through the node arena,
-         * large blocks read straight from their owner's send buffer (exec_a2av.c). */
+         * large blocks read straight from their owner's send buffer (exec_a2av.c), but
+         * for the largest between processes, which take the FIFOs below. */
         w = *w0;
         w.op.algo = BR_ALGO_DIRECT_READ;
         w.op.proto = BR_PROTO_SIMPLE;
@@ -310,7 +312,7 @@ static ncclResult_t enqueue_v(br_exec_batch_t *b, br_exec_comm_t *ec, const br_w
         memset(got, 0, (size_t)n);
         w.a2av_got = got;
         BR_CHECK(queue_get(b, ec, Q_ARENA, 0, &q));
-        return push_item(q, &w);
+        BR_CHECK(push_item(q, &w));
     }
     char *scratch = NULL;
     if (op->func == BR_FUNC_REDUCESCATTERV) {
@@ -332,7 +334,9 @@ static ncclResult_t enqueue_v(br_exec_batch_t *b, br_exec_comm_t *ec, const br_w
         w.op.peer = to;
         w.op.count = v->scount[to];
         w.op.sendbuff = (const char *)op->sendbuff + v->sdispl[to] * ts;
-        BR_CHECK(p2p_item(b, ec, &w));
+        if (!a2av || br_work_a2av_fifo(ec, to, w.op.count * ts)) {
+            BR_CHECK(p2p_item(b, ec, &w));
+        }
         w = *w0;
         w.kind = BR_WORK_RECV;
         w.op.peer = from;
@@ -340,7 +344,12 @@ static ncclResult_t enqueue_v(br_exec_batch_t *b, br_exec_comm_t *ec, const br_w
         w.op.recvbuff = vst != NULL ? scratch + (size_t)from * mine
                                     : (char *)op->recvbuff + v->rdispl[from] * ts;
         w.vst = vst;
-        BR_CHECK(p2p_item(b, ec, &w));
+        if (!a2av || br_work_a2av_fifo(ec, from, w.op.count * ts)) {
+            BR_CHECK(p2p_item(b, ec, &w));
+        }
+    }
+    if (a2av) {
+        return ncclSuccess; /* the arena item copies this rank's own block */
     }
     w = *w0;
     w.kind = vst != NULL ? BR_WORK_VFOLD : BR_WORK_COPY;

@@ -121,6 +121,9 @@ void br_exec_peer_copy_failed(br_exec_comm_t *ec, const br_work_t *w, int r, con
 /* AlltoAllV through the node arena (exec_a2av.c): may op run that way here (the same
  * answer on every rank), and its steps (called by br_work_arena). */
 int br_work_a2av_takes(const br_exec_comm_t *ec, const br_op_t *op);
+/* Does its block of `bytes` between this rank and peer go over their p2p connection
+ * instead (a large block between processes: BRAID_ALLTOALLV_READ_MAX_BYTES)? */
+int br_work_a2av_fifo(const br_exec_comm_t *ec, int peer, size_t bytes);
 int br_work_a2av(br_exec_queue_t *q, br_work_t *w, int *done_p);
 
 /* Arena operation numbers op takes: one, or one per chunk for a OneShot Broadcast or
