@@ -3,8 +3,10 @@
  * Joining a communicator and the bootstrap collectives. br_bootstrap_init opens this
  * rank's listener, starts its background thread (bootstrap_p2p.c), checks in with the
  * root (bootstrap_root.c), connects to both ring neighbours the root names, waits for them
- * to connect back, and allgathers every rank's {listen address, host, pid}. Allgathers
- * take log2(n) rounds with the partners the root names (Bruck's algorithm). Collectives
+ * to connect back, and allgathers every rank's {listen address, host, pid}. That
+ * allgather takes log2(n) rounds with the partners the root names (Bruck's algorithm);
+ * later ones go through each host's shared memory where hosts hold several ranks
+ * (bootstrap_shm.c), else the same way. Collectives
  * are called by one thread per rank; their messages are tagged with a per-bootstrap
  * sequence number.
  */
@@ -20,6 +22,7 @@
 static void boot_free(br_bootstrap_t *boot)
 {
     br_boot_thread_stop(boot);
+    br_boot_hier_free(boot);
     br_socket_close(&boot->listen_fd);
     br_socket_close(&boot->wake_fd[0]);
     br_socket_close(&boot->wake_fd[1]);
@@ -262,7 +265,8 @@ out:
     return res;
 }
 
-/* Everyone's listener, host and pid, through the ring. */
+/* Everyone's listener, host and pid, in log2(n) rounds over the sockets: the hosts, and
+ * so what shares memory, are known only after this one. */
 static ncclResult_t exchange_peers(br_bootstrap_t *boot)
 {
     ncclResult_t res = ncclSuccess;
@@ -270,9 +274,7 @@ static ncclResult_t exchange_peers(br_bootstrap_t *boot)
 
     BR_CHECK(br_calloc(&all, (size_t)boot->nranks, "bootstrap peer table"));
     me = &all[boot->rank];
-    me->addr = boot->listen_addr;
-    me->pid = (int32_t)getpid();
-    snprintf(me->host, sizeof(me->host), "%s", br_host_name());
+    br_boot_peer_fill(boot, me);
     BR_CHECK_GOTO(log_allgather(boot, all, sizeof(*all)), res, out);
     for (int r = 0; r < boot->nranks; r++) {
         all[r].host[sizeof(all[r].host) - 1] = '\0';
@@ -290,7 +292,7 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     br_bootstrap_t *boot = NULL;
     br_boot_handle_t h;
     br_boot_answer_t ans;
-    uint64_t t0 = br_time_ns(), t_root, t_ring, deadline;
+    uint64_t t0 = br_time_ns(), t_root, t_ring, t_peers, deadline;
     int n = nranks;
     char why[256], text[BR_SOCKET_ADDR_STRLEN];
 
@@ -318,11 +320,14 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     BR_CHECK_GOTO(ring_connect(boot, t_root + boot->timeout_ns), res, err_free_boot);
     t_ring = br_time_ns();
     BR_CHECK_GOTO(exchange_peers(boot), res, err_free_boot);
+    t_peers = br_time_ns();
+    BR_CHECK_GOTO(br_boot_hier_setup(boot), res, err_free_boot);
     BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
             "bootstrap: rank %d of %d joined in %.1f ms (root %.1f, "
-            "ring %.1f, allgather %.1f), listening on %s",
+            "ring %.1f, allgather %.1f, host memory %.1f), listening on %s",
             rank, nranks, (double)(br_time_ns() - t0) * 1e-6, (double)(t_root - t0) * 1e-6,
-            (double)(t_ring - t_root) * 1e-6, (double)(br_time_ns() - t_ring) * 1e-6,
+            (double)(t_ring - t_root) * 1e-6, (double)(t_peers - t_ring) * 1e-6,
+            (double)(br_time_ns() - t_peers) * 1e-6,
             br_socket_addr_str(&boot->listen_addr, text, sizeof(text)));
     *boot_p = boot;
     return ncclSuccess;
@@ -333,6 +338,9 @@ err_free_boot:
 
 ncclResult_t br_bootstrap_allgather(br_bootstrap_t *boot, void *data, size_t size)
 {
+    if (boot->hier != NULL && boot->nranks > 1 && size > 0) {
+        return br_boot_hier_allgather(boot, data, size, boot->coll_seq++);
+    }
     return log_allgather(boot, data, size);
 }
 
@@ -344,7 +352,7 @@ ncclResult_t br_bootstrap_barrier(br_bootstrap_t *boot)
     /* Every slot arriving means every rank has entered: an allgather of one byte. */
     BR_CHECK(br_calloc(&flags, (size_t)boot->nranks, "barrier"));
     flags[boot->rank] = 1;
-    res = log_allgather(boot, flags, 1);
+    res = br_bootstrap_allgather(boot, flags, 1);
     free(flags);
     return res;
 }

@@ -118,11 +118,15 @@ typedef struct {
     uint64_t size;
 } br_boot_frame_t;
 
-/* What the first ring allgather exchanges about each rank. */
+/* What the first allgather exchanges about each rank. */
 typedef struct {
     br_socket_addr_t addr;
     int32_t pid;
     char host[BR_BOOT_HOST_LEN];
+    uint64_t host_hash; /* br_host_hash(): ranks that share it share /dev/shm */
+    uint64_t pid_ns;    /* the pid namespace's inode: where pid means the same process */
+    int32_t shm;        /* BRAID_BOOTSTRAP_SHM */
+    int32_t pad;
 } br_boot_peer_t;
 
 _Static_assert(sizeof(br_boot_handle_t) <= NCCL_UNIQUE_ID_BYTES, "unique id too small");
@@ -131,7 +135,7 @@ _Static_assert(sizeof(br_boot_checkin_t) == 120, "checkin layout");
 _Static_assert(sizeof(br_boot_answer_t) == 584 + BR_BOOT_HOPS * 28 + 4, "answer layout");
 _Static_assert(sizeof(br_boot_hello_t) == 24, "hello layout");
 _Static_assert(sizeof(br_boot_frame_t) == 16, "frame layout");
-_Static_assert(sizeof(br_boot_peer_t) == 96, "peer layout");
+_Static_assert(sizeof(br_boot_peer_t) == 120, "peer layout");
 
 /* A received message waiting in a peer's unexpected queue. */
 typedef struct br_boot_msg {
@@ -166,6 +170,9 @@ typedef struct {
     br_boot_frame_t frame;
     br_boot_msg_t *msg; /* payload being read */
 } br_boot_inconn_t;
+
+/* Allgathers through each host's shared memory (bootstrap_shm.c). */
+typedef struct br_boot_hier br_boot_hier_t;
 
 struct br_bootstrap {
     int rank;
@@ -202,6 +209,9 @@ struct br_bootstrap {
     pthread_mutex_t link_lock;
     br_bootstrap_link_fn_t link_fn;
     void *link_arg;
+    /* Set at the end of init when allgathers go through hosts' shared memory; NULL: the
+     * sockets' log2(n) rounds (one rank per host, one rank, or BRAID_BOOTSTRAP_SHM=0). */
+    br_boot_hier_t *hier;
 };
 
 /* Timeout in nanoseconds, and in seconds for messages (BRAID_BOOTSTRAP_TIMEOUT). */
@@ -229,6 +239,21 @@ ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
 ncclResult_t br_boot_connect_peer(br_bootstrap_t *boot, int peer, uint64_t deadline_ns);
 /* Wait until a peer's message connection has said hello. */
 ncclResult_t br_boot_wait_hello(br_bootstrap_t *boot, int peer, uint64_t deadline_ns);
+/* Why a wait for peer has to end now (abort, cancel, its connection closed), or
+ * ncclSuccess; why gets the reason. Called with boot->lock held. */
+ncclResult_t br_boot_wait_blocked(br_bootstrap_t *boot, int peer, char *why, size_t len);
+
+/* This rank's entry of the peer table. */
+void br_boot_peer_fill(br_bootstrap_t *boot, br_boot_peer_t *me);
+/* After the peer table is known: group the ranks by host and map the host's segment
+ * (collective; fails naming the rank, and tells every rank, when it cannot). */
+ncclResult_t br_boot_hier_setup(br_bootstrap_t *boot);
+/* The allgather through it (boot->hier set, nranks > 1, size > 0); tag numbers the call. */
+ncclResult_t br_boot_hier_allgather(br_bootstrap_t *boot, void *data, size_t size, int tag);
+/* Wake this process's waiters in it, so they see an abort or cancel now. */
+void br_boot_hier_kick(br_bootstrap_t *boot);
+void br_boot_hier_free(br_bootstrap_t *boot);
+
 /* Free the unexpected queues. */
 void br_boot_queues_free(br_bootstrap_t *boot);
 

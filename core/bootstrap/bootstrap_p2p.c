@@ -597,8 +597,7 @@ static void deadline_to_ts(uint64_t deadline_ns, struct timespec *ts)
     ts->tv_nsec = (long)(deadline_ns % 1000000000ull);
 }
 
-/* Why a wait for peer has to end now, or 0 to keep waiting. Called with boot->lock. */
-static ncclResult_t wait_blocked(br_bootstrap_t *boot, int peer, char *why, size_t len)
+ncclResult_t br_boot_wait_blocked(br_bootstrap_t *boot, int peer, char *why, size_t len)
 {
     if (atomic_load_explicit(&boot->aborted, memory_order_relaxed)) {
         snprintf(why, len, "rank %d reported a failure: %s", boot->abort_from, boot->abort_reason);
@@ -632,6 +631,7 @@ void br_bootstrap_cancel(br_bootstrap_t *boot, const char *reason)
     }
     pthread_cond_broadcast(&boot->cond);
     pthread_mutex_unlock(&boot->lock);
+    br_boot_hier_kick(boot);
 }
 
 int br_bootstrap_cancelled(br_bootstrap_t *boot, char *reason, size_t len)
@@ -658,7 +658,7 @@ ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
     deadline_to_ts(deadline_ns, &ts);
     pthread_mutex_lock(&boot->lock);
     while ((m = queue_take(p, kind, tag)) == NULL) {
-        res = wait_blocked(boot, peer, why, sizeof(why));
+        res = br_boot_wait_blocked(boot, peer, why, sizeof(why));
         if (res != ncclSuccess) {
             break;
         }

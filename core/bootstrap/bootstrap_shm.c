@@ -1,0 +1,653 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The bootstrap's allgather through each host's shared memory. Once init has exchanged
+ * every rank's host (br_host_hash: host name and boot id, or NCCL_HOSTID), the ranks of a
+ * host meet in one segment that its lowest rank (the host's leader) creates:
+ *
+ *   - every rank writes its slot into the segment's table and counts itself in;
+ *   - the leader waits for its host's ranks, allgathers the host's slots with the other
+ *     hosts' leaders over the bootstrap's sockets (Bruck's log2(hosts) rounds, each
+ *     host's block as long as its rank count), writes what came into the table, and
+ *     publishes the round's generation;
+ *   - every rank copies the whole table out.
+ *
+ * So the slots cross the network once per host instead of once per rank (n^2 bytes through
+ * loopback TCP when all ranks share one machine), and a rank wakes once per allgather,
+ * not once per round. The table has two halves, used by alternate generations: a rank
+ * still copying generation g out while a faster one writes g + 1 reads the other half, and
+ * nobody can reach g + 2 before everyone has arrived at g + 1. A slot larger than the
+ * table's share per rank goes in several generations.
+ *
+ * Waits sleep on futexes in the segment in slices of WAIT_SLICE_MS; between slices a
+ * waiter checks that the ranks it waits for still exist (kill(pid, 0), where the pid
+ * namespace is its own), the bootstrap's abort, cancel and deadline, and the segment's
+ * failure word: the first rank of a host that fails writes why there and wakes the
+ * others, so a host's ranks end together with the same text.
+ *
+ * The segment's name (/braid-<leader pid>-boot-<secret>) exists from the leader's
+ * creation until every rank of the host has mapped it (the first generation); the leader
+ * unlinks it then, or when setup fails.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap_int.h"
+
+/* How long a waiter sleeps before it looks at the ranks it waits for again. */
+#define WAIT_SLICE_MS 50
+/* The table's share per rank: slots up to this size go in one generation. */
+#define SLOT_SHARE 512
+#define TABLE_MIN (64u << 10)
+#define PAGE 4096u
+/* A failure's text, as the host's ranks share it. */
+#define WHY_LEN 512
+
+/* The segment's first page. Words that ranks wait on sit on lines of their own. */
+typedef struct {
+    uint64_t secret;
+    _Atomic uint32_t ready; /* the leader has set the segment up */
+    char pad0[52];
+    _Atomic uint32_t arrived; /* the non-leader ranks' arrivals, counted over all generations */
+    char pad1[60];
+    _Atomic uint32_t gen; /* the last generation the leader published */
+    char pad2[60];
+    _Atomic uint32_t failed; /* 1: a rank is writing why; 2: why is complete */
+    char why[WHY_LEN];
+} hier_hdr_t;
+
+_Static_assert(sizeof(hier_hdr_t) <= PAGE, "hier header fits its page");
+
+struct br_boot_hier {
+    void *base;
+    size_t size;
+    hier_hdr_t *hdr;
+    _Atomic uint32_t *seen; /* per local rank: the last generation it arrived at */
+    char *table[2];
+    size_t cap; /* bytes per table half */
+    uint32_t gen;
+    int nlocal, lidx; /* ranks of this host; this rank's index among them */
+    int *local;       /* those ranks, ascending (local[0]: the leader) */
+    int nnodes, node; /* hosts, ordered by their leader's rank; this rank's */
+    int *node_start;  /* node k's ranks: node_ranks[node_start[k] .. node_start[k + 1]) */
+    int *node_ranks;
+    char name[96]; /* the leader's, until unlinked */
+};
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)word, op, val, ts, NULL, 0);
+}
+
+static void futex_wait_slice(_Atomic uint32_t *word, uint32_t val)
+{
+    struct timespec ts = {0, WAIT_SLICE_MS * 1000000L};
+    (void)futex(word, FUTEX_WAIT, val, &ts);
+}
+
+static void futex_wake_all(_Atomic uint32_t *word)
+{
+    (void)futex(word, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static uint64_t pid_ns(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+void br_boot_peer_fill(br_bootstrap_t *boot, br_boot_peer_t *me)
+{
+    me->addr = boot->listen_addr;
+    me->pid = (int32_t)getpid();
+    snprintf(me->host, sizeof(me->host), "%s", br_host_name());
+    me->host_hash = br_host_hash();
+    me->pid_ns = pid_ns();
+    me->shm = BR_PARAM_INT(BOOTSTRAP_SHM) != 0;
+}
+
+/* Is rank r's process known to be gone? Only where its pid means the same here. */
+static int peer_dead(const br_bootstrap_t *boot, int r)
+{
+    const br_boot_peer_t *p = &boot->peers[r].info;
+    return p->pid_ns == boot->peers[boot->rank].info.pid_ns && p->pid > 0 &&
+           kill((pid_t)p->pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Record a failure for the whole host (the first one wins) and wake everyone. */
+static void hier_fail(br_boot_hier_t *h, const char *why)
+{
+    uint32_t zero = 0;
+    if (h->hdr == NULL) {
+        return;
+    }
+    if (atomic_compare_exchange_strong(&h->hdr->failed, &zero, 1)) {
+        snprintf(h->hdr->why, sizeof(h->hdr->why), "%s", why);
+        atomic_store_explicit(&h->hdr->failed, 2, memory_order_release);
+    }
+    futex_wake_all(&h->hdr->gen);
+    futex_wake_all(&h->hdr->arrived);
+}
+
+/* Why the host's ranks have stopped, or 0. */
+static int hier_failed(br_boot_hier_t *h, char *why, size_t len)
+{
+    uint32_t f = atomic_load_explicit(&h->hdr->failed, memory_order_acquire);
+    if (f == 0) {
+        return 0;
+    }
+    for (int i = 0; i < 1000 && f != 2; i++) { /* the writer is a few bytes from done */
+        sched_yield();
+        f = atomic_load_explicit(&h->hdr->failed, memory_order_acquire);
+    }
+    snprintf(why, len, "%s", f == 2 ? h->hdr->why : "another rank of this host failed");
+    return 1;
+}
+
+/* One slice's checks while waiting for rank `peer` (of this host); 0 to keep waiting. */
+static ncclResult_t hier_check(br_bootstrap_t *boot, int peer, uint64_t deadline, const char *what,
+                               char *why, size_t len)
+{
+    br_boot_hier_t *h = boot->hier;
+    char who[160], reason[BR_BOOT_REASON_LEN + 64];
+    ncclResult_t res;
+
+    if (hier_failed(h, why, len)) {
+        return ncclRemoteError;
+    }
+    pthread_mutex_lock(&boot->lock);
+    res = br_boot_wait_blocked(boot, peer, reason, sizeof(reason));
+    pthread_mutex_unlock(&boot->lock);
+    br_boot_rank_str(boot, peer, who, sizeof(who));
+    if (res == ncclSuccess && peer_dead(boot, peer)) {
+        snprintf(reason, sizeof(reason), "its process is gone");
+        res = ncclRemoteError;
+    }
+    if (res == ncclSuccess && br_time_ns() >= deadline) {
+        snprintf(reason, sizeof(reason), "it did not arrive within %d s", br_boot_timeout_s());
+        res = ncclSystemError;
+    }
+    if (res != ncclSuccess) {
+        snprintf(why, len, "rank %d (host %.64s) stopped waiting for %.120s %s: %.150s",
+                 boot->rank, br_host_name(), who, what, reason);
+    }
+    return res;
+}
+
+/* This rank is not the leader: count in for generation g. */
+static void hier_arrive(br_boot_hier_t *h, uint32_t g)
+{
+    atomic_store_explicit(&h->seen[h->lidx], g, memory_order_relaxed);
+    /* Release: the leader that sees the count sees this rank's slot. */
+    uint32_t a = atomic_fetch_add_explicit(&h->hdr->arrived, 1, memory_order_acq_rel) + 1;
+    if (a == g * (uint32_t)(h->nlocal - 1)) {
+        futex_wake_all(&h->hdr->arrived);
+    }
+}
+
+/* The leader: wait until every rank of the host has arrived at generation g. */
+static ncclResult_t hier_wait_arrivals(br_bootstrap_t *boot, uint32_t g, uint64_t deadline,
+                                       char *why, size_t len)
+{
+    br_boot_hier_t *h = boot->hier;
+    uint32_t want = g * (uint32_t)(h->nlocal - 1);
+
+    for (;;) {
+        uint32_t a = atomic_load_explicit(&h->hdr->arrived, memory_order_acquire);
+        if (a == want) {
+            return ncclSuccess;
+        }
+        futex_wait_slice(&h->hdr->arrived, a);
+        if (atomic_load_explicit(&h->hdr->arrived, memory_order_acquire) == want) {
+            return ncclSuccess;
+        }
+        for (int i = 1; i < h->nlocal; i++) {
+            if (atomic_load_explicit(&h->seen[i], memory_order_relaxed) != g) {
+                ncclResult_t res =
+                    hier_check(boot, h->local[i], deadline, "in a bootstrap allgather", why, len);
+                if (res != ncclSuccess) {
+                    return res;
+                }
+                break;
+            }
+        }
+        if (hier_failed(h, why, len)) {
+            return ncclRemoteError;
+        }
+    }
+}
+
+/* Not the leader: wait until the leader publishes generation g. */
+static ncclResult_t hier_wait_gen(br_bootstrap_t *boot, uint32_t g, uint64_t deadline, char *why,
+                                  size_t len)
+{
+    br_boot_hier_t *h = boot->hier;
+
+    for (;;) {
+        uint32_t v = atomic_load_explicit(&h->hdr->gen, memory_order_acquire);
+        if (v == g) {
+            return ncclSuccess;
+        }
+        futex_wait_slice(&h->hdr->gen, v);
+        if (atomic_load_explicit(&h->hdr->gen, memory_order_acquire) == g) {
+            return ncclSuccess;
+        }
+        ncclResult_t res =
+            hier_check(boot, h->local[0], deadline, "(this host's leader) in a bootstrap allgather",
+                       why, len);
+        if (res != ncclSuccess) {
+            return res;
+        }
+    }
+}
+
+static void hier_publish(br_boot_hier_t *h, uint32_t g)
+{
+    atomic_store_explicit(&h->hdr->gen, g, memory_order_release);
+    futex_wake_all(&h->hdr->gen);
+}
+
+/* The leaders' allgather of their hosts' blocks (slot size c) in tab, in log2(hosts)
+ * rounds: the blocks held are kept in host order starting at this host's, so round d
+ * sends the first min(d, hosts - d) of them to the leader d hosts back and receives as
+ * many from the one d hosts on. */
+static ncclResult_t hier_leaders(br_bootstrap_t *boot, char *tab, size_t c, int tag,
+                                 uint64_t deadline)
+{
+    br_boot_hier_t *h = boot->hier;
+    int nn = h->nnodes, me = h->node;
+    size_t *off = NULL;
+    char *held = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    BR_CHECK(br_calloc(&off, (size_t)nn + 1, "bootstrap host offsets"));
+    for (int j = 0; j < nn; j++) {
+        int k = (me + j) % nn;
+        off[j + 1] = off[j] + (size_t)(h->node_start[k + 1] - h->node_start[k]) * c;
+    }
+    BR_CHECK_GOTO(br_calloc(&held, off[nn], "bootstrap host blocks"), res, out);
+    for (int i = 0; i < h->nlocal; i++) {
+        memcpy(held + (size_t)i * c, tab + (size_t)h->local[i] * c, c);
+    }
+    for (int d = 1; d < nn; d <<= 1) {
+        int cnt = d < nn - d ? d : nn - d;
+        int to = h->node_ranks[h->node_start[(me + nn - d) % nn]];
+        int from = h->node_ranks[h->node_start[(me + d) % nn]];
+        BR_CHECK_GOTO(br_boot_send_msg(boot, to, BR_BOOT_MSG_RING, tag, held, off[cnt]), res, out);
+        BR_CHECK_GOTO(br_boot_recv_msg(boot, from, BR_BOOT_MSG_RING, tag, held + off[d],
+                                       off[d + cnt] - off[d], deadline),
+                      res, out);
+    }
+    for (int j = 1; j < nn; j++) {
+        int k = (me + j) % nn;
+        for (int i = h->node_start[k]; i < h->node_start[k + 1]; i++) {
+            memcpy(tab + (size_t)h->node_ranks[i] * c,
+                   held + off[j] + (size_t)(i - h->node_start[k]) * c, c);
+        }
+    }
+out:
+    free(held);
+    free(off);
+    return res;
+}
+
+/* One generation: this rank's slot (c bytes at mine) in, everyone's (n x c at out) back.
+ * With mine NULL it is only a meeting of the host's ranks (setup), and the leader runs
+ * at_leader, if any, once all have arrived. */
+static ncclResult_t hier_round(br_bootstrap_t *boot, const char *mine, char *out, size_t c,
+                               int tag, uint64_t deadline, void (*at_leader)(br_boot_hier_t *))
+{
+    br_boot_hier_t *h = boot->hier;
+    uint32_t g = ++h->gen;
+    char *tab = h->table[g & 1];
+    char why[WHY_LEN];
+    ncclResult_t res = ncclSuccess;
+
+    if (mine != NULL) {
+        memcpy(tab + (size_t)boot->rank * c, mine, c);
+    }
+    if (h->lidx != 0) {
+        hier_arrive(h, g);
+        res = hier_wait_gen(boot, g, deadline, why, sizeof(why));
+    } else {
+        if (h->nlocal > 1) {
+            res = hier_wait_arrivals(boot, g, deadline, why, sizeof(why));
+        }
+        if (res == ncclSuccess && at_leader != NULL) {
+            at_leader(h);
+        }
+        if (res == ncclSuccess && mine != NULL && h->nnodes > 1) {
+            res = hier_leaders(boot, tab, c, tag, deadline);
+            if (res != ncclSuccess) {
+                snprintf(why, sizeof(why),
+                         "rank %d (host %s), this host's leader, failed in the bootstrap "
+                         "allgather between hosts (its log says why)",
+                         boot->rank, br_host_name());
+            }
+        }
+        if (res == ncclSuccess) {
+            hier_publish(h, g);
+        }
+    }
+    if (res != ncclSuccess) {
+        hier_fail(h, why);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d (host %s): allgather failed: %s",
+                boot->rank, br_host_name(), why);
+        return res;
+    }
+    if (out != NULL) {
+        memcpy(out, tab, (size_t)boot->nranks * c);
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t br_boot_hier_allgather(br_bootstrap_t *boot, void *data, size_t size, int tag)
+{
+    br_boot_hier_t *h = boot->hier;
+    int n = boot->nranks, r = boot->rank;
+    size_t chunk = h->cap / (size_t)n;
+    uint64_t deadline = br_time_ns() + boot->timeout_ns;
+    char *slots = data, *tmp = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    if (chunk >= size) {
+        /* One generation: this rank's slot goes into the table before the table comes out. */
+        return hier_round(boot, slots + (size_t)r * size, slots, size, tag, deadline, NULL);
+    }
+    BR_CHECK(br_calloc(&tmp, (size_t)n * chunk, "bootstrap allgather piece"));
+    for (size_t off = 0; off < size && res == ncclSuccess; off += chunk) {
+        size_t c = size - off < chunk ? size - off : chunk;
+        res = hier_round(boot, slots + (size_t)r * size + off, tmp, c, tag, deadline, NULL);
+        for (int q = 0; q < n && res == ncclSuccess; q++) {
+            if (q != r) {
+                memcpy(slots + (size_t)q * size + off, tmp + (size_t)q * c, c);
+            }
+        }
+    }
+    free(tmp);
+    return res;
+}
+
+/* Ranks ordered by (host, rank): for qsort_r over indices into the peer table. */
+static int by_host(const void *a, const void *b, void *arg)
+{
+    const br_bootstrap_t *boot = arg;
+    int x = *(const int *)a, y = *(const int *)b;
+    uint64_t hx = boot->peers[x].info.host_hash, hy = boot->peers[y].info.host_hash;
+    if (hx != hy) {
+        return hx < hy ? -1 : 1;
+    }
+    return x < y ? -1 : x > y;
+}
+
+static int by_leader(const void *a, const void *b, void *arg)
+{
+    const int *ranks = arg;
+    const int *x = a, *y = b; /* start offsets of two hosts' runs in ranks */
+    return ranks[*x] < ranks[*y] ? -1 : ranks[*x] > ranks[*y];
+}
+
+/* Fill h's host grouping from the peer table. */
+static ncclResult_t hier_group(br_bootstrap_t *boot, br_boot_hier_t *h)
+{
+    int n = boot->nranks;
+    int *sorted = NULL, *starts = NULL, nn = 0;
+    ncclResult_t res = ncclSuccess;
+
+    BR_CHECK(br_calloc(&sorted, (size_t)n, "bootstrap hosts"));
+    BR_CHECK_GOTO(br_calloc(&starts, (size_t)n + 1, "bootstrap hosts"), res, out);
+    for (int r = 0; r < n; r++) {
+        sorted[r] = r;
+    }
+    qsort_r(sorted, (size_t)n, sizeof(*sorted), by_host, boot);
+    for (int i = 0; i < n; i++) {
+        if (i == 0 ||
+            boot->peers[sorted[i]].info.host_hash != boot->peers[sorted[i - 1]].info.host_hash) {
+            starts[nn++] = i;
+        }
+    }
+    /* Hosts in the order of their leaders (the lowest rank of each host). */
+    qsort_r(starts, (size_t)nn, sizeof(*starts), by_leader, sorted);
+    BR_CHECK_GOTO(br_calloc(&h->node_start, (size_t)nn + 1, "bootstrap hosts"), res, out);
+    BR_CHECK_GOTO(br_calloc(&h->node_ranks, (size_t)n, "bootstrap hosts"), res, out);
+    h->nnodes = nn;
+    for (int k = 0, at = 0; k < nn; k++) {
+        uint64_t hash = boot->peers[sorted[starts[k]]].info.host_hash;
+        h->node_start[k] = at;
+        for (int i = starts[k]; i < n && boot->peers[sorted[i]].info.host_hash == hash; i++) {
+            if (sorted[i] == boot->rank) {
+                h->node = k;
+                h->lidx = at - h->node_start[k];
+            }
+            h->node_ranks[at++] = sorted[i];
+        }
+        h->node_start[k + 1] = at;
+    }
+    h->local = h->node_ranks + h->node_start[h->node];
+    h->nlocal = h->node_start[h->node + 1] - h->node_start[h->node];
+out:
+    free(starts);
+    free(sorted);
+    return res;
+}
+
+static void hier_unlink(br_boot_hier_t *h)
+{
+    if (h->name[0] != '\0') {
+        shm_unlink(h->name);
+        h->name[0] = '\0';
+    }
+}
+
+/* The leader: make the segment. Returns 0, or -1 with why. */
+static int hier_create(br_boot_hier_t *h, uint64_t secret, char *why, size_t len)
+{
+    int fd = br_shm_create_own(h->name);
+
+    if (fd < 0) {
+        snprintf(why, len, "shm_open(%s) failed: %s", h->name, strerror(errno));
+        h->name[0] = '\0';
+        return -1;
+    }
+    if (ftruncate(fd, (off_t)h->size) != 0) {
+        snprintf(why, len, "cannot size %s to %zu bytes: %s", h->name, h->size, strerror(errno));
+        close(fd);
+        hier_unlink(h);
+        return -1;
+    }
+    h->base = mmap(NULL, h->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (h->base == MAP_FAILED) {
+        h->base = NULL;
+        snprintf(why, len, "mmap of %s failed: %s", h->name, strerror(errno));
+        hier_unlink(h);
+        return -1;
+    }
+    ((hier_hdr_t *)h->base)->secret = secret;
+    atomic_store_explicit(&((hier_hdr_t *)h->base)->ready, 1, memory_order_release);
+    return 0;
+}
+
+/* Not the leader: map the leader's segment once it exists (bounded by the deadline, and
+ * ended early when the leader is gone or the bootstrap fails). */
+static ncclResult_t hier_attach(br_bootstrap_t *boot, uint64_t deadline, char *why, size_t len)
+{
+    br_boot_hier_t *h = boot->hier;
+    int leader = h->local[0];
+    long sleep_us = 200;
+    char who[160], reason[BR_BOOT_REASON_LEN + 64];
+    ncclResult_t res = ncclSuccess;
+
+    for (;;) {
+        int fd = shm_open(h->name, O_RDWR, 0);
+        if (fd >= 0) {
+            struct stat st;
+            if (fstat(fd, &st) == 0 && (size_t)st.st_size == h->size) {
+                void *p = mmap(NULL, h->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                if (p != MAP_FAILED) {
+                    hier_hdr_t *hdr = p;
+                    if (atomic_load_explicit(&hdr->ready, memory_order_acquire) == 1 &&
+                        hdr->secret == boot->secret) {
+                        close(fd);
+                        h->base = p;
+                        return ncclSuccess;
+                    }
+                    munmap(p, h->size);
+                }
+            }
+            close(fd);
+        } else if (errno != ENOENT) {
+            snprintf(why, len, "rank %d (host %s) cannot open %s, made by %s: %s", boot->rank,
+                     br_host_name(), h->name, br_boot_rank_str(boot, leader, who, sizeof(who)),
+                     strerror(errno));
+            return ncclSystemError;
+        }
+        pthread_mutex_lock(&boot->lock);
+        res = br_boot_wait_blocked(boot, leader, reason, sizeof(reason));
+        pthread_mutex_unlock(&boot->lock);
+        if (res == ncclSuccess && peer_dead(boot, leader)) {
+            snprintf(reason, sizeof(reason), "its process is gone");
+            res = ncclRemoteError;
+        }
+        if (res == ncclSuccess && br_time_ns() >= deadline) {
+            snprintf(reason, sizeof(reason),
+                     "%s did not appear within %d s (a rank with the same host identity whose "
+                     "/dev/shm differs? set NCCL_HOSTID apart, or BRAID_BOOTSTRAP_SHM=0)",
+                     h->name, br_boot_timeout_s());
+            res = ncclSystemError;
+        }
+        if (res != ncclSuccess) {
+            snprintf(why, len,
+                     "rank %d (host %.64s) gave up on this host's bootstrap memory from %.120s: "
+                     "%.150s",
+                     boot->rank, br_host_name(), br_boot_rank_str(boot, leader, who, sizeof(who)),
+                     reason);
+            return res;
+        }
+        struct timespec ts = {0, sleep_us * 1000L};
+        nanosleep(&ts, NULL);
+        sleep_us = sleep_us < 10000 ? 2 * sleep_us : 20000;
+    }
+}
+
+void br_boot_hier_free(br_bootstrap_t *boot)
+{
+    br_boot_hier_t *h = boot->hier;
+
+    if (h == NULL) {
+        return;
+    }
+    hier_unlink(h);
+    if (h->base != NULL) {
+        munmap(h->base, h->size);
+    }
+    free(h->node_start);
+    free(h->node_ranks);
+    free(h);
+    boot->hier = NULL;
+}
+
+void br_boot_hier_kick(br_bootstrap_t *boot)
+{
+    br_boot_hier_t *h = boot->hier;
+    if (h != NULL && h->hdr != NULL) {
+        futex_wake_all(&h->hdr->gen);
+        futex_wake_all(&h->hdr->arrived);
+    }
+}
+
+ncclResult_t br_boot_hier_setup(br_bootstrap_t *boot)
+{
+    int n = boot->nranks;
+    br_boot_hier_t *h = NULL;
+    uint64_t deadline = br_time_ns() + boot->timeout_ns;
+    char why[WHY_LEN];
+    ncclResult_t res = ncclSuccess;
+
+    for (int r = 0; r < n; r++) {
+        if (!boot->peers[r].info.shm) {
+            BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
+                    "bootstrap: rank %d: allgathers over sockets only (rank %d has "
+                    "BRAID_BOOTSTRAP_SHM=0)",
+                    boot->rank, r);
+            return ncclSuccess;
+        }
+    }
+    if (n == 1) {
+        return ncclSuccess;
+    }
+    BR_CHECK(br_calloc(&h, 1, "bootstrap host memory"));
+    boot->hier = h;
+    BR_CHECK_GOTO(hier_group(boot, h), res, fail);
+    if (h->nnodes == n) {
+        br_boot_hier_free(boot); /* one rank per host: nothing to share */
+        return ncclSuccess;
+    }
+    h->cap = ((size_t)n * SLOT_SHARE > TABLE_MIN ? (size_t)n * SLOT_SHARE : TABLE_MIN);
+    h->cap = (h->cap + PAGE - 1) & ~(size_t)(PAGE - 1);
+    size_t seen_bytes = ((size_t)h->nlocal * sizeof(uint32_t) + PAGE - 1) & ~(size_t)(PAGE - 1);
+    h->size = PAGE + seen_bytes + 2 * h->cap;
+    if (h->nlocal == 1) {
+        /* Alone on this host: the same layout in private memory. */
+        h->base = mmap(NULL, h->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (h->base == MAP_FAILED) {
+            h->base = NULL;
+            snprintf(why, sizeof(why), "rank %d (host %s): no memory for the bootstrap table: %s",
+                     boot->rank, br_host_name(), strerror(errno));
+            res = ncclSystemError;
+            goto fail_tell;
+        }
+    } else {
+        const br_boot_peer_t *lp = &boot->peers[h->local[0]].info;
+        snprintf(h->name, sizeof(h->name), "/braid-%d-boot-%016llx", (int)lp->pid,
+                 (unsigned long long)boot->secret);
+        if (h->lidx == 0) {
+            char reason[256];
+            if (hier_create(h, boot->secret, reason, sizeof(reason)) != 0) {
+                snprintf(why, sizeof(why),
+                         "rank %d (host %s), this host's leader, cannot make the bootstrap's "
+                         "shared memory: %s",
+                         boot->rank, br_host_name(), reason);
+                res = ncclSystemError;
+                goto fail_tell;
+            }
+        } else {
+            res = hier_attach(boot, deadline, why, sizeof(why));
+            h->name[0] = '\0'; /* only the leader unlinks */
+            if (res != ncclSuccess) {
+                goto fail_tell;
+            }
+        }
+    }
+    h->hdr = h->base;
+    h->seen = (_Atomic uint32_t *)((char *)h->base + PAGE);
+    h->table[0] = (char *)h->base + PAGE + seen_bytes;
+    h->table[1] = h->table[0] + h->cap;
+    /* Every rank of the host has mapped the segment once the leader sees them all. */
+    res = hier_round(boot, NULL, NULL, 0, 0, deadline, hier_unlink);
+    if (res != ncclSuccess) {
+        goto fail;
+    }
+    BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
+            "bootstrap: rank %d: allgathers through shared memory with this host's %d ranks, "
+            "%d hosts",
+            boot->rank, h->nlocal, h->nnodes);
+    return ncclSuccess;
+fail_tell:
+    /* Nobody of this host can be told through the segment: tell every rank. */
+    BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: %s", why);
+    br_bootstrap_abort_notify(boot, why);
+fail:
+    br_boot_hier_free(boot);
+    return res;
+}
