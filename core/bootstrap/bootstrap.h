@@ -45,9 +45,16 @@ ncclResult_t br_bootstrap_check_unique_id(const ncclUniqueId *id);
 ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
                                br_bootstrap_t **boot_p);
 
-/* Allgather in ceil(log2(nranks)) rounds: data holds nranks slots of size bytes; this rank's slot is filled on
- * entry, every slot on return. */
+/* Allgather: data holds nranks slots of size bytes; this rank's slot is filled on entry,
+ * every slot on return. Through each host's shared memory, a leader per host exchanging
+ * with the other hosts' in ceil(log2(hosts)) rounds (bootstrap_shm.c); over sockets in
+ * ceil(log2(nranks)) rounds where hosts hold one rank each. */
 ncclResult_t br_bootstrap_allgather(br_bootstrap_t *boot, void *data, size_t size);
+
+/* How allgathers travel: the number of ranks (this one included) whose slots meet in this
+ * rank's host memory, and in *nhosts_p the number of hosts; 0 and 0 when every rank goes
+ * over sockets (one rank per host, one rank, or BRAID_BOOTSTRAP_SHM=0). */
+int br_bootstrap_local_ranks(br_bootstrap_t *boot, int *nhosts_p);
 
 /* Barrier over all ranks. */
 ncclResult_t br_bootstrap_barrier(br_bootstrap_t *boot);

@@ -116,12 +116,35 @@ void br_boot_peer_fill(br_bootstrap_t *boot, br_boot_peer_t *me)
     me->shm = BR_PARAM_INT(BOOTSTRAP_SHM) != 0;
 }
 
-/* Is rank r's process known to be gone? Only where its pid means the same here. */
+/* Is rank r's process known to be gone (no such process, or one that has exited and
+ * waits for its parent to reap it)? Only where its pid means the same here. */
 static int peer_dead(const br_bootstrap_t *boot, int r)
 {
     const br_boot_peer_t *p = &boot->peers[r].info;
-    return p->pid_ns == boot->peers[boot->rank].info.pid_ns && p->pid > 0 &&
-           kill((pid_t)p->pid, 0) != 0 && errno == ESRCH;
+    char path[64], stat[256];
+    ssize_t len;
+    int fd;
+
+    if (p->pid_ns != boot->peers[boot->rank].info.pid_ns || p->pid <= 0) {
+        return 0;
+    }
+    if (kill((pid_t)p->pid, 0) != 0) {
+        return errno == ESRCH;
+    }
+    /* "pid (comm) S ...": the state follows the last ')'. */
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)p->pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return errno == ENOENT;
+    }
+    len = read(fd, stat, sizeof(stat) - 1);
+    close(fd);
+    if (len <= 0) {
+        return 0;
+    }
+    stat[len] = '\0';
+    const char *end = strrchr(stat, ')');
+    return end != NULL && (end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X'));
 }
 
 /* Record a failure for the whole host (the first one wins) and wake everyone. */
@@ -330,9 +353,9 @@ static ncclResult_t hier_round(br_bootstrap_t *boot, const char *mine, char *out
             res = hier_leaders(boot, tab, c, tag, deadline);
             if (res != ncclSuccess) {
                 snprintf(why, sizeof(why),
-                         "rank %d (host %s), this host's leader, failed in the bootstrap "
-                         "allgather between hosts (its log says why)",
-                         boot->rank, br_host_name());
+                         "rank %d (host %.64s), this host's leader, failed in the allgather "
+                         "between hosts: %.300s",
+                         boot->rank, br_host_name(), br_log_last_error());
             }
         }
         if (res == ncclSuccess) {
@@ -555,6 +578,13 @@ void br_boot_hier_free(br_bootstrap_t *boot)
     free(h->node_ranks);
     free(h);
     boot->hier = NULL;
+}
+
+int br_bootstrap_local_ranks(br_bootstrap_t *boot, int *nhosts_p)
+{
+    br_boot_hier_t *h = boot->hier;
+    *nhosts_p = h != NULL ? h->nnodes : 0;
+    return h != NULL ? h->nlocal : 0;
 }
 
 void br_boot_hier_kick(br_bootstrap_t *boot)

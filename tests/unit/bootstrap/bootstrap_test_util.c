@@ -90,11 +90,16 @@ void bt_run_threads(int nranks, bt_rank_fn_t fn, void *arg)
     }
 }
 
-/* One rank in a forked child: init on id, run the body, exit with its verdict. */
-static void proc_rank(const ncclUniqueId *id, int r, int nranks, bt_rank_fn_t fn, void *arg)
+/* One rank in a forked child: init on id (as a rank of host `host`, NCCL_HOSTID, when not
+ * NULL), run the body, exit with its verdict. */
+static void proc_rank(const ncclUniqueId *id, int r, int nranks, const char *host, bt_rank_fn_t fn,
+                      void *arg)
 {
     br_bootstrap_t *boot = NULL;
     int ret;
+    if (host != NULL) {
+        setenv("NCCL_HOSTID", host, 1);
+    }
     if (br_bootstrap_init(id, r, nranks, &boot) != ncclSuccess) {
         fprintf(stderr, "rank %d: init failed: %s\n", r, br_log_last_error());
         _exit(2);
@@ -124,7 +129,7 @@ void bt_run_procs_id(const ncclUniqueId *id, int nranks, bt_rank_fn_t fn, void *
         pids[r] = fork();
         ck_assert_int_ge(pids[r], 0);
         if (pids[r] == 0) {
-            proc_rank(id, r, nranks, fn, arg);
+            proc_rank(id, r, nranks, NULL, fn, arg);
         }
     }
     procs_reap(pids, nranks);
@@ -136,6 +141,11 @@ void bt_run_procs_id(const ncclUniqueId *id, int nranks, bt_rank_fn_t fn, void *
  * ASan, as in tests/common/brt_launch.c). An id is far smaller than PIPE_BUF, so each of
  * the nranks writes reaches one reader whole. */
 void bt_run_procs(int nranks, bt_rank_fn_t fn, void *arg)
+{
+    bt_run_procs_hosts(nranks, NULL, fn, arg);
+}
+
+void bt_run_procs_hosts(int nranks, const char *const *hosts, bt_rank_fn_t fn, void *arg)
 {
     pid_t pids[BT_MAX_RANKS];
     ncclUniqueId id;
@@ -156,7 +166,7 @@ void bt_run_procs(int nranks, bt_rank_fn_t fn, void *arg)
                 fprintf(stderr, "rank %d: no id from the parent (%zd bytes)\n", r, n);
                 _exit(4);
             }
-            proc_rank(&id, r, nranks, fn, arg);
+            proc_rank(&id, r, nranks, hosts != NULL ? hosts[r] : NULL, fn, arg);
         }
     }
     close(fds[0]);

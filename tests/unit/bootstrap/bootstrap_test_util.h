@@ -72,6 +72,10 @@ void bt_run_procs_id(const ncclUniqueId *id, int nranks, bt_rank_fn_t fn, void *
 /* The same on a fresh id, made after every rank is forked (so no thread is copied). */
 void bt_run_procs(int nranks, bt_rank_fn_t fn, void *arg);
 
+/* The same with rank r on simulated host hosts[r] (its NCCL_HOSTID, set before init; the
+ * parameters are read after the fork). */
+void bt_run_procs_hosts(int nranks, const char *const *hosts, bt_rank_fn_t fn, void *arg);
+
 /* The byte a test message from src to dst on tag carries at offset i. */
 unsigned char bt_pattern(int src, int dst, int tag, size_t i);
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Check suite "bootstrap", failures and how they are reported: abort notices (threads,
- * processes, and one that must skip a peer that already left), and the cases tagged
+ * processes, and one that must skip a peer that already left), a rank or a host's leader
+ * that dies between allgathers through host memory, and the cases tagged
  * "timeout" (a rank that never joins, a root that accepts but never answers, a root that
  * is not there). The timeout cases run in their own CTest entry, check_bootstrap_timeout,
  * with BRAID_BOOTSTRAP_TIMEOUT=3 so that they fail fast.
@@ -72,6 +73,54 @@ out:
 START_TEST(test_abort_dead_peer)
 {
     bt_run_threads(3, abort_dead_body, NULL);
+}
+END_TEST
+
+/* ---- a rank that dies between allgathers through host memory ---- */
+
+/* Six ranks on two simulated hosts: A holds 0, 1, 3 (leader 0), B holds 2, 4, 5. Rank 3
+ * never sent rank 0 a message, nor rank 0 ranks 1 and 3 (the first allgather's partners
+ * are r - 1, r - 2, r - 4): no closed connection tells them of a death, only the
+ * process's own state. */
+static const char *const dying_hosts[] = {"bt-A", "bt-A", "bt-B", "bt-A", "bt-B", "bt-B"};
+
+/* After one good allgather the victim (*arg) exits without a word; everyone else's next
+ * allgather must fail well inside the bootstrap timeout (30 s here), and on the victim's
+ * host name it. */
+static int dying_body(br_bootstrap_t *boot, int rank, int nranks, void *arg)
+{
+    int victim = *(const int *)arg, ret = 0, nhosts = 0;
+    unsigned char *buf = calloc((size_t)nranks, 64);
+    char want[32];
+    double t0;
+
+    BT_BODY_CHECK(buf != NULL, "out of memory");
+    BT_BODY_CHECK(br_bootstrap_local_ranks(boot, &nhosts) == 3 && nhosts == 2, "two hosts of 3");
+    buf[(size_t)rank * 64] = (unsigned char)rank;
+    BT_BODY_CHECK(br_bootstrap_allgather(boot, buf, 64) == ncclSuccess, "first allgather");
+    for (int r = 0; r < nranks; r++) {
+        BT_BODY_CHECK(buf[(size_t)r * 64] == r, "slot %d", r);
+    }
+    if (rank == victim) {
+        _exit(0);
+    }
+    t0 = bt_now_s();
+    BT_BODY_CHECK(br_bootstrap_allgather(boot, buf, 64) != ncclSuccess,
+                  "the allgather succeeded without rank %d", victim);
+    BT_BODY_CHECK(bt_now_s() - t0 < 10.0, "failing took %.1f s", bt_now_s() - t0);
+    snprintf(want, sizeof(want), "rank %d (", victim);
+    BT_BODY_CHECK(strcmp(dying_hosts[rank], dying_hosts[victim]) != 0 ||
+                      strstr(br_log_last_error(), want) != NULL,
+                  "the error does not name rank %d: %s", victim, br_log_last_error());
+out:
+    free(buf);
+    return ret;
+}
+
+START_TEST(test_dying_rank)
+{
+    static const int victims[] = {3, 0}; /* a rank of host A; host A's leader */
+    bt_run_procs_hosts(6, dying_hosts, dying_body, (void *)&victims[_i]);
 }
 END_TEST
 
@@ -203,6 +252,7 @@ static Suite *bootstrap_fail_suite(void)
     tcase_add_test(tc, test_abort_procs);
     tcase_add_test(tc, test_abort_dead_peer);
     tcase_add_test(tc, test_other_job);
+    tcase_add_loop_test(tc, test_dying_rank, 0, 2);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("timeout");
