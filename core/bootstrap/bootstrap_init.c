@@ -96,6 +96,9 @@ static ncclResult_t root_exchange(br_bootstrap_t *boot, const br_boot_handle_t *
     c.pid = (int32_t)getpid();
     c.addr = boot->listen_addr;
     snprintf(c.host, sizeof(c.host), "%s", br_host_name());
+    c.host_hash = br_host_hash();
+    c.pid_ns = br_boot_pid_ns();
+    c.shm = BR_PARAM_INT(BOOTSTRAP_SHM) != 0;
     /* A unique id's root listens from ncclGetUniqueId on, so refusals mean its process is
      * gone: give up after BR_BOOT_REFUSED_NS. NCCL_COMM_ID's rank 0 may simply start late. */
     res = br_socket_connect_up(&h->root, deadline,
@@ -275,7 +278,11 @@ static ncclResult_t exchange_peers(br_bootstrap_t *boot)
     BR_CHECK(br_calloc(&all, (size_t)boot->nranks, "bootstrap peer table"));
     me = &all[boot->rank];
     br_boot_peer_fill(boot, me);
-    BR_CHECK_GOTO(log_allgather(boot, all, sizeof(*all)), res, out);
+    if (boot->hier != NULL) {
+        BR_CHECK_GOTO(br_boot_hier_first(boot, all, sizeof(*all), boot->coll_seq++), res, out);
+    } else {
+        BR_CHECK_GOTO(log_allgather(boot, all, sizeof(*all)), res, out);
+    }
     for (int r = 0; r < boot->nranks; r++) {
         all[r].host[sizeof(all[r].host) - 1] = '\0';
         boot->peers[r].info = all[r];
@@ -314,20 +321,28 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     boot->peers[(rank + 1) % n].info.addr = ans.next;
     boot->peers[(rank + n - 1) % n].info.addr = ans.prev;
     boot->peers[rank].info.addr = boot->listen_addr;
-    for (int k = 0; k < BR_BOOT_HOPS && (1 << k) < n; k++) {
-        boot->peers[(rank + n - (1 << k)) % n].info.addr = ans.hop[k];
+    /* Whom the first allgather sends to: over sockets, ranks 2^k back; through host
+     * memory, for a host's leader, the leaders 2^k hosts back. */
+    for (int k = 0; k < BR_BOOT_HOPS && (1 << k) < (ans.hier ? ans.nnodes : n); k++) {
+        if (ans.hop_rank[k] >= 0 && ans.hop_rank[k] < n && br_socket_addr_is_valid(&ans.hop[k])) {
+            boot->peers[ans.hop_rank[k]].info.addr = ans.hop[k];
+        }
     }
     BR_CHECK_GOTO(ring_connect(boot, t_root + boot->timeout_ns), res, err_free_boot);
+    if (ans.hier) {
+        BR_CHECK_GOTO(br_boot_hier_open(boot, &ans), res, err_free_boot);
+    }
     t_ring = br_time_ns();
     BR_CHECK_GOTO(exchange_peers(boot), res, err_free_boot);
+    if (boot->hier != NULL) {
+        BR_CHECK_GOTO(br_boot_hier_group(boot), res, err_free_boot);
+    }
     t_peers = br_time_ns();
-    BR_CHECK_GOTO(br_boot_hier_setup(boot), res, err_free_boot);
     BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
             "bootstrap: rank %d of %d joined in %.1f ms (root %.1f, "
-            "ring %.1f, allgather %.1f, host memory %.1f), listening on %s",
+            "ring and host memory %.1f, allgather %.1f), listening on %s",
             rank, nranks, (double)(br_time_ns() - t0) * 1e-6, (double)(t_root - t0) * 1e-6,
             (double)(t_ring - t_root) * 1e-6, (double)(t_peers - t_ring) * 1e-6,
-            (double)(br_time_ns() - t_peers) * 1e-6,
             br_socket_addr_str(&boot->listen_addr, text, sizeof(text)));
     *boot_p = boot;
     return ncclSuccess;

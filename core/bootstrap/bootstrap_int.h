@@ -19,7 +19,7 @@
 /* First field of every unique id made here: "BraidId1" read as little-endian bytes. */
 #define BR_BOOT_ID_MAGIC 0x3164496469617242ull
 /* Wire protocol version, checked at every hello. */
-#define BR_BOOT_PROTO 2u
+#define BR_BOOT_PROTO 3u
 /* The id was made from NCCL_COMM_ID: rank 0 starts the root inside init. */
 #define BR_BOOT_FLAG_COMM_ID 0x1u
 #define BR_BOOT_FLAGS_KNOWN BR_BOOT_FLAG_COMM_ID
@@ -57,6 +57,10 @@ typedef struct {
     int32_t pid;
     br_socket_addr_t addr; /* the rank's listener */
     char host[BR_BOOT_HOST_LEN];
+    uint64_t host_hash; /* br_host_hash(): ranks that share it share /dev/shm */
+    uint64_t pid_ns;    /* its pid namespace (br_boot_pid_ns) */
+    int32_t shm;        /* BRAID_BOOTSTRAP_SHM */
+    int32_t pad;
 } br_boot_checkin_t;
 
 /* Root -> rank, once every rank has checked in (or when the init has failed). */
@@ -67,10 +71,28 @@ typedef struct {
     br_socket_addr_t next; /* ring successor's listener */
     br_socket_addr_t prev; /* ring predecessor's listener */
     char msg[BR_BOOT_MSG_LEN];
-    /* hop[k]: the listener of rank (rank - 2^k) mod nranks, whom the allgather's round k
-     * sends to (bootstrap_init.c); only the first ceil(log2(nranks)) are set. */
+    /* hop[k]: the listener of rank hop_rank[k], whom the first allgather's round k sends
+     * to, and from_rank[k] the rank it receives from then (bootstrap_init.c). Over
+     * sockets: ranks (rank -/+ 2^k) mod nranks, for 2^k < nranks. Through host memory
+     * (hier): for a host's leader, the leaders of the hosts 2^k before and after its own
+     * (hosts ordered by their leaders' ranks), for 2^k < nnodes; none for the others. */
     br_socket_addr_t hop[BR_BOOT_HOPS];
     uint32_t pad2;
+    int32_t hop_rank[BR_BOOT_HOPS];
+    int32_t from_rank[BR_BOOT_HOPS];
+    /* Allgathers through host memory (every rank has BRAID_BOOTSTRAP_SHM and some host
+     * holds several ranks): 1, and this rank's host as the root grouped them by host_hash:
+     * its leader (lowest rank), the leader's pid, the host's rank count, this rank's index
+     * among them (by rank), the host count and this host's index (by leader rank). */
+    int32_t hier;
+    int32_t leader;
+    int32_t leader_pid;
+    int32_t nlocal;
+    int32_t lidx;
+    int32_t nnodes;
+    int32_t node;
+    int32_t pad3;
+    uint64_t leader_pid_ns;
 } br_boot_answer_t;
 
 /* Kinds of connection to a rank's listener. */
@@ -131,20 +153,21 @@ typedef struct {
 
 _Static_assert(sizeof(br_boot_handle_t) <= NCCL_UNIQUE_ID_BYTES, "unique id too small");
 _Static_assert(sizeof(br_boot_handle_t) == 48, "handle layout");
-_Static_assert(sizeof(br_boot_checkin_t) == 120, "checkin layout");
-_Static_assert(sizeof(br_boot_answer_t) == 584 + BR_BOOT_HOPS * 28 + 4, "answer layout");
+_Static_assert(sizeof(br_boot_checkin_t) == 144, "checkin layout");
+_Static_assert(sizeof(br_boot_answer_t) == 584 + BR_BOOT_HOPS * (28 + 8) + 4 + 40, "answer layout");
 _Static_assert(sizeof(br_boot_hello_t) == 24, "hello layout");
 _Static_assert(sizeof(br_boot_frame_t) == 16, "frame layout");
 _Static_assert(sizeof(br_boot_peer_t) == 120, "peer layout");
 
 /* A received message waiting in a peer's unexpected queue. */
-typedef struct br_boot_msg {
+typedef struct br_boot_msg br_boot_msg_t;
+struct br_boot_msg {
     struct br_boot_msg *next;
     uint32_t kind;
     int32_t tag;
     size_t size;
     char data[];
-} br_boot_msg_t;
+};
 
 /* One peer as seen by this rank. */
 typedef struct {
@@ -155,8 +178,12 @@ typedef struct {
     br_boot_msg_t *head, *tail; /* unexpected queue, in arrival order */
     int in_open;                /* the peer's message connection said hello */
     int in_closed;              /* ... and has since closed */
-    br_boot_wait_t wait;        /* the peer's latest wait notice (key 0: none) */
-    br_boot_recover_t recover;  /* its latest recovery message (seq 0: none) */
+    /* The peer's latest wait notice and recovery message, NULL until the first comes
+     * (in the data of the message that brought it, *_msg, freed with the queues): a
+     * thousand peers' worth of them would be 600 KB a rank, nearly all never used. */
+    br_boot_wait_t *wait;
+    br_boot_recover_t *recover;
+    br_boot_msg_t *wait_msg, *recover_msg;
 } br_boot_rank_t;
 
 /* A connection accepted by the background thread (owned by that thread). */
@@ -235,6 +262,9 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
                               const void *data, size_t size);
 ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag, void *data,
                               size_t size, uint64_t deadline_ns);
+/* The same for a message of any size: *msg_p (the caller frees it) has it in data[size]. */
+ncclResult_t br_boot_recv_msg_any(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
+                                  br_boot_msg_t **msg_p, uint64_t deadline_ns);
 /* Open the persistent connection to a peer now (the ring at init). */
 ncclResult_t br_boot_connect_peer(br_bootstrap_t *boot, int peer, uint64_t deadline_ns);
 /* Wait until a peer's message connection has said hello. */
@@ -243,11 +273,16 @@ ncclResult_t br_boot_wait_hello(br_bootstrap_t *boot, int peer, uint64_t deadlin
  * ncclSuccess; why gets the reason. Called with boot->lock held. */
 ncclResult_t br_boot_wait_blocked(br_bootstrap_t *boot, int peer, char *why, size_t len);
 
-/* This rank's entry of the peer table. */
+/* This rank's entry of the peer table, and its pid namespace's identity. */
 void br_boot_peer_fill(br_bootstrap_t *boot, br_boot_peer_t *me);
-/* After the peer table is known: group the ranks by host and map the host's segment
- * (collective; fails naming the rank, and tells every rank, when it cannot). */
-ncclResult_t br_boot_hier_setup(br_bootstrap_t *boot);
+uint64_t br_boot_pid_ns(void);
+/* With the root's host grouping (ans->hier): map this host's segment (collective over the
+ * host; fails naming the rank, and tells every rank, when it cannot). */
+ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans);
+/* The first allgather through it (the peer table), between leaders the root named. */
+ncclResult_t br_boot_hier_first(br_bootstrap_t *boot, void *data, size_t size, int tag);
+/* Once the peer table is in: every host's ranks, as the later allgathers need them. */
+ncclResult_t br_boot_hier_group(br_bootstrap_t *boot);
 /* The allgather through it (boot->hier set, nranks > 1, size > 0); tag numbers the call. */
 ncclResult_t br_boot_hier_allgather(br_bootstrap_t *boot, void *data, size_t size, int tag);
 /* Wake this process's waiters in it, so they see an abort or cancel now. */

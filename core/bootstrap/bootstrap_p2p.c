@@ -96,6 +96,11 @@ void br_boot_queues_free(br_bootstrap_t *boot)
             m = next;
         }
         boot->peers[r].head = boot->peers[r].tail = NULL;
+        free(boot->peers[r].wait_msg);
+        free(boot->peers[r].recover_msg);
+        boot->peers[r].wait_msg = boot->peers[r].recover_msg = NULL;
+        boot->peers[r].wait = NULL;
+        boot->peers[r].recover = NULL;
     }
 }
 
@@ -153,7 +158,13 @@ static void msg_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
     if (m->kind == BR_BOOT_MSG_RECOVER) {
         if (m->size == sizeof(br_boot_recover_t)) {
             pthread_mutex_lock(&boot->lock);
-            memcpy(&boot->peers[from].recover, m->data, sizeof(br_boot_recover_t));
+            if (boot->peers[from].recover == NULL) { /* the message's own memory keeps it */
+                boot->peers[from].recover = (br_boot_recover_t *)(void *)m->data;
+                boot->peers[from].recover_msg = m;
+                m = NULL;
+            } else {
+                memcpy(boot->peers[from].recover, m->data, sizeof(br_boot_recover_t));
+            }
             pthread_cond_broadcast(&boot->cond);
             pthread_mutex_unlock(&boot->lock);
         }
@@ -171,9 +182,16 @@ static void msg_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
     }
     if (m->kind == BR_BOOT_MSG_WAIT) {
         if (m->size == sizeof(br_boot_wait_t)) {
+            br_boot_wait_t *w = (br_boot_wait_t *)(void *)m->data;
+            w->what[sizeof(w->what) - 1] = '\0';
             pthread_mutex_lock(&boot->lock);
-            memcpy(&boot->peers[from].wait, m->data, sizeof(br_boot_wait_t));
-            boot->peers[from].wait.what[sizeof(boot->peers[from].wait.what) - 1] = '\0';
+            if (boot->peers[from].wait == NULL) { /* the message's own memory keeps it */
+                boot->peers[from].wait = w;
+                boot->peers[from].wait_msg = m;
+                m = NULL;
+            } else {
+                memcpy(boot->peers[from].wait, w, sizeof(*w));
+            }
             pthread_mutex_unlock(&boot->lock);
         }
         free(m);
@@ -646,8 +664,10 @@ int br_bootstrap_cancelled(br_bootstrap_t *boot, char *reason, size_t len)
     return c;
 }
 
-ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag, void *data,
-                              size_t size, uint64_t deadline_ns)
+/* Wait for the oldest message of (kind, tag) from peer and unlink it; NULL (logged) when
+ * the wait ends without one. */
+static br_boot_msg_t *take_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
+                               uint64_t deadline_ns, ncclResult_t *res_p)
 {
     br_boot_rank_t *p = &boot->peers[peer];
     br_boot_msg_t *m = NULL;
@@ -670,18 +690,31 @@ ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
         }
     }
     pthread_mutex_unlock(&boot->lock);
-    br_boot_rank_str(boot, peer, who, sizeof(who));
     if (m == NULL) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
                 "bootstrap: rank %d gave up waiting for a %s message (tag %d) from %s: %s",
-                boot->rank, kind == BR_BOOT_MSG_RING ? "collective" : "point-to-point", tag, who, why);
+                boot->rank, kind == BR_BOOT_MSG_RING ? "collective" : "point-to-point", tag,
+                br_boot_rank_str(boot, peer, who, sizeof(who)), why);
+    }
+    *res_p = res;
+    return m;
+}
+
+ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag, void *data,
+                              size_t size, uint64_t deadline_ns)
+{
+    ncclResult_t res = ncclSuccess;
+    br_boot_msg_t *m = take_msg(boot, peer, kind, tag, deadline_ns, &res);
+    char who[160];
+
+    if (m == NULL) {
         return res;
     }
     if (m->size != size) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
                 "bootstrap: rank %d expected %zu bytes from %s "
                 "(tag %d) but the message has %zu: do the ranks run the same code?",
-                boot->rank, size, who, tag, m->size);
+                boot->rank, size, br_boot_rank_str(boot, peer, who, sizeof(who)), tag, m->size);
         free(m);
         return ncclInternalError;
     }
@@ -690,6 +723,14 @@ ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
     }
     free(m);
     return ncclSuccess;
+}
+
+ncclResult_t br_boot_recv_msg_any(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
+                                  br_boot_msg_t **msg_p, uint64_t deadline_ns)
+{
+    ncclResult_t res = ncclSuccess;
+    *msg_p = take_msg(boot, peer, kind, tag, deadline_ns, &res);
+    return res;
 }
 
 ncclResult_t br_boot_wait_hello(br_bootstrap_t *boot, int peer, uint64_t deadline_ns)
@@ -854,8 +895,8 @@ ncclResult_t br_bootstrap_recv_recovery(br_bootstrap_t *boot, int peer, uint32_t
 
     deadline_to_ts(deadline, &ts);
     pthread_mutex_lock(&boot->lock);
-    while (p->recover.seq != seq) {
-        if (p->recover.seq > seq) {
+    while (p->recover == NULL || p->recover->seq != seq) {
+        if (p->recover != NULL && p->recover->seq > seq) {
             why = "it sent a later recovery than this rank expects (do the ranks shrink the same "
                   "communicator in the same order?)";
             res = ncclInvalidUsage;
@@ -881,11 +922,11 @@ ncclResult_t br_bootstrap_recv_recovery(br_bootstrap_t *boot, int peer, uint32_t
         }
     }
     if (res == ncclSuccess) {
-        if (p->recover.size != size) {
+        if (p->recover->size != size) {
             why = "its message has another size (do the ranks run the same code?)";
             res = ncclInternalError;
         } else {
-            memcpy(data, p->recover.data, size);
+            memcpy(data, p->recover->data, size);
         }
     }
     pthread_mutex_unlock(&boot->lock);
@@ -944,8 +985,8 @@ int br_bootstrap_peer_wait(br_bootstrap_t *boot, int rank, uint64_t *key_p, int 
         return 0;
     }
     pthread_mutex_lock(&boot->lock);
-    const br_boot_wait_t *w = &boot->peers[rank].wait;
-    known = w->key != 0;
+    const br_boot_wait_t *w = boot->peers[rank].wait;
+    known = w != NULL && w->key != 0;
     if (known) {
         *key_p = w->key;
         for (int i = 0; i < BR_BOOT_WAIT_SLOTS; i++) {

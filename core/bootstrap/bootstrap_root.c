@@ -352,10 +352,95 @@ static void root_fail(root_t *rt, ncclResult_t res, const char *fmt, ...)
     rt->done = rt->nanswered >= rt->nranks;
 }
 
-/* Every rank is here: give each its ring neighbours and allgather partners. */
+/* Ranks by (host, rank), and hosts by their leaders' ranks: qsort_r orders. */
+static int by_host(const void *a, const void *b, void *arg)
+{
+    const br_boot_checkin_t *info = arg;
+    int x = *(const int *)a, y = *(const int *)b;
+    if (info[x].host_hash != info[y].host_hash) {
+        return info[x].host_hash < info[y].host_hash ? -1 : 1;
+    }
+    return x < y ? -1 : x > y;
+}
+
+static int by_leader(const void *a, const void *b, void *arg)
+{
+    const int *lead = arg; /* per host in hash order: its lowest rank */
+    int x = lead[*(const int *)a], y = lead[*(const int *)b];
+    return x < y ? -1 : x > y;
+}
+
+/* Group the ranks by host for allgathers through host memory: the ranks by host, hosts
+ * in the order of their leaders (lowest ranks), each host's ranks ascending (sorted; host
+ * k's are sorted[start[k] .. start[k + 1])), and per rank its host (node_of) and its
+ * index there (lidx_of). Returns the host count, or 0 when allgathers go over sockets (a
+ * rank without BRAID_BOOTSTRAP_SHM, every host a single rank, or no memory for this). */
+static int root_group(const root_t *rt, int **sorted_p, int **start_p, int **node_of_p,
+                      int **lidx_of_p)
+{
+    int n = rt->nranks, nn = 0, hier = n >= 2;
+    int *by_hash = calloc((size_t)n, sizeof(int)), *runs = calloc((size_t)n + 1, sizeof(int));
+    int *lead = calloc((size_t)n, sizeof(int)), *order = calloc((size_t)n, sizeof(int));
+    int *sorted = calloc((size_t)n, sizeof(int)), *start = calloc((size_t)n + 1, sizeof(int));
+    int *node_of = calloc((size_t)n, sizeof(int)), *lidx_of = calloc((size_t)n, sizeof(int));
+
+    for (int r = 0; r < n; r++) {
+        hier &= rt->info[r].shm != 0;
+    }
+    if (!hier || by_hash == NULL || runs == NULL || lead == NULL || order == NULL ||
+        sorted == NULL || start == NULL || node_of == NULL || lidx_of == NULL) {
+        goto out;
+    }
+    for (int r = 0; r < n; r++) {
+        by_hash[r] = r;
+    }
+    qsort_r(by_hash, (size_t)n, sizeof(int), by_host, rt->info);
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || rt->info[by_hash[i]].host_hash != rt->info[by_hash[i - 1]].host_hash) {
+            lead[nn] = by_hash[i];
+            order[nn] = nn;
+            runs[nn++] = i;
+        }
+    }
+    runs[nn] = n;
+    if (nn == n) {
+        nn = 0;
+        goto out;
+    }
+    qsort_r(order, (size_t)nn, sizeof(int), by_leader, lead);
+    for (int k = 0, at = 0; k < nn; k++) {
+        int h = order[k];
+        start[k] = at;
+        for (int i = runs[h]; i < runs[h + 1]; i++, at++) {
+            sorted[at] = by_hash[i];
+            node_of[by_hash[i]] = k;
+            lidx_of[by_hash[i]] = at - start[k];
+        }
+    }
+    start[nn] = n;
+    *sorted_p = sorted;
+    *start_p = start;
+    *node_of_p = node_of;
+    *lidx_of_p = lidx_of;
+    sorted = start = node_of = lidx_of = NULL;
+out:
+    free(by_hash);
+    free(runs);
+    free(lead);
+    free(order);
+    free(sorted);
+    free(start);
+    free(node_of);
+    free(lidx_of);
+    return nn;
+}
+
+/* Every rank is here: give each its ring neighbours and first allgather's partners. */
 static void root_succeed(root_t *rt)
 {
     int n = rt->nranks;
+    int *sorted = NULL, *start = NULL, *node_of = NULL, *lidx_of = NULL;
+    int nn = root_group(rt, &sorted, &start, &node_of, &lidx_of);
 
     for (int r = 0; r < n; r++) {
         br_boot_answer_t ans;
@@ -364,11 +449,34 @@ static void root_succeed(root_t *rt)
         ans.res = ncclSuccess;
         ans.next = rt->info[(r + 1) % n].addr;
         ans.prev = rt->info[(r + n - 1) % n].addr;
-        for (int k = 0; k < BR_BOOT_HOPS && (1 << k) < n; k++) {
-            ans.hop[k] = rt->info[(r + n - (1 << k)) % n].addr;
+        if (nn == 0) {
+            for (int k = 0; k < BR_BOOT_HOPS && (1 << k) < n; k++) {
+                ans.hop_rank[k] = (r + n - (1 << k)) % n;
+                ans.from_rank[k] = (r + (1 << k)) % n;
+                ans.hop[k] = rt->info[ans.hop_rank[k]].addr;
+            }
+        } else {
+            int node = node_of[r], leader = sorted[start[node]];
+            ans.hier = 1;
+            ans.leader = leader;
+            ans.leader_pid = rt->info[leader].pid;
+            ans.leader_pid_ns = rt->info[leader].pid_ns;
+            ans.nlocal = start[node + 1] - start[node];
+            ans.lidx = lidx_of[r];
+            ans.nnodes = nn;
+            ans.node = node;
+            for (int k = 0; k < BR_BOOT_HOPS && (1 << k) < nn && r == leader; k++) {
+                ans.hop_rank[k] = sorted[start[(node + nn - (1 << k)) % nn]];
+                ans.from_rank[k] = sorted[start[(node + (1 << k)) % nn]];
+                ans.hop[k] = rt->info[ans.hop_rank[k]].addr;
+            }
         }
         answer(rt, &rt->fds[r], &ans);
     }
+    free(sorted);
+    free(start);
+    free(node_of);
+    free(lidx_of);
     BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap root at %s: all %d ranks checked in",
             rt->addr_text, n);
     rt->done = 1;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The bootstrap's allgather through each host's shared memory. Once init has exchanged
- * every rank's host (br_host_hash: host name and boot id, or NCCL_HOSTID), the ranks of a
- * host meet in one segment that its lowest rank (the host's leader) creates:
+ * The bootstrap's allgathers through each host's shared memory. The root groups the ranks
+ * by host (br_host_hash: host name and boot id, or NCCL_HOSTID) when it answers their
+ * check-ins, and the ranks of a host meet in one segment that its lowest rank (the host's
+ * leader) creates:
  *
  *   - every rank writes its slot into the segment's table and counts itself in;
  *   - the leader waits for its host's ranks, allgathers the host's slots with the other
@@ -13,14 +14,17 @@
  *
  * So the slots cross the network once per host instead of once per rank (n^2 bytes through
  * loopback TCP when all ranks share one machine), and a rank wakes once per allgather,
- * not once per round. The table has two halves, used by alternate generations: a rank
- * still copying generation g out while a faster one writes g + 1 reads the other half, and
- * nobody can reach g + 2 before everyone has arrived at g + 1. A slot larger than the
- * table's share per rank goes in several generations.
+ * not once per round. The first allgather (the peer table: listeners, hosts, pids) comes
+ * before anyone knows which ranks a host holds: its blocks between leaders carry their
+ * ranks. The table has two halves, used by alternate generations: a rank still copying
+ * generation g out while a faster one writes g + 1 reads the other half, and nobody can
+ * reach g + 2 before everyone has arrived at g + 1. A slot larger than the table's share
+ * per rank goes in several generations.
  *
- * Waits sleep on futexes in the segment in slices of WAIT_SLICE_MS; between slices a
- * waiter checks that the ranks it waits for still exist (kill(pid, 0), where the pid
- * namespace is its own), the bootstrap's abort, cancel and deadline, and the segment's
+ * Waits sleep on futexes in the segment in slices that grow from SLICE_MIN_MS to
+ * SLICE_MAX_MS (a thousand waiting ranks must not keep two cores busy); between slices a
+ * waiter checks that the ranks it waits for still exist (kill(pid, 0) and /proc, where the
+ * pid namespace is its own), the bootstrap's abort, cancel and deadline, and the segment's
  * failure word: the first rank of a host that fails writes why there and wakes the
  * others, so a host's ranks end together with the same text.
  *
@@ -45,7 +49,8 @@
 #include "bootstrap_int.h"
 
 /* How long a waiter sleeps before it looks at the ranks it waits for again. */
-#define WAIT_SLICE_MS 50
+#define SLICE_MIN_MS 20
+#define SLICE_MAX_MS 500
 /* The table's share per rank: slots up to this size go in one generation. */
 #define SLOT_SHARE 512
 #define TABLE_MIN (64u << 10)
@@ -66,22 +71,35 @@ typedef struct {
     char why[WHY_LEN];
 } hier_hdr_t;
 
+/* One per rank of the host, by its index there (0: the leader), written when it maps. */
+typedef struct {
+    _Atomic uint32_t seen; /* the last generation it arrived at */
+    int32_t rank;
+    int32_t pid; /* 0: not mapped yet */
+    int32_t pad;
+    uint64_t pid_ns;
+} hier_slot_t;
+
 _Static_assert(sizeof(hier_hdr_t) <= PAGE, "hier header fits its page");
 
 struct br_boot_hier {
     void *base;
     size_t size;
     hier_hdr_t *hdr;
-    _Atomic uint32_t *seen; /* per local rank: the last generation it arrived at */
+    hier_slot_t *slot; /* nlocal entries */
     char *table[2];
     size_t cap; /* bytes per table half */
     uint32_t gen;
+    uint64_t pid_ns;  /* this process's */
     int nlocal, lidx; /* ranks of this host; this rank's index among them */
-    int *local;       /* those ranks, ascending (local[0]: the leader) */
     int nnodes, node; /* hosts, ordered by their leader's rank; this rank's */
-    int *node_start;  /* node k's ranks: node_ranks[node_start[k] .. node_start[k + 1]) */
-    int *node_ranks;
-    char name[96]; /* the leader's, until unlinked */
+    int leader, leader_pid;
+    uint64_t leader_pid_ns;
+    int hop_rank[BR_BOOT_HOPS], from_rank[BR_BOOT_HOPS]; /* the first allgather's leaders */
+    int *node_start; /* from the peer table: node k's ranks are */
+    int *node_ranks; /* node_ranks[node_start[k] .. node_start[k + 1]) */
+    int *local;      /* this host's (local[0]: the leader) */
+    char name[96];   /* the leader's, until unlinked */
 };
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
@@ -89,10 +107,12 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct tim
     return syscall(SYS_futex, (uint32_t *)word, op, val, ts, NULL, 0);
 }
 
-static void futex_wait_slice(_Atomic uint32_t *word, uint32_t val)
+/* Sleep while *word is val, at most *slice_ms, which grows for the next call. */
+static void futex_wait_slice(_Atomic uint32_t *word, uint32_t val, int *slice_ms)
 {
-    struct timespec ts = {0, WAIT_SLICE_MS * 1000000L};
+    struct timespec ts = {*slice_ms / 1000, (long)(*slice_ms % 1000) * 1000000L};
     (void)futex(word, FUTEX_WAIT, val, &ts);
+    *slice_ms = *slice_ms * 2 < SLICE_MAX_MS ? *slice_ms * 2 : SLICE_MAX_MS;
 }
 
 static void futex_wake_all(_Atomic uint32_t *word)
@@ -100,7 +120,7 @@ static void futex_wake_all(_Atomic uint32_t *word)
     (void)futex(word, FUTEX_WAKE, INT_MAX, NULL);
 }
 
-static uint64_t pid_ns(void)
+uint64_t br_boot_pid_ns(void)
 {
     struct stat st;
     return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
@@ -112,27 +132,26 @@ void br_boot_peer_fill(br_bootstrap_t *boot, br_boot_peer_t *me)
     me->pid = (int32_t)getpid();
     snprintf(me->host, sizeof(me->host), "%s", br_host_name());
     me->host_hash = br_host_hash();
-    me->pid_ns = pid_ns();
+    me->pid_ns = br_boot_pid_ns();
     me->shm = BR_PARAM_INT(BOOTSTRAP_SHM) != 0;
 }
 
-/* Is rank r's process known to be gone (no such process, or one that has exited and
- * waits for its parent to reap it)? Only where its pid means the same here. */
-static int peer_dead(const br_bootstrap_t *boot, int r)
+/* Is the process pid (of pid namespace ns) known to be gone: no such process, or one
+ * that has exited and waits for its parent to reap it? Only where pid means the same here. */
+static int proc_dead(const br_boot_hier_t *h, int pid, uint64_t ns)
 {
-    const br_boot_peer_t *p = &boot->peers[r].info;
     char path[64], stat[256];
     ssize_t len;
     int fd;
 
-    if (p->pid_ns != boot->peers[boot->rank].info.pid_ns || p->pid <= 0) {
+    if (ns != h->pid_ns || pid <= 0) {
         return 0;
     }
-    if (kill((pid_t)p->pid, 0) != 0) {
+    if (kill((pid_t)pid, 0) != 0) {
         return errno == ESRCH;
     }
     /* "pid (comm) S ...": the state follows the last ')'. */
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)p->pid);
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         return errno == ENOENT;
@@ -144,7 +163,7 @@ static int peer_dead(const br_bootstrap_t *boot, int r)
     }
     stat[len] = '\0';
     const char *end = strrchr(stat, ')');
-    return end != NULL && (end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X'));
+    return end != NULL && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
 }
 
 /* Record a failure for the whole host (the first one wins) and wake everyone. */
@@ -177,11 +196,15 @@ static int hier_failed(br_boot_hier_t *h, char *why, size_t len)
     return 1;
 }
 
-/* One slice's checks while waiting for rank `peer` (of this host); 0 to keep waiting. */
-static ncclResult_t hier_check(br_bootstrap_t *boot, int peer, uint64_t deadline, const char *what,
+/* One slice's checks while waiting for the host's rank at index i; 0 to keep waiting. */
+static ncclResult_t hier_check(br_bootstrap_t *boot, int i, uint64_t deadline, const char *what,
                                char *why, size_t len)
 {
     br_boot_hier_t *h = boot->hier;
+    const hier_slot_t *sl = &h->slot[i];
+    int pid = i == 0 ? h->leader_pid : sl->pid;
+    int peer = i == 0 ? h->leader : (pid > 0 ? sl->rank : -1);
+    uint64_t ns = i == 0 ? h->leader_pid_ns : sl->pid_ns;
     char who[160], reason[BR_BOOT_REASON_LEN + 64];
     ncclResult_t res;
 
@@ -189,10 +212,18 @@ static ncclResult_t hier_check(br_bootstrap_t *boot, int peer, uint64_t deadline
         return ncclRemoteError;
     }
     pthread_mutex_lock(&boot->lock);
-    res = br_boot_wait_blocked(boot, peer, reason, sizeof(reason));
+    res = br_boot_wait_blocked(boot, peer >= 0 ? peer : boot->rank, reason, sizeof(reason));
     pthread_mutex_unlock(&boot->lock);
-    br_boot_rank_str(boot, peer, who, sizeof(who));
-    if (res == ncclSuccess && peer_dead(boot, peer)) {
+    if (peer >= 0) {
+        br_boot_rank_str(boot, peer, who, sizeof(who));
+        if (boot->peers[peer].info.pid == 0) { /* before the peer table: the pid we know */
+            snprintf(who + strlen(who), sizeof(who) - strlen(who), " (pid %d)", pid);
+        }
+    } else {
+        snprintf(who, sizeof(who), "this host's rank number %d (by rank), which never mapped "
+                 "the host's memory,", i);
+    }
+    if (res == ncclSuccess && proc_dead(h, pid, ns)) {
         snprintf(reason, sizeof(reason), "its process is gone");
         res = ncclRemoteError;
     }
@@ -210,7 +241,7 @@ static ncclResult_t hier_check(br_bootstrap_t *boot, int peer, uint64_t deadline
 /* This rank is not the leader: count in for generation g. */
 static void hier_arrive(br_boot_hier_t *h, uint32_t g)
 {
-    atomic_store_explicit(&h->seen[h->lidx], g, memory_order_relaxed);
+    atomic_store_explicit(&h->slot[h->lidx].seen, g, memory_order_relaxed);
     /* Release: the leader that sees the count sees this rank's slot. */
     uint32_t a = atomic_fetch_add_explicit(&h->hdr->arrived, 1, memory_order_acq_rel) + 1;
     if (a == g * (uint32_t)(h->nlocal - 1)) {
@@ -224,20 +255,21 @@ static ncclResult_t hier_wait_arrivals(br_bootstrap_t *boot, uint32_t g, uint64_
 {
     br_boot_hier_t *h = boot->hier;
     uint32_t want = g * (uint32_t)(h->nlocal - 1);
+    int slice_ms = SLICE_MIN_MS;
 
     for (;;) {
         uint32_t a = atomic_load_explicit(&h->hdr->arrived, memory_order_acquire);
         if (a == want) {
             return ncclSuccess;
         }
-        futex_wait_slice(&h->hdr->arrived, a);
+        futex_wait_slice(&h->hdr->arrived, a, &slice_ms);
         if (atomic_load_explicit(&h->hdr->arrived, memory_order_acquire) == want) {
             return ncclSuccess;
         }
         for (int i = 1; i < h->nlocal; i++) {
-            if (atomic_load_explicit(&h->seen[i], memory_order_relaxed) != g) {
+            if (atomic_load_explicit(&h->slot[i].seen, memory_order_relaxed) != g) {
                 ncclResult_t res =
-                    hier_check(boot, h->local[i], deadline, "in a bootstrap allgather", why, len);
+                    hier_check(boot, i, deadline, "in a bootstrap allgather", why, len);
                 if (res != ncclSuccess) {
                     return res;
                 }
@@ -255,19 +287,19 @@ static ncclResult_t hier_wait_gen(br_bootstrap_t *boot, uint32_t g, uint64_t dea
                                   size_t len)
 {
     br_boot_hier_t *h = boot->hier;
+    int slice_ms = SLICE_MIN_MS;
 
     for (;;) {
         uint32_t v = atomic_load_explicit(&h->hdr->gen, memory_order_acquire);
         if (v == g) {
             return ncclSuccess;
         }
-        futex_wait_slice(&h->hdr->gen, v);
+        futex_wait_slice(&h->hdr->gen, v, &slice_ms);
         if (atomic_load_explicit(&h->hdr->gen, memory_order_acquire) == g) {
             return ncclSuccess;
         }
         ncclResult_t res =
-            hier_check(boot, h->local[0], deadline, "(this host's leader) in a bootstrap allgather",
-                       why, len);
+            hier_check(boot, 0, deadline, "(this host's leader) in a bootstrap allgather", why, len);
         if (res != ncclSuccess) {
             return res;
         }
@@ -279,6 +311,11 @@ static void hier_publish(br_boot_hier_t *h, uint32_t g)
     atomic_store_explicit(&h->hdr->gen, g, memory_order_release);
     futex_wake_all(&h->hdr->gen);
 }
+
+/* What the leader does between its host's arrival and the publication of a generation,
+ * on the table tab of slot size c. */
+typedef ncclResult_t (*hier_between_t)(br_bootstrap_t *boot, char *tab, size_t c, int tag,
+                                       uint64_t deadline);
 
 /* The leaders' allgather of their hosts' blocks (slot size c) in tab, in log2(hosts)
  * rounds: the blocks held are kept in host order starting at this host's, so round d
@@ -293,6 +330,9 @@ static ncclResult_t hier_leaders(br_bootstrap_t *boot, char *tab, size_t c, int 
     char *held = NULL;
     ncclResult_t res = ncclSuccess;
 
+    if (nn == 1) {
+        return ncclSuccess;
+    }
     BR_CHECK(br_calloc(&off, (size_t)nn + 1, "bootstrap host offsets"));
     for (int j = 0; j < nn; j++) {
         int k = (me + j) % nn;
@@ -324,11 +364,116 @@ out:
     return res;
 }
 
+/* The same for the first allgather, before the leaders know who is on which host: a
+ * host's block is its rank count, its ranks and their slots, and each round's message is
+ * as long as the blocks it carries, which the receiver splits by their counts. */
+static ncclResult_t hier_leaders_first(br_bootstrap_t *boot, char *tab, size_t c, int tag,
+                                       uint64_t deadline)
+{
+    br_boot_hier_t *h = boot->hier;
+    int nn = h->nnodes, n = boot->nranks, got = 0;
+    size_t *off = NULL, cap = (size_t)n * (c + sizeof(int32_t)) + (size_t)nn * sizeof(int32_t);
+    char *held = NULL, *seen = NULL, who[160];
+    ncclResult_t res = ncclSuccess;
+
+    if (nn == 1) {
+        return ncclSuccess;
+    }
+    BR_CHECK(br_calloc(&off, (size_t)nn + 1, "bootstrap host offsets"));
+    BR_CHECK_GOTO(br_calloc(&held, cap, "bootstrap host blocks"), res, out);
+    BR_CHECK_GOTO(br_calloc(&seen, (size_t)n, "bootstrap ranks"), res, out);
+    /* This host's block: [count][rank, slot]... */
+    int32_t cnt32 = h->nlocal;
+    memcpy(held, &cnt32, sizeof(cnt32));
+    off[1] = sizeof(cnt32);
+    for (int i = 0; i < h->nlocal; i++) {
+        int32_t r = h->slot[i].rank;
+        memcpy(held + off[1], &r, sizeof(r));
+        memcpy(held + off[1] + sizeof(r), tab + (size_t)r * c, c);
+        off[1] += sizeof(r) + c;
+    }
+    for (int d = 1; d < nn; d <<= 1) {
+        int k = 0, cnt = d < nn - d ? d : nn - d;
+        br_boot_msg_t *m = NULL;
+        while ((1 << k) != d) {
+            k++;
+        }
+        BR_CHECK_GOTO(br_boot_send_msg(boot, h->hop_rank[k], BR_BOOT_MSG_RING, tag, held, off[cnt]),
+                      res, out);
+        BR_CHECK_GOTO(br_boot_recv_msg_any(boot, h->from_rank[k], BR_BOOT_MSG_RING, tag, &m,
+                                           deadline),
+                      res, out);
+        /* Split it into its cnt blocks, checking every length against what is there. */
+        size_t at = 0;
+        int ok = m->size <= cap - off[d];
+        for (int b = 0; b < cnt && ok; b++) {
+            int32_t bc = 0;
+            ok = at + sizeof(bc) <= m->size;
+            if (ok) {
+                memcpy(&bc, m->data + at, sizeof(bc));
+                ok = bc >= 1 && bc <= n &&
+                     (size_t)bc * (sizeof(int32_t) + c) <= m->size - at - sizeof(bc);
+            }
+            if (ok) {
+                at += sizeof(bc) + (size_t)bc * (sizeof(int32_t) + c);
+                off[d + b + 1] = off[d] + at;
+            }
+        }
+        if (ok && at == m->size) {
+            memcpy(held + off[d], m->data, m->size);
+        }
+        free(m);
+        if (!ok || at != m->size) {
+            BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                    "bootstrap: rank %d: the host blocks from %s do not add up (do the ranks "
+                    "run the same code?)",
+                    boot->rank, br_boot_rank_str(boot, h->from_rank[k], who, sizeof(who)));
+            res = ncclInternalError;
+            goto out;
+        }
+    }
+    /* Every block but this host's into the table; every rank exactly once. */
+    for (int i = 0; i < h->nlocal; i++) {
+        seen[h->slot[i].rank] = 1;
+        got++;
+    }
+    for (size_t at = off[1]; at < off[nn];) {
+        int32_t bc;
+        memcpy(&bc, held + at, sizeof(bc));
+        at += sizeof(bc);
+        for (int32_t i = 0; i < bc; i++, at += sizeof(int32_t) + c) {
+            int32_t r;
+            memcpy(&r, held + at, sizeof(r));
+            if (r < 0 || r >= n || seen[r]) {
+                BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                        "bootstrap: rank %d: rank %d came twice or out of range in the host "
+                        "blocks",
+                        boot->rank, (int)r);
+                res = ncclInternalError;
+                goto out;
+            }
+            seen[r] = 1;
+            got++;
+            memcpy(tab + (size_t)r * c, held + at + sizeof(r), c);
+        }
+    }
+    if (got != n) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d: the host blocks hold %d ranks, not %d", boot->rank, got, n);
+        res = ncclInternalError;
+    }
+out:
+    free(seen);
+    free(held);
+    free(off);
+    return res;
+}
+
 /* One generation: this rank's slot (c bytes at mine) in, everyone's (n x c at out) back.
- * With mine NULL it is only a meeting of the host's ranks (setup), and the leader runs
- * at_leader, if any, once all have arrived. */
+ * With mine NULL it is only a meeting of the host's ranks (setup). The leader runs
+ * between, if any, once all have arrived. */
 static ncclResult_t hier_round(br_bootstrap_t *boot, const char *mine, char *out, size_t c,
-                               int tag, uint64_t deadline, void (*at_leader)(br_boot_hier_t *))
+                               int tag, uint64_t deadline, hier_between_t between)
 {
     br_boot_hier_t *h = boot->hier;
     uint32_t g = ++h->gen;
@@ -346,11 +491,8 @@ static ncclResult_t hier_round(br_bootstrap_t *boot, const char *mine, char *out
         if (h->nlocal > 1) {
             res = hier_wait_arrivals(boot, g, deadline, why, sizeof(why));
         }
-        if (res == ncclSuccess && at_leader != NULL) {
-            at_leader(h);
-        }
-        if (res == ncclSuccess && mine != NULL && h->nnodes > 1) {
-            res = hier_leaders(boot, tab, c, tag, deadline);
+        if (res == ncclSuccess && between != NULL) {
+            res = between(boot, tab, c, tag, deadline);
             if (res != ncclSuccess) {
                 snprintf(why, sizeof(why),
                          "rank %d (host %.64s), this host's leader, failed in the allgather "
@@ -374,7 +516,10 @@ static ncclResult_t hier_round(br_bootstrap_t *boot, const char *mine, char *out
     return ncclSuccess;
 }
 
-ncclResult_t br_boot_hier_allgather(br_bootstrap_t *boot, void *data, size_t size, int tag)
+/* An allgather of n slots of size bytes at data, in generations of at most the table's
+ * share per rank. */
+static ncclResult_t hier_gather(br_bootstrap_t *boot, void *data, size_t size, int tag,
+                                hier_between_t between)
 {
     br_boot_hier_t *h = boot->hier;
     int n = boot->nranks, r = boot->rank;
@@ -385,12 +530,12 @@ ncclResult_t br_boot_hier_allgather(br_bootstrap_t *boot, void *data, size_t siz
 
     if (chunk >= size) {
         /* One generation: this rank's slot goes into the table before the table comes out. */
-        return hier_round(boot, slots + (size_t)r * size, slots, size, tag, deadline, NULL);
+        return hier_round(boot, slots + (size_t)r * size, slots, size, tag, deadline, between);
     }
     BR_CHECK(br_calloc(&tmp, (size_t)n * chunk, "bootstrap allgather piece"));
     for (size_t off = 0; off < size && res == ncclSuccess; off += chunk) {
         size_t c = size - off < chunk ? size - off : chunk;
-        res = hier_round(boot, slots + (size_t)r * size + off, tmp, c, tag, deadline, NULL);
+        res = hier_round(boot, slots + (size_t)r * size + off, tmp, c, tag, deadline, between);
         for (int q = 0; q < n && res == ncclSuccess; q++) {
             if (q != r) {
                 memcpy(slots + (size_t)q * size + off, tmp + (size_t)q * c, c);
@@ -399,6 +544,16 @@ ncclResult_t br_boot_hier_allgather(br_bootstrap_t *boot, void *data, size_t siz
     }
     free(tmp);
     return res;
+}
+
+ncclResult_t br_boot_hier_allgather(br_bootstrap_t *boot, void *data, size_t size, int tag)
+{
+    return hier_gather(boot, data, size, tag, hier_leaders);
+}
+
+ncclResult_t br_boot_hier_first(br_bootstrap_t *boot, void *data, size_t size, int tag)
+{
+    return hier_gather(boot, data, size, tag, hier_leaders_first);
 }
 
 /* Ranks ordered by (host, rank): for qsort_r over indices into the peer table. */
@@ -420,11 +575,11 @@ static int by_leader(const void *a, const void *b, void *arg)
     return ranks[*x] < ranks[*y] ? -1 : ranks[*x] > ranks[*y];
 }
 
-/* Fill h's host grouping from the peer table. */
-static ncclResult_t hier_group(br_bootstrap_t *boot, br_boot_hier_t *h)
+ncclResult_t br_boot_hier_group(br_bootstrap_t *boot)
 {
+    br_boot_hier_t *h = boot->hier;
     int n = boot->nranks;
-    int *sorted = NULL, *starts = NULL, nn = 0;
+    int *sorted = NULL, *starts = NULL, nn = 0, node = -1, lidx = -1;
     ncclResult_t res = ncclSuccess;
 
     BR_CHECK(br_calloc(&sorted, (size_t)n, "bootstrap hosts"));
@@ -443,21 +598,29 @@ static ncclResult_t hier_group(br_bootstrap_t *boot, br_boot_hier_t *h)
     qsort_r(starts, (size_t)nn, sizeof(*starts), by_leader, sorted);
     BR_CHECK_GOTO(br_calloc(&h->node_start, (size_t)nn + 1, "bootstrap hosts"), res, out);
     BR_CHECK_GOTO(br_calloc(&h->node_ranks, (size_t)n, "bootstrap hosts"), res, out);
-    h->nnodes = nn;
     for (int k = 0, at = 0; k < nn; k++) {
         uint64_t hash = boot->peers[sorted[starts[k]]].info.host_hash;
         h->node_start[k] = at;
         for (int i = starts[k]; i < n && boot->peers[sorted[i]].info.host_hash == hash; i++) {
             if (sorted[i] == boot->rank) {
-                h->node = k;
-                h->lidx = at - h->node_start[k];
+                node = k;
+                lidx = at - h->node_start[k];
             }
             h->node_ranks[at++] = sorted[i];
         }
         h->node_start[k + 1] = at;
     }
+    /* The root grouped the same keys the same way. */
+    if (nn != h->nnodes || node != h->node || lidx != h->lidx ||
+        h->node_start[node + 1] - h->node_start[node] != h->nlocal) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d: the peer table puts it on host %d of %d at %d, the root on "
+                "host %d of %d at %d",
+                boot->rank, node, nn, lidx, h->node, h->nnodes, h->lidx);
+        res = ncclInternalError;
+        goto out;
+    }
     h->local = h->node_ranks + h->node_start[h->node];
-    h->nlocal = h->node_start[h->node + 1] - h->node_start[h->node];
 out:
     free(starts);
     free(sorted);
@@ -470,6 +633,17 @@ static void hier_unlink(br_boot_hier_t *h)
         shm_unlink(h->name);
         h->name[0] = '\0';
     }
+}
+
+static ncclResult_t between_unlink(br_bootstrap_t *boot, char *tab, size_t c, int tag,
+                                   uint64_t deadline)
+{
+    (void)tab;
+    (void)c;
+    (void)tag;
+    (void)deadline;
+    hier_unlink(boot->hier);
+    return ncclSuccess;
 }
 
 /* The leader: make the segment. Returns 0, or -1 with why. */
@@ -497,7 +671,6 @@ static int hier_create(br_boot_hier_t *h, uint64_t secret, char *why, size_t len
         return -1;
     }
     ((hier_hdr_t *)h->base)->secret = secret;
-    atomic_store_explicit(&((hier_hdr_t *)h->base)->ready, 1, memory_order_release);
     return 0;
 }
 
@@ -506,11 +679,11 @@ static int hier_create(br_boot_hier_t *h, uint64_t secret, char *why, size_t len
 static ncclResult_t hier_attach(br_bootstrap_t *boot, uint64_t deadline, char *why, size_t len)
 {
     br_boot_hier_t *h = boot->hier;
-    int leader = h->local[0];
-    long sleep_us = 200;
+    long sleep_us = 1000;
     char who[160], reason[BR_BOOT_REASON_LEN + 64];
     ncclResult_t res = ncclSuccess;
 
+    snprintf(who, sizeof(who), "rank %d (pid %d), this host's leader", h->leader, h->leader_pid);
     for (;;) {
         int fd = shm_open(h->name, O_RDWR, 0);
         if (fd >= 0) {
@@ -530,15 +703,14 @@ static ncclResult_t hier_attach(br_bootstrap_t *boot, uint64_t deadline, char *w
             }
             close(fd);
         } else if (errno != ENOENT) {
-            snprintf(why, len, "rank %d (host %s) cannot open %s, made by %s: %s", boot->rank,
-                     br_host_name(), h->name, br_boot_rank_str(boot, leader, who, sizeof(who)),
-                     strerror(errno));
+            snprintf(why, len, "rank %d (host %.64s) cannot open %s, made by %.120s: %s",
+                     boot->rank, br_host_name(), h->name, who, strerror(errno));
             return ncclSystemError;
         }
         pthread_mutex_lock(&boot->lock);
-        res = br_boot_wait_blocked(boot, leader, reason, sizeof(reason));
+        res = br_boot_wait_blocked(boot, h->leader, reason, sizeof(reason));
         pthread_mutex_unlock(&boot->lock);
-        if (res == ncclSuccess && peer_dead(boot, leader)) {
+        if (res == ncclSuccess && proc_dead(h, h->leader_pid, h->leader_pid_ns)) {
             snprintf(reason, sizeof(reason), "its process is gone");
             res = ncclRemoteError;
         }
@@ -553,13 +725,12 @@ static ncclResult_t hier_attach(br_bootstrap_t *boot, uint64_t deadline, char *w
             snprintf(why, len,
                      "rank %d (host %.64s) gave up on this host's bootstrap memory from %.120s: "
                      "%.150s",
-                     boot->rank, br_host_name(), br_boot_rank_str(boot, leader, who, sizeof(who)),
-                     reason);
+                     boot->rank, br_host_name(), who, reason);
             return res;
         }
         struct timespec ts = {0, sleep_us * 1000L};
         nanosleep(&ts, NULL);
-        sleep_us = sleep_us < 10000 ? 2 * sleep_us : 20000;
+        sleep_us = sleep_us * 2 < SLICE_MAX_MS * 1000L / 10 ? sleep_us * 2 : SLICE_MAX_MS * 1000L / 10;
     }
 }
 
@@ -596,7 +767,7 @@ void br_boot_hier_kick(br_bootstrap_t *boot)
     }
 }
 
-ncclResult_t br_boot_hier_setup(br_bootstrap_t *boot)
+ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans)
 {
     int n = boot->nranks;
     br_boot_hier_t *h = NULL;
@@ -604,29 +775,31 @@ ncclResult_t br_boot_hier_setup(br_bootstrap_t *boot)
     char why[WHY_LEN];
     ncclResult_t res = ncclSuccess;
 
-    for (int r = 0; r < n; r++) {
-        if (!boot->peers[r].info.shm) {
-            BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,
-                    "bootstrap: rank %d: allgathers over sockets only (rank %d has "
-                    "BRAID_BOOTSTRAP_SHM=0)",
-                    boot->rank, r);
-            return ncclSuccess;
-        }
-    }
-    if (n == 1) {
-        return ncclSuccess;
+    if (ans->nlocal < 1 || ans->lidx < 0 || ans->lidx >= ans->nlocal || ans->nnodes < 1 ||
+        ans->node < 0 || ans->node >= ans->nnodes || ans->leader < 0 || ans->leader >= n ||
+        (ans->lidx == 0) != (ans->leader == boot->rank)) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d: the root's host grouping makes no sense (host %d of %d, "
+                "index %d of %d, leader %d)",
+                boot->rank, ans->node, ans->nnodes, ans->lidx, ans->nlocal, ans->leader);
+        return ncclInternalError;
     }
     BR_CHECK(br_calloc(&h, 1, "bootstrap host memory"));
     boot->hier = h;
-    BR_CHECK_GOTO(hier_group(boot, h), res, fail);
-    if (h->nnodes == n) {
-        br_boot_hier_free(boot); /* one rank per host: nothing to share */
-        return ncclSuccess;
-    }
+    h->pid_ns = br_boot_pid_ns();
+    h->nlocal = ans->nlocal;
+    h->lidx = ans->lidx;
+    h->nnodes = ans->nnodes;
+    h->node = ans->node;
+    h->leader = ans->leader;
+    h->leader_pid = ans->leader_pid;
+    h->leader_pid_ns = ans->leader_pid_ns;
+    memcpy(h->hop_rank, ans->hop_rank, sizeof(h->hop_rank));
+    memcpy(h->from_rank, ans->from_rank, sizeof(h->from_rank));
     h->cap = ((size_t)n * SLOT_SHARE > TABLE_MIN ? (size_t)n * SLOT_SHARE : TABLE_MIN);
     h->cap = (h->cap + PAGE - 1) & ~(size_t)(PAGE - 1);
-    size_t seen_bytes = ((size_t)h->nlocal * sizeof(uint32_t) + PAGE - 1) & ~(size_t)(PAGE - 1);
-    h->size = PAGE + seen_bytes + 2 * h->cap;
+    size_t slot_bytes = ((size_t)h->nlocal * sizeof(hier_slot_t) + PAGE - 1) & ~(size_t)(PAGE - 1);
+    h->size = PAGE + slot_bytes + 2 * h->cap;
     if (h->nlocal == 1) {
         /* Alone on this host: the same layout in private memory. */
         h->base = mmap(NULL, h->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -638,8 +811,7 @@ ncclResult_t br_boot_hier_setup(br_bootstrap_t *boot)
             goto fail_tell;
         }
     } else {
-        const br_boot_peer_t *lp = &boot->peers[h->local[0]].info;
-        snprintf(h->name, sizeof(h->name), "/braid-%d-boot-%016llx", (int)lp->pid,
+        snprintf(h->name, sizeof(h->name), "/braid-%d-boot-%016llx", h->leader_pid,
                  (unsigned long long)boot->secret);
         if (h->lidx == 0) {
             char reason[256];
@@ -660,11 +832,17 @@ ncclResult_t br_boot_hier_setup(br_bootstrap_t *boot)
         }
     }
     h->hdr = h->base;
-    h->seen = (_Atomic uint32_t *)((char *)h->base + PAGE);
-    h->table[0] = (char *)h->base + PAGE + seen_bytes;
+    h->slot = (hier_slot_t *)((char *)h->base + PAGE);
+    h->table[0] = (char *)h->base + PAGE + slot_bytes;
     h->table[1] = h->table[0] + h->cap;
+    h->slot[h->lidx].rank = boot->rank;
+    h->slot[h->lidx].pid_ns = h->pid_ns;
+    h->slot[h->lidx].pid = (int32_t)getpid();
+    if (h->lidx == 0) {
+        atomic_store_explicit(&h->hdr->ready, 1, memory_order_release);
+    }
     /* Every rank of the host has mapped the segment once the leader sees them all. */
-    res = hier_round(boot, NULL, NULL, 0, 0, deadline, hier_unlink);
+    res = hier_round(boot, NULL, NULL, 0, 0, deadline, between_unlink);
     if (res != ncclSuccess) {
         goto fail;
     }
