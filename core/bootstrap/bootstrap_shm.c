@@ -419,11 +419,12 @@ static ncclResult_t hier_leaders_first(br_bootstrap_t *boot, char *tab, size_t c
                 off[d + b + 1] = off[d] + at;
             }
         }
-        if (ok && at == m->size) {
+        ok = ok && at == m->size;
+        if (ok) {
             memcpy(held + off[d], m->data, m->size);
         }
         free(m);
-        if (!ok || at != m->size) {
+        if (!ok) {
             BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
                     "bootstrap: rank %d: the host blocks from %s do not add up (do the ranks "
                     "run the same code?)",
