@@ -93,6 +93,7 @@ typedef struct {
     int32_t node;
     int32_t pad3;
     uint64_t leader_pid_ns;
+    uint64_t nonce; /* random per init: tells this init's host segments from a stale one's */
 } br_boot_answer_t;
 
 /* Kinds of connection to a rank's listener. */
@@ -146,18 +147,15 @@ typedef struct {
     int32_t pid;
     char host[BR_BOOT_HOST_LEN];
     uint64_t host_hash; /* br_host_hash(): ranks that share it share /dev/shm */
-    uint64_t pid_ns;    /* the pid namespace's inode: where pid means the same process */
-    int32_t shm;        /* BRAID_BOOTSTRAP_SHM */
-    int32_t pad;
 } br_boot_peer_t;
 
 _Static_assert(sizeof(br_boot_handle_t) <= NCCL_UNIQUE_ID_BYTES, "unique id too small");
 _Static_assert(sizeof(br_boot_handle_t) == 48, "handle layout");
 _Static_assert(sizeof(br_boot_checkin_t) == 144, "checkin layout");
-_Static_assert(sizeof(br_boot_answer_t) == 584 + BR_BOOT_HOPS * (28 + 8) + 4 + 40, "answer layout");
+_Static_assert(sizeof(br_boot_answer_t) == 584 + BR_BOOT_HOPS * (28 + 8) + 4 + 48, "answer layout");
 _Static_assert(sizeof(br_boot_hello_t) == 24, "hello layout");
 _Static_assert(sizeof(br_boot_frame_t) == 16, "frame layout");
-_Static_assert(sizeof(br_boot_peer_t) == 120, "peer layout");
+_Static_assert(sizeof(br_boot_peer_t) == 104, "peer layout");
 
 /* A received message waiting in a peer's unexpected queue. */
 typedef struct br_boot_msg br_boot_msg_t;

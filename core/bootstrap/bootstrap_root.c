@@ -441,6 +441,11 @@ static void root_succeed(root_t *rt)
     int n = rt->nranks;
     int *sorted = NULL, *start = NULL, *node_of = NULL, *lidx_of = NULL;
     int nn = root_group(rt, &sorted, &start, &node_of, &lidx_of);
+    uint64_t nonce = 0;
+
+    if (br_random_bytes(&nonce, sizeof(nonce)) != ncclSuccess) {
+        nonce = br_time_ns() ^ rt->secret; /* only needs to differ from an earlier init's */
+    }
 
     for (int r = 0; r < n; r++) {
         br_boot_answer_t ans;
@@ -461,6 +466,7 @@ static void root_succeed(root_t *rt)
             ans.leader = leader;
             ans.leader_pid = rt->info[leader].pid;
             ans.leader_pid_ns = rt->info[leader].pid_ns;
+            ans.nonce = nonce;
             ans.nlocal = start[node + 1] - start[node];
             ans.lidx = lidx_of[r];
             ans.nnodes = nn;

@@ -30,7 +30,9 @@
  *
  * The segment's name (/braid-<leader pid>-boot-<secret>) exists from the leader's
  * creation until every rank of the host has mapped it (the first generation); the leader
- * unlinks it then, or when setup fails.
+ * unlinks it then, or when setup fails. A rank maps it only once it holds the secret and
+ * the nonce the root drew for this init, so a segment a killed earlier run left under
+ * the same name (NCCL_COMM_ID gives every run one secret) is never joined.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -61,8 +63,9 @@
 /* The segment's first page. Words that ranks wait on sit on lines of their own. */
 typedef struct {
     uint64_t secret;
+    uint64_t nonce;         /* the root's for this init (a stale segment has another) */
     _Atomic uint32_t ready; /* the leader has set the segment up */
-    char pad0[52];
+    char pad0[44];
     _Atomic uint32_t arrived; /* the non-leader ranks' arrivals, counted over all generations */
     char pad1[60];
     _Atomic uint32_t gen; /* the last generation the leader published */
@@ -95,6 +98,7 @@ struct br_boot_hier {
     int nnodes, node; /* hosts, ordered by their leader's rank; this rank's */
     int leader, leader_pid;
     uint64_t leader_pid_ns;
+    uint64_t nonce;
     int hop_rank[BR_BOOT_HOPS], from_rank[BR_BOOT_HOPS]; /* the first allgather's leaders */
     int *node_start; /* from the peer table: node k's ranks are */
     int *node_ranks; /* node_ranks[node_start[k] .. node_start[k + 1]) */
@@ -132,8 +136,6 @@ void br_boot_peer_fill(br_bootstrap_t *boot, br_boot_peer_t *me)
     me->pid = (int32_t)getpid();
     snprintf(me->host, sizeof(me->host), "%s", br_host_name());
     me->host_hash = br_host_hash();
-    me->pid_ns = br_boot_pid_ns();
-    me->shm = BR_PARAM_INT(BOOTSTRAP_SHM) != 0;
 }
 
 /* Is the process pid (of pid namespace ns) known to be gone: no such process, or one
@@ -672,6 +674,7 @@ static int hier_create(br_boot_hier_t *h, uint64_t secret, char *why, size_t len
         return -1;
     }
     ((hier_hdr_t *)h->base)->secret = secret;
+    ((hier_hdr_t *)h->base)->nonce = h->nonce;
     return 0;
 }
 
@@ -694,7 +697,7 @@ static ncclResult_t hier_attach(br_bootstrap_t *boot, uint64_t deadline, char *w
                 if (p != MAP_FAILED) {
                     hier_hdr_t *hdr = p;
                     if (atomic_load_explicit(&hdr->ready, memory_order_acquire) == 1 &&
-                        hdr->secret == boot->secret) {
+                        hdr->secret == boot->secret && hdr->nonce == h->nonce) {
                         close(fd);
                         h->base = p;
                         return ncclSuccess;
@@ -795,6 +798,7 @@ ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans
     h->leader = ans->leader;
     h->leader_pid = ans->leader_pid;
     h->leader_pid_ns = ans->leader_pid_ns;
+    h->nonce = ans->nonce;
     memcpy(h->hop_rank, ans->hop_rank, sizeof(h->hop_rank));
     memcpy(h->from_rank, ans->from_rank, sizeof(h->from_rank));
     h->cap = ((size_t)n * SLOT_SHARE > TABLE_MIN ? (size_t)n * SLOT_SHARE : TABLE_MIN);
