@@ -54,6 +54,8 @@ typedef struct br_conn {
     void *setup;        /* net only, while connecting: the plugin handshake state */
     void *mapping;      /* shm/p2p allocation owned by this end, or NULL */
     size_t mapping_size;
+    void *p2p_held;     /* p2p: the receiver's FIFO memory this end holds (see
+                         * transport_mem.c: the last end to close unmaps it), or NULL */
     char shm_name[64]; /* shm segment name while it may still need unlinking */
 } br_conn_t;
 

@@ -42,17 +42,46 @@ static void fifo_init(br_conn_t *conn, void *base, size_t size, int prefault)
     }
 }
 
+/*
+ * p2p: the receiver's FIFO is memory of this process that the sender's end points into.
+ * The two ends belong to different communicators, closed at different times: a rank whose
+ * call failed aborts (and closes its ends) while its peer's thread may still be inside a
+ * call that reads the FIFO's counters, until the failure notice reaches it. So the memory
+ * outlives both ends: a page after the FIFO counts the ends that hold it, and the last one
+ * to close unmaps it (the peer then reads counters that no longer move, and fails as any
+ * peer of a failed rank does, instead of faulting).
+ */
+#define BR_P2P_TAIL 4096
+
+static _Atomic int *p2p_ends(void *base, size_t size)
+{
+    return (_Atomic int *)(void *)((char *)base + size);
+}
+
+static void p2p_release(br_conn_t *conn)
+{
+    size_t size = br_transport_mapping_bytes(conn);
+    /* acq_rel: the other end's last accesses happen before the unmap. */
+    if (atomic_fetch_sub_explicit(p2p_ends(conn->p2p_held, size), 1, memory_order_acq_rel) == 1) {
+        munmap(conn->p2p_held, size + BR_P2P_TAIL);
+    }
+    conn->p2p_held = NULL;
+    conn->mapping = NULL;
+}
+
 static ncclResult_t p2p_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_conn_blob_t *blob)
 {
     size_t size = br_transport_mapping_bytes(conn);
-    void *base =
-        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    void *base = mmap(NULL, size + BR_P2P_TAIL, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (base == MAP_FAILED) {
         BR_WARN(NCCL_ALLOC, "rank %d: cannot allocate a %zu-byte FIFO from rank %d: %s", tc->rank,
                 size, conn->peer, strerror(errno));
         return ncclSystemError;
     }
     fifo_init(conn, base, size, 1);
+    atomic_init(p2p_ends(base, size), 1);
+    conn->p2p_held = base;
     blob->ptr = (uint64_t)(uintptr_t)base;
     return ncclSuccess;
 }
@@ -61,11 +90,25 @@ static ncclResult_t p2p_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
                                     const br_conn_blob_t *blob)
 {
     (void)tc;
-    br_transport_layout(conn, (void *)(uintptr_t)blob->ptr);
+    void *base = (void *)(uintptr_t)blob->ptr;
+    /* Relaxed: the receiver's count was published with the blob (the bootstrap's
+     * exchange orders it), and nothing else is read through the count. */
+    atomic_fetch_add_explicit(p2p_ends(base, br_transport_mapping_bytes(conn)), 1,
+                              memory_order_relaxed);
+    conn->p2p_held = base;
+    br_transport_layout(conn, base);
     return ncclSuccess;
 }
 
-/* p2p send ends point into the receiver's memory: only the owner unmaps. */
+static void p2p_close(br_transport_comm_t *tc, br_conn_t *conn)
+{
+    (void)tc;
+    if (conn->p2p_held != NULL) {
+        p2p_release(conn);
+    }
+}
+
+/* The receiver's own mapping (shm: the sender maps the segment on its own). */
 static void mem_close(br_transport_comm_t *tc, br_conn_t *conn)
 {
     (void)tc;
@@ -85,7 +128,7 @@ const br_transport_ops_t br_transport_p2p = {
     .recv_setup = p2p_recv_setup,
     .send_attach = p2p_send_attach,
     .complete = NULL,
-    .close = mem_close,
+    .close = p2p_close,
 };
 
 static ncclResult_t shm_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_conn_blob_t *blob)

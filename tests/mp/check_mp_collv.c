@@ -12,9 +12,10 @@
  * memory within a host, the network between them, no node arena), threads with
  * ncclCommInitRank, and one thread driving every rank of ncclCommInitAll in a group.
  *
- * The "mismatch" TCase has four processes where rank 2 disagrees about one count (or
- * calls another collective): every rank returns within the deadline, and the rank that
- * receives the wrong count reports it naming both ranks. A rank in AllReduce while the
+ * The "mismatch" TCase has four processes (four threads with --mode threads) where rank 2
+ * disagrees about one count (or calls another collective): every rank returns within the
+ * deadline, the rank that receives the wrong count reports it naming both ranks, and no
+ * rank's output is written outside the blocks its own counts give. A rank in AllReduce while the
  * others are in AlltoAllV is seen at once over shared memory (the probes of exec_work.c
  * read the other path's slots); over the network nothing arrives on a path no call is
  * receiving on, so there BRAID_TIMEOUT (set by the ctest entries) ends it, the waiting
@@ -447,15 +448,17 @@ enum { MM_A2A_COUNT, MM_AG_COUNT, MM_RS_COUNT, MM_FUNC, MM_NKINDS };
 static const char *const mm_names[] = {"AlltoAllV count", "AllGatherV count",
                                        "ReduceScatterV count", "AlltoAllV against AllReduce"};
 
-/* Every rank's result: the code and message of its call. */
+/* A mismatch run: which kind, and (ranks as threads) where each rank leaves a copy of
+ * its report, which brt_threads_run frees. */
 typedef struct {
-    int res[MM_RANKS];
-    char msg[MM_RANKS][600];
-} mm_shared_t;
+    int kind;
+    brt_report_t *copy;
+} mm_arg_t;
 
 static int mm_body(brt_rank_ctx_t *ctx)
 {
-    int kind = (int)(intptr_t)ctx->arg, me = ctx->rank, odd = me == MM_ODD;
+    const mm_arg_t *arg = ctx->arg;
+    int kind = arg->kind, me = ctx->rank, odd = me == MM_ODD;
     ncclComm_t comm = NULL;
     size_t counts[MM_RANKS], rcounts[MM_RANKS];
     float sbuf[64] = {0}, rbuf[64];
@@ -540,24 +543,24 @@ static int mm_body(brt_rank_ctx_t *ctx)
             break;
         }
     }
+    if (arg->copy != NULL) {
+        arg->copy[me].result = ctx->report->result;
+        snprintf(arg->copy[me].msg, sizeof(arg->copy[me].msg), "%s", ctx->report->msg);
+    }
     ncclCommAbort(comm);
     return 0;
 }
 
-START_TEST(test_v_mismatch)
+/* Every rank returned; at least one names the mismatch (the rank that receives the wrong
+ * count names the entries and both ranks), and none wrote outside its blocks. */
+static void mm_check(int kind, const brt_report_t *reps)
 {
-    int kind = _i;
-    brt_procs_t p;
-    char err[ERR_LEN], out[ERR_LEN];
-    double timeout = 60 * brt_time_scale();
-
-    ck_assert_int_eq(
-        brt_procs_start(&p, MM_RANKS, mm_body, (void *)(intptr_t)kind, err, sizeof(err)), 0);
-    int bad = brt_procs_wait(&p, brt_now() + timeout, 0, out, sizeof(out), 1);
-    ck_assert_msg(!bad, "%s: a rank hung or died: %s", mm_names[kind], brt_clip(out, 2000));
     int named = 0, failed = 0;
+    char all[4 * 620] = "";
     for (int r = 0; r < MM_RANKS; r++) {
-        const brt_report_t *rep = &p.reports[r];
+        const brt_report_t *rep = &reps[r];
+        snprintf(all + strlen(all), sizeof(all) - strlen(all), "\n rank %d: %d %.580s", r,
+                 rep->result, rep->msg);
         ck_assert_msg(rep->result != MM_OVERRUN, "%s: %s", mm_names[kind], rep->msg);
         if (rep->result == ncclSuccess) {
             continue;
@@ -565,21 +568,43 @@ START_TEST(test_v_mismatch)
         failed++;
         ck_assert_msg(rep->msg[0] != '\0', "%s: rank %d failed without a message", mm_names[kind],
                       r);
-        /* The rank that receives the wrong count names the entries and both ranks. */
         if (brt_text_names_rank(rep->msg, MM_ODD) && brt_text_names_rank(rep->msg, r) &&
             (kind == MM_FUNC ? brt_text_has(rep->msg, "AllReduce")
                              : brt_text_has(rep->msg, "mismatched counts"))) {
             named++;
         }
     }
-    char all[4 * 620] = "";
-    for (int r = 0; r < MM_RANKS; r++) {
-        snprintf(all + strlen(all), sizeof(all) - strlen(all), "\n rank %d: %d %.580s", r,
-                 p.reports[r].result, p.reports[r].msg);
-    }
-    brt_procs_free(&p);
     ck_assert_msg(failed > 0 && named > 0, "%s: no rank named the mismatch:%s", mm_names[kind],
                   all);
+}
+
+START_TEST(test_v_mismatch)
+{
+    mm_arg_t arg = {.kind = _i};
+    brt_procs_t p;
+    char err[ERR_LEN], out[ERR_LEN];
+    double timeout = 60 * brt_time_scale();
+
+    ck_assert_int_eq(brt_procs_start(&p, MM_RANKS, mm_body, &arg, err, sizeof(err)), 0);
+    int bad = brt_procs_wait(&p, brt_now() + timeout, 0, out, sizeof(out), 1);
+    ck_assert_msg(!bad, "%s: a rank hung or died: %s", mm_names[arg.kind], brt_clip(out, 2000));
+    mm_check(arg.kind, p.reports);
+    brt_procs_free(&p);
+}
+END_TEST
+
+/* The same with ranks as threads of this process: AlltoAllV's readers copy straight from
+ * the owners' buffers with memcpy there, so a count taken on trust would overrun them. */
+START_TEST(test_v_mismatch_threads)
+{
+    static brt_report_t copy[MM_RANKS];
+    mm_arg_t arg = {.kind = _i, .copy = copy};
+    static char out[ERR_LEN];
+
+    memset(copy, 0, sizeof(copy));
+    int bad = brt_threads_run(MM_RANKS, mm_body, &arg, 60 * brt_time_scale(), out, sizeof(out));
+    ck_assert_msg(!bad, "%s: a rank hung or failed: %s", mm_names[arg.kind], brt_clip(out, 2000));
+    mm_check(arg.kind, copy);
 }
 END_TEST
 
@@ -706,6 +731,12 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, cfg.timeout * brt_time_scale() + 60);
     tcase_add_loop_test(tc, test_v_matrix, 0, cfg.nranks_list);
     suite_add_tcase(s, tc);
+    if (cfg.mode == BRT_MODE_THREADS) {
+        TCase *mm = tcase_create("mismatch");
+        tcase_set_timeout(mm, 120 * brt_time_scale());
+        tcase_add_loop_test(mm, test_v_mismatch_threads, 0, MM_NKINDS);
+        suite_add_tcase(s, mm);
+    }
     if (cfg.mode == BRT_MODE_PROC) {
         TCase *mm = tcase_create("mismatch");
         tcase_set_timeout(mm, 120 * brt_time_scale());
