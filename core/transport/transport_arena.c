@@ -2,8 +2,9 @@
 /*
  * The node arena (br_arena_t, see transport.h), its layout and its protocol: one POSIX
  * shared-memory segment that rank 0 creates and every rank of a single-host communicator
- * maps. Rank r's region holds its `done` counter, BR_ARENA_NBUF large buffers and
- * BR_ARENA_NSMALL small slots, each a header (flag, call descriptor) and the data. The
+ * maps: every rank's `done` counter, then the small slots (slot-major: slot k of every
+ * rank together), then each rank's region of BR_ARENA_NBUF large buffers; a buffer or slot
+ * is a header (flag, call descriptor) and the data (layout in transport.h). The
  * protocol (publish, read, done) is at the end; executors call it. Setup is collective and all-or-nothing: two allgathers carry the segment's name and then
  * every rank's verdict, so the ranks agree on whether small operations use it. The first
  * also carries where each rank keeps a probe word, which the other processes read with
@@ -210,12 +211,15 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
     _Static_assert(sizeof(br_arena_hdr_t) <= BR_ARENA_HDR_BYTES, "arena header too large");
     _Static_assert(sizeof(br_arena_addr_t) <= BR_ARENA_SMALL_MAX, "published address too large");
     max_bytes = (max_bytes + 63) & ~(size_t)63;
-    /* A cache line for `done`, then the buffers, each a header and the data; every
-     * rank's region on its own pages. */
+    /* The `done` lines of all ranks, then all small slots, each part on pages of its own;
+     * then each rank's large buffers (a header and the data each) on its own pages. */
+    size_t n = (size_t)tc->nranks;
     size_t buf_stride = (BR_ARENA_HDR_BYTES + max_bytes + 63) & ~(size_t)63;
-    size_t stride = (64 + BR_ARENA_NBUF * buf_stride + BR_ARENA_NSMALL * BR_ARENA_SMALL_BYTES + 4095) &
-                    ~(size_t)4095;
-    size_t size = stride * (size_t)tc->nranks;
+    size_t stride = (BR_ARENA_NBUF * buf_stride + 4095) & ~(size_t)4095;
+    size_t small_off = (n * sizeof(br_arena_ctrl_t) + 4095) & ~(size_t)4095;
+    size_t large_off = (small_off + BR_ARENA_NSMALL * n * BR_ARENA_SMALL_BYTES + 4095) &
+                       ~(size_t)4095;
+    size_t size = large_off + stride * n;
 
     BR_CHECK(br_calloc(&blobs, (size_t)tc->nranks, "node arena setup"));
     BR_CHECK_GOTO(br_calloc(&arena, 1, "node arena"), res, out);
@@ -278,6 +282,8 @@ ncclResult_t br_transport_arena_setup(br_transport_comm_t *tc, size_t max_bytes,
     arena->max_bytes = max_bytes;
     arena->buf_stride = buf_stride;
     arena->stride = stride;
+    arena->small_off = small_off;
+    arena->large_off = large_off;
     arena->base = base;
     arena->size = size;
     tc->arena = arena;

@@ -54,6 +54,7 @@ static void fold_inputs(const br_exec_comm_t *ec, const br_work_t *w, void *dst,
     const br_arena_t *a = ec->arena;
     const br_op_t *op = &w->op;
     const char *first = br_arena_data(a, 0, w->arena_k, w->arena_small) + at * br_type_size(op->type);
+    size_t stride = br_arena_rank_stride(a, w->arena_small);
     int n = ec->nranks, r = 1;
 
     if (op->redop.kind == BR_RED_PREMULSUM) {
@@ -61,11 +62,11 @@ static void fold_inputs(const br_exec_comm_t *ec, const br_work_t *w, void *dst,
         br_reduce(dst, NULL, first, op->count, &op->redop, 0);
     } else {
         /* Ranks 0 and 1 in one pass (the ops are commutative, bit for bit). */
-        br_reduce(dst, first, first + a->stride, op->count, &op->redop, n == 2 ? BR_REDUCE_POST : 0);
+        br_reduce(dst, first, first + stride, op->count, &op->redop, n == 2 ? BR_REDUCE_POST : 0);
         r = 2;
     }
     for (; r < n; r++) {
-        br_reduce(dst, dst, first + (size_t)r * a->stride, op->count, &op->redop,
+        br_reduce(dst, dst, first + (size_t)r * stride, op->count, &op->redop,
                   r == n - 1 ? BR_REDUCE_POST : 0);
     }
 }
