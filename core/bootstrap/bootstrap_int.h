@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "bootstrap.h"
 #include "util.h"
@@ -265,6 +266,8 @@ ncclResult_t br_boot_recv_msg_any(br_bootstrap_t *boot, int peer, uint32_t kind,
                                   br_boot_msg_t **msg_p, uint64_t deadline_ns);
 /* Open the persistent connection to a peer now (the ring at init). */
 ncclResult_t br_boot_connect_peer(br_bootstrap_t *boot, int peer, uint64_t deadline_ns);
+/* A deadline (br_time_ns) as the timespec of pthread_cond_timedwait. */
+void br_boot_deadline_to_ts(uint64_t deadline_ns, struct timespec *ts);
 /* Wait until a peer's message connection has said hello. */
 ncclResult_t br_boot_wait_hello(br_bootstrap_t *boot, int peer, uint64_t deadline_ns);
 /* Why a wait for peer has to end now (abort, cancel, its connection closed), or

@@ -66,7 +66,7 @@ int br_exec_cuda_nchannels(const br_exec_comm_t *ec)
     return n < 1 ? 1 : n > BR_MAX_CHANNELS ? BR_MAX_CHANNELS : n;
 }
 
-static uint64_t wait_limit_ns(void)
+uint64_t br_cuda_wait_limit_ns(void)
 {
     return (uint64_t)BR_PARAM_INT(CUDA_WAIT_TIMEOUT) * 1000000000ull;
 }
@@ -139,7 +139,7 @@ ncclResult_t br_exec_cuda_attach(br_exec_comm_t *ec, uint64_t hash, int device)
 /* Fail every rank of the clique (sticky) with msg; calls waiting for their peers return
  * it. Streams wait only for units that were launched, whose kernels end (a failure or an
  * abort stops their waits). Caller holds cl->mu. */
-static void clique_fail(br_clique_t *cl, ncclResult_t res, const char *msg)
+void br_cuda_clique_fail(br_clique_t *cl, ncclResult_t res, const char *msg)
 {
     if (cl->failed) {
         return;
@@ -195,333 +195,7 @@ static void poll_status(br_clique_t *cl)
                  br_host_name(), st);
         break;
     }
-    clique_fail(cl, res, msg);
-}
-
-/* ---- units ---- */
-
-/* Every rank's next deposit holds collectives: all of them are one unit. */
-int br_cuda_unit_collective(br_clique_t *cl, char *in_unit)
-{
-    for (int r = 0; r < cl->nranks; r++) {
-        const br_cuda_dep_t *d = br_cuda_head(cl, r);
-        if (d == NULL || !d->has_coll) {
-            return 0;
-        }
-    }
-    memset(in_unit, 1, (size_t)cl->nranks);
-    return 1;
-}
-
-/* Sends of deposit d to `to`, and receives from `from`. */
-static int count_p2p(const br_cuda_dep_t *d, br_func_t func, int peer)
-{
-    int n = 0;
-    for (int i = 0; i < d->nops; i++) {
-        n += d->ops[i].func == func && d->ops[i].peer == peer;
-    }
-    return n;
-}
-
-/* The send/recv-only next deposits reachable from rank a through the peers they name, when
- * every send among them has its receive and the other way round. */
-int br_cuda_unit_p2p(br_clique_t *cl, int a, char *in_unit, int *stack)
-{
-    int n = cl->nranks, top = 0;
-    memset(in_unit, 0, (size_t)n);
-    in_unit[a] = 1;
-    stack[top++] = a;
-    while (top > 0) {
-        int r = stack[--top];
-        const br_cuda_dep_t *d = br_cuda_head(cl, r);
-        if (d == NULL || d->has_coll) {
-            return 0;
-        }
-        for (int i = 0; i < d->nops; i++) {
-            int p = d->ops[i].peer;
-            if (!in_unit[p]) {
-                in_unit[p] = 1;
-                stack[top++] = p;
-            }
-        }
-    }
-    for (int s = 0; s < n; s++) {
-        for (int r = 0; r < n; r++) {
-            if (in_unit[s] && in_unit[r] &&
-                count_p2p(br_cuda_head(cl, s), BR_FUNC_SEND, r) !=
-                    count_p2p(br_cuda_head(cl, r), BR_FUNC_RECV, s)) {
-                return 0;
-            }
-        }
-    }
-    return 1;
-}
-
-/* A descriptor buffer of at least `bytes` whose last launch has finished. One that grows
- * keeps its old memory until the clique ends: cuMemFreeHost waits for every stream of the
- * context, and calls that hold cl->mu must never wait for a stream (one may wait for a
- * launch that needs cl->mu). Growth doubles, so what is kept is at most the final size. */
-ncclResult_t br_cuda_desc_get(br_clique_t *cl, size_t bytes, int rank, br_cuda_desc_t **out)
-{
-    const br_cuda_t *cu = br_cuda(NULL);
-    br_cuda_desc_t *b = &cl->desc[cl->desc_next];
-    cl->desc_next = (cl->desc_next + 1) % BR_CUDA_DESC_BUFS;
-    if (b->used) {
-        /* Launched BR_CUDA_DESC_BUFS launches ago: finite work, normally long finished. */
-        BR_CHECK(br_cuda_check(cu->EventSynchronize(b->done), "cuEventSynchronize", rank));
-    }
-    if (b->cap < bytes) {
-        void *p = NULL;
-        size_t cap = b->cap > 0 ? 2 * b->cap : 65536;
-        while (cap < bytes) {
-            cap *= 2;
-        }
-        BR_CHECK(br_cuda_check(
-            cu->MemHostAlloc(&p, cap, BR_CU_MEMHOSTALLOC_PORTABLE | BR_CU_MEMHOSTALLOC_DEVICEMAP),
-            "cuMemHostAlloc (descriptors)", rank));
-        if (b->h != NULL) {
-            br_cuda_kept_t *k = NULL;
-            if (br_calloc(&k, 1, "CUDA descriptors") != ncclSuccess) {
-                cu->MemFreeHost(p);
-                return ncclSystemError;
-            }
-            k->desc = b->h; /* freed with the clique's captured launches */
-            k->next = cl->kept;
-            cl->kept = k;
-        }
-        b->h = p;
-        b->cap = cap;
-        BR_CHECK(br_cuda_check(cu->MemHostGetDevicePointer(&b->d, p, 0),
-                               "cuMemHostGetDevicePointer", rank));
-    }
-    *out = b;
-    return ncclSuccess;
-}
-
-/* The words of a launch the kernels share with the host: abort, timeout, the failure
- * claim and its report. */
-void br_cuda_launch_words(const br_clique_t *cl, br_dev_launch_t *L)
-{
-    br_cu_ptr_t f = cl->flags_d;
-    L->abort_flag = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, abort_flag));
-    L->status = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, status));
-    L->fail_rank = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_rank));
-    L->fail_peer = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_peer));
-    L->fail_step = (volatile uint64_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_step));
-    L->wait_timeout_ns = wait_limit_ns();
-    L->claim = (uint32_t *)(uintptr_t)cl->claim_d;
-    L->one_gpu = cl->ndevs == 1;
-}
-
-size_t br_cuda_desc_fill(const br_clique_t *cl, char *h, br_cu_ptr_t d, size_t at,
-                         const br_cuda_build_t *b, br_dev_launch_t *L)
-{
-    size_t bb = (size_t)b->nblocks * sizeof(br_dev_block_t);
-    size_t wb = (size_t)b->nworks * sizeof(br_dev_work_t);
-
-    memset(L, 0, sizeof(*L));
-    at = (at + 127) & ~(size_t)127;
-    memcpy(h + at, b->blocks, bb);
-    L->blocks = (const br_dev_block_t *)(uintptr_t)(d + at);
-    at = (at + bb + 127) & ~(size_t)127;
-    memcpy(h + at, b->works, wb);
-    L->works = (const br_dev_work_t *)(uintptr_t)(d + at);
-    br_cuda_launch_words(cl, L);
-    return at + wb;
-}
-
-/* The unit's work per device, checked against the blocks each device holds at once;
- * *need_p: the descriptor bytes of them all. A failure fails the clique. */
-static ncclResult_t unit_build(br_clique_t *cl, const char *in_unit, int rank,
-                               br_cuda_build_t *per_dev, size_t *need_p)
-{
-    char msg[640] = "";
-    ncclResult_t res = br_cuda_build(cl, in_unit, cl->fifos.conn_d, per_dev, msg, sizeof(msg));
-
-    if (res != ncclSuccess) {
-        char full[768];
-        snprintf(full, sizeof(full), "rank %d (host %s): device calls: %s", rank,
-                 br_host_name(), msg[0] ? msg : "out of memory");
-        clique_fail(cl, res, full);
-        return res;
-    }
-    *need_p = 0;
-    for (int d = 0; d < cl->ndevs; d++) {
-        if (per_dev[d].nwaiting > cl->devs[d].capacity) {
-            snprintf(msg, sizeof(msg),
-                     "rank %d (host %s): one group of device calls needs %d blocks resident at "
-                     "once on device %d, which holds %d: split the group",
-                     rank, br_host_name(), per_dev[d].nwaiting, cl->devs[d].ordinal,
-                     cl->devs[d].capacity);
-            clique_fail(cl, ncclInvalidUsage, msg);
-            return ncclInvalidUsage;
-        }
-        *need_p += br_cuda_desc_bytes(&per_dev[d]);
-    }
-    return ncclSuccess;
-}
-
-/* Device d's part of the unit on its launch stream: once every member's call was reached
- * on its stream (the inputs are ready), its kernel, on descriptors placed from *at_p in
- * desc; a device after the first then records that it finished. */
-static ncclResult_t unit_launch_dev(br_clique_t *cl, const char *in_unit, int rank, int d,
-                                    const br_cuda_build_t *b, br_cuda_desc_t *desc, size_t *at_p)
-{
-    const br_cuda_t *cu = br_cuda(NULL);
-    br_cuda_dev_t *dv = &cl->devs[d];
-
-    BR_CHECK(br_cuda_check(cu->CtxSetCurrent(dv->ctx), "cuCtxSetCurrent", rank));
-    for (int r = 0; r < cl->nranks; r++) {
-        if (in_unit[r]) {
-            const br_cuda_rank_t *q = &cl->rank[r];
-            BR_CHECK(br_cuda_check(
-                cu->StreamWaitEvent(dv->stream, q->arrive[q->launched % BR_CUDA_QUEUE], 0),
-                "cuStreamWaitEvent", rank));
-        }
-    }
-    if (b->nblocks > 0) {
-        br_dev_launch_t L;
-        *at_p = br_cuda_desc_fill(cl, desc->h, desc->d, *at_p, b, &L);
-        void *params[1] = {&L};
-        /* Cooperative: its blocks wait for each other, so all of them must be resident
-         * together; a plain launch may start some beside another clique's kernel and
-         * leave the rest waiting for room that kernel, spinning too, never gives back. */
-        BR_CHECK(br_cuda_check(cu->LaunchCooperativeKernel(dv->fn, (unsigned)b->nblocks, 1, 1,
-                                                           BR_DEV_NTHREADS, 1, 1, 0, dv->stream,
-                                                           params),
-                               "cuLaunchCooperativeKernel", rank));
-    }
-    if (d > 0) {
-        BR_CHECK(br_cuda_check(cu->EventRecord(dv->finished, dv->stream), "cuEventRecord", rank));
-    }
-    return ncclSuccess;
-}
-
-/* The unit's ranks' done events, on the first device's stream after every device's
- * kernel; the descriptors are free again once that stream gets there. */
-ncclResult_t br_cuda_unit_done_events(br_clique_t *cl, const char *in_unit, int rank,
-                                      br_cuda_desc_t *desc)
-{
-    const br_cuda_t *cu = br_cuda(NULL);
-    br_cuda_dev_t *d0 = &cl->devs[0];
-
-    BR_CHECK(br_cuda_check(cu->CtxSetCurrent(d0->ctx), "cuCtxSetCurrent", rank));
-    for (int d = 1; d < cl->ndevs; d++) {
-        BR_CHECK(br_cuda_check(cu->StreamWaitEvent(d0->stream, cl->devs[d].finished, 0),
-                               "cuStreamWaitEvent", rank));
-    }
-    for (int r = 0; r < cl->nranks; r++) {
-        if (in_unit[r]) {
-            const br_cuda_rank_t *q = &cl->rank[r];
-            BR_CHECK(br_cuda_check(
-                cu->EventRecord(q->done[q->launched % BR_CUDA_QUEUE], d0->stream),
-                "cuEventRecord", rank));
-        }
-    }
-    BR_CHECK(br_cuda_check(cu->EventRecord(desc->done, d0->stream), "cuEventRecord", rank));
-    desc->used = 1;
-    desc->since_ns = br_time_ns();
-    for (int r = 0; r < cl->nranks; r++) {
-        if (in_unit[r]) {
-            br_cuda_op_describe(desc->what, sizeof(desc->what), &br_cuda_head(cl, r)->ops[0]);
-            break;
-        }
-    }
-    return ncclSuccess;
-}
-
-/* The unit on the FIFO kernels: built, checked against what each device holds, launched. */
-static ncclResult_t fifo_unit(br_clique_t *cl, const char *in_unit, int rank)
-{
-    br_cuda_build_t per_dev[BR_CUDA_MAX_DEVS];
-    br_cuda_desc_t *desc = NULL;
-    size_t need = 0, at = 0;
-
-    memset(per_dev, 0, sizeof(per_dev));
-    ncclResult_t res = unit_build(cl, in_unit, rank, per_dev, &need);
-    if (res == ncclSuccess) {
-        res = br_cuda_desc_get(cl, need, rank, &desc);
-    }
-    for (int d = 0; d < cl->ndevs && res == ncclSuccess; d++) {
-        res = unit_launch_dev(cl, in_unit, rank, d, &per_dev[d], desc, &at);
-    }
-    if (res == ncclSuccess) {
-        res = br_cuda_unit_done_events(cl, in_unit, rank, desc);
-    }
-    br_cuda_build_free(per_dev);
-    return res;
-}
-
-/* Launch the unit's kernels (the direct kernel where it fits, else the FIFO kernels) and
- * record its ranks' done events. A failure fails the clique. Caller holds cl->mu. */
-static ncclResult_t launch_unit(br_clique_t *cl, const char *in_unit, int rank)
-{
-    ncclResult_t res;
-    if (br_cuda_direct_fits(cl, in_unit)) {
-        res = br_cuda_direct_unit(cl, in_unit, rank);
-    } else if (br_cuda_unit_folds(cl, in_unit)) {
-        /* The FIFO kernels' sums follow the ring; only the direct kernel folds in rank
-         * order as the host does. */
-        char m[400];
-        snprintf(m, sizeof(m),
-                 "rank %d (host %s): a deterministic or fp32-accumulating reduction "
-                 "(BRAID_DETERMINISTIC, BRAID_ACCUMULATE, BRAID_OPT_*) on device buffers of "
-                 "ranks that are threads of one process needs the direct kernel: every rank "
-                 "on one GPU (this clique spans %d), BRAID_CUDA_DIRECT=1, at most %d ranks, "
-                 "no device PreMulSum scalar, and the same call and options on every rank",
-                 rank, br_host_name(), cl->ndevs, BR_DEV_DIRECT_MAX);
-        BR_WARN(NCCL_COLL, "%s", m);
-        clique_fail(cl, ncclInvalidUsage, m);
-        return ncclInvalidUsage;
-    } else {
-        res = fifo_unit(cl, in_unit, rank);
-    }
-    if (res != ncclSuccess && !cl->failed) {
-        char m2[256];
-        snprintf(m2, sizeof(m2),
-                 "rank %d (host %s): a device launch failed (see the warning above)", rank,
-                 br_host_name());
-        clique_fail(cl, res, m2);
-    }
-    return res;
-}
-
-/* Launch every unit that is complete, in rank order of heads. Caller holds cl->mu. */
-static ncclResult_t launch_ready(br_clique_t *cl, int rank)
-{
-    char *in_unit = NULL;
-    int *stack = NULL, progress = 1;
-    ncclResult_t res = ncclSuccess;
-
-    BR_CHECK(br_calloc(&in_unit, (size_t)cl->nranks, "CUDA unit"));
-    if (br_calloc(&stack, (size_t)cl->nranks, "CUDA unit") != ncclSuccess) {
-        free(in_unit);
-        return ncclSystemError;
-    }
-    while (progress && !cl->failed && res == ncclSuccess) {
-        progress = 0;
-        int found = br_cuda_unit_collective(cl, in_unit);
-        for (int a = 0; a < cl->nranks && !found; a++) {
-            const br_cuda_dep_t *d = br_cuda_head(cl, a);
-            found = d != NULL && !d->has_coll && br_cuda_unit_p2p(cl, a, in_unit, stack);
-        }
-        if (!found) {
-            break;
-        }
-        res = launch_unit(cl, in_unit, rank);
-        for (int r = 0; r < cl->nranks; r++) {
-            if (in_unit[r]) {
-                cl->rank[r].q[cl->rank[r].launched % BR_CUDA_QUEUE].nops = 0;
-                __atomic_store_n(&cl->rank[r].launched, cl->rank[r].launched + 1,
-                                 __ATOMIC_RELEASE);
-            }
-        }
-        progress = 1;
-        pthread_cond_broadcast(&cl->cv);
-    }
-    free(in_unit);
-    free(stack);
-    return res;
+    br_cuda_clique_fail(cl, res, msg);
 }
 
 /* ---- the watchdog ---- */
@@ -529,7 +203,7 @@ static ncclResult_t launch_ready(br_clique_t *cl, int rank)
 /* Deposits waiting longer than the limit: fail them, saying what every rank called. */
 static void check_stalled(br_clique_t *cl)
 {
-    uint64_t now = br_time_ns(), limit = wait_limit_ns(), oldest = 0;
+    uint64_t now = br_time_ns(), limit = br_cuda_wait_limit_ns(), oldest = 0;
     if (limit == 0 || cl->failed) {
         return;
     }
@@ -557,7 +231,7 @@ static void check_stalled(br_clique_t *cl)
         at += (size_t)snprintf(msg + at, sizeof(msg) - at, " rank %d: %s%s;", r,
                                d != NULL ? "next " : "", one);
     }
-    clique_fail(cl, ncclTimeout, msg);
+    br_cuda_clique_fail(cl, ncclTimeout, msg);
 }
 
 /* Launches whose kernels have not finished long after they were launched: the kernels'
@@ -566,7 +240,7 @@ static void check_stalled(br_clique_t *cl)
 static void check_launches(br_clique_t *cl)
 {
     const br_cuda_t *cu = br_cuda(NULL);
-    uint64_t limit = wait_limit_ns();
+    uint64_t limit = br_cuda_wait_limit_ns();
     char msg[768];
     if (limit == 0 || cl->failed) {
         return;
@@ -590,7 +264,7 @@ static void check_launches(br_clique_t *cl)
                  "CUDA_DEVICE_MAX_CONNECTIONS puts several streams in one hardware queue)",
                  cl->nranks - 1, br_host_name(), b->what,
                  (unsigned long long)((br_time_ns() - b->since_ns) / 1000000000ull));
-        clique_fail(cl, ncclUnhandledCudaError, msg);
+        br_cuda_clique_fail(cl, ncclUnhandledCudaError, msg);
         return;
     }
 }
@@ -652,7 +326,7 @@ void br_cuda_ensure_setup(br_clique_t *cl, int rank)
                  "rank %d (host %s): the CUDA executor could not be set up (see the warning "
                  "above)",
                  rank, br_host_name());
-        clique_fail(cl, cl->setup_res, msg);
+        br_cuda_clique_fail(cl, cl->setup_res, msg);
     } else if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) == 0) {
         cl->watchdog_started = 1;
     }
@@ -823,7 +497,7 @@ ncclResult_t br_exec_cuda_deposit(br_exec_comm_t *ec, const br_op_t *ops, int no
     uint64_t t = q->next;
     BR_CHECK_GOTO(br_cuda_dep_add(cl, ec->rank, ops, nops), res, out);
     *ticket_p = t;
-    res = launch_ready(cl, ec->rank);
+    res = br_cuda_launch_ready(cl, ec->rank);
     if (res == ncclSuccess && ec->error != ncclSuccess) {
         res = ec->error;
     }
@@ -936,7 +610,7 @@ void br_exec_cuda_abort(br_exec_comm_t *ec)
     }
     snprintf(msg, sizeof(msg), "rank %d (host %s): communicator aborted (ncclCommAbort)", ec->rank,
              br_host_name());
-    clique_fail(cl, ncclRemoteError, msg);
+    br_cuda_clique_fail(cl, ncclRemoteError, msg);
     pthread_mutex_unlock(&cl->mu);
     br_cuda(NULL)->CtxSetCurrent(saved);
 }

@@ -146,6 +146,12 @@ ncclResult_t br_cuda_dep_add(br_clique_t *cl, int r, const br_op_t *ops, int nop
 /* Is every rank's next deposit a collective one (in_unit: all ranks)? Or, from rank a, a
  * set of send/recv-only next deposits that pair up among themselves (in_unit: which;
  * stack: room for nranks)? */
+/* Shared by exec_cuda.c and exec_cuda_unit.c: the host-side wait limit
+ * (BRAID_CUDA_WAIT_TIMEOUT, ns); fail every rank of the clique (sticky; caller holds cl->mu);
+ * launch every complete unit (exec_cuda_unit.c; caller holds cl->mu). */
+uint64_t br_cuda_wait_limit_ns(void);
+void br_cuda_clique_fail(br_clique_t *cl, ncclResult_t res, const char *msg);
+ncclResult_t br_cuda_launch_ready(br_clique_t *cl, int rank);
 int br_cuda_unit_collective(br_clique_t *cl, char *in_unit);
 int br_cuda_unit_p2p(br_clique_t *cl, int a, char *in_unit, int *stack);
 /* The launch's words shared with the host: abort, timeout, the failure claim and report. */
