@@ -93,6 +93,9 @@ void br_plan_free(br_plan_t *plan);
 
 /* The constants the tuner plugin may edit at its init. */
 br_tune_constants_t *br_plan_constants(br_plan_t *plan);
+/* NCCL 2.30's constants for Ring and Tree (tuning.cc; plan_gpu.c), which the plan uses where
+ * every rank has a GPU and braid-sim's NCCL model starts from. */
+void br_plan_gpu_constants(br_tune_constants_t *k);
 /* Install a tuner hook (after the tuner's init). */
 void br_plan_set_tuner(br_plan_t *plan, br_tune_hook_t hook, void *ctx, const char *name);
 

@@ -72,9 +72,8 @@ void br_plan_model(const br_plan_t *p, int func, size_t bytes, int nch, float *t
  * splitting would only add per-step overhead. */
 int br_plan_nchannels(const br_plan_t *p, size_t bytes);
 
-/* NCCL's constants (plan_gpu.c) and its model for Ring and Tree where every rank has a GPU;
- * -1 when the protocol has no bandwidth there. */
-void br_plan_gpu_constants(br_tune_constants_t *k);
+/* NCCL's model for Ring and Tree where every rank has a GPU (plan_gpu.c; its constants:
+ * br_plan_gpu_constants, plan.h); -1 when the protocol has no bandwidth there. */
 double br_plan_gpu_us(const br_plan_t *p, int func, int algo, int proto, size_t bytes);
 
 /* Payload bytes one slot carries for (algo, proto) at this size and channel count. */

@@ -30,6 +30,7 @@
 #include <strings.h>
 
 #include "coll.h"
+#include "plan.h"
 #include "util.h"
 
 static const char *const algo_names[SIM_NUM_ALGOS] = {
@@ -56,14 +57,9 @@ static const double hw_lat_230[3][SIM_NUM_ALGOS][3] = {
      {0, 0, 18},
      {0, 0, 20.9},
      {0, 0, 14}}};
-/* [arch: Volta, Ampere, Hopper, Blackwell][scale: 1 node, 2 nodes, more]. */
-static const double ll_max_230[4][3] = {
-    {39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}};
-static const double ring_ll128_max[4] = {20.0, 20.0, 36.7, 40.0};
-static const double tree_ll128_max[4][3] = {
-    {20.0, 20.0, 20.0}, {20.0, 20.0, 20.0}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}};
-static const double tree_max[4][3] = {
-    {26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}};
+/* The bandwidth caps of Ring and Tree (LL, Ring/LL128, Tree/LL128, Tree) are the plan's
+ * own copy of 2.30's (br_plan_gpu_constants). [arch: Volta, Ampere, Hopper, Blackwell]
+ * [scale: 1 node, 2 nodes, more]. */
 static const double nvls_tree_max[4][3] = {
     {26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0.0, 57.7, 45.5}, {0.0, 96.0, 80.0}};
 static const double nvls_eff[4] = {0.0, 0.0, 0.85, 0.74};
@@ -115,9 +111,19 @@ int sim_nccl_version_parse(const char *s, int *minor)
 static void version_constants(sim_nccl_t *m)
 {
     int v = m->version;
+    br_tune_constants_t k;
+
+    br_plan_gpu_constants(&k);
+    for (int a = 0; a < 4; a++) {
+        m->ring_ll128_max[a] = k.per_ch_max_ring_ll128_bws[a][0];
+        for (int s = 0; s < 3; s++) {
+            m->ll_max[a][s] = k.ll_max_bws[a][s];
+            m->tree_ll128_max[a][s] = k.per_ch_max_tree_ll128_bws[a][s];
+            m->tree_max[a][s] = k.per_ch_max_tree_bws[a][s];
+        }
+    }
     memcpy(m->base_lat, base_lat_230, sizeof(m->base_lat));
     memcpy(m->hw_lat, hw_lat_230, sizeof(m->hw_lat));
-    memcpy(m->ll_max, ll_max_230, sizeof(m->ll_max));
     if (v <= 28) {
         m->hw_lat[2][SIM_NVLS_TREE][BR_PROTO_SIMPLE] = 14.0; /* 20.9 from 2.29 */
     }
@@ -132,7 +138,7 @@ static void version_constants(sim_nccl_t *m)
         /* NVLS over NVLink 23 us (25 from 2.21); Hopper's LL caps were Ampere's. */
         m->hw_lat[0][SIM_NVLS][BR_PROTO_SIMPLE] = m->hw_lat[0][SIM_NVLS_TREE][BR_PROTO_SIMPLE] =
             23.0;
-        memcpy(m->ll_max[2], ll_max_230[1], sizeof(m->ll_max[2]));
+        memcpy(m->ll_max[2], m->ll_max[1], sizeof(m->ll_max[2]));
     }
 }
 
@@ -340,13 +346,13 @@ static double alg_bw(const sim_nccl_t *m, int func, int algo, int proto, int *nc
         bus = min2(m->ll_max[llrow][col], bus * f);
     } else if (algo == SIM_RING && proto == BR_PROTO_LL128) {
         /* Up to 2.22 one GPU per node had 0.7. */
-        bus = min2(bus * (m->version <= 22 && ppn < 2 ? 0.7 : 0.92), nch * ring_ll128_max[arch]);
+        bus = min2(bus * (m->version <= 22 && ppn < 2 ? 0.7 : 0.92), nch * m->ring_ll128_max[arch]);
     } else if (algo == SIM_TREE) {
-        bus = min2(bus * 0.92, nch * tree_max[arch][col]);
+        bus = min2(bus * 0.92, nch * m->tree_max[arch][col]);
         if (proto == BR_PROTO_LL) {
             bus = min2(bus / 3.8, m->ll_max[llrow][col]);
         } else if (proto == BR_PROTO_LL128) {
-            bus = min2(bus * (N == 1 ? 7.0 / 9.0 : 120.0 / 128.0), nch * tree_ll128_max[arch][col]);
+            bus = min2(bus * (N == 1 ? 7.0 / 9.0 : 120.0 / 128.0), nch * m->tree_ll128_max[arch][col]);
         }
     } else if (algo == SIM_PAT) {
         bus *= m->version == 23 ? 0.85 : 0.75;

@@ -41,10 +41,12 @@ typedef struct {
     int proto_mask; /* NCCL_PROTO: bit per protocol; -1 = NCCL's default (LL128 by rule) */
     int version;    /* NCCL 2.x whose tuning constants are used: x from SIM_NCCL_VERSION_MIN */
     /* That version's constants (tuning.cc): base and per-hop latencies {LL, LL128, Simple},
-     * hops over NVLink, PCI and the network; the LL bandwidth caps [row][1 node, 2, more]. */
+     * hops over NVLink, PCI and the network; the LL bandwidth caps [row][1 node, 2, more];
+     * per-channel caps of Ring/LL128 [arch], Tree/LL128 and Tree [arch][1 node, 2, more]. */
     double base_lat[SIM_NUM_ALGOS][3];
     double hw_lat[3][SIM_NUM_ALGOS][3];
     double ll_max[4][3];
+    double ring_ll128_max[4], tree_ll128_max[4][3], tree_max[4][3];
     char why[640]; /* the defaults taken, for the output */
 } sim_nccl_t;
 
