@@ -78,9 +78,46 @@ err_free_peers:
     return res;
 }
 
-/* Check in with the root and read its answer. */
+void br_boot_test_exit(const br_bootstrap_t *boot, const char *point)
+{
+    const char *at = BR_PARAM_STR(TEST_EXIT_AT);
+    if (at != NULL && strcmp(at, point) == 0) {
+        BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d ends at %s (BRAID_TEST_EXIT_AT)",
+                boot->rank, point);
+        _exit(3);
+    }
+}
+
+/* A host's leader: read the root's list of its host's ranks that follows the answer. */
+static ncclResult_t root_recv_local(br_bootstrap_t *boot, int fd, const br_boot_answer_t *ans,
+                                    const char *root, br_boot_local_t **local_p)
+{
+    br_boot_local_t *local = NULL;
+    ncclResult_t res;
+
+    if (!ans->hier || ans->lidx != 0 || ans->nlocal < 2 || ans->nlocal > boot->nranks) {
+        return ncclSuccess;
+    }
+    BR_CHECK(br_calloc(&local, (size_t)ans->nlocal, "bootstrap host ranks"));
+    res = br_socket_recv_all(fd, local, (size_t)ans->nlocal * sizeof(*local),
+                             br_time_ns() + boot->timeout_ns);
+    if (res != ncclSuccess) {
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
+                "bootstrap: rank %d: the root at %s sent its answer but not this host's %d "
+                "ranks: %s",
+                boot->rank, root, ans->nlocal, strerror(errno));
+        free(local);
+        return ncclSystemError;
+    }
+    *local_p = local;
+    return ncclSuccess;
+}
+
+/* Check in with the root and read its answer (and, for a host's leader, the host's ranks:
+ * *local_p, which the caller frees). */
 static ncclResult_t root_exchange(br_bootstrap_t *boot, const br_boot_handle_t *h,
-                                  uint64_t deadline, br_boot_answer_t *ans)
+                                  uint64_t deadline, br_boot_answer_t *ans,
+                                  br_boot_local_t **local_p)
 {
     char root[BR_SOCKET_ADDR_STRLEN];
     br_boot_checkin_t c;
@@ -96,8 +133,8 @@ static ncclResult_t root_exchange(br_bootstrap_t *boot, const br_boot_handle_t *
     c.pid = (int32_t)getpid();
     c.addr = boot->listen_addr;
     snprintf(c.host, sizeof(c.host), "%s", br_host_name());
-    c.host_hash = br_host_hash();
-    c.pid_ns = br_boot_pid_ns();
+    c.shm_key = br_shm_key(NULL);
+    c.pid_ns = br_pid_ns();
     c.shm = BR_PARAM_INT(BOOTSTRAP_SHM) != 0;
     /* A unique id's root listens from ncclGetUniqueId on, so refusals mean its process is
      * gone: give up after BR_BOOT_REFUSED_NS. NCCL_COMM_ID's rank 0 may simply start late. */
@@ -184,7 +221,9 @@ static ncclResult_t root_exchange(br_bootstrap_t *boot, const br_boot_handle_t *
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "%s", ans->msg);
         res = (ans->res > ncclSuccess && ans->res < ncclNumResults) ? (ncclResult_t)ans->res
                                                                     : ncclSystemError;
+        goto out;
     }
+    res = root_recv_local(boot, fd, ans, root, local_p);
 out:
     br_socket_close(&fd);
     return res;
@@ -279,6 +318,7 @@ static ncclResult_t exchange_peers(br_bootstrap_t *boot)
     me = &all[boot->rank];
     br_boot_peer_fill(boot, me);
     if (boot->hier != NULL) {
+        br_boot_test_exit(boot, "boot-shm-gather");
         BR_CHECK_GOTO(br_boot_hier_first(boot, all, sizeof(*all), boot->coll_seq++), res, out);
     } else {
         BR_CHECK_GOTO(log_allgather(boot, all, sizeof(*all)), res, out);
@@ -299,6 +339,7 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     br_bootstrap_t *boot = NULL;
     br_boot_handle_t h;
     br_boot_answer_t ans;
+    br_boot_local_t *local = NULL;
     uint64_t t0 = br_time_ns(), t_root, t_ring, t_peers, deadline;
     int n = nranks;
     char why[256], text[BR_SOCKET_ADDR_STRLEN];
@@ -315,7 +356,7 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     deadline = t0 + boot->timeout_ns;
     BR_CHECK_GOTO(open_listeners(boot, &h), res, err_free_boot);
     BR_CHECK_GOTO(br_boot_thread_start(boot), res, err_free_boot);
-    BR_CHECK_GOTO(root_exchange(boot, &h, deadline, &ans), res, err_free_boot);
+    BR_CHECK_GOTO(root_exchange(boot, &h, deadline, &ans, &local), res, err_free_boot);
     t_root = br_time_ns();
     /* Only the neighbours' addresses are known until the allgather below. */
     boot->peers[(rank + 1) % n].info.addr = ans.next;
@@ -330,8 +371,11 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     }
     BR_CHECK_GOTO(ring_connect(boot, t_root + boot->timeout_ns), res, err_free_boot);
     if (ans.hier) {
-        BR_CHECK_GOTO(br_boot_hier_open(boot, &ans), res, err_free_boot);
+        br_boot_test_exit(boot, "boot-shm-map");
+        BR_CHECK_GOTO(br_boot_hier_open(boot, &ans, local), res, err_free_boot);
     }
+    free(local);
+    local = NULL;
     t_ring = br_time_ns();
     BR_CHECK_GOTO(exchange_peers(boot), res, err_free_boot);
     if (boot->hier != NULL) {
@@ -347,6 +391,7 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     *boot_p = boot;
     return ncclSuccess;
 err_free_boot:
+    free(local);
     boot_free(boot);
     return res;
 }

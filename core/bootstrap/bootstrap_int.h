@@ -20,7 +20,7 @@
 /* First field of every unique id made here: "BraidId1" read as little-endian bytes. */
 #define BR_BOOT_ID_MAGIC 0x3164496469617242ull
 /* Wire protocol version, checked at every hello. */
-#define BR_BOOT_PROTO 3u
+#define BR_BOOT_PROTO 4u
 /* The id was made from NCCL_COMM_ID: rank 0 starts the root inside init. */
 #define BR_BOOT_FLAG_COMM_ID 0x1u
 #define BR_BOOT_FLAGS_KNOWN BR_BOOT_FLAG_COMM_ID
@@ -58,9 +58,9 @@ typedef struct {
     int32_t pid;
     br_socket_addr_t addr; /* the rank's listener */
     char host[BR_BOOT_HOST_LEN];
-    uint64_t host_hash; /* br_host_hash(): ranks that share it share /dev/shm */
-    uint64_t pid_ns;    /* its pid namespace (br_boot_pid_ns) */
-    int32_t shm;        /* BRAID_BOOTSTRAP_SHM */
+    uint64_t shm_key; /* br_shm_key(): ranks with equal keys share /dev/shm */
+    uint64_t pid_ns;  /* its pid namespace (br_pid_ns) */
+    int32_t shm;      /* BRAID_BOOTSTRAP_SHM */
     int32_t pad;
 } br_boot_checkin_t;
 
@@ -82,7 +82,8 @@ typedef struct {
     int32_t hop_rank[BR_BOOT_HOPS];
     int32_t from_rank[BR_BOOT_HOPS];
     /* Allgathers through host memory (every rank has BRAID_BOOTSTRAP_SHM and some host
-     * holds several ranks): 1, and this rank's host as the root grouped them by host_hash:
+     * holds several ranks): 1, and this rank's host as the root grouped them by shm_key
+     * (a "host" here is the ranks that share one /dev/shm):
      * its leader (lowest rank), the leader's pid, the host's rank count, this rank's index
      * among them (by rank), the host count and this host's index (by leader rank). */
     int32_t hier;
@@ -96,6 +97,15 @@ typedef struct {
     uint64_t leader_pid_ns;
     uint64_t nonce; /* random per init: tells this init's host segments from a stale one's */
 } br_boot_answer_t;
+
+/* Root -> a host's leader, after its answer when nlocal > 1: one per rank of its host, by
+ * index there, so that the leader can tell a rank that died before it mapped the host's
+ * segment from one that is merely slow. */
+typedef struct {
+    int32_t rank;
+    int32_t pid;
+    uint64_t pid_ns;
+} br_boot_local_t;
 
 /* Kinds of connection to a rank's listener. */
 enum { BR_BOOT_CONN_MSG = 1, BR_BOOT_CONN_ABORT = 2, BR_BOOT_CONN_QUERY = 3 };
@@ -147,7 +157,7 @@ typedef struct {
     br_socket_addr_t addr;
     int32_t pid;
     char host[BR_BOOT_HOST_LEN];
-    uint64_t host_hash; /* br_host_hash(): ranks that share it share /dev/shm */
+    uint64_t shm_key; /* br_shm_key(): ranks with equal keys share /dev/shm */
 } br_boot_peer_t;
 
 _Static_assert(sizeof(br_boot_handle_t) <= NCCL_UNIQUE_ID_BYTES, "unique id too small");
@@ -157,6 +167,7 @@ _Static_assert(sizeof(br_boot_answer_t) == 584 + BR_BOOT_HOPS * (28 + 8) + 4 + 4
 _Static_assert(sizeof(br_boot_hello_t) == 24, "hello layout");
 _Static_assert(sizeof(br_boot_frame_t) == 16, "frame layout");
 _Static_assert(sizeof(br_boot_peer_t) == 104, "peer layout");
+_Static_assert(sizeof(br_boot_local_t) == 16, "local rank layout");
 
 /* A received message waiting in a peer's unexpected queue. */
 typedef struct br_boot_msg br_boot_msg_t;
@@ -274,12 +285,15 @@ ncclResult_t br_boot_wait_hello(br_bootstrap_t *boot, int peer, uint64_t deadlin
  * ncclSuccess; why gets the reason. Called with boot->lock held. */
 ncclResult_t br_boot_wait_blocked(br_bootstrap_t *boot, int peer, char *why, size_t len);
 
-/* This rank's entry of the peer table, and its pid namespace's identity. */
+/* This rank's entry of the peer table. */
 void br_boot_peer_fill(br_bootstrap_t *boot, br_boot_peer_t *me);
-uint64_t br_boot_pid_ns(void);
 /* With the root's host grouping (ans->hier): map this host's segment (collective over the
- * host; fails naming the rank, and tells every rank, when it cannot). */
-ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans);
+ * host; fails naming the rank, and tells every rank, when it cannot). local: for the
+ * host's leader, its ranks (ans->nlocal entries, from the root), else NULL. */
+ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans,
+                               const br_boot_local_t *local);
+/* BRAID_TEST_EXIT_AT: this process ends here (_exit) when the parameter names point. */
+void br_boot_test_exit(const br_bootstrap_t *boot, const char *point);
 /* The first allgather through it (the peer table), between leaders the root named. */
 ncclResult_t br_boot_hier_first(br_bootstrap_t *boot, void *data, size_t size, int tag);
 /* Once the peer table is in: every host's ranks, as the later allgathers need them. */

@@ -305,13 +305,16 @@ static void missing_ranks(const root_t *rt, char *buf, size_t len, int *count_p)
     *count_p = count;
 }
 
-static void answer(root_t *rt, int *fd, const br_boot_answer_t *ans)
+/* Send the answer, then extra_len bytes of extra (a leader's host ranks), and close. */
+static void answer_with(root_t *rt, int *fd, const br_boot_answer_t *ans, const void *extra,
+                        size_t extra_len)
 {
     char text[BR_SOCKET_ADDR_STRLEN];
     uint64_t deadline = br_time_ns() + br_boot_timeout_ns();
 
     /* A rank that cannot be answered fails on its own timeout; nothing more to do here. */
-    if (br_socket_send_all(*fd, ans, sizeof(*ans), deadline) != ncclSuccess) {
+    if (br_socket_send_all(*fd, ans, sizeof(*ans), deadline) != ncclSuccess ||
+        (extra_len > 0 && br_socket_send_all(*fd, extra, extra_len, deadline) != ncclSuccess)) {
         socklen_t alen = sizeof(br_socket_addr_t);
         br_socket_addr_t peer;
         memset(&peer, 0, sizeof(peer));
@@ -320,6 +323,11 @@ static void answer(root_t *rt, int *fd, const br_boot_answer_t *ans)
                 rt->addr_text, br_socket_addr_str(&peer, text, sizeof(text)), strerror(errno));
     }
     br_socket_close(fd);
+}
+
+static void answer(root_t *rt, int *fd, const br_boot_answer_t *ans)
+{
+    answer_with(rt, fd, ans, NULL, 0);
 }
 
 /* The init has failed: tell every rank that arrived, and every rank that arrives later. */
@@ -357,8 +365,8 @@ static int by_host(const void *a, const void *b, void *arg)
 {
     const br_boot_checkin_t *info = arg;
     int x = *(const int *)a, y = *(const int *)b;
-    if (info[x].host_hash != info[y].host_hash) {
-        return info[x].host_hash < info[y].host_hash ? -1 : 1;
+    if (info[x].shm_key != info[y].shm_key) {
+        return info[x].shm_key < info[y].shm_key ? -1 : 1;
     }
     return x < y ? -1 : x > y;
 }
@@ -370,7 +378,9 @@ static int by_leader(const void *a, const void *b, void *arg)
     return x < y ? -1 : x > y;
 }
 
-/* Group the ranks by host for allgathers through host memory: the ranks by host, hosts
+/* Group the ranks by host for allgathers through host memory (a host: the ranks whose
+ * /dev/shm is one, by shm_key, so containers of one machine with their own are apart;
+ * every rank follows this one grouping, so they choose alike): the ranks by host, hosts
  * in the order of their leaders (lowest ranks), each host's ranks ascending (sorted; host
  * k's are sorted[start[k] .. start[k + 1])), and per rank its host (node_of) and its
  * index there (lidx_of). Returns the host count, or 0 when allgathers go over sockets (a
@@ -396,7 +406,7 @@ static int root_group(const root_t *rt, int **sorted_p, int **start_p, int **nod
     }
     qsort_r(by_hash, (size_t)n, sizeof(int), by_host, rt->info);
     for (int i = 0; i < n; i++) {
-        if (i == 0 || rt->info[by_hash[i]].host_hash != rt->info[by_hash[i - 1]].host_hash) {
+        if (i == 0 || rt->info[by_hash[i]].shm_key != rt->info[by_hash[i - 1]].shm_key) {
             lead[nn] = by_hash[i];
             order[nn] = nn;
             runs[nn++] = i;
@@ -442,6 +452,7 @@ static void root_succeed(root_t *rt)
     int *sorted = NULL, *start = NULL, *node_of = NULL, *lidx_of = NULL;
     int nn = root_group(rt, &sorted, &start, &node_of, &lidx_of);
     uint64_t nonce = 0;
+    br_boot_local_t *local = nn > 0 ? calloc((size_t)n, sizeof(*local)) : NULL;
 
     if (br_random_bytes(&nonce, sizeof(nonce)) != ncclSuccess) {
         nonce = br_time_ns() ^ rt->secret; /* only needs to differ from an earlier init's */
@@ -477,8 +488,18 @@ static void root_succeed(root_t *rt)
                 ans.hop[k] = rt->info[ans.hop_rank[k]].addr;
             }
         }
-        answer(rt, &rt->fds[r], &ans);
+        size_t nlocal = 0;
+        if (ans.hier && r == ans.leader && ans.nlocal > 1) {
+            /* Its leader gets the host's ranks (a leader that cannot have them fails its
+             * init on a short read, rather than waiting blind for a dead rank). */
+            for (int i = start[ans.node]; i < start[ans.node + 1] && local != NULL; i++) {
+                const br_boot_checkin_t *c = &rt->info[sorted[i]];
+                local[nlocal++] = (br_boot_local_t){sorted[i], c->pid, c->pid_ns};
+            }
+        }
+        answer_with(rt, &rt->fds[r], &ans, local, nlocal * sizeof(*local));
     }
+    free(local);
     free(sorted);
     free(start);
     free(node_of);

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The bootstrap's allgathers through each host's shared memory. The root groups the ranks
- * by host (br_host_hash: host name and boot id, or NCCL_HOSTID) when it answers their
- * check-ins, and the ranks of a host meet in one segment that its lowest rank (the host's
- * leader) creates:
+ * by host when it answers their check-ins (br_shm_key: host name and boot id, or
+ * NCCL_HOSTID, and the device of /dev/shm, so that containers of one machine that each
+ * have their own /dev/shm are different hosts here), and the ranks of a host meet in one
+ * segment that its lowest rank (the host's leader) creates:
  *
  *   - every rank writes its slot into the segment's table and counts itself in;
  *   - the leader waits for its host's ranks, allgathers the host's slots with the other
@@ -24,7 +25,9 @@
  * Waits sleep on futexes in the segment in slices that grow from SLICE_MIN_MS to
  * SLICE_MAX_MS (a thousand waiting ranks must not keep two cores busy); between slices a
  * waiter checks that the ranks it waits for still exist (kill(pid, 0) and /proc, where the
- * pid namespace is its own), the bootstrap's abort, cancel and deadline, and the segment's
+ * pid namespace is its own; the leader knows its host's pids from the root, so a rank that
+ * dies before it maps the segment is seen too), the bootstrap's abort, cancel and deadline,
+ * and the segment's
  * failure word: the first rank of a host that fails writes why there and wakes the
  * others, so a host's ranks end together with the same text.
  *
@@ -124,18 +127,12 @@ static void futex_wake_all(_Atomic uint32_t *word)
     (void)futex(word, FUTEX_WAKE, INT_MAX, NULL);
 }
 
-uint64_t br_boot_pid_ns(void)
-{
-    struct stat st;
-    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
 void br_boot_peer_fill(br_bootstrap_t *boot, br_boot_peer_t *me)
 {
     me->addr = boot->listen_addr;
     me->pid = (int32_t)getpid();
     snprintf(me->host, sizeof(me->host), "%s", br_host_name());
-    me->host_hash = br_host_hash();
+    me->shm_key = br_shm_key(NULL);
 }
 
 /* Is the process pid (of pid namespace ns) known to be gone: no such process, or one
@@ -199,10 +196,16 @@ static int hier_failed(br_boot_hier_t *h, char *why, size_t len)
 }
 
 /* One slice's checks while waiting for the host's rank at index i; 0 to keep waiting. */
-static ncclResult_t hier_check(br_bootstrap_t *boot, int i, uint64_t deadline, const char *what,
-                               char *why, size_t len)
+static ncclResult_t hier_check(br_bootstrap_t *boot, int i, uint64_t deadline, char *why,
+                               size_t len)
 {
     br_boot_hier_t *h = boot->hier;
+    /* Generation 1 is the setup: every rank of the host maps the segment. */
+    const char *what = i == 0 ? (h->gen == 1 ? "(this host's leader) in the setup of this host's "
+                                               "bootstrap shared memory"
+                                             : "(this host's leader) in a bootstrap allgather")
+                              : (h->gen == 1 ? "to map this host's bootstrap shared memory"
+                                             : "in a bootstrap allgather");
     const hier_slot_t *sl = &h->slot[i];
     int pid = i == 0 ? h->leader_pid : sl->pid;
     int peer = i == 0 ? h->leader : (pid > 0 ? sl->rank : -1);
@@ -216,11 +219,11 @@ static ncclResult_t hier_check(br_bootstrap_t *boot, int i, uint64_t deadline, c
     pthread_mutex_lock(&boot->lock);
     res = br_boot_wait_blocked(boot, peer >= 0 ? peer : boot->rank, reason, sizeof(reason));
     pthread_mutex_unlock(&boot->lock);
-    if (peer >= 0) {
+    if (peer >= 0 && boot->peers[peer].info.pid == 0) {
+        /* Before the peer table: what the root told us (a host's ranks share its name). */
+        snprintf(who, sizeof(who), "rank %d (host %.64s, pid %d)", peer, br_host_name(), pid);
+    } else if (peer >= 0) {
         br_boot_rank_str(boot, peer, who, sizeof(who));
-        if (boot->peers[peer].info.pid == 0) { /* before the peer table: the pid we know */
-            snprintf(who + strlen(who), sizeof(who) - strlen(who), " (pid %d)", pid);
-        }
     } else {
         snprintf(who, sizeof(who), "this host's rank number %d (by rank), which never mapped "
                  "the host's memory,", i);
@@ -270,8 +273,7 @@ static ncclResult_t hier_wait_arrivals(br_bootstrap_t *boot, uint32_t g, uint64_
         }
         for (int i = 1; i < h->nlocal; i++) {
             if (atomic_load_explicit(&h->slot[i].seen, memory_order_relaxed) != g) {
-                ncclResult_t res =
-                    hier_check(boot, i, deadline, "in a bootstrap allgather", why, len);
+                ncclResult_t res = hier_check(boot, i, deadline, why, len);
                 if (res != ncclSuccess) {
                     return res;
                 }
@@ -300,8 +302,7 @@ static ncclResult_t hier_wait_gen(br_bootstrap_t *boot, uint32_t g, uint64_t dea
         if (atomic_load_explicit(&h->hdr->gen, memory_order_acquire) == g) {
             return ncclSuccess;
         }
-        ncclResult_t res =
-            hier_check(boot, 0, deadline, "(this host's leader) in a bootstrap allgather", why, len);
+        ncclResult_t res = hier_check(boot, 0, deadline, why, len);
         if (res != ncclSuccess) {
             return res;
         }
@@ -509,8 +510,8 @@ static ncclResult_t hier_round(br_bootstrap_t *boot, const char *mine, char *out
     }
     if (res != ncclSuccess) {
         hier_fail(h, why);
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d (host %s): allgather failed: %s",
-                boot->rank, br_host_name(), why);
+        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: rank %d (host %s): %s failed: %s",
+                boot->rank, br_host_name(), g == 1 ? "host memory setup" : "allgather", why);
         return res;
     }
     if (out != NULL) {
@@ -564,7 +565,7 @@ static int by_host(const void *a, const void *b, void *arg)
 {
     const br_bootstrap_t *boot = arg;
     int x = *(const int *)a, y = *(const int *)b;
-    uint64_t hx = boot->peers[x].info.host_hash, hy = boot->peers[y].info.host_hash;
+    uint64_t hx = boot->peers[x].info.shm_key, hy = boot->peers[y].info.shm_key;
     if (hx != hy) {
         return hx < hy ? -1 : 1;
     }
@@ -593,7 +594,7 @@ ncclResult_t br_boot_hier_group(br_bootstrap_t *boot)
     qsort_r(sorted, (size_t)n, sizeof(*sorted), by_host, boot);
     for (int i = 0; i < n; i++) {
         if (i == 0 ||
-            boot->peers[sorted[i]].info.host_hash != boot->peers[sorted[i - 1]].info.host_hash) {
+            boot->peers[sorted[i]].info.shm_key != boot->peers[sorted[i - 1]].info.shm_key) {
             starts[nn++] = i;
         }
     }
@@ -602,9 +603,9 @@ ncclResult_t br_boot_hier_group(br_bootstrap_t *boot)
     BR_CHECK_GOTO(br_calloc(&h->node_start, (size_t)nn + 1, "bootstrap hosts"), res, out);
     BR_CHECK_GOTO(br_calloc(&h->node_ranks, (size_t)n, "bootstrap hosts"), res, out);
     for (int k = 0, at = 0; k < nn; k++) {
-        uint64_t hash = boot->peers[sorted[starts[k]]].info.host_hash;
+        uint64_t hash = boot->peers[sorted[starts[k]]].info.shm_key;
         h->node_start[k] = at;
-        for (int i = starts[k]; i < n && boot->peers[sorted[i]].info.host_hash == hash; i++) {
+        for (int i = starts[k]; i < n && boot->peers[sorted[i]].info.shm_key == hash; i++) {
             if (sorted[i] == boot->rank) {
                 node = k;
                 lidx = at - h->node_start[k];
@@ -687,7 +688,8 @@ static ncclResult_t hier_attach(br_bootstrap_t *boot, uint64_t deadline, char *w
     char who[160], reason[BR_BOOT_REASON_LEN + 64];
     ncclResult_t res = ncclSuccess;
 
-    snprintf(who, sizeof(who), "rank %d (pid %d), this host's leader", h->leader, h->leader_pid);
+    snprintf(who, sizeof(who), "rank %d (host %.64s, pid %d), this host's leader", h->leader,
+             br_host_name(), h->leader_pid);
     for (;;) {
         int fd = shm_open(h->name, O_RDWR, 0);
         if (fd >= 0) {
@@ -720,8 +722,9 @@ static ncclResult_t hier_attach(br_bootstrap_t *boot, uint64_t deadline, char *w
         }
         if (res == ncclSuccess && br_time_ns() >= deadline) {
             snprintf(reason, sizeof(reason),
-                     "%s did not appear within %d s (a rank with the same host identity whose "
-                     "/dev/shm differs? set NCCL_HOSTID apart, or BRAID_BOOTSTRAP_SHM=0)",
+                     "%s did not appear within %d s (does this rank's /dev/shm differ from the "
+                     "leader's in a way its device and inode do not show? set NCCL_HOSTID "
+                     "apart, or BRAID_BOOTSTRAP_SHM=0)",
                      h->name, br_boot_timeout_s());
             res = ncclSystemError;
         }
@@ -771,7 +774,23 @@ void br_boot_hier_kick(br_bootstrap_t *boot)
     }
 }
 
-ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans)
+/* The leader: every rank of its host in its slot before anyone maps the segment, so a
+ * wait for one that never maps still knows whose process to look at. The root's list is
+ * checked, not trusted: a slot it cannot fill stays empty. */
+static void hier_slots_prefill(br_bootstrap_t *boot, const br_boot_local_t *local)
+{
+    br_boot_hier_t *h = boot->hier;
+    for (int i = 1; i < h->nlocal && local != NULL; i++) {
+        if (local[i].rank >= 0 && local[i].rank < boot->nranks && local[i].pid > 0) {
+            h->slot[i].rank = local[i].rank;
+            h->slot[i].pid_ns = local[i].pid_ns;
+            h->slot[i].pid = local[i].pid;
+        }
+    }
+}
+
+ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans,
+                               const br_boot_local_t *local)
 {
     int n = boot->nranks;
     br_boot_hier_t *h = NULL;
@@ -790,7 +809,7 @@ ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans
     }
     BR_CHECK(br_calloc(&h, 1, "bootstrap host memory"));
     boot->hier = h;
-    h->pid_ns = br_boot_pid_ns();
+    h->pid_ns = br_pid_ns();
     h->nlocal = ans->nlocal;
     h->lidx = ans->lidx;
     h->nnodes = ans->nnodes;
@@ -844,11 +863,17 @@ ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans
     h->slot[h->lidx].pid_ns = h->pid_ns;
     h->slot[h->lidx].pid = (int32_t)getpid();
     if (h->lidx == 0) {
+        hier_slots_prefill(boot, local);
+        /* Release: a rank that sees ready sees the slots above. */
         atomic_store_explicit(&h->hdr->ready, 1, memory_order_release);
     }
     /* Every rank of the host has mapped the segment once the leader sees them all. */
     res = hier_round(boot, NULL, NULL, 0, 0, deadline, between_unlink);
     if (res != ncclSuccess) {
+        if (h->lidx == 0) {
+            /* The other hosts' leaders (the only ranks it knows) wait for this one. */
+            br_bootstrap_abort_notify(boot, br_log_last_error());
+        }
         goto fail;
     }
     BR_INFO(NCCL_INIT | NCCL_BOOTSTRAP,

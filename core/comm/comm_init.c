@@ -278,6 +278,8 @@ static void peer_info_fill(br_peer_info_t *pi, int rank, ncclComm_t comm)
     pi->host_hash = br_host_hash();
     pi->machine_hash = br_machine_hash();
     pi->pid_hash = br_pid_hash();
+    pi->shm_key = br_shm_key(&pi->shm_dev);
+    pi->pid_ns = br_pid_ns();
     pi->comm_ptr = (uint64_t)(uintptr_t)comm;
     pi->buffsize = BR_PARAM_INT(BUFFSIZE);
     pi->ll_buffsize = BR_PARAM_INT(LL_BUFFSIZE);
@@ -574,6 +576,7 @@ ncclResult_t br_comm_init(ncclComm_t *comm_p, int nranks, const ncclUniqueId *id
     }
     comm->ec->nchannels = nch;
     host_policy(comm);
+    br_transport_report_split(tc);
     if (tc->buffsize < BR_STEPS * 64 || tc->p2p_chunk < 64 || tc->ll_buffsize < 0) {
         BR_WARN(NCCL_INIT,
                 "NCCL_BUFFSIZE %lld, NCCL_LL_BUFFSIZE %lld or NCCL_P2P_NET_CHUNKSIZE %lld is too "

@@ -70,7 +70,9 @@ static int topo_share_list(const br_transport_comm_t *tc, int *list, int *n_p)
 
     for (int r = 0; r < tc->nranks; r++) {
         const br_peer_info_t *p = &tc->peers[r];
-        if (!p->topo_share || p->host_hash != me->host_hash) {
+        /* Containers of one host may see different devices and CPU sets: a topology
+         * goes only to ranks that share the same /dev/shm, i.e. the same container. */
+        if (!p->topo_share || !br_peer_shares_shm(p, me)) {
             continue;
         }
         if (n > 0 && p->pid_hash == first_pid) {

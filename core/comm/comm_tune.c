@@ -12,9 +12,9 @@
 #include "comm.h"
 #include "util.h"
 
-/* What br_transport_select_pair reads of a rank, sorted by host, then process. */
+/* What br_transport_select_pair reads of a rank, sorted by host, /dev/shm, then process. */
 typedef struct {
-    uint64_t host, pid;
+    uint64_t host, shm, pid;
     int p2p_off, shm_off;
 } hw_key_t;
 
@@ -23,6 +23,9 @@ static int hw_key_cmp(const void *a, const void *b)
     const hw_key_t *x = a, *y = b;
     if (x->host != y->host) {
         return x->host < y->host ? -1 : 1;
+    }
+    if (x->shm != y->shm) {
+        return x->shm < y->shm ? -1 : 1;
     }
     return x->pid < y->pid ? -1 : x->pid > y->pid;
 }
@@ -92,13 +95,14 @@ int br_comm_intra_hw(const br_transport_comm_t *tc)
     }
     for (int r = 0; r < n; r++) {
         const br_peer_info_t *p = &tc->peers[r];
-        k[r] = (hw_key_t){p->host_hash, p->pid_hash, p->p2p_disable, p->shm_disable};
+        k[r] = (hw_key_t){p->host_hash, p->shm_key, p->pid_hash, p->p2p_disable, p->shm_disable};
     }
     qsort(k, (size_t)n, sizeof(*k), hw_key_cmp);
     for (int i = 0, j; i < n; i = j) {
-        for (j = i; j < n && k[j].host == k[i].host; j++) {
+        for (j = i; j < n && k[j].host == k[i].host && k[j].shm == k[i].shm; j++) {
         }
-        int h = host_hw(k + i, j - i);
+        /* Ranks of one host behind different /dev/shm (containers) talk over the network. */
+        int h = i > 0 && k[i - 1].host == k[i].host ? BR_HW_NET : host_hw(k + i, j - i);
         hw = h > hw ? h : hw;
     }
     free(k);

@@ -99,6 +99,9 @@ typedef struct {
     uint64_t host_hash;
     uint64_t machine_hash; /* the machine whatever NCCL_HOSTID says: who shares the cores */
     uint64_t pid_hash;
+    uint64_t shm_key;  /* br_shm_key(): equal values map each other's /dev/shm segments */
+    uint64_t shm_dev;  /* the device of its /dev/shm, for messages */
+    uint64_t pid_ns;   /* br_pid_ns(): equal values (on one machine) see each other's pids */
     uint64_t comm_ptr; /* for p2p within one process */
     int64_t buffsize;
     int64_t ll_buffsize;
@@ -117,6 +120,22 @@ typedef struct {
     char gpu_busid[24]; /* PCI bus id of the rank's CUDA device ("": none or not known) */
     int gpu_mps;        /* that device's contexts are shared through MPS */
 } br_peer_info_t;
+
+/* Which host-memory mechanisms two ranks may use between them. "One host" (host_hash) is
+ * what topology and tuning go by: ranks of one machine share its links and cores even in
+ * separate containers. Shared memory (the shm transport, the node arena, the bootstrap's
+ * host segments) needs the same /dev/shm. Reading or mapping another process's memory by
+ * its pid (process_vm_readv, /proc/<pid>/fd) and asking whether it lives (kill(pid, 0))
+ * need the same machine and pid namespace: in another, a pid names another process. */
+static inline int br_peer_shares_shm(const br_peer_info_t *a, const br_peer_info_t *b)
+{
+    return a->shm_key == b->shm_key;
+}
+
+static inline int br_peer_sees_pid(const br_peer_info_t *a, const br_peer_info_t *b)
+{
+    return a->machine_hash == b->machine_hash && a->pid_ns == b->pid_ns;
+}
 
 /* ---- The node arena ----
  * One shared-memory segment per communicator whose ranks all share one host, where every
@@ -350,6 +369,10 @@ br_transport_t br_transport_select(const br_transport_comm_t *tc, int peer);
 br_transport_t br_transport_select_pair(const br_peer_info_t *a, const br_peer_info_t *b);
 /* Is every rank a thread of this process (so any rank's buffers can be loaded here)? */
 int br_transport_one_process(const br_transport_comm_t *tc);
+/* Log at INFO which ranks of this rank's host it cannot share memory with (another
+ * /dev/shm: the network instead) or whose pids it cannot see (another pid namespace: no
+ * single-copy reads or liveness checks), naming a few of them and why. */
+void br_transport_report_split(const br_transport_comm_t *tc);
 const char *br_transport_name(br_transport_t kind);
 
 /*

@@ -11,7 +11,9 @@
  * process_vm_readv (one of each kind of process, arena_cma_probe): only if every rank
  * could read every other's do large AllGather and
  * Broadcast inputs get read in place (a container without CAP_SYS_PTRACE or a kernel with
- * Yama's ptrace_scope at 1 or more refuses it, and the ring path is used instead, logged).
+ * Yama's ptrace_scope at 1 or more refuses it, and the ring path is used instead, logged;
+ * a rank in another pid namespace is never probed: its pid names another process here).
+ * The arena needs every rank behind one /dev/shm (br_peer_shares_shm).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,12 +42,12 @@ typedef struct {
     int32_t cma;  /* second round: the rank read every other process's probe word */
 } arena_blob_t;
 
-/* Every rank on this host, and none has shared memory turned off. */
+/* Every rank shares this one's /dev/shm, and none has shared memory turned off. */
 static int arena_eligible(const br_transport_comm_t *tc)
 {
     const br_peer_info_t *me = &tc->peers[tc->rank];
     for (int i = 0; i < tc->nranks; i++) {
-        if (tc->peers[i].host_hash != me->host_hash || tc->peers[i].shm_disable) {
+        if (!br_peer_shares_shm(&tc->peers[i], me) || tc->peers[i].shm_disable) {
             return 0;
         }
     }
@@ -177,6 +179,14 @@ static int arena_cma_probe(const br_transport_comm_t *tc, const arena_blob_t *bl
         }
         if (known) {
             continue;
+        }
+        if (!br_peer_sees_pid(pi, me)) {
+            /* Its pid means another process here (or none): never read through it. */
+            BR_INFO(NCCL_SHM | NCCL_INIT,
+                    "rank %d: no single-copy reads: rank %d (pid %d) is in another pid "
+                    "namespace (a container of its own)",
+                    tc->rank, r, pi->pid);
+            return 0;
         }
         struct iovec local = {&got, sizeof(got)};
         struct iovec remote = {(void *)(uintptr_t)blobs[r].probe_addr, sizeof(got)};
@@ -469,6 +479,9 @@ static char *loadable(br_arena_t *a, const br_peer_info_t *owner, const br_peer_
 {
     if (owner->pid_hash == me->pid_hash) {
         return (char *)(uintptr_t)pub->addr;
+    }
+    if (!br_peer_sees_pid(owner, me)) {
+        return NULL; /* /proc/<pid> would be another process's, if any */
     }
     return arena_mapped(a, owner, pub, end);
 }

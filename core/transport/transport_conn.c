@@ -38,7 +38,7 @@ br_transport_t br_transport_select_pair(const br_peer_info_t *me, const br_peer_
         !p->p2p_disable) {
         return BR_TRANSPORT_P2P;
     }
-    if (me->host_hash == p->host_hash && !me->shm_disable && !p->shm_disable) {
+    if (br_peer_shares_shm(me, p) && !me->shm_disable && !p->shm_disable) {
         return BR_TRANSPORT_SHM;
     }
     return BR_TRANSPORT_NET;
@@ -53,6 +53,54 @@ int br_transport_one_process(const br_transport_comm_t *tc)
         }
     }
     return 1;
+}
+
+/* Append " r" to list (up to a few ranks, then "..."), counting every one in *n_p. */
+static void split_note(char *list, size_t cap, int r, int *n_p)
+{
+    size_t len = strlen(list);
+    if (*n_p < 8) {
+        snprintf(list + len, cap - len, " %d", r);
+    } else if (*n_p == 8) {
+        snprintf(list + len, cap - len, " ...");
+    }
+    (*n_p)++;
+}
+
+void br_transport_report_split(const br_transport_comm_t *tc)
+{
+    const br_peer_info_t *me = &tc->peers[tc->rank];
+    char no_shm[96] = "", no_pid[96] = "";
+    int n_shm = 0, n_pid = 0;
+    uint64_t other_dev = 0;
+
+    for (int r = 0; r < tc->nranks; r++) {
+        const br_peer_info_t *p = &tc->peers[r];
+        if (r == tc->rank || p->host_hash != me->host_hash) {
+            continue;
+        }
+        if (!br_peer_shares_shm(p, me)) {
+            other_dev = p->shm_dev;
+            split_note(no_shm, sizeof(no_shm), r, &n_shm);
+        } else if (!br_peer_sees_pid(p, me)) {
+            split_note(no_pid, sizeof(no_pid), r, &n_pid);
+        }
+    }
+    if (n_shm > 0) {
+        BR_INFO(NCCL_INIT | NCCL_SHM,
+                "rank %d (host %s): %d rank(s) of this host do not share its /dev/shm (device "
+                "0x%llx here, e.g. 0x%llx there: separate containers), so no shared memory "
+                "with them; they talk over the network:%s",
+                tc->rank, me->host, n_shm, (unsigned long long)me->shm_dev,
+                (unsigned long long)other_dev, no_shm);
+    }
+    if (n_pid > 0) {
+        BR_INFO(NCCL_INIT | NCCL_SHM,
+                "rank %d (host %s): %d rank(s) that share its /dev/shm live in another pid "
+                "namespace: shared memory with them, but no single-copy reads or pid "
+                "liveness checks:%s",
+                tc->rank, me->host, n_pid, no_pid);
+    }
 }
 
 size_t br_transport_ctrl_bytes(void)

@@ -30,6 +30,15 @@ uint64_t br_host_hash(void);
  * values share CPUs even when they pretend to be on different hosts. */
 uint64_t br_machine_hash(void);
 uint64_t br_pid_hash(void);
+/* This process's pid namespace (the inode of /proc/self/ns/pid; 0 if unknown): a pid means
+ * the same process to two processes of one machine only when they have equal values. */
+uint64_t br_pid_ns(void);
+/* Who shares this process's POSIX shared memory (/dev/shm): the host identity, the machine
+ * and the device /dev/shm lives on. Containers of one host (same host name and boot id)
+ * with a /dev/shm of their own get different keys; ranks with equal keys can map each
+ * other's shm_open segments (the directory's device and inode are in the key). *dev_p
+ * (may be NULL) gets the device, 0 if /dev/shm is missing. */
+uint64_t br_shm_key(uint64_t *dev_p);
 /* This machine's host name, for error messages. */
 const char *br_host_name(void);
 

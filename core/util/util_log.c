@@ -319,16 +319,32 @@ uint64_t br_host_hash(void)
     return br_machine_hash();
 }
 
-uint64_t br_pid_hash(void)
+uint64_t br_pid_ns(void)
 {
     struct stat st;
-    uint64_t ns = 0;
-    pid_t pid = getpid();
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
 
-    if (stat("/proc/self/ns/pid", &st) == 0) {
-        ns = (uint64_t)st.st_ino;
+uint64_t br_pid_hash(void)
+{
+    pid_t pid = getpid();
+    return br_hash_bytes(&pid, sizeof(pid), br_pid_ns());
+}
+
+uint64_t br_shm_key(uint64_t *dev_p)
+{
+    struct stat st;
+    int known = stat("/dev/shm", &st) == 0;
+    /* A tmpfs mounted apart (a container's own /dev/shm) is another device: device numbers
+     * of mounts without a disk are unique on the running kernel, so together with the
+     * machine they tell one /dev/shm from another; the inode tells apart directories of
+     * one file system bound there. */
+    uint64_t key[4] = {br_host_hash(), br_machine_hash(), known ? (uint64_t)st.st_dev : 0,
+                       known ? (uint64_t)st.st_ino : 0};
+    if (dev_p != NULL) {
+        *dev_p = key[2];
     }
-    return br_hash_bytes(&pid, sizeof(pid), ns);
+    return br_hash_bytes(key, sizeof(key), 0);
 }
 
 ncclResult_t br_calloc_impl(void **ptr_p, size_t n, size_t size, const char *what)

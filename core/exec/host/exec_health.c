@@ -255,7 +255,7 @@ static int check_dead_peer(br_exec_batch_t *b, br_exec_comm_t *ec, char *what, s
             continue;
         }
         const br_peer_info_t *pi = &tc->peers[p];
-        if (pi->host_hash != tc->peers[ec->rank].host_hash ||
+        if (!br_peer_sees_pid(pi, &tc->peers[ec->rank]) ||
             pi->pid_hash == tc->peers[ec->rank].pid_hash) {
             continue;
         }
