@@ -26,8 +26,9 @@
  * SLICE_MAX_MS (a thousand waiting ranks must not keep two cores busy); between slices a
  * waiter checks that the ranks it waits for still exist (kill(pid, 0) and /proc, where the
  * pid namespace is its own; the leader knows its host's pids from the root, so a rank that
- * dies before it maps the segment is seen too), the bootstrap's abort, cancel and deadline,
- * and the segment's
+ * dies before it maps the segment is seen too) or, once it has mapped the segment, that its
+ * lock byte there is still held (hier_lock: any pid namespace), the bootstrap's abort,
+ * cancel and deadline, and the segment's
  * failure word: the first rank of a host that fails writes why there and wakes the
  * others, so a host's ranks end together with the same text.
  *
@@ -77,12 +78,13 @@ typedef struct {
     char why[WHY_LEN];
 } hier_hdr_t;
 
-/* One per rank of the host, by its index there (0: the leader), written when it maps. */
+/* One per rank of the host, by its index there (0: the leader): rank, pid and pid_ns from
+ * the root (the leader fills them in) and again from the rank when it maps. */
 typedef struct {
     _Atomic uint32_t seen; /* the last generation it arrived at */
     int32_t rank;
-    int32_t pid; /* 0: not mapped yet */
-    int32_t pad;
+    int32_t pid;             /* 0: not known */
+    _Atomic uint32_t locked; /* 1: it holds its lock byte (hier_lock) */
     uint64_t pid_ns;
 } hier_slot_t;
 
@@ -102,6 +104,7 @@ struct br_boot_hier {
     int leader, leader_pid;
     uint64_t leader_pid_ns;
     uint64_t nonce;
+    int fd; /* the segment, open while mapped (its lock bytes), or -1 */
     int hop_rank[BR_BOOT_HOPS], from_rank[BR_BOOT_HOPS]; /* the first allgather's leaders */
     int *node_start; /* from the peer table: node k's ranks are */
     int *node_ranks; /* node_ranks[node_start[k] .. node_start[k + 1]) */
@@ -163,6 +166,32 @@ static int proc_dead(const br_boot_hier_t *h, int pid, uint64_t ns)
     stat[len] = '\0';
     const char *end = strrchr(stat, ')');
     return end != NULL && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
+/*
+ * Liveness that needs no pid: every rank that maps the segment holds an open file
+ * description lock on byte (its index) of the segment's file as long as it has it open,
+ * and the kernel drops the lock when the process dies, whatever its pid namespace. So a
+ * rank of another namespace (a container that shares this /dev/shm but not its pids) is
+ * seen to die as promptly as one of this namespace once it has mapped the segment.
+ */
+static void hier_lock(br_boot_hier_t *h)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = h->lidx, .l_len = 1};
+    if (h->fd >= 0 && fcntl(h->fd, F_OFD_SETLK, &fl) == 0) {
+        /* Release: whoever sees the flag finds the lock taken (or its holder gone). */
+        atomic_store_explicit(&h->slot[h->lidx].locked, 1, memory_order_release);
+    }
+}
+
+/* Has the rank at index i held its lock byte and let go of it (its process ended)? */
+static int hier_lock_gone(const br_boot_hier_t *h, int i)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = i, .l_len = 1};
+    if (h->fd < 0 || atomic_load_explicit(&h->slot[i].locked, memory_order_acquire) == 0) {
+        return 0;
+    }
+    return fcntl(h->fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
 }
 
 /* Record a failure for the whole host (the first one wins) and wake everyone. */
@@ -230,6 +259,11 @@ static ncclResult_t hier_check(br_bootstrap_t *boot, int i, uint64_t deadline, c
     }
     if (res == ncclSuccess && proc_dead(h, pid, ns)) {
         snprintf(reason, sizeof(reason), "its process is gone");
+        res = ncclRemoteError;
+    }
+    if (res == ncclSuccess && hier_lock_gone(h, i)) {
+        snprintf(reason, sizeof(reason),
+                 "its process is gone (it let go of its lock on the host's segment)");
         res = ncclRemoteError;
     }
     if (res == ncclSuccess && br_time_ns() >= deadline) {
@@ -667,13 +701,14 @@ static int hier_create(br_boot_hier_t *h, uint64_t secret, char *why, size_t len
         return -1;
     }
     h->base = mmap(NULL, h->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (h->base == MAP_FAILED) {
         h->base = NULL;
         snprintf(why, len, "mmap of %s failed: %s", h->name, strerror(errno));
+        close(fd);
         hier_unlink(h);
         return -1;
     }
+    h->fd = fd; /* kept for the lock bytes */
     ((hier_hdr_t *)h->base)->secret = secret;
     ((hier_hdr_t *)h->base)->nonce = h->nonce;
     return 0;
@@ -700,7 +735,7 @@ static ncclResult_t hier_attach(br_bootstrap_t *boot, uint64_t deadline, char *w
                     hier_hdr_t *hdr = p;
                     if (atomic_load_explicit(&hdr->ready, memory_order_acquire) == 1 &&
                         hdr->secret == boot->secret && hdr->nonce == h->nonce) {
-                        close(fd);
+                        h->fd = fd; /* kept for the lock bytes */
                         h->base = p;
                         return ncclSuccess;
                     }
@@ -751,6 +786,9 @@ void br_boot_hier_free(br_bootstrap_t *boot)
     hier_unlink(h);
     if (h->base != NULL) {
         munmap(h->base, h->size);
+    }
+    if (h->fd >= 0) {
+        close(h->fd);
     }
     free(h->node_start);
     free(h->node_ranks);
@@ -809,6 +847,7 @@ ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans
     }
     BR_CHECK(br_calloc(&h, 1, "bootstrap host memory"));
     boot->hier = h;
+    h->fd = -1;
     h->pid_ns = br_pid_ns();
     h->nlocal = ans->nlocal;
     h->lidx = ans->lidx;
@@ -862,6 +901,7 @@ ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans
     h->slot[h->lidx].rank = boot->rank;
     h->slot[h->lidx].pid_ns = h->pid_ns;
     h->slot[h->lidx].pid = (int32_t)getpid();
+    hier_lock(h);
     if (h->lidx == 0) {
         hier_slots_prefill(boot, local);
         /* Release: a rank that sees ready sees the slots above. */

@@ -393,13 +393,19 @@ START_TEST(test_own_all)
 }
 END_TEST
 
-/* n ranks on the host; rank `dead` ends at init point `at`: the others fail init, naming
- * it and what they waited for. */
-static void check_dead(int n, int dead, const char *at, const char *step)
+/* n ranks in containers (NULL: all on the host); rank `dead` ends at init point `at`: the
+ * others fail init, naming it and what they waited for. */
+static void check_dead(int n, const int *group, const int *kinds, int ngroups, int dead,
+                       const char *at, const char *step)
 {
-    static const int group[NRANKS_MAX] = {0}, kinds[] = {C_HOST};
+    static const int host_group[NRANKS_MAX] = {0}, host_kinds[] = {C_HOST};
     char rank_text[32];
-    run_layout(n, group, kinds, 1, dead, at);
+    if (group == NULL) {
+        group = host_group;
+        kinds = host_kinds;
+        ngroups = 1;
+    }
+    run_layout(n, group, kinds, ngroups, dead, at);
     snprintf(rank_text, sizeof(rank_text), "rank %d (host ", dead);
     for (int r = 0; r < n; r++) {
         if (r == dead) {
@@ -419,19 +425,29 @@ static void check_dead(int n, int dead, const char *at, const char *step)
  * the leader's closes, so the leader has to look at its process (its pid from the root). */
 START_TEST(test_dead_before_map)
 {
-    check_dead(5, 2, "boot-shm-map", "bootstrap shared memory");
+    check_dead(5, NULL, NULL, 0, 2, "boot-shm-map", "bootstrap shared memory");
 }
 END_TEST
 
 START_TEST(test_dead_leader_before_map)
 {
-    check_dead(3, 0, "boot-shm-map", "bootstrap memory");
+    check_dead(3, NULL, NULL, 0, 0, "boot-shm-map", "bootstrap memory");
 }
 END_TEST
 
 START_TEST(test_dead_in_first_allgather)
 {
-    check_dead(4, 1, "boot-shm-gather", "bootstrap allgather");
+    check_dead(4, NULL, NULL, 0, 1, "boot-shm-gather", "bootstrap allgather");
+}
+END_TEST
+
+/* Rank 2 of 5 lives in a pid namespace of its own (with rank 3; /dev/shm is the host's)
+ * and ends after mapping the host's segment: the leader, no ring neighbour of it and
+ * unable to ask for its pid, sees its lock on the segment go. */
+START_TEST(test_dead_other_pid_ns)
+{
+    static const int group[] = {0, 0, 1, 1, 0}, kinds[] = {C_HOST, C_PID};
+    check_dead(5, group, kinds, 2, 2, "boot-shm-gather", "bootstrap allgather");
 }
 END_TEST
 
@@ -488,6 +504,7 @@ int main(void)
     tcase_add_test(td, test_dead_before_map);
     tcase_add_test(td, test_dead_leader_before_map);
     tcase_add_test(td, test_dead_in_first_allgather);
+    tcase_add_test(td, test_dead_other_pid_ns);
     suite_add_tcase(s, td);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
