@@ -109,6 +109,10 @@ void br_ipc_decide(br_cuda_stage_t *st)
     for (int q = 0; q < ec->nranks && why == NULL; q++) {
         if (pi[q].machine_hash != pi[ec->rank].machine_hash) {
             why = "ranks are on several hosts";
+        } else if (!br_peer_shares_shm(&pi[q], &pi[ec->rank]) ||
+                   !br_peer_sees_pid(&pi[q], &pi[ec->rank])) {
+            /* The inboxes are /dev/shm objects, and a peer's liveness is asked by pid. */
+            why = "ranks are in separate containers (another /dev/shm or pid namespace)";
         } else if (pi[q].gpu_busid[0] == '\0') {
             why = "a rank's process has no CUDA device";
         }
