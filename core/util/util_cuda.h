@@ -41,6 +41,10 @@ typedef unsigned long long br_cu_ptr_t; /* CUdeviceptr */
 #define BR_CU_DEV_ATTR_MAX_THREADS_PER_SM 39
 #define BR_CU_DEV_ATTR_UNIFIED_ADDRESSING 41
 #define BR_CU_DEV_ATTR_MPS_ENABLED 133
+/* 64-bit stream memory operations (cuStreamWaitValue64 / WriteValue64): the attribute of
+ * CUDA 12 and later, and the one drivers before it answer. */
+#define BR_CU_DEV_ATTR_MEMOPS64 122
+#define BR_CU_DEV_ATTR_MEMOPS64_V1 93
 #define BR_CU_CAPTURE_STATUS_NONE 0
 #define BR_CU_CAPTURE_MODE_RELAXED 2
 #define BR_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1

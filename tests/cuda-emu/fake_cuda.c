@@ -43,11 +43,27 @@
  *   its blocks at once, and fails when they can never fit); a plain launch's blocks are
  *   dispatched BRAID_FAKE_CUDA_DISPATCH_US (1000) apart, so two launches interleave, and
  *   a kernel partly resident whose next block waits as long as a hang takes is reported.
+ *
+ * And it is no more lenient than a real driver about arguments (docs/cuda.md, "The driver
+ * API, call by call"): host memory is pinned memory of cuMemHostAlloc or a range of
+ * cuMemHostRegister (registering a range twice, or freeing or unregistering anything else,
+ * is an error), cuMemHostGetDevicePointer needs the DEVICEMAP flag and flags 0, stream
+ * memory operations need an aligned address that the device can reach (device memory, or
+ * host memory mapped for it) and 64-bit ones the device attribute (BRAID_FAKE_CUDA_NO_MEMOPS64=1
+ * turns it off, as on a GPU without them), cooperative launches the cooperative-launch
+ * attribute (BRAID_FAKE_CUDA_NO_COOPERATIVE=1), a launch at most the kernels' 512 threads
+ * per block (__launch_bounds__) and 48 KiB of shared memory, an event is recorded only on a
+ * stream of its own context, cuIpcOpenMemHandle takes only CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
+ * cuCtxEnablePeerAccess refuses its own context and a second time, cuDeviceGetAttribute
+ * answers only the attributes it knows, and a kernel given an address the device cannot
+ * reach, or a primary context released more often than retained, is reported (MISUSE) and
+ * the process aborts, as the error a GPU would return there is one Braid ignores.
  */
 /* memfd_create: _GNU_SOURCE comes from the build */
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,7 +224,9 @@ EXPORT CUresult cuIpcOpenMemHandle_v2(unsigned long long *p, CUipcMemHandle h, u
 {
     ipc_handle_t ih;
     char path[64];
-    (void)flags;
+    if (flags != 1) { /* must be CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
+        return ERR_INVALID_VALUE;
+    }
     memcpy(&ih, &h, sizeof(ih));
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)ih.pid, (int)ih.fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -236,41 +254,147 @@ EXPORT CUresult cuIpcCloseMemHandle(unsigned long long p)
     return OK;
 }
 
+void misuse(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "fake_cuda: MISUSE: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    abort();
+}
+
+/* Host memory the driver knows: pinned by cuMemHostAlloc, or a range of
+ * cuMemHostRegister. Only such memory mapped for the device (DEVICEMAP) has a device
+ * pointer, and only it and device memory may a stream memory operation or a kernel touch. */
+#define HOST_DEVICEMAP 0x02u
+typedef struct {
+    uintptr_t base;
+    size_t size;
+    unsigned flags;
+    int registered; /* cuMemHostRegister (else cuMemHostAlloc) */
+} host_t;
+
+static host_t *hosts;
+static int nhosts, cap_hosts;
+
+static int find_host(uintptr_t p, size_t n)
+{
+    for (int i = 0; i < nhosts; i++) {
+        if (p < hosts[i].base + hosts[i].size && p + (n ? n : 1) > hosts[i].base) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Add [p, p + n) unless it overlaps memory known already (-1). */
+static int host_add(uintptr_t p, size_t n, unsigned flags, int registered)
+{
+    int ok = 0;
+    pthread_mutex_lock(&mem_mu);
+    if (find_host(p, n) >= 0) {
+        ok = -1;
+    } else {
+        if (nhosts == cap_hosts) {
+            cap_hosts = cap_hosts ? 2 * cap_hosts : 64;
+            hosts = realloc(hosts, (size_t)cap_hosts * sizeof(*hosts));
+        }
+        hosts[nhosts++] = (host_t){p, n, flags, registered};
+    }
+    pthread_mutex_unlock(&mem_mu);
+    return ok;
+}
+
+/* Remove the host memory that starts at p, of the kind asked; -1 when there is none. */
+static int host_remove(uintptr_t p, int registered)
+{
+    int found = -1;
+    pthread_mutex_lock(&mem_mu);
+    int i = find_host(p, 1);
+    if (i >= 0 && hosts[i].base == p && hosts[i].registered == registered) {
+        hosts[i] = hosts[--nhosts];
+        found = 0;
+    }
+    pthread_mutex_unlock(&mem_mu);
+    return found;
+}
+
+int device_reaches(uintptr_t p, size_t n)
+{
+    pthread_mutex_lock(&mem_mu);
+    const alloc_t *a = find_alloc(p);
+    int h = find_host(p, n);
+    int yes = (a != NULL && p + n <= a->base + a->size) ||
+              (h >= 0 && (hosts[h].flags & HOST_DEVICEMAP) != 0 && p >= hosts[h].base &&
+               p + n <= hosts[h].base + hosts[h].size);
+    pthread_mutex_unlock(&mem_mu);
+    return yes;
+}
+
 EXPORT CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags)
 {
-    (void)flags;
     if (capture_forbids()) {
         return ERR_CAPTURE_UNSUPPORTED;
     }
-    return posix_memalign(p, 4096, bytes ? bytes : 1) == 0 ? OK : 2;
+    if ((flags & ~0x7u) != 0) { /* PORTABLE, DEVICEMAP, WRITECOMBINED */
+        return ERR_INVALID_VALUE;
+    }
+    if (posix_memalign(p, 4096, bytes ? bytes : 1) != 0) {
+        return 2;
+    }
+    host_add((uintptr_t)*p, bytes ? bytes : 1, flags, 0);
+    return OK;
 }
 
 EXPORT CUresult cuMemFreeHost(void *p)
 {
     ctx_sync("cuMemFreeHost");
+    if (host_remove((uintptr_t)p, 0) != 0) {
+        misuse("cuMemFreeHost(%p): not the start of memory of cuMemHostAlloc (a real driver "
+               "returns CUDA_ERROR_INVALID_VALUE)", p);
+    }
     free(p);
     return OK;
 }
 
-/* Host memory the device may reach: in the emulator every host address is reachable. */
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags)
 {
-    (void)p;
-    (void)bytes;
-    (void)flags;
+    if (p == NULL || bytes == 0 || (flags & ~0xfu) != 0) {
+        return ERR_INVALID_VALUE;
+    }
+    if (host_add((uintptr_t)p, bytes, flags, 1) != 0) {
+        return ERR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
     return OK;
 }
 
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
-    (void)p;
     ctx_sync("cuMemHostUnregister");
+    if (host_remove((uintptr_t)p, 1) != 0) {
+        misuse("cuMemHostUnregister(%p): not the start of a range of cuMemHostRegister (a "
+               "real driver returns CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)", p);
+    }
     return OK;
 }
 
+/* The device pointer of pinned host memory mapped for the device: the host pointer, as on
+ * a GPU with CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM. */
 EXPORT CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *h, unsigned flags)
 {
-    (void)flags;
+    if (flags != 0) {
+        return ERR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&mem_mu);
+    int i = find_host((uintptr_t)h, 1);
+    int mapped = i >= 0 && (hosts[i].flags & HOST_DEVICEMAP) != 0;
+    pthread_mutex_unlock(&mem_mu);
+    if (!mapped) {
+        return ERR_INVALID_VALUE;
+    }
     *d = (unsigned long long)(uintptr_t)h;
     return OK;
 }
@@ -280,10 +404,11 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsi
     pthread_mutex_lock(&mem_mu);
     const alloc_t *a = find_alloc((uintptr_t)p);
     int ordinal = a != NULL ? a->ordinal : -2;
+    unsigned host = a == NULL && find_host((uintptr_t)p, 1) >= 0 ? 1u : 0u; /* pinned */
     pthread_mutex_unlock(&mem_mu);
     for (unsigned i = 0; i < n; i++) {
         switch (attrs[i]) {
-        case 2: /* MEMORY_TYPE */ *(unsigned *)data[i] = ordinal >= 0 ? 2u : 0u; break;
+        case 2: /* MEMORY_TYPE */ *(unsigned *)data[i] = ordinal >= 0 ? 2u : host; break;
         case 8: /* IS_MANAGED */ *(unsigned char *)data[i] = 0; break;
         case 9: /* DEVICE_ORDINAL */ *(int *)data[i] = ordinal >= 0 ? ordinal : -2; break;
         default: break;
@@ -336,6 +461,22 @@ EXPORT CUresult cuGetErrorString(CUresult e, const char **s)
     case ERR_INVALID_CONTEXT: *s = "invalid device context"; break;
     case ERR_NOT_READY: *s = "device not ready"; break;
     case ERR_CAPTURE_UNSUPPORTED: *s = "operation not permitted when stream is capturing"; break;
+    case ERR_INVALID_DEVICE: *s = "invalid device ordinal"; break;
+    case ERR_INVALID_IMAGE: *s = "device kernel image is invalid"; break;
+    case ERR_PEER_ACCESS_UNSUPPORTED:
+        *s = "peer access is not supported between these two devices";
+        break;
+    case ERR_INVALID_HANDLE: *s = "invalid resource handle"; break;
+    case ERR_LAUNCH_OUT_OF_RESOURCES: *s = "too many resources requested for launch"; break;
+    case ERR_PEER_ACCESS_ALREADY_ENABLED: *s = "peer access is already enabled"; break;
+    case ERR_HOST_MEMORY_ALREADY_REGISTERED:
+        *s = "part or all of the requested memory range is already mapped";
+        break;
+    case ERR_HOST_MEMORY_NOT_REGISTERED:
+        *s = "pointer does not correspond to a registered memory region";
+        break;
+    case ERR_COOPERATIVE_LAUNCH_TOO_LARGE: *s = "too many blocks in cooperative launch"; break;
+    case ERR_NOT_SUPPORTED: *s = "operation not supported"; break;
     default: *s = "emulated driver error"; break;
     }
     return OK;
@@ -356,15 +497,39 @@ EXPORT CUresult cuDeviceGet(int *d, int ordinal)
     return OK;
 }
 
+static int env_on(const char *key)
+{
+    const char *e = getenv(key);
+    return e != NULL && atoi(e) != 0;
+}
+
+/* The attributes a caller may ask, as an H100 answers them but for its size (8 SMs);
+ * anything else is refused, so a new query needs its answer written here first. */
 EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int d)
 {
-    (void)d;
+    if (d < 0 || d >= ndevices()) {
+        return ERR_INVALID_DEVICE;
+    }
     switch (attr) {
-    case 16: *v = 8; break; /* SM count */
-    case 75: *v = 9; break; /* compute capability 9.0 */
-    case 76: *v = 0; break;
-    case 133: *v = getenv("BRAID_FAKE_CUDA_MPS") != NULL && atoi(getenv("BRAID_FAKE_CUDA_MPS")) != 0; break;
-    default: *v = 1; break;
+    case 1: *v = 1024; break;   /* MAX_THREADS_PER_BLOCK */
+    case 8: *v = 49152; break;  /* MAX_SHARED_MEMORY_PER_BLOCK (without opting in) */
+    case 16: *v = 8; break;     /* MULTIPROCESSOR_COUNT */
+    case 19: *v = 1; break;     /* CAN_MAP_HOST_MEMORY */
+    case 39: *v = 2048; break;  /* MAX_THREADS_PER_MULTIPROCESSOR */
+    case 41: *v = 1; break;     /* UNIFIED_ADDRESSING */
+    case 75: *v = 9; break;     /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: *v = 0; break;     /* COMPUTE_CAPABILITY_MINOR */
+    case 91: *v = 1; break;     /* CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM */
+    case 92: *v = 1; break;     /* CAN_USE_STREAM_MEM_OPS_V1 */
+    case 93:                    /* CAN_USE_64_BIT_STREAM_MEM_OPS_V1 */
+    case 122: *v = !env_on("BRAID_FAKE_CUDA_NO_MEMOPS64"); break; /* ..._64_BIT_STREAM_MEM_OPS */
+    case 95: *v = !env_on("BRAID_FAKE_CUDA_NO_COOPERATIVE"); break; /* COOPERATIVE_LAUNCH */
+    case 97: *v = 232448; break; /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+    case 133: *v = env_on("BRAID_FAKE_CUDA_MPS"); break; /* MPS_ENABLED */
+    default:
+        fprintf(stderr, "fake_cuda: cuDeviceGetAttribute(%d): an attribute the emulated "
+                "driver does not answer (add it to fake_cuda.c)\n", attr);
+        return ERR_INVALID_VALUE;
     }
     return OK;
 }
@@ -389,15 +554,28 @@ EXPORT CUresult cuDeviceCanAccessPeer(int *can, int d, int peer)
     return OK;
 }
 
+/* Retains of each device's primary context, less its releases. */
+static int primary_refs[8];
+
 EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int d)
 {
+    if (d < 0 || d >= ndevices()) {
+        return ERR_INVALID_DEVICE;
+    }
+    __atomic_add_fetch(&primary_refs[d], 1, __ATOMIC_RELAXED);
     *ctx = (void *)(uintptr_t)(d + 1);
     return OK;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int d)
 {
-    (void)d;
+    if (d < 0 || d >= ndevices()) {
+        return ERR_INVALID_DEVICE;
+    }
+    if (__atomic_sub_fetch(&primary_refs[d], 1, __ATOMIC_RELAXED) < 0) {
+        misuse("cuDevicePrimaryCtxRelease(%d): released more often than retained (a real "
+               "driver destroys the context under whoever still uses it)", d);
+    }
     return OK;
 }
 
@@ -422,10 +600,22 @@ EXPORT CUresult cuCtxGetDevice(int *d)
     return OK;
 }
 
+/* Peer access enabled: bit p of peer_on[d], from the context of device d to p's. */
+static unsigned peer_on[8];
+
 EXPORT CUresult cuCtxEnablePeerAccess(void *peer, unsigned flags)
 {
-    (void)peer;
-    (void)flags;
+    int p = (int)(uintptr_t)peer - 1;
+    if (flags != 0) {
+        return ERR_INVALID_VALUE;
+    }
+    if (cur_ctx == 0 || p < 0 || p >= ndevices() || p == cur_ctx - 1) {
+        return ERR_INVALID_CONTEXT;
+    }
+    unsigned bit = 1u << p;
+    if (__atomic_fetch_or(&peer_on[cur_ctx - 1], bit, __ATOMIC_RELAXED) & bit) {
+        return ERR_PEER_ACCESS_ALREADY_ENABLED;
+    }
     return OK;
 }
 
@@ -437,7 +627,14 @@ static int direct_kernel; /* br_dev_direct_kernel */
 
 EXPORT CUresult cuModuleLoadData(void **m, const void *image)
 {
-    (void)image;
+    uint32_t magic = 0;
+    if (image == NULL) {
+        return ERR_INVALID_VALUE;
+    }
+    memcpy(&magic, image, sizeof(magic));
+    if (magic != 0xba55ed50u && memcmp(image, "\177ELF", 4) != 0 && memcmp(image, "//", 2) != 0) {
+        return ERR_INVALID_IMAGE; /* neither a fatbin, a cubin nor PTX text */
+    }
     ctx_sync("cuModuleLoadData");
     *m = &the_kernel;
     return OK;
@@ -459,13 +656,19 @@ EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name)
     return OK;
 }
 
+/* Every kernel of Braid's is built with __launch_bounds__(512): a block of more threads
+ * cannot run (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES at launch, no room in the occupancy). */
+#define KERNEL_MAX_THREADS 512
+#define STATIC_SMEM_MAX 49152 /* without cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) */
+
 EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int threads,
                                                             size_t smem)
 {
     (void)f;
-    (void)threads;
-    (void)smem;
-    *n = 2;
+    if (threads <= 0) {
+        return ERR_INVALID_VALUE;
+    }
+    *n = threads > KERNEL_MAX_THREADS || smem > STATIC_SMEM_MAX ? 0 : 2;
     return OK;
 }
 
@@ -475,6 +678,7 @@ EXPORT CUresult cuEventCreate(void **e, unsigned flags)
 {
     event_t *ev = calloc(1, sizeof(*ev));
     (void)flags;
+    ev->dev = ctx_device();
     pthread_mutex_init(&ev->mu, NULL);
     pthread_cond_init(&ev->cv, NULL);
     *e = ev;
@@ -557,6 +761,12 @@ EXPORT CUresult cuStreamQuery(void *h)
 EXPORT CUresult cuEventRecord(void *e, void *h)
 {
     event_t *ev = e;
+    int sdev = h == NULL ? ctx_device() : stream_of(h)->dev;
+    if (sdev != ev->dev) {
+        fprintf(stderr, "fake_cuda: cuEventRecord: an event of device %d's context on a stream of "
+                "device %d's (CUDA_ERROR_INVALID_HANDLE)\n", ev->dev, sdev);
+        return ERR_INVALID_HANDLE;
+    }
     op_t *o = op_new(OP_RECORD);
     pthread_mutex_lock(&ev->mu);
     o->gen = ++ev->recorded;
@@ -587,6 +797,22 @@ static CUresult value_op(void *h, op_kind_t kind, unsigned long long addr, uint6
                          int wide, unsigned flags)
 {
     if (kind == OP_WAIT_VALUE && flags != 0) { /* only GEQ is emulated */
+        return ERR_INVALID_VALUE;
+    }
+    if (kind == OP_WRITE_VALUE && (flags & ~1u) != 0) { /* NO_MEMORY_BARRIER at most */
+        return ERR_INVALID_VALUE;
+    }
+    if (wide && env_on("BRAID_FAKE_CUDA_NO_MEMOPS64")) {
+        return ERR_NOT_SUPPORTED; /* CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0 */
+    }
+    size_t width = wide ? 8 : 4;
+    if (addr % width != 0 || !device_reaches((uintptr_t)addr, width)) {
+        fprintf(stderr, "fake_cuda: cuStream%sValue%d at 0x%llx: %s\n",
+                kind == OP_WAIT_VALUE ? "Wait" : "Write", wide ? 64 : 32, addr,
+                addr % width != 0 ? "not aligned to its width"
+                                  : "neither device memory nor host memory mapped for the device "
+                                    "(cuMemHostAlloc or cuMemHostRegister with DEVICEMAP, through "
+                                    "cuMemHostGetDevicePointer)");
         return ERR_INVALID_VALUE;
     }
     op_t *o = op_new(kind);
@@ -652,18 +878,88 @@ EXPORT CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n,
     return OK;
 }
 
-static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, void *h, void **params,
-                       int cooperative)
+/* A kernel argument the device must reach, n bytes at p (NULL: not used): on a GPU,
+ * anything else faults the context (CUDA_ERROR_ILLEGAL_ADDRESS) when the kernel runs. */
+static void reach_arg(const char *kernel, const char *what, const void *p, size_t n)
+{
+    if (p != NULL && n > 0 && !device_reaches((uintptr_t)p, n)) {
+        misuse("%s: %s at %p (%zu bytes) is neither device memory nor host memory mapped for "
+               "the device: a GPU faults there (CUDA_ERROR_ILLEGAL_ADDRESS)",
+               kernel, what, p, n);
+    }
+}
+
+static void check_direct_args(const br_dev_direct_t *D)
+{
+    const char *k = "br_dev_direct_kernel";
+    size_t all = (size_t)D->bytes * D->nranks;
+    /* What the kernel touches: a Broadcast reads the root's input alone, a Reduce writes
+     * the root's output alone (the others' pointers are whatever their callers passed). */
+    for (uint32_t r = 0; r < D->nranks && r < BR_DEV_DIRECT_MAX; r++) {
+        if (D->func != BR_FUNC_BROADCAST || r == D->root) {
+            reach_arg(k, "an input", D->in[r], D->func == BR_FUNC_REDUCESCATTER ? all : D->bytes);
+        }
+        if (D->func != BR_FUNC_REDUCE || r == D->root) {
+            reach_arg(k, "an output", D->out[r], D->func == BR_FUNC_ALLGATHER ? all : D->bytes);
+        }
+    }
+}
+
+static void check_reduce_args(const br_dev_reduce_t *R)
+{
+    const char *k = "br_dev_reduce_kernel";
+    for (uint32_t q = 0; q < R->nsrc && q < BR_DEV_REDUCE_MAX_SRC; q++) {
+        reach_arg(k, "a source", R->src[q], R->bytes);
+    }
+    reach_arg(k, "the output", R->dst[0], R->bytes);
+    reach_arg(k, "the second output", R->dst[1], R->bytes);
+    reach_arg(k, "the PreMulSum scalar", R->scalar_dev, 1);
+}
+
+static void check_fifo_args(const br_dev_launch_t *L, unsigned nblocks)
+{
+    const char *k = "br_dev_kernel";
+    uint32_t nworks = 0;
+    reach_arg(k, "the block table", L->blocks, nblocks * sizeof(br_dev_block_t));
+    for (unsigned b = 0; b < nblocks; b++) {
+        uint32_t end = L->blocks[b].first + L->blocks[b].nworks;
+        nworks = end > nworks ? end : nworks;
+    }
+    reach_arg(k, "the work items", L->works, nworks * sizeof(br_dev_work_t));
+    reach_arg(k, "the abort flag", (const void *)L->abort_flag, sizeof(uint32_t));
+    reach_arg(k, "the status", (const void *)L->status, sizeof(uint32_t));
+    reach_arg(k, "the failing rank", (const void *)L->fail_rank, sizeof(int32_t));
+    reach_arg(k, "the failing peer", (const void *)L->fail_peer, sizeof(int32_t));
+    reach_arg(k, "the failing step", (const void *)L->fail_step, sizeof(uint64_t));
+    if (!is_device_memory((uintptr_t)L->claim)) {
+        misuse("%s: the failure claim at %p is not device memory (an atomic compare-and-swap "
+               "on host-mapped memory is not guaranteed)", k, (void *)L->claim);
+    }
+}
+
+static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                       unsigned bz, unsigned smem, void *h, void **params, int cooperative)
 {
     if (gy != 1 || gz != 1 || gx == 0 || gx > 8u * 2u * 64u) {
         return ERR_INVALID_VALUE;
     }
+    unsigned long threads = (unsigned long)bx * by * bz;
+    if (threads == 0 || threads > 1024 || smem > STATIC_SMEM_MAX) {
+        return ERR_INVALID_VALUE; /* more than 48 KiB needs cuFuncSetAttribute first */
+    }
+    if (threads > KERNEL_MAX_THREADS) {
+        return ERR_LAUNCH_OUT_OF_RESOURCES; /* beyond __launch_bounds__ */
+    }
+    if (cooperative && env_on("BRAID_FAKE_CUDA_NO_COOPERATIVE")) {
+        return ERR_NOT_SUPPORTED; /* CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH is 0 */
+    }
     if (cooperative && gx > DEVICE_BLOCKS) {
-        return 720; /* CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE */
+        return ERR_COOPERATIVE_LAUNCH_TOO_LARGE;
     }
     if (f == &reduce_kernel) {
         op_t *r = op_new(OP_REDUCE);
         memcpy(&r->reduce, params[0], sizeof(r->reduce));
+        check_reduce_args(&r->reduce);
         push(h, r);
         return OK;
     }
@@ -671,8 +967,10 @@ static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, void *h, 
     if (f == &direct_kernel) {
         o->direct = 1;
         memcpy(&o->direct_args, params[0], sizeof(o->direct_args));
+        check_direct_args(&o->direct_args);
     } else {
         memcpy(&o->launch, params[0], sizeof(o->launch));
+        check_fifo_args(&o->launch, gx);
     }
     o->nblocks = gx;
     o->cooperative = cooperative;
@@ -684,21 +982,15 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
                                unsigned by, unsigned bz, unsigned smem, void *h, void **params,
                                void **extra)
 {
-    (void)bx;
-    (void)by;
-    (void)bz;
-    (void)smem;
-    (void)extra;
-    return launch(f, gx, gy, gz, h, params, 0);
+    if (extra != NULL) {
+        return ERR_INVALID_VALUE; /* Braid passes its arguments by kernelParams */
+    }
+    return launch(f, gx, gy, gz, bx, by, bz, smem, h, params, 0);
 }
 
 EXPORT CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
                                           unsigned bx, unsigned by, unsigned bz, unsigned smem,
                                           void *h, void **params)
 {
-    (void)bx;
-    (void)by;
-    (void)bz;
-    (void)smem;
-    return launch(f, gx, gy, gz, h, params, 1);
+    return launch(f, gx, gy, gz, bx, by, bz, smem, h, params, 1);
 }

@@ -20,6 +20,16 @@ typedef int CUresult;
 #define ERR_NOT_FOUND 500
 #define ERR_NOT_READY 600
 #define ERR_CAPTURE_UNSUPPORTED 900
+#define ERR_INVALID_DEVICE 101
+#define ERR_INVALID_IMAGE 200
+#define ERR_PEER_ACCESS_UNSUPPORTED 217
+#define ERR_INVALID_HANDLE 400
+#define ERR_LAUNCH_OUT_OF_RESOURCES 701
+#define ERR_PEER_ACCESS_ALREADY_ENABLED 704
+#define ERR_HOST_MEMORY_ALREADY_REGISTERED 712
+#define ERR_HOST_MEMORY_NOT_REGISTERED 713
+#define ERR_COOPERATIVE_LAUNCH_TOO_LARGE 720
+#define ERR_NOT_SUPPORTED 801
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -30,6 +40,7 @@ typedef int CUresult;
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    int dev;            /* the device of the context it was made in */
     uint64_t recorded;  /* records enqueued */
     uint64_t completed; /* records executed */
     int captured;       /* last recorded inside a capture */
@@ -96,6 +107,11 @@ typedef struct {
 /* fake_cuda.c: the device of the calling thread's context (0 without one); waiting for an
  * event's record number gen to complete. */
 int ctx_device(void);
+/* fake_cuda.c: may the device reach [p, p + n) (device memory, or host memory mapped for
+ * it)? And the report of a misuse that a real driver would answer with an error Braid
+ * ignores, or with a fault of the context: the process aborts. */
+int device_reaches(uintptr_t p, size_t n);
+__attribute__((noreturn, format(printf, 1, 2))) void misuse(const char *fmt, ...);
 void event_wait_gen(event_t *ev, uint64_t gen);
 CUresult cuEventRecord(void *e, void *h);
 

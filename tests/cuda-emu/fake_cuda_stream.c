@@ -196,6 +196,14 @@ static uint64_t value_load(const op_t *o)
                    : __atomic_load_n((volatile uint32_t *)o->addr, __ATOMIC_ACQUIRE);
 }
 
+/* CUDA's GEQ is cyclic: (int32_t)(*addr - value) >= 0, int64_t for the 64-bit form. */
+static int value_reached(const op_t *o)
+{
+    uint64_t v = value_load(o);
+    return o->wide ? (int64_t)(v - o->value) >= 0
+                   : (int32_t)((uint32_t)v - (uint32_t)o->value) >= 0;
+}
+
 static stream_t *legacy_stream(void);
 static void land(op_t *o);
 
@@ -251,7 +259,7 @@ static void run_op(stream_t *s, op_t *o)
         break;
     case OP_WAIT_EVENT: event_wait_gen(o->ev, o->gen); break;
     case OP_WAIT_VALUE:
-        while (value_load(o) < o->value) { /* GEQ */
+        while (!value_reached(o)) {
             usleep(20);
         }
         break;

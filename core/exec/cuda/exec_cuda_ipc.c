@@ -166,6 +166,22 @@ static void hello_make(br_cuda_stage_t *st, ipc_hello_t *h)
                  "registration");
         return;
     }
+    /* The barriers are 64-bit stream memory operations, which a device may lack (cuda.h:
+     * "Support for this can be queried with ... CAN_USE_64_BIT_STREAM_MEM_OPS"): without
+     * them the first call would fail, so the ranks stage instead. */
+    int memops64 = 0;
+    if ((e = cu->DeviceGet(&dev, st->device)) != BR_CU_SUCCESS ||
+        (cu->DeviceGetAttribute(&memops64, BR_CU_DEV_ATTR_MEMOPS64, dev) != BR_CU_SUCCESS &&
+         cu->DeviceGetAttribute(&memops64, BR_CU_DEV_ATTR_MEMOPS64_V1, dev) != BR_CU_SUCCESS)) {
+        memops64 = 0;
+    }
+    if (!memops64) {
+        snprintf(h->why, sizeof(h->why),
+                 "device %d lacks 64-bit stream memory operations "
+                 "(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 0)",
+                 st->device);
+        return;
+    }
     br_shm_name(h->inbox, sizeof(h->inbox), "ipc-");
     if ((what = inbox_map(s, st->ec->rank, h->inbox, 1)) != NULL) {
         snprintf(h->why, sizeof(h->why), "%s failed", what);
@@ -178,9 +194,8 @@ static void hello_make(br_cuda_stage_t *st, ipc_hello_t *h)
     } else if ((e = cu->ModuleGetFunction(&s->reduce_fn, s->mod, BR_DEV_REDUCE_KERNEL_NAME)) !=
                BR_CU_SUCCESS) {
         what = "cuModuleGetFunction";
-    } else if ((e = cu->DeviceGet(&dev, st->device)) != BR_CU_SUCCESS ||
-               (e = cu->DeviceGetAttribute(&s->sms, BR_CU_DEV_ATTR_SM_COUNT, dev)) !=
-                   BR_CU_SUCCESS) {
+    } else if ((e = cu->DeviceGetAttribute(&s->sms, BR_CU_DEV_ATTR_SM_COUNT, dev)) !=
+               BR_CU_SUCCESS) {
         what = "cuDeviceGetAttribute";
     } else if ((e = cu->MemAlloc(&s->mine, s->data_bytes)) != BR_CU_SUCCESS) {
         what = "cuMemAlloc of the staging buffer";
