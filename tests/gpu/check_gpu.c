@@ -848,9 +848,28 @@ static void section_capture(void)
     printf("capture: a grouped AllReduce replayed 3 times; a lone rank refused\n");
 }
 
+/* The sections main runs, by name: a name that is none of them fails before anything runs
+ * (a GPU run's misspelt step must not pass as "0 failures"), on a machine without a GPU too. */
+static const char *const sections[] = {"all",     "coll",   "threads", "biggroup", "cliques",
+                                       "overlap", "errors", "abort",   "capture",  "multi",
+                                       "procs",   "suspend", "latency", "procs-stuck", "proc-rank"};
+#define NSECTIONS (sizeof(sections) / sizeof(sections[0]))
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
+    size_t known = 0;
+    while (known < NSECTIONS && strcmp(sections[known], what) != 0) {
+        known++;
+    }
+    if (known == NSECTIONS) {
+        fprintf(stderr, "check_gpu: no section '%s'; the sections:", what);
+        for (size_t i = 0; i < NSECTIONS; i++) {
+            fprintf(stderr, " %s", sections[i]);
+        }
+        fprintf(stderr, "\n");
+        return 2;
+    }
     int skip = gpu_or_skip();
     if (skip != 0) {
         return skip;

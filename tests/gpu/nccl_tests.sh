@@ -12,22 +12,41 @@
 #   or binaries built elsewhere against Braid's nccl.h (smaller to carry than the source
 #   plus a build there): $NCCL_TESTS_BIN, else .gpu-carry/nccl-tests-bin.tgz (a tarball
 #   of one folder holding the *_perf programs)
+#   From a git clone it builds NCCL_TESTS_REF (v2.16.9): from 2.17 on, nccl-tests includes
+#   NCCL 2.28's nccl_device.h (the device API, which Braid does not have) whenever nccl.h
+#   says 2.28 or later, as Braid's 2.32.3 does, and does not build against it.
 # Results in $OUT (or ./gpu-out)/nccl-tests. Exit 77 (SKIP) without a GPU or the source.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 src=${NCCL_TESTS_SRC:-$root/.gpu-carry/nccl-tests}
 cuda=${CUDA_HOME:-/usr/local/cuda}
+# NCCL_TESTS_RUN: which of them to run (all by default; run.sh --smoke: all_reduce), up to
+# NCCL_TESTS_MAX bytes (256M).
 tests="all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall"
+ref=${NCCL_TESTS_REF:-v2.16.9}
 
 # Builds the tests against Braid's nccl.h and the build's libnccl.so.2, for sm_$1, into
 # $2 (its build log beside it); no GPU needed.
 build_tests() { # sm bindir build
-    local home
+    local home tree=$src
     home=$(mktemp -d)
-    ln -s "$root/include" "$home/include"
+    # NVIDIA's nccl.h brings cuda_fp16.h and cuda_bf16.h, and nccl-tests 2.16 takes half
+    # from it; Braid's includes no CUDA header but cuda_runtime.h: a nccl.h that adds them.
+    mkdir -p "$home/include"
+    printf '#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include "%s/include/nccl.h"\n' \
+        "$root" > "$home/include/nccl.h"
     ln -s "$3/lib" "$home/lib"
-    echo "== building nccl-tests against Braid's nccl.h (sm_$1)"
-    if ! make -C "$src/src" -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME="$home" \
+    if git -C "$src" rev-parse -q --verify "$ref^{commit}" > /dev/null 2>&1; then
+        tree="$home/src-$ref"
+        mkdir -p "$tree"
+        git -C "$src" archive "$ref" | tar -x -C "$tree"
+    elif grep -q nccl_device.h "$src/src/common.h"; then
+        echo "FAIL: the nccl-tests at $src include nccl_device.h (NCCL's device API, not in Braid) and the clone has no $ref (a full clone of NVIDIA/nccl-tests has it; NCCL_TESTS_REF names another)"
+        rm -rf "$home"
+        return 1
+    fi
+    echo "== building nccl-tests ($(git -C "$src" describe --tags "$ref" 2> /dev/null || echo "$tree")) against Braid's nccl.h (sm_$1)"
+    if ! make -C "$tree/src" -j"$(nproc)" CUDA_HOME="$cuda" NCCL_HOME="$home" \
         NVCC_GENCODE="-gencode=arch=compute_$1,code=sm_$1" BUILDDIR="$2" build \
         > "$2.log" 2>&1; then
         tail -20 "$2.log"
@@ -59,11 +78,13 @@ if ! nvidia-smi -L > /dev/null 2>&1; then
     echo "SKIP: no GPU here"
     exit 77
 fi
+tests=${NCCL_TESTS_RUN:-$tests}
 bin=${NCCL_TESTS_BIN:-}
+# The binaries go outside $out, which comes back from the GPU machine: logs only there.
 if [ -z "$bin" ] && [ -f "$root/.gpu-carry/nccl-tests-bin.tgz" ]; then
-    mkdir -p "$out/bin"
-    tar xzf "$root/.gpu-carry/nccl-tests-bin.tgz" -C "$out/bin" --strip-components=1 &&
-        bin="$out/bin"
+    unpacked=$(mktemp -d)
+    tar xzf "$root/.gpu-carry/nccl-tests-bin.tgz" -C "$unpacked" --strip-components=1 &&
+        bin="$unpacked"
 fi
 if [ -n "$bin" ]; then
     echo "== nccl-tests built elsewhere against Braid's nccl.h: $bin"
@@ -71,7 +92,7 @@ elif [ ! -f "$src/src/Makefile" ]; then
     echo "SKIP: no nccl-tests source at $src (clone NVIDIA/nccl-tests there, or set NCCL_TESTS_SRC)"
     exit 77
 else
-    bin="$out/bin"
+    bin=$(mktemp -d)/bin
     build_tests "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')" \
         "$bin" "$build" || exit 1
 fi
@@ -89,7 +110,7 @@ for t in $tests; do
         fi
         log="$out/$t-$lib.log"
         LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout -k 5 60 \
-            "$bin/${t}_perf" -g 1 -b 8 -e 256M -f 4 -c 1 \
+            "$bin/${t}_perf" -g 1 -b 8 -e "${NCCL_TESTS_MAX:-256M}" -f 4 -c 1 \
             -n 20 -w 5 > "$log" 2>&1
         rc=$?
         wrong=$(grep -E "Out of bounds values" "$log" | head -1)

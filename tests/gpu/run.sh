@@ -51,6 +51,27 @@ if [ ! -x "$build/bin/check_gpu" ]; then
     echo "FAIL: no prepared build at $build (run tests/gpu/prepare_carry.sh on the build machine and carry what it lists: GPU minutes are not for building)"
     exit 1
 fi
+# Every library the carried build links must resolve here. What the build machine had
+# and this one may lack comes from the carry: .gpu-carry/lib (hwloc, udev) is on the path
+# already; from .gpu-carry/lib-fallback only what is still missing, so that this
+# machine's own copies (libssl, libcrypto) keep serving everything else.
+missing_libs() {
+    ldd "$build/lib/libnccl.so.2" "$build/bin/check_gpu" "$build/bin/braid-perf" 2>/dev/null |
+        awk '/not found/ {print $1}' | sort -u
+}
+miss=$(missing_libs)
+if [ -n "$miss" ] && [ -d "$root/.gpu-carry/lib-fallback" ]; then
+    fallback=$(mktemp -d)
+    for n in $miss; do
+        [ -e "$root/.gpu-carry/lib-fallback/$n" ] && ln -s "$root/.gpu-carry/lib-fallback/$n" "$fallback/$n"
+    done
+    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$fallback"
+    miss=$(missing_libs)
+fi
+if [ -n "$miss" ]; then
+    echo "FAIL: libraries the build links are missing here: $(echo $miss) (tests/gpu/prepare_carry.sh copies them into .gpu-carry: carry what it lists)"
+    exit 1
+fi
 
 left() { echo $((budget - SECONDS)); }
 # step KIND NAME TIMEOUT COMMAND...: KIND "check" fails the run when the command does;
@@ -81,11 +102,11 @@ step() {
     elif [ $cut = 1 ] && { [ $rc -eq 124 ] || [ $rc -eq 137 ]; }; then
         echo "SKIP: $name (cut at $t s by the time budget)"
         summary+=("SKIP $name (cut by the budget)")
+    elif [ $rc -eq 77 ]; then
+        summary+=("SKIP $name (exit 77)")
     elif [ "$kind" = probe ]; then
         echo "PROBE: $name exit $rc (a report, not a check; log $out/$name.log)"
         summary+=("PROBE $name exit $rc")
-    elif [ $rc -eq 77 ]; then
-        summary+=("SKIP $name (exit 77)")
     else
         echo "FAIL: $name (exit $rc, log $out/$name.log)"
         summary+=("FAIL $name exit $rc")
@@ -98,6 +119,31 @@ finish() {
     exit $status
 }
 perf="$build/bin/braid-perf"
+# nccl_tests LIMIT CUT: nccl-tests (tests/gpu/nccl_tests.sh) within LIMIT seconds, into the
+# summary; CUT=1 when LIMIT is what the budget leaves, so that its end is a SKIP.
+nccl_tests() {
+    OUT="$out" timeout -k 5 "$1" "$root/tests/gpu/nccl_tests.sh" "$build" > "$out/nccl-tests.log" 2>&1
+    local rc=$?
+    tail -12 "$out/nccl-tests.log"
+    if [ $rc -eq 0 ]; then
+        summary+=("PASS nccl-tests")
+    elif [ $rc -eq 77 ]; then
+        summary+=("SKIP nccl-tests ($(grep -m1 '^SKIP' "$out/nccl-tests.log" | cut -c7-))")
+    elif [ "$2" = 1 ] && { [ $rc -eq 124 ] || [ $rc -eq 137 ]; }; then
+        summary+=("SKIP nccl-tests (cut at $1 s by the time budget)")
+    else
+        summary+=("FAIL nccl-tests exit $rc")
+        status=1
+    fi
+}
+have_torch() {
+    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+        return 0
+    fi
+    echo "no PyTorch with CUDA here: the PyTorch steps are not run"
+    summary+=("SKIP torch (no PyTorch with CUDA)")
+    return 1
+}
 
 if [ $smoke = 1 ]; then
     # One case of each path, most likely to fail first.
@@ -107,12 +153,11 @@ if [ $smoke = 1 ]; then
     step check "perf-allreduce-2" 40 "$perf" -C allreduce -t 2 --mem device -b 8 -e 512M -f 8 -n 10 -w 3 -c 1
     BRAID_CUDA_WAIT_TIMEOUT=30 step check "procs" 60 "$build/bin/check_gpu" procs
     if [ "$(left)" -ge 40 ]; then
-        OUT="$out" timeout -k 5 30 "$root/tests/gpu/nccl_tests.sh" "$build" > "$out/nccl-tests.log" 2>&1
-        rc=$?
-        summary+=("$([ $rc = 0 ] && echo PASS || { [ $rc = 77 ] && echo SKIP || echo FAIL; }) nccl-tests exit $rc")
-        [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
+        NCCL_TESTS_RUN=all_reduce NCCL_TESTS_MAX=64M nccl_tests 30 0
+    else
+        summary+=("SKIP nccl-tests (budget)")
     fi
-    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    if have_torch; then
         LD_PRELOAD="$build/lib/libnccl.so.2" step check "torch-allreduce-braid" 45 \
             python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
             "$root/bench/torch_gpu_allreduce.py" --backend nccl --largest 16777216
@@ -166,28 +211,26 @@ if [ -n "$nvlib" ] && [ -e "$nvlib/libnccl.so.2" ]; then
     step check "braid-1rank-allreduce" 60 "$perf" -C allreduce -t 1 "${pargs[@]}"
 else
     echo "no NVIDIA libnccl.so.2 found (python3 -c 'import nvidia.nccl'): NCCL's figures not taken"
+    summary+=("SKIP nccl-1rank-allreduce (no NVIDIA libnccl.so.2)")
 fi
 
 # 3. nccl-tests against Braid, and on NVIDIA's NCCL beside it (needs them carried in).
 if [ "$(left)" -ge 60 ]; then
-    OUT="$out" timeout -k 5 $(($(left) - 5)) "$root/tests/gpu/nccl_tests.sh" "$build"
-    rc=$?
-    [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
+    nccl_tests $(($(left) - 5)) 1
 else
     echo "SKIP: nccl-tests (the time budget of $budget s is spent)"
+    summary+=("SKIP nccl-tests (budget)")
 fi
 
 # 4. PyTorch (issue 13): all_reduce of CUDA tensors, Braid next to Gloo, 2 processes on
 # one GPU; the DDP examples with Braid under the "nccl" backend.
-if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if have_torch; then
     LD_PRELOAD="$build/lib/libnccl.so.2" step check "torch-allreduce-braid" 90 \
         python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
         "$root/bench/torch_gpu_allreduce.py" --backend nccl
     step check "torch-allreduce-gloo" 60 python3 -m torch.distributed.run --standalone \
         --nproc_per_node=2 "$root/bench/torch_gpu_allreduce.py" --backend gloo --largest 67108864
     OUT="$out/ddp" step check "ddp-gpu" 180 "$root/examples/ddp/gpu/run_gpu.sh" "$build"
-else
-    echo "no PyTorch with CUDA here: the DDP examples and the PyTorch all_reduce not run"
 fi
 
 # 5. The rest of Braid's tables.
@@ -212,8 +255,10 @@ if [ -n "$mps" ] && [ "$(left)" -ge 60 ]; then
         echo quit | "$mps"
     else
         echo "SKIP: procs-mps (nvidia-cuda-mps-control -d failed)"
+        summary+=("SKIP procs-mps (nvidia-cuda-mps-control -d failed)")
     fi
 else
     echo "SKIP: procs-mps (no nvidia-cuda-mps-control, or the budget is spent)"
+    summary+=("SKIP procs-mps (no nvidia-cuda-mps-control, or the budget)")
 fi
 finish
