@@ -155,6 +155,14 @@ static inline int br_peer_sees_pid(const br_peer_info_t *a, const br_peer_info_t
  * cache miss per peer. For inputs read in place (DirectRead) a rank publishes only the
  * input's address, the readers copy from the owner's memory (process_vm_readv between
  * processes) and the owner waits until every reader's `done` passed the operation.
+ * On failure: a rank's `failed` word (beside its `done`) says it will read or write no
+ * peer's buffer again; it is set by a rank whose arena operation failed, before it
+ * withdraws what it published (br_arena_withdraw: the flag stops reading k + 1, so a
+ * reader that comes later copies nothing) and before it tells the other ranks, and by a
+ * rank that closes its arena. A reader looks at the owner's flag right before each copy
+ * from the owner's memory. An owner that fails returns only once every reader of its
+ * memory has passed `done` for the operation or set `failed` (exec_engine.c), since a
+ * reader that looked just before the withdrawal may still be copying.
  */
 typedef struct {
     _Atomic uint64_t flag; /* k + 1 once operation k's input and descriptor are complete */
@@ -169,7 +177,15 @@ typedef struct {
 
 typedef struct {
     _Alignas(64) _Atomic uint64_t done; /* operations this rank finished reading */
+    _Atomic uint64_t failed;            /* BR_ARENA_FAILED, BR_ARENA_LEFT, or 0 */
 } br_arena_ctrl_t;
+
+/* One cache line per rank: the arena's layout and per-process figures assume it. */
+_Static_assert(sizeof(br_arena_ctrl_t) == 64, "br_arena_ctrl_t is one cache line");
+
+#define BR_ARENA_FAILED 1 /* an operation of the rank failed */
+#define BR_ARENA_LEFT 2   /* the rank closed its arena (communicator destroyed or suspended) */
+#define BR_ARENA_WITHDRAWN (1ull << 63) /* in a flag: its owner failed (br_arena_withdraw) */
 
 /* One buffer a DirectRead rank publishes: its address and, when it lies in memory from
  * ncclMemAlloc (a memfd), where peers of other processes can map it. */
@@ -289,6 +305,29 @@ static inline void br_arena_done(br_arena_t *a, int rank, uint64_t k)
 {
     /* Release: our reads of every buffer are done before writers may reuse them. */
     atomic_store_explicit(&br_arena_ctrl(a, rank)->done, k + 1, memory_order_release);
+}
+
+/* `rank` reads or writes no peer's buffer from now on (why: BR_ARENA_FAILED or _LEFT).
+ * Release: the copies it made before are complete for whoever sees the word. */
+static inline void br_arena_fail(br_arena_t *a, int rank, uint64_t why)
+{
+    atomic_store_explicit(&br_arena_ctrl(a, rank)->failed, why, memory_order_release);
+}
+
+/* Rank r's `failed` word (0: it has not failed). Acquire pairs with br_arena_fail. */
+static inline uint64_t br_arena_failed(const br_arena_t *a, int r)
+{
+    return atomic_load_explicit(&br_arena_ctrl(a, r)->failed, memory_order_acquire);
+}
+
+/* Failed `rank` takes back its publication of operation k, if it made it: readers that
+ * look at the flag from now on see that it is not there (br_arena_published). */
+static inline void br_arena_withdraw(br_arena_t *a, int rank, uint64_t k, int small)
+{
+    uint64_t want = k + 1;
+    atomic_compare_exchange_strong_explicit(&br_arena_hdr(a, rank, k, small)->flag, &want,
+                                            (k + 1) | BR_ARENA_WITHDRAWN, memory_order_acq_rel,
+                                            memory_order_relaxed);
 }
 
 /* Has rank r finished reading operation k? (DirectRead owners wait for their readers.) */

@@ -315,6 +315,9 @@ void br_transport_close_all(br_transport_comm_t *tc, int flush)
     free(tc->net_fid);
     tc->net_fid = NULL;
     if (tc->arena != NULL) {
+        if (br_arena_failed(tc->arena, tc->rank) == 0) {
+            br_arena_fail(tc->arena, tc->rank, BR_ARENA_LEFT); /* a failed owner stops waiting */
+        }
         br_arena_unmap_all(tc->arena);
         munmap(tc->arena->base, tc->arena->size);
         free(tc->arena);

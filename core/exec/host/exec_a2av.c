@@ -201,6 +201,9 @@ static int a2av_read(br_exec_comm_t *ec, const br_work_t *w, int o)
         br_exec_copy_out(ec, op, dst, br_arena_data(a, o, w->arena_k, 0) + e.off, bytes);
         return 0;
     }
+    if (br_exec_arena_present(ec, w, o, 0) != 0) {
+        return -1; /* the owner failed: its send buffer is no longer ours to read */
+    }
     a2av_head_t head;
     const void *src = NULL;
     size_t done = 0;
@@ -230,6 +233,9 @@ static int a2av_gather(br_exec_queue_t *q, br_work_t *w, int *moved_p)
             continue;
         }
         if (!br_arena_published(ec->arena, o, w->arena_k, 0)) {
+            if (br_exec_arena_gone(ec, w, o) != 0) {
+                return -1;
+            }
             waiting = waiting < 0 ? o : waiting;
             continue;
         }
@@ -248,8 +254,10 @@ static int a2av_gather(br_exec_queue_t *q, br_work_t *w, int *moved_p)
     return 1;
 }
 
-/* Phase 2: every reader we left a block in place for has read it. 1 yes, 0 waiting. */
-static int a2av_readers(br_exec_queue_t *q, br_work_t *w)
+/* Phase 2: every reader we left a block in place for has read it. 1 yes, 0 waiting, -1
+ * one failed (recorded). With `failing` (this rank failed: br_work_arena_settle) a reader
+ * that failed counts as done, and with `dead` one whose process is gone. */
+static int a2av_readers(br_exec_queue_t *q, br_work_t *w, int failing, int dead)
 {
     br_exec_comm_t *ec = q->ec;
     const a2av_entry_t *tab = table_of(ec->arena, ec->rank, w->arena_k);
@@ -259,12 +267,20 @@ static int a2av_readers(br_exec_queue_t *q, br_work_t *w)
         int r = (ec->rank + w->arena_next) % n;
         if (tab[r].count > 0 && tab[r].how == A2AV_READ &&
             !br_arena_read_by(ec->arena, r, w->arena_k)) {
+            if (failing && br_exec_arena_stopped(ec, r, dead)) {
+                continue;
+            }
             q->wait_peer = r;
             q->wait_what = "its input to be read by";
-            return 0;
+            return failing ? 0 : br_exec_arena_gone(ec, w, r);
         }
     }
     return 1;
+}
+
+int br_work_a2av_settle(br_exec_queue_t *q, br_work_t *w, int dead)
+{
+    return a2av_readers(q, w, 1, dead);
 }
 
 int br_work_a2av(br_exec_queue_t *q, br_work_t *w, int *done_p)
@@ -288,8 +304,9 @@ int br_work_a2av(br_exec_queue_t *q, br_work_t *w, int *done_p)
         w->arena_next = 1;
         moved++;
     }
-    if (!a2av_readers(q, w)) {
-        return moved;
+    r = a2av_readers(q, w, 0, 0);
+    if (r <= 0) {
+        return r < 0 ? -1 : moved;
     }
     *done_p = 1;
     return moved > 0 ? moved : 1;

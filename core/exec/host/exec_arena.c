@@ -330,13 +330,46 @@ void br_exec_peer_copy_failed(br_exec_comm_t *ec, const br_work_t *w, int r, con
                                 : "");
 }
 
+int br_exec_arena_gone(br_exec_comm_t *ec, const br_work_t *w, int r)
+{
+    uint64_t why = br_arena_failed(ec->arena, r);
+    if (why == 0) {
+        return 0;
+    }
+    const br_peer_info_t *pi = &ec->tc->peers[r];
+    br_exec_fail(ec, ncclRemoteError,
+                 "rank %d (host %s): %s #%llu (count %zu, %s): rank %d (pid %d on %s) %s; "
+                 "nothing more is copied from or into its buffers",
+                 ec->rank, br_host_name(), br_func_name(w->op.func),
+                 (unsigned long long)w->op.seq, w->op.count, br_type_name(w->op.type), r,
+                 pi->pid, pi->host, why == BR_ARENA_LEFT ? "closed its communicator" : "failed");
+    return -1;
+}
+
+int br_exec_arena_present(br_exec_comm_t *ec, const br_work_t *w, int r, int small)
+{
+    if (br_arena_published(ec->arena, r, w->arena_k, small)) {
+        return 0;
+    }
+    /* Only a failed owner takes its flag back, after it set its `failed` word. */
+    if (br_exec_arena_gone(ec, w, r) == 0) {
+        br_exec_fail(ec, ncclInternalError,
+                     "rank %d: %s #%llu: rank %d's input left the node arena while it was read",
+                     ec->rank, br_func_name(w->op.func), (unsigned long long)w->op.seq, r);
+    }
+    return -1;
+}
+
 /* DirectRead: copy bytes [off, off + bytes) of rank r's published buffer `which`
- * (BR_ARENA_IN, BR_ARENA_OUT) to dst. */
+ * (BR_ARENA_IN, BR_ARENA_OUT) to dst, unless r has failed. */
 static int read_peer(br_exec_comm_t *ec, const br_work_t *w, int r, int which, char *dst,
                      size_t off, size_t bytes)
 {
     const void *src = NULL;
     size_t done = 0;
+    if (br_exec_arena_present(ec, w, r, 1) != 0) {
+        return -1;
+    }
     int err = br_arena_read_peer(ec->arena, &ec->tc->peers[r], &ec->tc->peers[ec->rank],
                                  w->arena_k, which, dst, off, bytes, br_exec_streams(ec, &w->op),
                                  &src, &done);
@@ -392,6 +425,9 @@ static int write_readers(br_exec_comm_t *ec, const br_work_t *w, size_t split)
         int r = (ec->rank + i) % ec->nranks;
         void *dst = NULL;
         size_t done = 0;
+        if (br_exec_arena_present(ec, w, r, 1) != 0) {
+            return -1; /* a reader that failed: its output may be gone */
+        }
         int err = br_arena_write_peer(ec->arena, &ec->tc->peers[r], &ec->tc->peers[ec->rank],
                                       w->arena_k, w->op.sendbuff, split, &dst, &done);
         if (err != 0) {
@@ -450,6 +486,9 @@ static int reduce_part(br_exec_comm_t *ec, const br_work_t *w)
         }
         for (int i = 1; i < n; i++) {
             int r = (me + i) % n; /* not every rank on rank 0's memory at once */
+            if (br_exec_arena_present(ec, w, r, 1) != 0) {
+                return -1;
+            }
             const char *src = br_arena_peer_ptr(ec->arena, &ec->tc->peers[r],
                                                 &ec->tc->peers[me], w->arena_k, BR_ARENA_IN,
                                                 off + cnt * tsz);
@@ -480,7 +519,7 @@ static int gather_parts(br_exec_queue_t *q, br_work_t *w)
         if (!br_arena_read_by(ec->arena, r, w->arena_k)) {
             q->wait_peer = r;
             q->wait_what = "its part of the reduction from";
-            return 0;
+            return br_exec_arena_gone(ec, w, r);
         }
         part_of(op, n, r, &lo, &len);
         if (len > 0 && read_peer(ec, w, r, BR_ARENA_OUT, (char *)op->recvbuff + lo * tsz,
@@ -527,9 +566,19 @@ static int direct_output(br_exec_comm_t *ec, const br_work_t *w)
     return 0;
 }
 
+int br_exec_arena_stopped(const br_exec_comm_t *ec, int r, int dead)
+{
+    const br_peer_info_t *pi = ec->tc->peers;
+    return br_arena_failed(ec->arena, r) != 0 ||
+           (dead && pi[r].pid_hash != pi[ec->rank].pid_hash && br_exec_pid_is_dead(pi[r].pid));
+}
+
 /* DirectRead, phase 2: wait until every reader is done with our input (and a Broadcast
- * reader whose output the root writes in part, until the root is done writing). */
-static int wait_readers(br_exec_queue_t *q, br_work_t *w)
+ * reader whose output the root writes in part, until the root is done writing). 1 when
+ * they are, 0 waiting, -1 when one failed (recorded). With `failing` (this rank failed,
+ * br_work_arena_settle) a reader that failed counts as done, as does, with `dead`, one
+ * whose process is gone. */
+static int wait_readers(br_exec_queue_t *q, br_work_t *w, int failing, int dead)
 {
     br_exec_comm_t *ec = q->ec;
     const br_op_t *op = &w->op;
@@ -541,11 +590,14 @@ static int wait_readers(br_exec_queue_t *q, br_work_t *w)
             continue;
         }
         if (!br_arena_read_by(ec->arena, r, last)) {
+            if (failing && br_exec_arena_stopped(ec, r, dead)) {
+                continue;
+            }
             q->wait_peer = r;
             q->wait_what = reader                         ? "its output to be written by"
                            : op->func == BR_FUNC_ALLREDUCE ? "its input and output to be read by"
                                                            : "its input to be read by";
-            return 0;
+            return failing ? 0 : br_exec_arena_gone(ec, w, r);
         }
     }
     return 1;
@@ -565,8 +617,9 @@ static int direct_rest(br_exec_queue_t *q, br_work_t *w, int *done_p)
         w->arena_phase = 2;
         w->arena_next = 0;
     }
-    if (!wait_readers(q, w)) {
-        return 0;
+    int r = wait_readers(q, w, 0, 0);
+    if (r <= 0) {
+        return r;
     }
     *done_p = 1;
     return 1;
@@ -828,6 +881,38 @@ static int arena_chunked(br_exec_queue_t *q, br_work_t *w, int *done_p)
     return moved > 0 ? moved : 1;
 }
 
+/* ---- A failed rank's operation ----
+ * The executor (exec_engine.c, fail_unwind) calls these for the operation in flight on
+ * the arena queue of a rank that failed (or was abandoned with its group), once it has
+ * set its `failed` word. An operation whose buffers peers copy in place (DirectRead, and
+ * AlltoAllV's blocks read in place) is withdrawn: its flag stops saying k + 1, so a peer
+ * that looks from now on copies nothing and fails naming this rank (every copy from or
+ * into another rank's buffer looks at the flag right before it: br_exec_arena_present).
+ * A peer that looked before may be copying still: the call returns only once every such
+ * peer's `done` passed the operation, or it failed, or its process is gone. */
+int br_work_arena_exposed(const br_work_t *w)
+{
+    return w->kind == BR_WORK_ARENA && w->op.algo == BR_ALGO_DIRECT_READ &&
+           (w->arena_phase == 1 || w->arena_phase == 2 || w->arena_phase == 4);
+}
+
+void br_work_arena_withdraw(br_exec_comm_t *ec, br_work_t *w)
+{
+    br_arena_withdraw(ec->arena, ec->rank, w->arena_k, w->arena_small);
+    w->arena_phase = 5;
+    w->arena_next = w->op.func == BR_FUNC_ALLTOALLV ? 1 : 0; /* as phase 2 starts */
+}
+
+int br_work_arena_settle(br_exec_queue_t *q, br_work_t *w, int dead)
+{
+    int r = w->op.func == BR_FUNC_ALLTOALLV ? br_work_a2av_settle(q, w, dead)
+                                             : wait_readers(q, w, 1, dead);
+    if (r > 0) {
+        w->arena_phase = 6;
+    }
+    return r;
+}
+
 int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
 {
     br_exec_comm_t *ec = q->ec;
@@ -868,7 +953,7 @@ int br_work_arena(br_exec_queue_t *q, br_work_t *w, int *done_p)
             !br_arena_published(ec->arena, r, w->arena_k, w->arena_small)) {
             q->wait_peer = r;
             q->wait_what = "data from";
-            return moved;
+            return br_exec_arena_gone(ec, w, r) < 0 ? -1 : moved;
         }
     }
     for (int r = 0; r < n; r++) {

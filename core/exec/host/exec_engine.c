@@ -501,6 +501,128 @@ static void announce_failure(br_exec_comm_t *ec)
     br_log_set_last_error(ec->error_msg);
 }
 
+/* ---- A failed batch and the node arena ----
+ * A rank's peers may be copying from (or, a DirectRead Broadcast's root, into) its
+ * buffers in place when its operation fails, and the caller may free or rewrite them as
+ * soon as the call returns. So before the failure is announced, every communicator of
+ * the batch that failed sets its `failed` word in the arena (it copies nothing from
+ * anyone any more) and withdraws what it published (exec_arena.c, "A failed rank's
+ * operation"); then, once the others are told, the call waits until every peer that may
+ * have looked before the withdrawal has passed `done` for the operation, failed, or
+ * died. A failing rank sets its own word before it waits for anyone, so two that fail
+ * together do not wait for each other. The wait is bounded by BRAID_TIMEOUT, or when
+ * that is 0 by BR_SETTLE_S: a peer that has not come by then looks only after the
+ * withdrawal (it would have to have stalled that long between its look and its copy). */
+#define BR_SETTLE_S 10
+
+static br_work_t *queue_head(br_exec_queue_t *q)
+{
+    return q->cur < q->n ? &q->items[q->cur] : NULL;
+}
+
+/* ec has failed: it reads and writes no peer's buffer from now on. */
+static void arena_mark_failed(br_exec_comm_t *ec)
+{
+    if (ec->arena != NULL) {
+        br_arena_fail(ec->arena, ec->rank, BR_ARENA_FAILED);
+    }
+}
+
+/* Mark every failed communicator of b, and withdraw the operations whose buffers peers
+ * may touch in place. A communicator that has such an operation in flight but did not
+ * fail itself (another one of the group did) fails too: its peers would wait for the
+ * rest of it for ever. Returns how many were withdrawn. */
+static int fail_withdraw(br_exec_batch_t *b, const br_exec_comm_t *cause)
+{
+    int n = 0;
+    for (int i = 0; i < b->n; i++) {
+        br_exec_queue_t *q = &b->queues[i];
+        br_exec_comm_t *ec = q->ec;
+        br_work_t *w = queue_head(q);
+        int exposed = w != NULL && br_work_arena_exposed(w);
+        if (exposed && ec->error == ncclSuccess) {
+            br_exec_fail(ec, cause->error,
+                         "rank %d (host %s): %s #%llu abandoned: rank %d of another "
+                         "communicator in its group failed: %s",
+                         ec->rank, br_host_name(), br_func_name(w->op.func),
+                         (unsigned long long)w->op.seq, cause->rank, cause->error_msg);
+        }
+        if (ec->error != ncclSuccess) {
+            arena_mark_failed(ec);
+        }
+        if (exposed) {
+            br_work_arena_withdraw(ec, w);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Wait until no peer can still copy from or into a withdrawn operation's buffers. */
+static void fail_settle(br_exec_batch_t *b)
+{
+    int64_t t = BR_PARAM_INT(TIMEOUT);
+    uint64_t start = br_time_ns(), limit = (uint64_t)(t > 0 ? t : BR_SETTLE_S) * 1000000000ull;
+
+    for (unsigned idle = 0;; idle++) {
+        int waiting = 0, dead = (idle & 63) == 63;
+        for (int i = 0; i < b->n; i++) {
+            br_work_t *w = queue_head(&b->queues[i]);
+            if (w != NULL && w->kind == BR_WORK_ARENA && w->arena_phase == 5) {
+                waiting += br_work_arena_settle(&b->queues[i], w, dead) == 0;
+            }
+        }
+        if (waiting == 0) {
+            return;
+        }
+        if (br_time_ns() - start > limit) {
+            break;
+        }
+        nap(idle, 0);
+    }
+    for (int i = 0; i < b->n; i++) {
+        br_exec_queue_t *q = &b->queues[i];
+        br_work_t *w = queue_head(q);
+        if (w != NULL && w->kind == BR_WORK_ARENA && w->arena_phase == 5) {
+            BR_WARN(NCCL_COLL,
+                    "rank %d (host %s): %s #%llu failed; returning after %llu s although rank %d "
+                    "has neither finished nor failed (waiting for %s it)",
+                    q->ec->rank, br_host_name(), br_func_name(w->op.func),
+                    (unsigned long long)w->op.seq,
+                    (unsigned long long)((br_time_ns() - start) / 1000000000ull), q->wait_peer,
+                    q->wait_what);
+        }
+    }
+}
+
+/* b failed: mark, withdraw, tell the other ranks (the cause last, so that its message is
+ * what ncclGetLastError gives), and wait for the peers still in our buffers. */
+static void fail_unwind(br_exec_batch_t *b)
+{
+    br_exec_comm_t *cause = NULL;
+    for (int i = 0; i < b->n && cause == NULL; i++) {
+        cause = b->queues[i].ec->error != ncclSuccess ? b->queues[i].ec : NULL;
+    }
+    if (cause == NULL) {
+        return;
+    }
+    int exposed = fail_withdraw(b, cause);
+    for (int i = 0; i < b->n; i++) {
+        br_exec_comm_t *ec = b->queues[i].ec;
+        int first = ec != cause && ec->error != ncclSuccess;
+        for (int k = 0; k < i && first; k++) {
+            first = b->queues[k].ec != ec;
+        }
+        if (first) {
+            announce_failure(ec);
+        }
+    }
+    announce_failure(cause);
+    if (exposed > 0) {
+        fail_settle(b);
+    }
+}
+
 /* One pass over the batch's queues: every head item steps as far as it can, and items
  * that finish make way for the next. Returns the steps made, with *pending_p the queues
  * not yet finished, or -1 with *res_p the error of the communicator that failed. */
@@ -580,6 +702,7 @@ static ncclResult_t host_run(br_exec_batch_t *b)
         if (b->queues[i].ec->error != ncclSuccess) {
             BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", b->queues[i].ec->rank,
                     b->queues[i].ec->error_msg);
+            arena_mark_failed(b->queues[i].ec);
             userbuf_abandon(b);
             return b->queues[i].ec->error;
         }
@@ -655,12 +778,7 @@ static ncclResult_t host_run(br_exec_batch_t *b)
 fail:
     proxies_active(b, -1);
     userbuf_abandon(b);
-    for (int i = 0; i < b->n; i++) {
-        if (b->queues[i].ec->error != ncclSuccess) {
-            announce_failure(b->queues[i].ec);
-            break;
-        }
-    }
+    fail_unwind(b);
     return res;
 }
 
@@ -689,6 +807,7 @@ static int solo_fast(br_exec_comm_t *ec, const br_op_t *op, ncclResult_t *res_p)
         return 0;
     }
     if (ec->defer != NULL && br_exec_defer_settle(ec, 0) != ncclSuccess) {
+        arena_mark_failed(ec);
         announce_failure(ec);
         *res_p = ec->error;
         return 1;
@@ -711,7 +830,13 @@ static int solo_fast(br_exec_comm_t *ec, const br_op_t *op, ncclResult_t *res_p)
         int done = 0;
         int r = br_work_arena(&q, &w, &done);
         if (r < 0) {
-            announce_failure(ec);
+            br_exec_batch_t one; /* the item as a batch of its own for fail_unwind */
+            memset(&one, 0, sizeof(one));
+            q.items = &w;
+            q.n = 1;
+            one.queues = &q;
+            one.n = 1;
+            fail_unwind(&one);
             *res_p = ec->error;
             return 1;
         }
@@ -751,6 +876,7 @@ ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
 
     if (ec->error != ncclSuccess) {
         BR_WARN(NCCL_COLL, "rank %d: communicator already failed: %s", ec->rank, ec->error_msg);
+        arena_mark_failed(ec);
         br_exec_oplog_settle(ec, op);
         return ec->error;
     }

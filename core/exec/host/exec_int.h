@@ -64,7 +64,9 @@ struct br_work {
     int arena_phase;   /* 0: input not published, 1: published, reading; 2: waiting for
                         * readers of our input (DirectRead); 3: only the deferred checks
                         * of earlier root Broadcasts (br_exec_defer_settle); 4: reading
-                        * the others' reduced parts (DirectRead AllReduce) */
+                        * the others' reduced parts (DirectRead AllReduce); 5: this rank
+                        * failed, withdrawn, waiting until no peer copies from or into its
+                        * buffers; 6: that wait is over */
     int arena_next;    /* first rank whose input (or done) has not been seen yet */
     int arena_small;   /* the input goes in a small slot */
     int arena_defer;   /* a OneShot Broadcast's root: other ranks checked after it returns */
@@ -118,6 +120,22 @@ void br_exec_peer_copy_failed(br_exec_comm_t *ec, const br_work_t *w, int r, con
                               const void *theirs, const void *ours, size_t done, size_t bytes,
                               int err);
 
+/* A peer and the node arena, for w (exec_arena.c): has rank r failed or closed its arena?
+ * 0 no, -1 yes (recorded in ec, naming it). Does its publication of w's operation
+ * (`small`: in a small slot) still stand, right before a copy from or into its memory? 0
+ * yes, -1 it failed (recorded). Has r stopped for good (failed, or with `dead` its process
+ * is gone: a system call)? */
+int br_exec_arena_gone(br_exec_comm_t *ec, const br_work_t *w, int r);
+int br_exec_arena_present(br_exec_comm_t *ec, const br_work_t *w, int r, int small);
+int br_exec_arena_stopped(const br_exec_comm_t *ec, int r, int dead);
+/* This rank failed with w in flight on its arena queue (exec_arena.c, "A failed rank's
+ * operation"): may peers copy from or into w's buffers in place (published, not
+ * finished)? Then withdraw it, and settle: 1 once no peer can, 0 waiting (q says for
+ * whom; with `dead`, peers whose process is gone count as stopped). */
+int br_work_arena_exposed(const br_work_t *w);
+void br_work_arena_withdraw(br_exec_comm_t *ec, br_work_t *w);
+int br_work_arena_settle(br_exec_queue_t *q, br_work_t *w, int dead);
+
 /* AlltoAllV through the node arena (exec_a2av.c): may op run that way here (the same
  * answer on every rank), and its steps (called by br_work_arena). */
 int br_work_a2av_takes(const br_exec_comm_t *ec, const br_op_t *op);
@@ -125,6 +143,8 @@ int br_work_a2av_takes(const br_exec_comm_t *ec, const br_op_t *op);
  * instead (a large block between processes: BRAID_ALLTOALLV_READ_MAX_BYTES)? */
 int br_work_a2av_fifo(const br_exec_comm_t *ec, int peer, size_t bytes);
 int br_work_a2av(br_exec_queue_t *q, br_work_t *w, int *done_p);
+/* Its part of br_work_arena_settle. */
+int br_work_a2av_settle(br_exec_queue_t *q, br_work_t *w, int dead);
 
 /* Arena operation numbers op takes: one, or one per chunk for a OneShot Broadcast or
  * AllGather larger than an arena buffer. Every rank computes the same. */

@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * An owner whose in-place collective fails (node arena, exec_arena.c and exec_a2av.c):
+ * AlltoAllV with every block read straight from its owner's send buffer, DirectRead
+ * AllGather, and DirectRead Broadcast (the readers copy from the root's input, the root
+ * writes part of every reader's output). Four ranks; rank 0 fails after it published its
+ * buffer (AlltoAllV: it expects one element more from rank 1 than rank 1 sends, which it
+ * sees when it reads rank 1's table; the others: a thread of rank 0 revokes its
+ * communicator while it waits for rank 3). As soon as its call returns, rank 0 overwrites
+ * that buffer with a poison pattern (and, ranks as threads, may free it). Rank 3 enters
+ * the call late: once rank 0 has returned, or after a second if it has not. Every rank
+ * must return an error, rank 3's naming rank 0; no rank's output may hold a poisoned
+ * byte, only what it had before the call or the right values; and rank 0's buffer must
+ * hold the poison still when rank 3 has returned (no Broadcast root writes into it after
+ * its owner's call returned). A rank that reads a freed buffer crashes the test (under
+ * ASan: heap-use-after-free). Processes (process_vm_readv, ptrace rules permitting) and
+ * threads (memcpy).
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <braid.h>
+#include <nccl.h>
+
+#include "brt_launch.h"
+
+#define OF_RANKS 4
+#define OF_FAIL 0                /* the rank that fails */
+#define OF_LATE 3                /* the rank that comes late */
+#define OF_COUNT ((size_t)65536) /* floats per rank (AlltoAllV: per block) */
+#define OF_GUARD (-7.0f)
+#define OF_POISON 0xffu /* every byte of the failed rank's buffer after its call */
+#define OF_MSG 1024
+
+enum { OF_A2AV, OF_ALLGATHER, OF_BCAST_ROOT, OF_BCAST_READER, OF_NKINDS };
+static const char *const of_names[] = {"AlltoAllV", "AllGather", "Broadcast (root fails)",
+                                       "Broadcast (a reader fails, the root is late)"};
+enum { OF_KEEP, OF_FREE }; /* what rank 0 does with its poisoned buffer */
+
+static struct {
+    int mode;
+} cfg;
+
+typedef struct {
+    int kind;
+    int release;
+} of_arg_t;
+
+/* Element i of rank r's input. */
+static float of_val(int r, size_t i)
+{
+    return (float)(r * 100003 + (int)(i % 65521));
+}
+
+/* The calls of a kind: count per rank (or per block) and the buffers' sizes in floats. */
+static size_t send_len(int kind)
+{
+    return kind == OF_A2AV ? OF_RANKS * OF_COUNT : OF_COUNT;
+}
+
+static size_t recv_len(int kind)
+{
+    /* AlltoAllV: room for one element more from rank 1 (what rank 0 wrongly expects). */
+    return kind == OF_A2AV        ? OF_RANKS * OF_COUNT + 1
+           : kind == OF_ALLGATHER ? OF_RANKS * OF_COUNT
+                                  : OF_COUNT;
+}
+
+static int bcast_root(int kind)
+{
+    return kind == OF_BCAST_READER ? OF_LATE : OF_FAIL;
+}
+
+/* The call; `odd` makes rank 0's AlltoAllV expect one element more from rank 1. */
+static ncclResult_t of_call(int kind, int me, const float *sbuf, float *rbuf, int odd,
+                            ncclComm_t comm)
+{
+    size_t sc[OF_RANKS], rc[OF_RANKS], rd[OF_RANKS];
+    switch (kind) {
+    case OF_A2AV:
+        for (int p = 0; p < OF_RANKS; p++) {
+            sc[p] = OF_COUNT;
+            rc[p] = OF_COUNT + (odd && p == 1);
+            rd[p] = (size_t)p * OF_COUNT + (odd && p > 1);
+        }
+        (void)me;
+        return braidAlltoAllV(sbuf, sc, NULL, rbuf, rc, rd, ncclFloat, comm, NULL);
+    case OF_ALLGATHER: return ncclAllGather(sbuf, rbuf, OF_COUNT, ncclFloat, comm, NULL);
+    default: return ncclBroadcast(sbuf, rbuf, OF_COUNT, ncclFloat, bcast_root(kind), comm, NULL);
+    }
+}
+
+/* Expected element i of rank me's output (after an agreed call). */
+static float of_want(int kind, int me, size_t i)
+{
+    switch (kind) {
+    case OF_A2AV: /* block p: rank p's block for me */
+        return of_val((int)(i / OF_COUNT), (size_t)me * OF_COUNT + i % OF_COUNT);
+    case OF_ALLGATHER: return of_val((int)(i / OF_COUNT), i % OF_COUNT);
+    default: return of_val(bcast_root(kind), i);
+    }
+}
+
+/* rbuf holds, element by element, OF_GUARD or what the call should have written there
+ * (`whole`: only the right values). For rank 0's AlltoAllV, whose rank-1 block is one
+ * element longer, anything but the poison is fine past block 0. 0, or -1 with msg. */
+static int out_check(int kind, int me, const float *rbuf, int whole, int odd, char *msg)
+{
+    for (size_t i = 0; i < recv_len(kind) - (kind == OF_A2AV); i++) {
+        float want = of_want(kind, me, i), got = rbuf[i];
+        uint32_t bits;
+        memcpy(&bits, &got, sizeof(bits));
+        if (bits == 0xffffffffu) {
+            snprintf(msg, OF_MSG,
+                     "rank %d: element %zu of its output holds rank %d's poison "
+                     "(written after rank %d's call returned)",
+                     me, i, OF_FAIL, OF_FAIL);
+            return -1;
+        }
+        if (odd && i >= OF_COUNT) {
+            continue;
+        }
+        if (got != want && (whole || got != OF_GUARD)) {
+            snprintf(msg, OF_MSG, "rank %d: element %zu of its output is %g, want %g%s", me, i,
+                     (double)got, (double)want, whole ? "" : " or the guard");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void fill(float *buf, size_t n, int r, int guard)
+{
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = guard ? OF_GUARD : of_val(r, i);
+    }
+}
+
+/* Rank 0's helper thread: revoke the communicator while rank 0 waits for rank 3. */
+static void *revoker(void *arg)
+{
+    brt_sleep_ms(200);
+    (void)ncclCommRevoke((ncclComm_t)arg, 0);
+    return NULL;
+}
+
+static void flag_set(brt_report_t *rep)
+{
+    __atomic_store_n(&rep->progress, 1, __ATOMIC_RELEASE);
+}
+
+static int flag_get(const brt_report_t *rep)
+{
+    return __atomic_load_n(&rep->progress, __ATOMIC_ACQUIRE);
+}
+
+static int of_body(brt_rank_ctx_t *ctx)
+{
+    const of_arg_t *arg = ctx->arg;
+    int kind = arg->kind, me = ctx->rank, ret = 1;
+    ncclComm_t comm = NULL;
+    char msg[OF_MSG];
+    pthread_t th;
+    int th_made = 0;
+
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    float *sbuf = malloc(send_len(kind) * sizeof(float));
+    float *rbuf = malloc(recv_len(kind) * sizeof(float));
+    if (sbuf == NULL || rbuf == NULL) {
+        brt_fail(ctx, "out of memory");
+        goto out;
+    }
+    /* An agreed call first: the path works, and every mapping and connection is made. */
+    brt_doing(ctx, "the agreed %s", of_names[kind]);
+    fill(sbuf, send_len(kind), me, 0);
+    fill(rbuf, recv_len(kind), me, 1);
+    ncclResult_t res = of_call(kind, me, sbuf, rbuf, 0, comm);
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "the agreed %s returned %d: %s", of_names[kind], (int)res,
+                 ncclGetLastError(comm));
+        goto out;
+    }
+    if (out_check(kind, me, rbuf, 1, 0, msg) != 0) {
+        brt_fail(ctx, "the agreed %s: %s", of_names[kind], msg);
+        goto out;
+    }
+    fill(rbuf, recv_len(kind), me, 1);
+    int odd = kind == OF_A2AV && me == OF_FAIL;
+    if (me == OF_FAIL && kind != OF_A2AV) {
+        if (pthread_create(&th, NULL, revoker, comm) != 0) {
+            brt_fail(ctx, "pthread_create failed");
+            goto out;
+        }
+        th_made = 1;
+    }
+    if (me == OF_LATE) {
+        /* Until rank 0 has returned (at once without the owner's wait), at most 1 s. */
+        brt_doing(ctx, "waiting to enter %s late", of_names[kind]);
+        double until = brt_now() + 1.0;
+        while (!flag_get(&ctx->all[OF_FAIL]) && brt_now() < until) {
+            brt_sleep_ms(5);
+        }
+    }
+    brt_doing(ctx, "the %s where rank %d fails", of_names[kind], OF_FAIL);
+    res = of_call(kind, me, sbuf, rbuf, odd, comm);
+    snprintf(msg, sizeof(msg), "%s", res == ncclSuccess ? "" : ncclGetLastError(comm));
+    if (th_made) {
+        pthread_join(th, NULL);
+    }
+    if (me == OF_LATE) {
+        flag_set(ctx->report); /* through: rank 0 may look at its buffer */
+    }
+    /* The failed rank's buffer that its peers read (a Broadcast reader's: its output,
+     * which the root writes). */
+    float *mine = kind == OF_BCAST_READER ? rbuf : sbuf;
+    size_t mine_len = kind == OF_BCAST_READER ? recv_len(kind) : send_len(kind);
+    if (me == OF_FAIL) {
+        memset(mine, (int)OF_POISON, mine_len * sizeof(float));
+        if (arg->release == OF_FREE) {
+            free(mine);
+            if (mine == rbuf) {
+                rbuf = NULL;
+            } else {
+                sbuf = NULL;
+            }
+        }
+        flag_set(ctx->report);
+    }
+    if (res == ncclSuccess) {
+        brt_fail(ctx, "rank %d: %s returned success although rank %d failed in it", me,
+                 of_names[kind], OF_FAIL);
+        goto out;
+    }
+    if (me == OF_LATE && !brt_text_names_rank(msg, OF_FAIL)) {
+        brt_fail(ctx, "rank %d: the error does not name rank %d: %s", me, OF_FAIL, msg);
+        goto out;
+    }
+    if (rbuf != NULL && rbuf != (me == OF_FAIL ? mine : NULL) &&
+        out_check(kind, me, rbuf, 0, odd, msg) != 0) {
+        brt_fail(ctx, "%s: %s", of_names[kind], msg);
+        goto out;
+    }
+    if (me == OF_FAIL && mine != NULL && arg->release == OF_KEEP) {
+        /* Once the late rank is through, nobody wrote into our poisoned buffer. */
+        double until = brt_now() + 30 * brt_time_scale();
+        while (!flag_get(&ctx->all[OF_LATE]) && brt_now() < until) {
+            brt_sleep_ms(5);
+        }
+        for (size_t i = 0; i < mine_len * sizeof(float); i++) {
+            if (((const unsigned char *)mine)[i] != OF_POISON) {
+                brt_fail(ctx,
+                         "%s: byte %zu of rank %d's buffer was written after its call "
+                         "returned",
+                         of_names[kind], i, me);
+                goto out;
+            }
+        }
+    }
+    ret = 0;
+out:
+    if (ret != 0 && (me == OF_FAIL || me == OF_LATE)) {
+        flag_set(ctx->report); /* keep nobody waiting */
+    }
+    ncclCommAbort(comm);
+    free(sbuf);
+    free(rbuf);
+    return ret;
+}
+
+/* _i: the kind, and with ranks as threads whether rank 0 also frees its buffer (a
+ * process's freed buffer would only make process_vm_readv fail: the poison shows more). */
+START_TEST(test_owner_fails)
+{
+    int threads = cfg.mode == BRT_MODE_THREADS;
+    of_arg_t arg = {.kind = threads ? _i / 2 : _i, .release = threads ? _i % 2 : OF_KEEP};
+    static char out[8192];
+    double timeout = 60 * brt_time_scale();
+    int bad = threads ? brt_threads_run(OF_RANKS, of_body, &arg, timeout, out, sizeof(out))
+                      : brt_procs_run(OF_RANKS, of_body, &arg, timeout, out, sizeof(out));
+    ck_assert_msg(!bad, "%s (%s): %s", of_names[arg.kind],
+                  arg.release == OF_FREE ? "buffer freed" : "buffer poisoned", brt_clip(out, 3000));
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    cfg.mode = BRT_MODE_PROC;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        int ranks[BRT_MAX_RANKS], n = 0;
+        if (!brt_layout_option(argv[i], argv[i + 1], &cfg.mode, ranks, &n)) {
+            fprintf(stderr, "unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    /* Every block and input read in place, whatever the size. */
+    setenv("NCCL_ALGO", "DirectRead", 1);
+    setenv("NCCL_PROTO", "Simple", 1);
+    setenv("BRAID_CMA_BYTES", "1", 1);
+    setenv("BRAID_CMA_MAX_BYTES", "0", 1);
+    setenv("BRAID_ALLTOALLV_INLINE_BYTES", "0", 1);
+    setenv("BRAID_ALLTOALLV_READ_MAX_BYTES", "0", 1);
+    Suite *s = suite_create("mp_owner");
+    TCase *tc = tcase_create("owner_fails");
+    tcase_set_timeout(tc, 120 * brt_time_scale());
+    tcase_add_loop_test(tc, test_owner_fails, 0,
+                        cfg.mode == BRT_MODE_THREADS ? 2 * OF_NKINDS : OF_NKINDS);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
