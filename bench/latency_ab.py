@@ -47,8 +47,11 @@ def sign_test(wins, n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--coll", default="allgather",
-                    choices=["allreduce", "allgather", "broadcast", "reducescatter", "reduce"])
+                    choices=["allreduce", "allgather", "broadcast", "reducescatter", "reduce",
+                             "alltoallv"])
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--threads", action="store_true",
+                    help="ranks as threads of one process (braid builds only: implies --no-vader)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--bytes", default="8")
     ap.add_argument("--iters", type=int, default=200000)
@@ -60,7 +63,9 @@ def main():
     ap.add_argument("builds", nargs="+", metavar="LABEL=DIR")
     args = ap.parse_args()
 
-    dtype = "float" if args.coll in ("allreduce", "reducescatter", "reduce") else "uint8"
+    dtype = "float" if args.coll in ("allreduce", "reducescatter", "reduce", "alltoallv") \
+        else "uint8"
+    layout = ["-t" if args.threads else "-N", str(args.ranks)]
     common = ["-b", args.bytes, "-e", args.bytes, "-n", str(args.iters), "-w", str(args.warm),
               "-c", "0"]
     runs = []
@@ -69,9 +74,9 @@ def main():
         if not d or not os.path.exists(os.path.join(d, "bin", "braid-perf")):
             sys.exit("latency_ab: %s: no bin/braid-perf under %r" % (label, d))
         env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(d, "lib"))
-        runs.append((label, [os.path.join(d, "bin", "braid-perf"), "-C", args.coll, "-N",
-                             str(args.ranks), "-d", dtype, "--place", "out"] + common, env))
-    if not args.no_vader:
+        runs.append((label, [os.path.join(d, "bin", "braid-perf"), "-C", args.coll] + layout +
+                     ["-d", dtype, "--place", "out"] + common, env))
+    if not args.no_vader and not args.threads:
         if not os.path.exists(args.mpi_bench):
             sys.exit("latency_ab: no %s (run bench/compare once, or --no-vader)" % args.mpi_bench)
         runs.append(("vader", ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
@@ -87,8 +92,9 @@ def main():
             if t is None:
                 sys.exit("latency_ab: %s printed no result:\n%s" % (label, out[-2000:]))
             times[label].append(t)
-    print("%s, %d ranks, %s bytes, %d rounds: us per call" % (args.coll, args.ranks, args.bytes,
-                                                              args.rounds))
+    print("%s, %d ranks (%s), %s bytes, %d rounds: us per call; load average %.2f" %
+          (args.coll, args.ranks, "threads" if args.threads else "processes", args.bytes,
+           args.rounds, os.getloadavg()[0]))
     for label, v in times.items():
         print("  %-10s median %.3f  min %.3f  max %.3f   %s" %
               (label, statistics.median(v), min(v), max(v), " ".join("%.2f" % x for x in v)))

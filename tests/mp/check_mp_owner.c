@@ -2,19 +2,19 @@
 /*
  * An owner whose in-place collective fails (node arena, exec_arena.c and exec_a2av.c):
  * AlltoAllV with every block read straight from its owner's send buffer, DirectRead
- * AllGather, and DirectRead Broadcast (the readers copy from the root's input, the root
- * writes part of every reader's output). Four ranks; rank 0 fails after it published its
- * buffer (AlltoAllV: it expects one element more from rank 1 than rank 1 sends, which it
- * sees when it reads rank 1's table; the others: a thread of rank 0 revokes its
- * communicator while it waits for rank 3). As soon as its call returns, rank 0 overwrites
- * that buffer with a poison pattern (and, ranks as threads, may free it). Rank 3 enters
- * the call late: once rank 0 has returned, or after a second if it has not. Every rank
- * must return an error, rank 3's naming rank 0; no rank's output may hold a poisoned
- * byte, only what it had before the call or the right values; and rank 0's buffer must
- * hold the poison still when rank 3 has returned (no Broadcast root writes into it after
- * its owner's call returned). A rank that reads a freed buffer crashes the test (under
- * ASan: heap-use-after-free). Processes (process_vm_readv, ptrace rules permitting) and
- * threads (memcpy).
+ * AllGather, DirectRead Broadcast (the readers copy from the root's input, the root
+ * writes part of every reader's output) and, ranks as threads, DirectRead AllReduce
+ * (every rank loads the others' inputs and outputs). Four ranks; rank 0 fails after it published
+ * its buffer (AlltoAllV: it expects one element more from rank 1 than rank 1 sends, which it sees
+ * when it reads rank 1's table; the others: a thread of rank 0 revokes its communicator while it
+ * waits for rank 3). As soon as its call returns, rank 0 overwrites that buffer with a poison
+ * pattern (and, ranks as threads, may free it). Rank 3 enters the call late: once rank 0 has
+ * returned, or after a second if it has not. Every rank must return an error, rank 3's naming rank
+ * 0; no rank's output may hold a poisoned byte, only what it had before the call or the right
+ * values; and rank 0's buffer must hold the poison still when rank 3 has returned (no Broadcast
+ * root writes into it after its owner's call returned). A rank that reads a freed buffer crashes
+ * the test (under ASan: heap-use-after-free). Processes (process_vm_readv, ptrace rules permitting)
+ * and threads (memcpy).
  */
 #include <check.h>
 #include <pthread.h>
@@ -36,9 +36,11 @@
 #define OF_POISON 0xffu /* every byte of the failed rank's buffer after its call */
 #define OF_MSG 1024
 
-enum { OF_A2AV, OF_ALLGATHER, OF_BCAST_ROOT, OF_BCAST_READER, OF_NKINDS };
+/* The last is for threads only: DirectRead AllReduce runs between threads of a process. */
+enum { OF_A2AV, OF_ALLGATHER, OF_BCAST_ROOT, OF_BCAST_READER, OF_ALLREDUCE, OF_NKINDS };
+#define OF_NKINDS_PROC OF_ALLREDUCE
 static const char *const of_names[] = {"AlltoAllV", "AllGather", "Broadcast (root fails)",
-                                       "Broadcast (a reader fails, the root is late)"};
+                                       "Broadcast (a reader fails, the root is late)", "AllReduce"};
 enum { OF_KEEP, OF_FREE }; /* what rank 0 does with its poisoned buffer */
 
 static struct {
@@ -90,6 +92,7 @@ static ncclResult_t of_call(int kind, int me, const float *sbuf, float *rbuf, in
         (void)me;
         return braidAlltoAllV(sbuf, sc, NULL, rbuf, rc, rd, ncclFloat, comm, NULL);
     case OF_ALLGATHER: return ncclAllGather(sbuf, rbuf, OF_COUNT, ncclFloat, comm, NULL);
+    case OF_ALLREDUCE: return ncclAllReduce(sbuf, rbuf, OF_COUNT, ncclFloat, ncclSum, comm, NULL);
     default: return ncclBroadcast(sbuf, rbuf, OF_COUNT, ncclFloat, bcast_root(kind), comm, NULL);
     }
 }
@@ -101,6 +104,8 @@ static float of_want(int kind, int me, size_t i)
     case OF_A2AV: /* block p: rank p's block for me */
         return of_val((int)(i / OF_COUNT), (size_t)me * OF_COUNT + i % OF_COUNT);
     case OF_ALLGATHER: return of_val((int)(i / OF_COUNT), i % OF_COUNT);
+    case OF_ALLREDUCE: /* exact: integers below 2^24 */
+        return of_val(0, i) + of_val(1, i) + of_val(2, i) + of_val(3, i);
     default: return of_val(bcast_root(kind), i);
     }
 }
@@ -309,7 +314,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("owner_fails");
     tcase_set_timeout(tc, 120 * brt_time_scale());
     tcase_add_loop_test(tc, test_owner_fails, 0,
-                        cfg.mode == BRT_MODE_THREADS ? 2 * OF_NKINDS : OF_NKINDS);
+                        cfg.mode == BRT_MODE_THREADS ? 2 * OF_NKINDS : OF_NKINDS_PROC);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
