@@ -570,7 +570,8 @@ int br_exec_arena_stopped(const br_exec_comm_t *ec, int r, int dead)
 {
     const br_peer_info_t *pi = ec->tc->peers;
     return br_arena_failed(ec->arena, r) != 0 ||
-           (dead && pi[r].pid_hash != pi[ec->rank].pid_hash && br_exec_pid_is_dead(pi[r].pid));
+           (dead && br_peer_sees_pid(&pi[r], &pi[ec->rank]) &&
+            pi[r].pid_hash != pi[ec->rank].pid_hash && br_exec_pid_is_dead(pi[r].pid));
 }
 
 /* DirectRead, phase 2: wait until every reader is done with our input (and a Broadcast
