@@ -210,6 +210,74 @@ static void place_self(ncclComm_t comm, int gpu, br_topo_place_t *pl)
     }
 }
 
+/* Ranks by host, then /dev/shm, then rank: for qsort_r over indices into the peer table. */
+static int by_host_shm(const void *a, const void *b, void *arg)
+{
+    const br_peer_info_t *pi = arg;
+    const br_peer_info_t *x = &pi[*(const int *)a], *y = &pi[*(const int *)b];
+    if (x->host_hash != y->host_hash) {
+        return x->host_hash < y->host_hash ? -1 : 1;
+    }
+    if (x->shm_key != y->shm_key) {
+        return x->shm_key < y->shm_key ? -1 : 1;
+    }
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+/* Groups by their first entries in the sorted ranks: for qsort_r over group starts. */
+static int by_first_rank(const void *a, const void *b, void *arg)
+{
+    const int *idx = arg;
+    int x = idx[*(const int *)a], y = idx[*(const int *)b];
+    return x < y ? -1 : x > y;
+}
+
+/* Position of the group bit in a place's order: far above any depth-first position. */
+#define BR_ORDER_GROUP_SHIFT 20
+
+/*
+ * Where a host's ranks sit behind several /dev/shm (containers), put each group's ranks
+ * side by side in the host's part of the rings (the graph orders a host's ranks by place
+ * order, then rank): the groups in the order of their lowest ranks, each keeping its own
+ * order. Then a ring crosses between containers once per group, not wherever the rank
+ * numbers interleave them. Every rank computes the same from the peer table; O(n log n).
+ */
+static ncclResult_t order_by_shm(const br_transport_comm_t *tc, br_topo_place_t *places)
+{
+    int n = tc->nranks, *idx = NULL, *gs = NULL;
+    ncclResult_t res = ncclSuccess;
+
+    BR_CHECK(br_calloc(&idx, (size_t)n, "graph order"));
+    BR_CHECK_GOTO(br_calloc(&gs, (size_t)n, "graph order"), res, out);
+    for (int r = 0; r < n; r++) {
+        idx[r] = r;
+    }
+    qsort_r(idx, (size_t)n, sizeof(*idx), by_host_shm, tc->peers);
+    for (int h0 = 0, h1; h0 < n; h0 = h1) {
+        int ng = 0;
+        for (h1 = h0; h1 < n && tc->peers[idx[h1]].host_hash == tc->peers[idx[h0]].host_hash;
+             h1++) {
+            if (h1 == h0 || tc->peers[idx[h1]].shm_key != tc->peers[idx[h1 - 1]].shm_key) {
+                gs[ng++] = h1; /* a group starts: its lowest rank */
+            }
+        }
+        if (ng < 2) {
+            continue;
+        }
+        qsort_r(gs, (size_t)ng, sizeof(*gs), by_first_rank, idx);
+        for (int k = 0; k < ng; k++) {
+            for (int j = gs[k];
+                 j < h1 && tc->peers[idx[j]].shm_key == tc->peers[idx[gs[k]]].shm_key; j++) {
+                places[idx[j]].order += k << BR_ORDER_GROUP_SHIFT;
+            }
+        }
+    }
+out:
+    free(gs);
+    free(idx);
+    return res;
+}
+
 ncclResult_t br_comm_channels_setup(ncclComm_t comm)
 {
     br_transport_comm_t *tc = comm->tc;
@@ -227,6 +295,9 @@ ncclResult_t br_comm_channels_setup(ncclComm_t comm)
     BR_CHECK(br_calloc(&places, (size_t)comm->nranks, "graph setup"));
     place_self(comm, br_comm_topo_gpu(comm), &places[comm->rank]);
     res = br_bootstrap_allgather(tc->boot, places, sizeof(*places));
+    if (res == ncclSuccess) {
+        res = order_by_shm(tc, places);
+    }
     if (res == ncclSuccess) {
         res = br_graph_build_places(comm->nranks, places, &opts, &comm->graph);
     }

@@ -383,6 +383,16 @@ START_TEST(test_own_pid)
 }
 END_TEST
 
+/* Ranks 0 and 2 on the host, 1 and 3 in a container with its own /dev/shm: the rings
+ * keep each container's ranks together (0 2 1 3), one network hop per container. */
+START_TEST(test_own_shm_interleaved)
+{
+    static const int group[] = {0, 1, 0, 1}, kinds[] = {C_HOST, C_SHM};
+    static const char *const want[] = {" : 0 2 1 3", "0[0] -> 2[2] via SHM", NULL};
+    check_layout(group, kinds, 2, want);
+}
+END_TEST
+
 /* Rank 0 and 1 on the host, 2 and 3 each in a container with its own /dev/shm and pids. */
 START_TEST(test_own_all)
 {
@@ -496,6 +506,7 @@ int main(void)
     TCase *tc = tcase_create("containers");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_own_shm);
+    tcase_add_test(tc, test_own_shm_interleaved);
     tcase_add_test(tc, test_own_pid);
     tcase_add_test(tc, test_own_all);
     suite_add_tcase(s, tc);
