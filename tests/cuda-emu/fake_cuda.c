@@ -744,6 +744,9 @@ EXPORT CUresult cuStreamSynchronize(void *h)
 EXPORT CUresult cuStreamDestroy_v2(void *h)
 {
     stream_t *s = h;
+    if ((uintptr_t)h <= 2) { /* the default streams are not destroyed */
+        return ERR_INVALID_HANDLE;
+    }
     cuStreamSynchronize(h);
     stream_destroy(s);
     return OK;
@@ -761,7 +764,7 @@ EXPORT CUresult cuStreamQuery(void *h)
 EXPORT CUresult cuEventRecord(void *e, void *h)
 {
     event_t *ev = e;
-    int sdev = h == NULL ? ctx_device() : stream_of(h)->dev;
+    int sdev = h == NULL || h == (void *)1 ? ctx_device() : stream_of(h)->dev;
     if (sdev != ev->dev) {
         fprintf(stderr, "fake_cuda: cuEventRecord: an event of device %d's context on a stream of "
                 "device %d's (CUDA_ERROR_INVALID_HANDLE)\n", ev->dev, sdev);

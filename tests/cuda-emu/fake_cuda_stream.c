@@ -415,9 +415,24 @@ static stream_t *legacy_stream(void)
     return legacy;
 }
 
+/* The special handles of cuda.h: CU_STREAM_LEGACY (0x1) is the legacy default stream, as
+ * NULL is; CU_STREAM_PER_THREAD (0x2) is the calling thread's own default stream, ordered
+ * after the legacy stream's earlier work like a blocking stream. A handle 0x2 used by
+ * another thread is that thread's stream, as on a GPU. */
+static _Thread_local stream_t *per_thread;
+
 stream_t *stream_of(void *h)
 {
-    return h == NULL ? legacy_stream() : h;
+    if (h == NULL || h == (void *)1) {
+        return legacy_stream();
+    }
+    if (h == (void *)2) {
+        if (per_thread == NULL) {
+            per_thread = stream_new(1, 0);
+        }
+        return per_thread;
+    }
+    return h;
 }
 
 static void append(stream_t *s, op_t *o)

@@ -453,30 +453,71 @@ static void *rank_main(void *p)
     return NULL;
 }
 
+/* n ranks of one new communicator, a thread each running fn over the cases; the failures. */
+static int run_rank_threads(int n, void *(*fn)(void *), const brt_case_t *cases, size_t ncases)
+{
+    pthread_t th[MAXR];
+    rank_arg_t a[MAXR];
+    ncclUniqueId id;
+    int fails = 0;
+    ncclGetUniqueId(&id);
+    for (int r = 0; r < n; r++) {
+        a[r] = (rank_arg_t){id, r, n, cases, ncases, 0};
+        pthread_create(&th[r], NULL, fn, &a[r]);
+    }
+    for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+        fails += a[r].fails;
+    }
+    failures += fails;
+    return fails;
+}
+
 static void section_coll_threads(void)
 {
     static const int sizes[] = {2, 4};
     for (size_t si = 0; si < 2; si++) {
-        int n = sizes[si], fails = 0;
-        pthread_t th[MAXR];
-        rank_arg_t a[MAXR];
+        int n = sizes[si];
         brt_case_t *thin = NULL;
-        ncclUniqueId id;
         size_t nthin = brt_cases_build(BRT_MATRIX_THIN, n, &thin);
-        ncclGetUniqueId(&id);
-        for (int r = 0; r < n; r++) {
-            a[r] = (rank_arg_t){id, r, n, thin, nthin, 0};
-            pthread_create(&th[r], NULL, rank_main, &a[r]);
-        }
-        for (int r = 0; r < n; r++) {
-            pthread_join(th[r], NULL);
-            fails += a[r].fails;
-        }
-        failures += fails;
+        int fails = run_rank_threads(n, rank_main, thin, nthin);
         printf("coll: %d ranks on one GPU, one thread each: %zu cases, %d failed\n", n, nthin,
                fails);
         free(thin);
     }
+}
+
+/* A rank's thread of `streams`: the thin matrix on the calling thread's default stream
+ * (cudaStreamPerThread), then on the legacy default stream that every thread shares. Every
+ * stream operation of a call must be enqueued by the calling thread, since the handle
+ * cudaStreamPerThread names another stream in any other thread. */
+static void *default_streams_main(void *p)
+{
+    rank_arg_t *a = p;
+    ncclComm_t comm;
+    CUDA_OK(cudaSetDevice(0));
+    if (ncclCommInitRank(&comm, a->n, a->id, a->rank) != ncclSuccess) {
+        a->fails = 1;
+        return NULL;
+    }
+    a->fails += run_cases_one_rank(comm, cudaStreamPerThread, a->rank, a->n, a->cases, a->ncases,
+                                   "per-thread default stream");
+    a->fails += run_cases_one_rank(comm, cudaStreamLegacy, a->rank, a->n, a->cases, a->ncases,
+                                   "legacy default stream");
+    ncclCommDestroy(comm);
+    return NULL;
+}
+
+static void section_streams(void)
+{
+    enum { N = 2 };
+    brt_case_t *thin = NULL;
+    size_t nthin = brt_cases_build(BRT_MATRIX_THIN, N, &thin);
+    int fails = run_rank_threads(N, default_streams_main, thin, nthin);
+    printf("streams: %d ranks, one thread each, on the per-thread and the legacy default "
+           "streams: %zu cases each, %d failed\n",
+           N, nthin, fails);
+    free(thin);
 }
 
 /* A rank's thread of `biggroup`: eight lone calls (each launch's descriptor buffer used
@@ -852,7 +893,8 @@ static void section_capture(void)
  * (a GPU run's misspelt step must not pass as "0 failures"), on a machine without a GPU too. */
 static const char *const sections[] = {"all",     "coll",   "threads", "biggroup", "cliques",
                                        "overlap", "errors", "abort",   "capture",  "multi",
-                                       "procs",   "suspend", "latency", "procs-stuck", "proc-rank"};
+                                       "procs",   "suspend", "streams", "latency", "procs-stuck",
+                                       "proc-rank"};
 #define NSECTIONS (sizeof(sections) / sizeof(sections[0]))
 
 int main(int argc, char **argv)
@@ -909,6 +951,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "all") || !strcmp(what, "suspend")) {
         section_suspend();
+    }
+    if (!strcmp(what, "all") || !strcmp(what, "streams")) {
+        section_streams();
     }
     if (!strcmp(what, "latency")) {
         section_latency();

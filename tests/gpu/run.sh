@@ -4,7 +4,8 @@
 # most important first, inside a time budget (GPU time is rare):
 #   1. check_gpu: procs (ranks as processes on one GPU) and the probe procs-stuck first,
 #      then every protocol forced, Tree forced where it runs; overlap, errors, capture,
-#      abort, multi, suspend (ncclCommSuspend / Resume on device buffers);
+#      abort, multi, suspend (ncclCommSuspend / Resume on device buffers), streams (the
+#      per-thread and legacy default streams);
 #   2. braid-perf AllReduce for 2 ranks as threads on one GPU, 8 B to 1 GiB; the
 #      device-to-device copy bandwidth; NVIDIA NCCL's one-rank AllReduce beside Braid's,
 #      where a libnccl.so.2 of NVIDIA's is found (the one PyTorch's wheels bring);
@@ -194,7 +195,7 @@ done
 # Tree where NCCL runs it (AllReduce, Broadcast, Reduce); the others keep the model's pick.
 BRAID_CUDA_DIRECT=0 NCCL_ALGO="allreduce:Tree;broadcast:Tree;reduce:Tree" NCCL_BUFFSIZE=262144 \
     step check "coll-Tree" 60 "$build/bin/check_gpu" coll
-for s in overlap errors capture multi suspend; do
+for s in overlap errors capture multi suspend streams; do
     BRAID_CUDA_WAIT_TIMEOUT=20 step check "$s" 60 "$build/bin/check_gpu" "$s"
 done
 # As in the ctest entries: abort keeps the default wait timeout (600 s) so that only

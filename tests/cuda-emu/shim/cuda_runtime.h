@@ -18,6 +18,9 @@ typedef struct CUevent_st *cudaEvent_t;
 typedef enum { cudaSuccess = 0, cudaErrorNotReady = 600, cudaErrorEmu = 999 } cudaError_t;
 enum { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 enum { cudaStreamNonBlocking = 1 };
+/* The default streams' special handles (driver_types.h). */
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
 enum { cudaStreamCaptureModeThreadLocal = 1 };
 
 int cuInit(unsigned);
