@@ -156,6 +156,10 @@ void br_bootstrap_listen_ip(br_bootstrap_t *boot, br_socket_addr_t *addr_p);
  * destroyed its communicator)? Only a peer that ever sent this rank a message can say so. */
 int br_bootstrap_peer_gone(br_bootstrap_t *boot, int peer);
 
+/* BRAID_TEST_EXIT_AT (a testing parameter): this process ends here (_exit(3)) when the
+ * parameter names point, so tests can see what its peers make of a rank lost there. */
+void br_bootstrap_test_exit(const br_bootstrap_t *boot, const char *point);
+
 /* Stop the background thread, close every socket, free. */
 void br_bootstrap_close(br_bootstrap_t *boot);
 

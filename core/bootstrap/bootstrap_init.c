@@ -78,7 +78,7 @@ err_free_peers:
     return res;
 }
 
-void br_boot_test_exit(const br_bootstrap_t *boot, const char *point)
+void br_bootstrap_test_exit(const br_bootstrap_t *boot, const char *point)
 {
     const char *at = BR_PARAM_STR(TEST_EXIT_AT);
     if (at != NULL && strcmp(at, point) == 0) {
@@ -318,7 +318,7 @@ static ncclResult_t exchange_peers(br_bootstrap_t *boot)
     me = &all[boot->rank];
     br_boot_peer_fill(boot, me);
     if (boot->hier != NULL) {
-        br_boot_test_exit(boot, "boot-shm-gather");
+        br_bootstrap_test_exit(boot, "boot-shm-gather");
         BR_CHECK_GOTO(br_boot_hier_first(boot, all, sizeof(*all), boot->coll_seq++), res, out);
     } else {
         BR_CHECK_GOTO(log_allgather(boot, all, sizeof(*all)), res, out);
@@ -371,7 +371,7 @@ ncclResult_t br_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     }
     BR_CHECK_GOTO(ring_connect(boot, t_root + boot->timeout_ns), res, err_free_boot);
     if (ans.hier) {
-        br_boot_test_exit(boot, "boot-shm-map");
+        br_bootstrap_test_exit(boot, "boot-shm-map");
         BR_CHECK_GOTO(br_boot_hier_open(boot, &ans, local), res, err_free_boot);
     }
     free(local);

@@ -158,6 +158,7 @@ typedef struct {
     int32_t pid;
     char host[BR_BOOT_HOST_LEN];
     uint64_t shm_key; /* br_shm_key(): ranks with equal keys share /dev/shm */
+    uint64_t pid_key; /* machine and pid namespace: equal keys, pids mean the same */
 } br_boot_peer_t;
 
 _Static_assert(sizeof(br_boot_handle_t) <= NCCL_UNIQUE_ID_BYTES, "unique id too small");
@@ -166,7 +167,7 @@ _Static_assert(sizeof(br_boot_checkin_t) == 144, "checkin layout");
 _Static_assert(sizeof(br_boot_answer_t) == 584 + BR_BOOT_HOPS * (28 + 8) + 4 + 48, "answer layout");
 _Static_assert(sizeof(br_boot_hello_t) == 24, "hello layout");
 _Static_assert(sizeof(br_boot_frame_t) == 16, "frame layout");
-_Static_assert(sizeof(br_boot_peer_t) == 104, "peer layout");
+_Static_assert(sizeof(br_boot_peer_t) == 112, "peer layout");
 _Static_assert(sizeof(br_boot_local_t) == 16, "local rank layout");
 
 /* A received message waiting in a peer's unexpected queue. */
@@ -292,8 +293,7 @@ void br_boot_peer_fill(br_bootstrap_t *boot, br_boot_peer_t *me);
  * host's leader, its ranks (ans->nlocal entries, from the root), else NULL. */
 ncclResult_t br_boot_hier_open(br_bootstrap_t *boot, const br_boot_answer_t *ans,
                                const br_boot_local_t *local);
-/* BRAID_TEST_EXIT_AT: this process ends here (_exit) when the parameter names point. */
-void br_boot_test_exit(const br_bootstrap_t *boot, const char *point);
+
 /* The first allgather through it (the peer table), between leaders the root named. */
 ncclResult_t br_boot_hier_first(br_bootstrap_t *boot, void *data, size_t size, int tag);
 /* Once the peer table is in: every host's ranks, as the later allgathers need them. */

@@ -661,6 +661,23 @@ int br_bootstrap_cancelled(br_bootstrap_t *boot, char *reason, size_t len)
     return c;
 }
 
+/* Is the peer's process known to be gone? Asked only where its pid means it here (the
+ * same machine and pid namespace, from the peer table: before it, nobody's pid is known).
+ * A peer that never connected to this rank closes nothing here when it dies. */
+static int peer_gone(const br_bootstrap_t *boot, int peer)
+{
+    const br_boot_peer_t *p = &boot->peers[peer].info, *me = &boot->peers[boot->rank].info;
+    return p->pid > 0 && me->pid > 0 && p->pid_key == me->pid_key && br_proc_gone(p->pid);
+}
+
+/* A waiter looks at the peer's process after a slice without news; slices grow from the
+ * first to the last, so a long wait costs a wake-up a second. A peer found gone is given
+ * LIVE_GRACE_NS more: what it sent before it exited may still wait in this rank's listen
+ * queue for the receive thread. */
+#define LIVE_SLICE_MIN_NS (50ull * 1000000ull)
+#define LIVE_SLICE_MAX_NS (1000ull * 1000000ull)
+#define LIVE_GRACE_NS (1000ull * 1000000ull)
+
 /* Wait for the oldest message of (kind, tag) from peer and unlink it; NULL (logged) when
  * the wait ends without one. */
 static br_boot_msg_t *take_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
@@ -670,19 +687,39 @@ static br_boot_msg_t *take_msg(br_bootstrap_t *boot, int peer, uint32_t kind, in
     br_boot_msg_t *m = NULL;
     ncclResult_t res = ncclSuccess;
     struct timespec ts;
+    uint64_t slice = LIVE_SLICE_MIN_NS, gone_since = 0;
     char why[BR_BOOT_REASON_LEN + 64], who[160];
 
-    br_boot_deadline_to_ts(deadline_ns, &ts);
     pthread_mutex_lock(&boot->lock);
     while ((m = queue_take(p, kind, tag)) == NULL) {
         res = br_boot_wait_blocked(boot, peer, why, sizeof(why));
         if (res != ncclSuccess) {
             break;
         }
-        if (pthread_cond_timedwait(&boot->cond, &boot->lock, &ts) == ETIMEDOUT &&
-            br_time_ns() >= deadline_ns) {
+        uint64_t now = br_time_ns();
+        if (now >= deadline_ns) {
             snprintf(why, sizeof(why), "nothing came within %d s", br_boot_timeout_s());
             res = ncclSystemError;
+            break;
+        }
+        br_boot_deadline_to_ts(deadline_ns - now < slice ? deadline_ns : now + slice, &ts);
+        if (pthread_cond_timedwait(&boot->cond, &boot->lock, &ts) != ETIMEDOUT) {
+            continue;
+        }
+        slice = slice * 2 < LIVE_SLICE_MAX_NS ? slice * 2 : LIVE_SLICE_MAX_NS;
+        pthread_mutex_unlock(&boot->lock);
+        int gone = peer_gone(boot, peer);
+        pthread_mutex_lock(&boot->lock);
+        /* A connection it opened ends with its EOF, after everything it sent (the check
+         * at the loop's top): only one that never opened needs the grace. */
+        if (!gone || (p->in_open && !p->in_closed)) {
+            continue;
+        }
+        gone_since = gone_since == 0 ? now : gone_since;
+        slice = LIVE_SLICE_MIN_NS;
+        if (br_time_ns() - gone_since >= LIVE_GRACE_NS) {
+            snprintf(why, sizeof(why), "its process is gone");
+            res = ncclRemoteError;
             break;
         }
     }

@@ -136,36 +136,15 @@ void br_boot_peer_fill(br_bootstrap_t *boot, br_boot_peer_t *me)
     me->pid = (int32_t)getpid();
     snprintf(me->host, sizeof(me->host), "%s", br_host_name());
     me->shm_key = br_shm_key(NULL);
+    uint64_t pid_key[2] = {br_machine_hash(), br_pid_ns()};
+    me->pid_key = br_hash_bytes(pid_key, sizeof(pid_key), 0);
 }
 
-/* Is the process pid (of pid namespace ns) known to be gone: no such process, or one
- * that has exited and waits for its parent to reap it? Only where pid means the same here. */
+/* Is the process pid (of pid namespace ns) known to be gone? Only where pid means the
+ * same here. */
 static int proc_dead(const br_boot_hier_t *h, int pid, uint64_t ns)
 {
-    char path[64], stat[256];
-    ssize_t len;
-    int fd;
-
-    if (ns != h->pid_ns || pid <= 0) {
-        return 0;
-    }
-    if (kill((pid_t)pid, 0) != 0) {
-        return errno == ESRCH;
-    }
-    /* "pid (comm) S ...": the state follows the last ')'. */
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return errno == ENOENT;
-    }
-    len = read(fd, stat, sizeof(stat) - 1);
-    close(fd);
-    if (len <= 0) {
-        return 0;
-    }
-    stat[len] = '\0';
-    const char *end = strrchr(stat, ')');
-    return end != NULL && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+    return ns == h->pid_ns && br_proc_gone(pid);
 }
 
 /*

@@ -309,6 +309,7 @@ ncclResult_t br_comm_channels_setup(ncclComm_t comm)
     if (dump != NULL && comm->rank == 0) {
         BR_CHECK(br_graph_dump(comm->graph, dump));
     }
+    br_bootstrap_test_exit(tc->boot, "init-connect");
     return br_comm_channels_connect(comm);
 }
 

@@ -33,6 +33,9 @@ uint64_t br_pid_hash(void);
 /* This process's pid namespace (the inode of /proc/self/ns/pid; 0 if unknown): a pid means
  * the same process to two processes of one machine only when they have equal values. */
 uint64_t br_pid_ns(void);
+/* Is process pid of this pid namespace known to be gone: no such process, or one that
+ * exited and waits to be reaped (a zombie)? 0 when it lives or cannot be told. */
+int br_proc_gone(int pid);
 /* Who shares this process's POSIX shared memory (/dev/shm): the host identity, the machine
  * and the device /dev/shm lives on. Containers of one host (same host name and boot id)
  * with a /dev/shm of their own get different keys; ranks with equal keys can map each

@@ -5,8 +5,10 @@
  * msg"; WARN lines add file:line. Every WARN is also kept, per thread and per process,
  * as the text behind ncclGetLastError(). Also: time, host identity and small helpers.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,6 +325,34 @@ uint64_t br_pid_ns(void)
 {
     struct stat st;
     return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+int br_proc_gone(int pid)
+{
+    char path[64], stat[256];
+    ssize_t len;
+    int fd;
+
+    if (pid <= 0) {
+        return 0;
+    }
+    if (kill((pid_t)pid, 0) != 0) {
+        return errno == ESRCH;
+    }
+    /* "pid (comm) S ...": the state follows the last ')'. */
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return errno == ENOENT;
+    }
+    len = read(fd, stat, sizeof(stat) - 1);
+    close(fd);
+    if (len <= 0) {
+        return 0;
+    }
+    stat[len] = '\0';
+    const char *end = strrchr(stat, ')');
+    return end != NULL && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
 }
 
 uint64_t br_pid_hash(void)

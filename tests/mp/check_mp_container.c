@@ -461,6 +461,16 @@ START_TEST(test_dead_other_pid_ns)
 }
 END_TEST
 
+/* Ranks 0 and 2 on the host, 1 and 3 in a container with its own /dev/shm (rings 0 2 1
+ * 3); rank 2 ends once the rings are built: rank 0, which waits for its connection
+ * details but was never connected to it in the bootstrap, sees its process gone. */
+START_TEST(test_dead_connecting)
+{
+    static const int group[] = {0, 1, 0, 1}, kinds[] = {C_HOST, C_SHM};
+    check_dead(4, group, kinds, 2, 2, "init-connect", "message");
+}
+END_TEST
+
 /* Can this process make the namespaces the cases need? */
 static int can_unshare(char *why, size_t len)
 {
@@ -516,6 +526,7 @@ int main(void)
     tcase_add_test(td, test_dead_leader_before_map);
     tcase_add_test(td, test_dead_in_first_allgather);
     tcase_add_test(td, test_dead_other_pid_ns);
+    tcase_add_test(td, test_dead_connecting);
     suite_add_tcase(s, td);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

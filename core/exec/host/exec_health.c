@@ -17,22 +17,7 @@
 /* Is a process of this host gone (exited, or a zombie nobody reaped yet)? */
 int br_exec_pid_is_dead(int pid)
 {
-    char path[64], buf[256];
-    FILE *f;
-
-    if (kill(pid, 0) != 0 && errno == ESRCH) {
-        return 1;
-    }
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    f = fopen(path, "r");
-    if (f == NULL) {
-        return 0; /* no procfs: trust kill() */
-    }
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')');
-    return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+    return br_proc_gone(pid);
 }
 
 static const br_work_t *queue_head(const br_exec_queue_t *q)

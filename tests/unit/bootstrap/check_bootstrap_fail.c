@@ -124,6 +124,41 @@ START_TEST(test_dying_rank)
 }
 END_TEST
 
+/* ---- a message that never comes: its sender's process is gone ---- */
+
+/* Four processes (rings 0-1-2-3): rank 2 exits after init without ever having sent rank
+ * 0 anything, so no connection of rank 0's closes; rank 0's receive from it must end well
+ * inside the bootstrap timeout (30 s here) with the reason, from its process's state. */
+static int silent_exit_body(br_bootstrap_t *boot, int rank, int nranks, void *arg)
+{
+    int ret = 0, v = 0;
+    double t0;
+
+    (void)nranks;
+    (void)arg;
+    if (rank == 2) {
+        _exit(0);
+    }
+    if (rank != 0) {
+        goto out;
+    }
+    t0 = bt_now_s();
+    BT_BODY_CHECK(br_bootstrap_recv(boot, 2, 7, &v, sizeof(v)) == ncclRemoteError,
+                  "a receive from the departed rank 2 did not fail as remote");
+    BT_BODY_CHECK(bt_now_s() - t0 < 10.0, "failing took %.1f s", bt_now_s() - t0);
+    BT_BODY_CHECK(strstr(br_log_last_error(), "from rank 2 (host ") != NULL &&
+                      strstr(br_log_last_error(), "its process is gone") != NULL,
+                  "the error does not say rank 2's process is gone: %s", br_log_last_error());
+out:
+    return ret;
+}
+
+START_TEST(test_silent_exit)
+{
+    bt_run_procs(4, silent_exit_body, NULL);
+}
+END_TEST
+
 /* ---- failures that take a timeout (BRAID_BOOTSTRAP_TIMEOUT=3) ---- */
 
 START_TEST(test_missing_rank)
@@ -253,6 +288,7 @@ static Suite *bootstrap_fail_suite(void)
     tcase_add_test(tc, test_abort_dead_peer);
     tcase_add_test(tc, test_other_job);
     tcase_add_loop_test(tc, test_dying_rank, 0, 2);
+    tcase_add_test(tc, test_silent_exit);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("timeout");
