@@ -3,18 +3,21 @@
  * An owner whose in-place collective fails (node arena, exec_arena.c and exec_a2av.c):
  * AlltoAllV with every block read straight from its owner's send buffer, DirectRead
  * AllGather, DirectRead Broadcast (the readers copy from the root's input, the root
- * writes part of every reader's output) and, ranks as threads, DirectRead AllReduce
- * (every rank loads the others' inputs and outputs). Four ranks; rank 0 fails after it published
- * its buffer (AlltoAllV: it expects one element more from rank 1 than rank 1 sends, which it sees
- * when it reads rank 1's table; the others: a thread of rank 0 revokes its communicator while it
- * waits for rank 3). As soon as its call returns, rank 0 overwrites that buffer with a poison
- * pattern (and, ranks as threads, may free it). Rank 3 enters the call late: once rank 0 has
- * returned, or after a second if it has not. Every rank must return an error, rank 3's naming rank
- * 0; no rank's output may hold a poisoned byte, only what it had before the call or the right
- * values; and rank 0's buffer must hold the poison still when rank 3 has returned (no Broadcast
- * root writes into it after its owner's call returned). A rank that reads a freed buffer crashes
- * the test (under ASan: heap-use-after-free). Processes (process_vm_readv, ptrace rules permitting)
- * and threads (memcpy).
+ * writes part of every reader's output), ranks as threads DirectRead AllReduce (every
+ * rank loads the others' inputs and outputs), and a group of a DirectRead AllGather on a
+ * second communicator (ncclCommSplit) queued before the AlltoAllV that fails on the
+ * first, so that the AllGather is in flight on a communicator that did not fail itself.
+ * Four ranks; rank 0 fails after it published its buffer (AlltoAllV: it expects one
+ * element more from rank 1 than rank 1 sends, which it sees when it reads rank 1's
+ * table; the others: a thread of rank 0 revokes its communicator while it waits for rank
+ * 3). As soon as its call returns, rank 0 overwrites that buffer with a poison pattern
+ * (and, ranks as threads, may free it). Rank 3 enters the call late: once rank 0 has
+ * returned, or after a second if it has not. Every rank must return an error, rank 3's
+ * naming rank 0; no rank's output may hold a poisoned byte, only what it had before the
+ * call or the right values; and rank 0's buffer must hold the poison still when rank 3
+ * has returned (no Broadcast root writes into it after its owner's call returned). A
+ * rank that reads a freed buffer crashes the test (under ASan: heap-use-after-free).
+ * Processes (process_vm_readv, ptrace rules permitting) and threads (memcpy).
  */
 #include <check.h>
 #include <pthread.h>
@@ -37,10 +40,14 @@
 #define OF_MSG 1024
 
 /* The last is for threads only: DirectRead AllReduce runs between threads of a process. */
-enum { OF_A2AV, OF_ALLGATHER, OF_BCAST_ROOT, OF_BCAST_READER, OF_ALLREDUCE, OF_NKINDS };
+enum { OF_A2AV, OF_ALLGATHER, OF_BCAST_ROOT, OF_BCAST_READER, OF_GROUP, OF_ALLREDUCE, OF_NKINDS };
 #define OF_NKINDS_PROC OF_ALLREDUCE
-static const char *const of_names[] = {"AlltoAllV", "AllGather", "Broadcast (root fails)",
-                                       "Broadcast (a reader fails, the root is late)", "AllReduce"};
+static const char *const of_names[] = {"AlltoAllV",
+                                       "AllGather",
+                                       "Broadcast (root fails)",
+                                       "Broadcast (a reader fails, the root is late)",
+                                       "AllGather and AlltoAllV in a group",
+                                       "AllReduce"};
 enum { OF_KEEP, OF_FREE }; /* what rank 0 does with its poisoned buffer */
 
 static struct {
@@ -163,41 +170,128 @@ static int flag_get(const brt_report_t *rep)
     return __atomic_load_n(&rep->progress, __ATOMIC_ACQUIRE);
 }
 
+/* One call of a run: its kind, communicator and buffers. */
+typedef struct {
+    int kind;
+    ncclComm_t comm;
+    float *sbuf, *rbuf;
+} of_one_t;
+
+/* The failed rank's buffer that its peers touch (a Broadcast reader's: its output, which
+ * the root writes), and its length. */
+static float *exposed(of_one_t *c, size_t *len_p)
+{
+    int out = c->kind == OF_BCAST_READER;
+    *len_p = out ? recv_len(c->kind) : send_len(c->kind);
+    return out ? c->rbuf : c->sbuf;
+}
+
+/* Make the calls of a run (several in one group). */
+static ncclResult_t of_run(of_one_t *calls, int ncall, int me, int odd)
+{
+    if (ncall == 1) {
+        return of_call(calls[0].kind, me, calls[0].sbuf, calls[0].rbuf, odd, calls[0].comm);
+    }
+    ncclResult_t res = ncclGroupStart();
+    for (int i = 0; i < ncall && res == ncclSuccess; i++) {
+        res = of_call(calls[i].kind, me, calls[i].sbuf, calls[i].rbuf, odd, calls[i].comm);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    return res != ncclSuccess ? res : end;
+}
+
+/* Rank 0 after its call: poison what its peers touch (and free it). */
+static void poison(of_one_t *calls, int ncall, int release)
+{
+    for (int i = 0; i < ncall; i++) {
+        size_t len;
+        float *mine = exposed(&calls[i], &len);
+        memset(mine, (int)OF_POISON, len * sizeof(float));
+        if (release == OF_FREE) {
+            free(mine);
+            *(mine == calls[i].rbuf ? &calls[i].rbuf : &calls[i].sbuf) = NULL;
+        }
+    }
+}
+
+/* Rank 0, its buffers kept: once the late rank is through, nobody wrote into them. */
+static int poison_kept(brt_rank_ctx_t *ctx, of_one_t *calls, int ncall)
+{
+    double until = brt_now() + 30 * brt_time_scale();
+    while (!flag_get(&ctx->all[OF_LATE]) && brt_now() < until) {
+        brt_sleep_ms(5);
+    }
+    for (int c = 0; c < ncall; c++) {
+        size_t len;
+        const unsigned char *mine = (const unsigned char *)exposed(&calls[c], &len);
+        for (size_t i = 0; i < len * sizeof(float); i++) {
+            if (mine[i] != OF_POISON) {
+                brt_fail(ctx,
+                         "%s: byte %zu of rank %d's buffer was written after its call "
+                         "returned",
+                         of_names[calls[c].kind], i, ctx->rank);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 static int of_body(brt_rank_ctx_t *ctx)
 {
     const of_arg_t *arg = ctx->arg;
     int kind = arg->kind, me = ctx->rank, ret = 1;
-    ncclComm_t comm = NULL;
+    /* A group: a DirectRead AllGather on a second communicator, queued before the
+     * AlltoAllV that fails on the first, so it is in flight when the group fails. */
+    int ncall = kind == OF_GROUP ? 2 : 1;
+    of_one_t calls[2];
+    ncclComm_t comm = NULL, comm2 = NULL;
     char msg[OF_MSG];
     pthread_t th;
     int th_made = 0;
 
+    memset(calls, 0, sizeof(calls));
     if (brt_rank_init(ctx, &comm) != ncclSuccess) {
         return 1;
     }
-    float *sbuf = malloc(send_len(kind) * sizeof(float));
-    float *rbuf = malloc(recv_len(kind) * sizeof(float));
-    if (sbuf == NULL || rbuf == NULL) {
-        brt_fail(ctx, "out of memory");
-        goto out;
+    calls[0].kind = kind == OF_GROUP ? OF_ALLGATHER : kind;
+    calls[0].comm = comm;
+    if (kind == OF_GROUP) {
+        ncclResult_t r2 = ncclCommSplit(comm, 0, me, &comm2, NULL);
+        if (r2 != ncclSuccess) {
+            brt_fail(ctx, "ncclCommSplit returned %d: %s", (int)r2, ncclGetLastError(comm));
+            goto out;
+        }
+        calls[0].comm = comm2;
+        calls[1].kind = OF_A2AV;
+        calls[1].comm = comm;
     }
-    /* An agreed call first: the path works, and every mapping and connection is made. */
-    brt_doing(ctx, "the agreed %s", of_names[kind]);
-    fill(sbuf, send_len(kind), me, 0);
-    fill(rbuf, recv_len(kind), me, 1);
-    ncclResult_t res = of_call(kind, me, sbuf, rbuf, 0, comm);
-    if (res != ncclSuccess) {
-        brt_fail(ctx, "the agreed %s returned %d: %s", of_names[kind], (int)res,
-                 ncclGetLastError(comm));
-        goto out;
+    for (int i = 0; i < ncall; i++) {
+        of_one_t *c = &calls[i];
+        c->sbuf = malloc(send_len(c->kind) * sizeof(float));
+        c->rbuf = malloc(recv_len(c->kind) * sizeof(float));
+        if (c->sbuf == NULL || c->rbuf == NULL) {
+            brt_fail(ctx, "out of memory");
+            goto out;
+        }
+        /* An agreed call first: the path works, and every mapping and connection is made. */
+        brt_doing(ctx, "the agreed %s", of_names[c->kind]);
+        fill(c->sbuf, send_len(c->kind), me, 0);
+        fill(c->rbuf, recv_len(c->kind), me, 1);
+        ncclResult_t res = of_call(c->kind, me, c->sbuf, c->rbuf, 0, c->comm);
+        if (res != ncclSuccess) {
+            brt_fail(ctx, "the agreed %s returned %d: %s", of_names[c->kind], (int)res,
+                     ncclGetLastError(c->comm));
+            goto out;
+        }
+        if (out_check(c->kind, me, c->rbuf, 1, 0, msg) != 0) {
+            brt_fail(ctx, "the agreed %s: %s", of_names[c->kind], msg);
+            goto out;
+        }
+        fill(c->rbuf, recv_len(c->kind), me, 1);
     }
-    if (out_check(kind, me, rbuf, 1, 0, msg) != 0) {
-        brt_fail(ctx, "the agreed %s: %s", of_names[kind], msg);
-        goto out;
-    }
-    fill(rbuf, recv_len(kind), me, 1);
-    int odd = kind == OF_A2AV && me == OF_FAIL;
-    if (me == OF_FAIL && kind != OF_A2AV) {
+    int odd = (kind == OF_A2AV || kind == OF_GROUP) && me == OF_FAIL;
+    if (me == OF_FAIL && !odd) {
         if (pthread_create(&th, NULL, revoker, comm) != 0) {
             brt_fail(ctx, "pthread_create failed");
             goto out;
@@ -213,28 +307,16 @@ static int of_body(brt_rank_ctx_t *ctx)
         }
     }
     brt_doing(ctx, "the %s where rank %d fails", of_names[kind], OF_FAIL);
-    res = of_call(kind, me, sbuf, rbuf, odd, comm);
+    ncclResult_t res = of_run(calls, ncall, me, odd);
     snprintf(msg, sizeof(msg), "%s", res == ncclSuccess ? "" : ncclGetLastError(comm));
     if (th_made) {
         pthread_join(th, NULL);
     }
     if (me == OF_LATE) {
-        flag_set(ctx->report); /* through: rank 0 may look at its buffer */
+        flag_set(ctx->report); /* through: rank 0 may look at its buffers */
     }
-    /* The failed rank's buffer that its peers read (a Broadcast reader's: its output,
-     * which the root writes). */
-    float *mine = kind == OF_BCAST_READER ? rbuf : sbuf;
-    size_t mine_len = kind == OF_BCAST_READER ? recv_len(kind) : send_len(kind);
     if (me == OF_FAIL) {
-        memset(mine, (int)OF_POISON, mine_len * sizeof(float));
-        if (arg->release == OF_FREE) {
-            free(mine);
-            if (mine == rbuf) {
-                rbuf = NULL;
-            } else {
-                sbuf = NULL;
-            }
-        }
+        poison(calls, ncall, arg->release);
         flag_set(ctx->report);
     }
     if (res == ncclSuccess) {
@@ -246,35 +328,31 @@ static int of_body(brt_rank_ctx_t *ctx)
         brt_fail(ctx, "rank %d: the error does not name rank %d: %s", me, OF_FAIL, msg);
         goto out;
     }
-    if (rbuf != NULL && rbuf != (me == OF_FAIL ? mine : NULL) &&
-        out_check(kind, me, rbuf, 0, odd, msg) != 0) {
-        brt_fail(ctx, "%s: %s", of_names[kind], msg);
-        goto out;
+    for (int i = 0; i < ncall; i++) {
+        of_one_t *c = &calls[i];
+        size_t len;
+        if (c->rbuf != NULL && (me != OF_FAIL || exposed(c, &len) != c->rbuf) &&
+            out_check(c->kind, me, c->rbuf, 0, odd && c->kind == OF_A2AV, msg) != 0) {
+            brt_fail(ctx, "%s: %s", of_names[kind], msg);
+            goto out;
+        }
     }
-    if (me == OF_FAIL && mine != NULL && arg->release == OF_KEEP) {
-        /* Once the late rank is through, nobody wrote into our poisoned buffer. */
-        double until = brt_now() + 30 * brt_time_scale();
-        while (!flag_get(&ctx->all[OF_LATE]) && brt_now() < until) {
-            brt_sleep_ms(5);
-        }
-        for (size_t i = 0; i < mine_len * sizeof(float); i++) {
-            if (((const unsigned char *)mine)[i] != OF_POISON) {
-                brt_fail(ctx,
-                         "%s: byte %zu of rank %d's buffer was written after its call "
-                         "returned",
-                         of_names[kind], i, me);
-                goto out;
-            }
-        }
+    if (me == OF_FAIL && arg->release == OF_KEEP && poison_kept(ctx, calls, ncall) != 0) {
+        goto out;
     }
     ret = 0;
 out:
     if (ret != 0 && (me == OF_FAIL || me == OF_LATE)) {
         flag_set(ctx->report); /* keep nobody waiting */
     }
+    if (comm2 != NULL) {
+        ncclCommAbort(comm2);
+    }
     ncclCommAbort(comm);
-    free(sbuf);
-    free(rbuf);
+    for (int i = 0; i < ncall; i++) {
+        free(calls[i].sbuf);
+        free(calls[i].rbuf);
+    }
     return ret;
 }
 
