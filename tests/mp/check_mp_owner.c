@@ -12,7 +12,7 @@
  * table; the others: a thread of rank 0 revokes its communicator while it waits for rank
  * 3). As soon as its call returns, rank 0 overwrites that buffer with a poison pattern
  * (and, ranks as threads, may free it). Rank 3 enters the call late: once rank 0 has
- * returned, or after a second if it has not. Every rank must return an error, rank 3's
+ * returned, or after 0.6 s if it has not. Every rank must return an error, rank 3's
  * naming rank 0; no rank's output may hold a poisoned byte, only what it had before the
  * call or the right values; and rank 0's buffer must hold the poison still when rank 3
  * has returned (no Broadcast root writes into it after its owner's call returned). A
@@ -155,7 +155,7 @@ static void fill(float *buf, size_t n, int r, int guard)
 /* Rank 0's helper thread: revoke the communicator while rank 0 waits for rank 3. */
 static void *revoker(void *arg)
 {
-    brt_sleep_ms(200);
+    brt_sleep_ms(100);
     (void)ncclCommRevoke((ncclComm_t)arg, 0);
     return NULL;
 }
@@ -299,9 +299,9 @@ static int of_body(brt_rank_ctx_t *ctx)
         th_made = 1;
     }
     if (me == OF_LATE) {
-        /* Until rank 0 has returned (at once without the owner's wait), at most 1 s. */
+        /* Until rank 0 has returned (at once without the owner's wait), at most 0.6 s. */
         brt_doing(ctx, "waiting to enter %s late", of_names[kind]);
-        double until = brt_now() + 1.0;
+        double until = brt_now() + 0.6;
         while (!flag_get(&ctx->all[OF_FAIL]) && brt_now() < until) {
             brt_sleep_ms(5);
         }
