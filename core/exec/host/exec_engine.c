@@ -530,7 +530,8 @@ static void arena_mark_failed(br_exec_comm_t *ec)
 
 /* Mark every failed communicator of b, and withdraw the operations whose buffers peers
  * may touch in place. A communicator that has such an operation in flight but did not
- * fail itself (another one of the group did) fails too: its peers would wait for the
+ * fail itself (another one of the group did: another communicator, or another rank's
+ * handle where one thread drives several ranks) fails too: its peers would wait for the
  * rest of it for ever. Returns how many were withdrawn. */
 static int fail_withdraw(br_exec_batch_t *b, const br_exec_comm_t *cause)
 {
@@ -542,8 +543,8 @@ static int fail_withdraw(br_exec_batch_t *b, const br_exec_comm_t *cause)
         int exposed = w != NULL && br_work_arena_exposed(w);
         if (exposed && ec->error == ncclSuccess) {
             br_exec_fail(ec, cause->error,
-                         "rank %d (host %s): %s #%llu abandoned: rank %d of another "
-                         "communicator in its group failed: %s",
+                         "rank %d (host %s): %s #%llu abandoned: its group failed in "
+                         "another communicator handle (rank %d): %s",
                          ec->rank, br_host_name(), br_func_name(w->op.func),
                          (unsigned long long)w->op.seq, cause->rank, cause->error_msg);
         }
