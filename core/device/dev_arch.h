@@ -8,7 +8,8 @@
  *    another GPU reached over P2P), %globaltimer for time, 16-byte vector loads/stores.
  *  - Host emulation (tests/device, a C compiler): a "block" is one CPU thread (thread 0 of
  *    1), the barrier is a no-op, counters use the __atomic builtins, time is
- *    CLOCK_MONOTONIC, and a waiting block yields its CPU (many blocks share few cores).
+ *    CLOCK_MONOTONIC, a waiting block yields its CPU (many blocks share few cores), and an
+ *    8- or 16-byte access not aligned to its size aborts, as the GPU faults on it.
  *
  * Everything above this header is plain C that also compiles as CUDA C++: no templates,
  * no references; functions are BR_DEV_HD (static inline, and __device__ under nvcc).
@@ -175,6 +176,8 @@ BR_DEV_HD uint64_t br_dev_d2u(double d)
 #else /* host emulation */
 
 #include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include <pthread.h>
@@ -208,6 +211,18 @@ static inline void br_dev_emu_sync(void)
 #define BR_DEV_NTHR br_dev_emu_nthr
 #define BR_DEV_SYNC() br_dev_emu_sync()
 
+/* A GPU faults on a vector or 8-byte access that is not aligned to its size
+ * (CUDA_ERROR_MISALIGNED_ADDRESS, and the context is lost); the emulation stops there too,
+ * where memcpy would have hidden it. */
+static inline void br_dev_emu_aligned(const void *p, uintptr_t size)
+{
+    if (((uintptr_t)p & (size - 1)) != 0) {
+        fprintf(stderr, "br_dev: misaligned %u-byte access at %p (a GPU faults here)\n",
+                (unsigned)size, p);
+        abort();
+    }
+}
+
 static inline void br_dev_fence(void)
 {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -220,21 +235,25 @@ static inline void br_dev_fence_gpu(void)
 
 static inline uint64_t br_dev_ld_acquire(const uint64_t *p)
 {
+    br_dev_emu_aligned(p, 8);
     return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
 static inline void br_dev_st_release(uint64_t *p, uint64_t v)
 {
+    br_dev_emu_aligned(p, 8);
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
 static inline void br_dev_st_word(uint64_t *p, uint64_t v)
 {
+    br_dev_emu_aligned(p, 8);
     __atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
 
 static inline uint64_t br_dev_ld_word(const uint64_t *p)
 {
+    br_dev_emu_aligned(p, 8);
     return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
@@ -244,6 +263,7 @@ typedef unsigned long long br_dev_hv2_t __attribute__((vector_size(16)));
 
 static inline br_dev_v2_t br_dev_ld_volatile16(const void *p)
 {
+    br_dev_emu_aligned(p, 16);
     br_dev_hv2_t u = *(const volatile br_dev_hv2_t *)p;
     br_dev_v2_t v;
     v.lo = u[0];
@@ -253,6 +273,7 @@ static inline br_dev_v2_t br_dev_ld_volatile16(const void *p)
 
 static inline void br_dev_st_volatile16(void *p, br_dev_v2_t v)
 {
+    br_dev_emu_aligned(p, 16);
     br_dev_hv2_t u = {v.lo, v.hi};
     *(volatile br_dev_hv2_t *)p = u;
 }
@@ -260,24 +281,28 @@ static inline void br_dev_st_volatile16(void *p, br_dev_v2_t v)
 static inline br_dev_v2_t br_dev_ld16(const void *p)
 {
     br_dev_v2_t v;
+    br_dev_emu_aligned(p, 16);
     memcpy(&v, p, sizeof(v));
     return v;
 }
 
 static inline void br_dev_st16(void *p, br_dev_v2_t v)
 {
+    br_dev_emu_aligned(p, 16);
     memcpy(p, &v, sizeof(v));
 }
 
 static inline uint64_t br_dev_ld8(const void *p)
 {
     uint64_t v;
+    br_dev_emu_aligned(p, 8);
     memcpy(&v, p, sizeof(v));
     return v;
 }
 
 static inline void br_dev_st8(void *p, uint64_t v)
 {
+    br_dev_emu_aligned(p, 8);
     memcpy(p, &v, sizeof(v));
 }
 

@@ -962,6 +962,7 @@ static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned 
     if (f == &reduce_kernel) {
         op_t *r = op_new(OP_REDUCE);
         memcpy(&r->reduce, params[0], sizeof(r->reduce));
+        r->nblocks = gx;
         check_reduce_args(&r->reduce);
         push(h, r);
         return OK;

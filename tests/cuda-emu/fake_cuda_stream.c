@@ -242,6 +242,25 @@ static void run_kernel(stream_t *s, op_t *o)
     free(args);
 }
 
+/* A kernel that waits for nothing (direct, reduce): every thread of every block of its
+ * grid in turn on this stream's thread, each with its own block and thread index, so that
+ * the grid-stride indexing runs as launched and a piece left out or done twice shows. */
+static void run_grid(const op_t *o)
+{
+    const int nthr = block_threads();
+    for (unsigned b = 0; b < o->nblocks; b++) {
+        for (int t = 0; t < nthr; t++) {
+            br_dev_emu_enter(t, nthr, NULL);
+            if (o->kind == OP_REDUCE) {
+                br_dev_reduce_n(&o->reduce, (int)b, (int)o->nblocks);
+            } else {
+                br_dev_direct_run(&o->direct_args, (int)b, (int)o->nblocks);
+            }
+        }
+    }
+    br_dev_emu_enter(0, 1, NULL);
+}
+
 static void run_op(stream_t *s, op_t *o)
 {
     int waits = o->kind == OP_WAIT_EVENT || o->kind == OP_WAIT_VALUE || o->kind == OP_WAIT_LEGACY;
@@ -279,14 +298,14 @@ static void run_op(stream_t *s, op_t *o)
             __atomic_store_n((volatile uint32_t *)o->addr, (uint32_t)o->value, __ATOMIC_RELEASE);
         }
         break;
-    case OP_REDUCE: br_dev_reduce_n(&o->reduce, 0, 1); break; /* one block does it all */
+    case OP_REDUCE: run_grid(o); break;
     case OP_COPY: memmove(o->dst, o->src, o->n); break;
     case OP_SET: memset(o->dst, o->byte, o->n); break;
     case OP_LAND: land(o); break;
     case OP_KERNEL:
         if (o->direct) {
             queue_dispatched(s, o);
-            br_dev_direct_run(&o->direct_args, 0, 1); /* waits for nothing: one block */
+            run_grid(o);
         } else {
             run_kernel(s, o);
         }
