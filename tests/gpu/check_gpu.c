@@ -599,6 +599,14 @@ static pthread_barrier_t cliques_round;
 
 #define CLIQUE_RANKS 4
 
+/* GPUs each clique of `cliques` spans (BRAID_TEST_CLIQUE_GPUS, 1 or 2): with 2, both cliques
+ * have ranks on both GPUs, and each GPU runs one kernel of each clique per round. */
+static int cliques_gpus(void)
+{
+    const char *e = getenv("BRAID_TEST_CLIQUE_GPUS");
+    return e != NULL && atoi(e) == 2 ? 2 : 1;
+}
+
 /* A thread of `cliques`: its own clique of 4 ranks on device 0 (ncclCommInitAll), forty
  * grouped AllReduces large enough for every channel, each waited for. */
 static void *clique_main(void *p)
@@ -608,13 +616,17 @@ static void *clique_main(void *p)
     ncclComm_t comms[CLIQUE_RANKS];
     cudaStream_t s[CLIQUE_RANKS];
     float *d[CLIQUE_RANKS], *host = malloc(COUNT * sizeof(float));
-    int devs[CLIQUE_RANKS] = {0};
+    int devs[CLIQUE_RANKS] = {0}, ngpus = cliques_gpus();
+    for (int r = 0; r < CLIQUE_RANKS; r++) {
+        devs[r] = r % ngpus;
+    }
     CUDA_OK(cudaSetDevice(0));
     if (host == NULL || ncclCommInitAll(comms, CLIQUE_RANKS, devs) != ncclSuccess) {
         printf("FAIL cliques: clique %d: ncclCommInitAll failed\n", a->rank);
         exit(1); /* the other thread would wait for this one at every round */
     }
     for (int r = 0; r < CLIQUE_RANKS; r++) {
+        CUDA_OK(cudaSetDevice(devs[r]));
         CUDA_OK(cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking));
         CUDA_OK(cudaMalloc((void **)&d[r], COUNT * sizeof(float)));
         for (int i = 0; i < COUNT; i++) {
@@ -675,8 +687,8 @@ static void section_cliques(void)
         fails += a[c].fails;
     }
     pthread_barrier_destroy(&cliques_round);
-    printf("cliques: two cliques of %d ranks on one GPU at once, 40 rounds each: %d failed\n",
-           CLIQUE_RANKS, fails);
+    printf("cliques: two cliques of %d ranks on %d GPU%s at once, 40 rounds each: %d failed\n",
+           CLIQUE_RANKS, cliques_gpus(), cliques_gpus() == 1 ? "" : "s", fails);
 }
 
 /* Rank 0's call, made by a thread of its own (a thread that drives several ranks groups
