@@ -676,8 +676,11 @@ EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int
 
 EXPORT CUresult cuEventCreate(void **e, unsigned flags)
 {
+    /* BLOCKING_SYNC 1, DISABLE_TIMING 2, INTERPROCESS 4 (which needs DISABLE_TIMING) */
+    if ((flags & ~7u) != 0 || ((flags & 4u) != 0 && (flags & 2u) == 0)) {
+        return ERR_INVALID_VALUE;
+    }
     event_t *ev = calloc(1, sizeof(*ev));
-    (void)flags;
     ev->dev = ctx_device();
     pthread_mutex_init(&ev->mu, NULL);
     pthread_cond_init(&ev->cv, NULL);
@@ -726,6 +729,9 @@ EXPORT CUresult cuEventQuery(void *e)
 
 EXPORT CUresult cuStreamCreate(void **s, unsigned flags)
 {
+    if ((flags & ~1u) != 0) { /* CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING */
+        return ERR_INVALID_VALUE;
+    }
     *s = stream_new((flags & 1u) == 0, 0);
     return OK;
 }
@@ -783,8 +789,10 @@ EXPORT CUresult cuEventRecord(void *e, void *h)
 EXPORT CUresult cuStreamWaitEvent(void *h, void *e, unsigned flags)
 {
     event_t *ev = e;
+    if ((flags & ~1u) != 0) { /* CU_EVENT_WAIT_DEFAULT or CU_EVENT_WAIT_EXTERNAL */
+        return ERR_INVALID_VALUE;
+    }
     op_t *o = op_new(OP_WAIT_EVENT);
-    (void)flags;
     pthread_mutex_lock(&ev->mu);
     o->gen = ev->recorded; /* the record most recently enqueued, as CUDA */
     if (ev->captured) {
