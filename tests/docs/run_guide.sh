@@ -8,7 +8,8 @@
 # A block fenced ```text that comes next after a ```sh block is what that block prints
 # (standard output and error together): each of its lines must be a whole line of the
 # output, in the same order, where "..." stands for any text. Fenced ```text approx, any
-# number may differ too (timings, counts) and runs of spaces may be longer or shorter.
+# number may differ too (timings, counts), runs of spaces may be longer or shorter, and
+# the lines may come in another order (a table sorted by time), each matching its own.
 # Usage: run_guide.sh <guide.md> <source dir> <build dir>
 set -euo pipefail
 guide=$1 src=$2 build=$3
@@ -67,7 +68,7 @@ for want in sorted(glob.glob(os.path.join(sys.argv[1], "*.want"))):
     n = os.path.basename(want)[:-len(".want")]
     mode, *lines = open(want).read().splitlines()
     got = open(os.path.join(sys.argv[1], n), errors="replace").read().splitlines()
-    at = 0
+    at, used = 0, set()
     for line in lines:
         parts = []
         for piece in re.split(r"(\.\.\.|[0-9]+(?:\.[0-9]+)?| +)", line):
@@ -80,12 +81,16 @@ for want in sorted(glob.glob(os.path.join(sys.argv[1], "*.want"))):
             else:
                 parts.append(re.escape(piece))
         pat = re.compile("".join(parts))
-        hit = next((i for i in range(at, len(got)) if pat.fullmatch(got[i])), None)
+        tried = [i for i in range(len(got)) if i not in used] if mode == "approx" else \
+            range(at, len(got))
+        hit = next((i for i in tried if pat.fullmatch(got[i])), None)
         if hit is None:
-            print(f"FAIL: block {n} printed no line like (after its line {at}):\n  {line}")
+            where = "" if mode == "approx" else f" (after its line {at})"
+            print(f"FAIL: block {n} printed no line like{where}:\n  {line}")
             failed = 1
             break
         at = hit + 1
+        used.add(hit)
     else:
         print(f"block {n}: its {len(lines)} expected lines were printed ({mode})")
 sys.exit(failed)
