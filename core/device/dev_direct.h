@@ -99,7 +99,14 @@ BR_DEV_HD void br_dev_direct_piece(const br_dev_direct_t *D, const br_dev_red_t 
     }
 }
 
-#ifdef __CUDACC__
+/* BR_DEV_DIRECT_VECTOR: the vector paths are compiled (nvcc; and the emulated driver's C++
+ * unit, tests/cuda-emu/fake_cuda_direct.cc, with host stand-ins for uint4, float4 and
+ * __fadd_rn, so that CI runs them too). */
+#if defined(__CUDACC__) || defined(BR_DEV_DIRECT_VECTOR_EMU)
+#define BR_DEV_DIRECT_VECTOR 1
+#endif
+
+#ifdef BR_DEV_DIRECT_VECTOR
 /* The vector paths: every pointer, and the segment, 16-byte aligned; the type and the
  * operation fixed at compile time, one uint4 (16 bytes) a thread at a time. */
 
@@ -214,7 +221,7 @@ BR_DEV_HD void br_dev_direct_run(const br_dev_direct_t *D, int b, int nb)
 {
     uint64_t first = (uint64_t)b * (uint64_t)BR_DEV_NTHR + (uint64_t)BR_DEV_TID;
     uint64_t stride = (uint64_t)nb * (uint64_t)BR_DEV_NTHR;
-#ifdef __CUDACC__
+#ifdef BR_DEV_DIRECT_VECTOR
     if (br_dev_direct_vector(D, first, stride)) {
         return;
     }

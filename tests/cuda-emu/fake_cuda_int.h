@@ -131,6 +131,10 @@ void streams_end_capture(void);
 void ctx_sync(const char *call);
 void land_later(const char *call, uintptr_t dst, const void *src, unsigned char byte, size_t n);
 
+/* fake_cuda_direct.cc: thread tid of nthr of block b of nb of the direct kernel, vector
+ * paths included, as nvcc builds it. */
+void fake_direct_run(const br_dev_direct_t *D, int b, int nb, int tid, int nthr);
+
 /* fake_cuda_capture.c: does a capture forbid this thread "potentially unsafe" calls such
  * as allocations? And the capture's next operation, in the order given. */
 int capture_forbids(void);

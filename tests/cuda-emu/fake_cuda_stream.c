@@ -250,11 +250,11 @@ static void run_grid(const op_t *o)
     const int nthr = block_threads();
     for (unsigned b = 0; b < o->nblocks; b++) {
         for (int t = 0; t < nthr; t++) {
-            br_dev_emu_enter(t, nthr, NULL);
             if (o->kind == OP_REDUCE) {
+                br_dev_emu_enter(t, nthr, NULL);
                 br_dev_reduce_n(&o->reduce, (int)b, (int)o->nblocks);
-            } else {
-                br_dev_direct_run(&o->direct_args, (int)b, (int)o->nblocks);
+            } else { /* its vector paths are C++ (fake_cuda_direct.cc) */
+                fake_direct_run(&o->direct_args, (int)b, (int)o->nblocks, t, nthr);
             }
         }
     }
