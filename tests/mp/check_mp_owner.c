@@ -17,7 +17,9 @@
  * call or the right values; and rank 0's buffer must hold the poison still when rank 3
  * has returned (no Broadcast root writes into it after its owner's call returned). A
  * rank that reads a freed buffer crashes the test (under ASan: heap-use-after-free).
- * Processes (process_vm_readv, ptrace rules permitting) and threads (memcpy).
+ * Processes (process_vm_readv, ptrace rules permitting) and threads (memcpy). And, with
+ * processes, a reader that never enters the call and is killed while rank 0 waits for it
+ * ("reader_dies": rank 0 must see that its process is gone).
  */
 #include <check.h>
 #include <pthread.h>
@@ -57,6 +59,7 @@ static struct {
 typedef struct {
     int kind;
     int release;
+    int dies; /* rank 3 never enters: the parent kills it while rank 0 waits for it */
 } of_arg_t;
 
 /* Element i of rank r's input. */
@@ -298,6 +301,13 @@ static int of_body(brt_rank_ctx_t *ctx)
         }
         th_made = 1;
     }
+    if (me == OF_LATE && arg->dies) {
+        brt_doing(ctx, "waiting to be killed, never entering %s", of_names[kind]);
+        __atomic_store_n(&ctx->report->progress, 2, __ATOMIC_RELEASE);
+        for (;;) {
+            brt_sleep_ms(100);
+        }
+    }
     if (me == OF_LATE) {
         /* Until rank 0 has returned (at once without the owner's wait), at most 0.6 s. */
         brt_doing(ctx, "waiting to enter %s late", of_names[kind]);
@@ -337,7 +347,8 @@ static int of_body(brt_rank_ctx_t *ctx)
             goto out;
         }
     }
-    if (me == OF_FAIL && arg->release == OF_KEEP && poison_kept(ctx, calls, ncall) != 0) {
+    if (me == OF_FAIL && arg->release == OF_KEEP && !arg->dies &&
+        poison_kept(ctx, calls, ncall) != 0) {
         goto out;
     }
     ret = 0;
@@ -371,6 +382,30 @@ START_TEST(test_owner_fails)
 }
 END_TEST
 
+/* Processes: rank 0's AlltoAllV fails, rank 3, a reader of its blocks, never enters the
+ * call and is killed while rank 0 waits for it. With BRAID_TIMEOUT far beyond the test's
+ * deadline, only seeing that rank 3's process is gone lets ranks 0, 1 and 2 return (with
+ * an error) in time. */
+START_TEST(test_reader_dies)
+{
+    of_arg_t arg = {.kind = OF_A2AV, .release = OF_KEEP, .dies = 1};
+    brt_procs_t p;
+    static char err[8192], out[8192];
+    double deadline = brt_now() + 60 * brt_time_scale();
+
+    setenv("BRAID_TIMEOUT", "600", 1); /* this forked test only */
+    ck_assert_int_eq(brt_procs_start(&p, OF_RANKS, of_body, &arg, err, sizeof(err)), 0);
+    while (__atomic_load_n(&p.reports[OF_LATE].progress, __ATOMIC_ACQUIRE) != 2 &&
+           !brt_procs_exited(&p, OF_LATE) && brt_now() < deadline) {
+        brt_sleep_ms(10);
+    }
+    brt_sleep_ms(300); /* rank 0 has failed and waits for rank 3 by now, or soon will */
+    brt_procs_kill(&p, OF_LATE);
+    int bad = brt_procs_wait(&p, deadline, 1u << OF_LATE, out, sizeof(out), 0);
+    ck_assert_msg(!bad, "a rank that reads in place died: %s", brt_clip(out, 3000));
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     cfg.mode = BRT_MODE_PROC;
@@ -394,6 +429,12 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, test_owner_fails, 0,
                         cfg.mode == BRT_MODE_THREADS ? 2 * OF_NKINDS : OF_NKINDS_PROC);
     suite_add_tcase(s, tc);
+    if (cfg.mode == BRT_MODE_PROC) {
+        TCase *td = tcase_create("reader_dies");
+        tcase_set_timeout(td, 120 * brt_time_scale());
+        tcase_add_test(td, test_reader_dies);
+        suite_add_tcase(s, td);
+    }
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
