@@ -4,7 +4,8 @@
  * Braid so that programs built for NCCL compile and link against it unchanged.
  * Compiles as C99, C11 and C++, with or without the CUDA toolkit installed; a
  * host-only user has no cuda_runtime.h, so cudaStream_t is declared here when the
- * CUDA runtime header is absent (it is the same type CUDA declares).
+ * CUDA runtime header is absent (it is the same type CUDA declares); where it is in,
+ * cuda_fp16.h, cuda_bf16.h and (C++) cuda_fp8.h come with nccl.h, as with NCCL's.
  */
 #ifndef NCCL_H_
 #define NCCL_H_
@@ -29,6 +30,16 @@
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 #undef BRAID_DECLARE_CUDA_TYPES_
+#elif defined(CUDART_VERSION)
+/* With the CUDA runtime, the half-precision headers too, as NCCL's nccl.h has them: NCCL
+ * programs (nccl-tests among them) use __half and __nv_bfloat16 having included only it. */
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
+#if defined(__cplusplus) && CUDART_VERSION >= 11080
+#include <cuda_fp8.h>
+#endif
 #endif
 
 #define NCCL_MAJOR 2

@@ -30,12 +30,8 @@ ref=${NCCL_TESTS_REF:-v2.16.9}
 build_tests() { # sm bindir build
     local home tree=$src
     home=$(mktemp -d)
-    # NVIDIA's nccl.h brings cuda_fp16.h and cuda_bf16.h, and nccl-tests 2.16 takes half
-    # from it; Braid's includes no CUDA header but cuda_runtime.h: a nccl.h that adds them.
-    mkdir -p "$home/include"
-    printf '#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include "%s/include/nccl.h"\n' \
-        "$root" > "$home/include/nccl.h"
-    ln -s "$3/lib" "$home/lib"
+    ln -s "$root/include" "$home/include"
+    ln -s "$(cd "$3" && pwd)/lib" "$home/lib"
     if git -C "$src" rev-parse -q --verify "$ref^{commit}" > /dev/null 2>&1; then
         tree="$home/src-$ref"
         mkdir -p "$tree"

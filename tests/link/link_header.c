@@ -14,6 +14,17 @@
 
 #define LINK_ASSERT(name, cond) typedef char link_assert_##name[(cond) ? 1 : -1]
 
+#if defined(CUDART_VERSION) && !defined(BRAID_NO_CUDA_RUNTIME_H)
+/* NCCL's nccl.h brings the half-precision types (C: their raw forms; C++: the classes,
+ * fp8 included); programs such as nccl-tests use them having included only nccl.h. */
+#ifdef __cplusplus
+LINK_ASSERT(half_types, sizeof(__half) == 2 && sizeof(__nv_bfloat16) == 2 &&
+                            sizeof(__nv_fp8_e4m3) == 1 && sizeof(__nv_fp8_e5m2) == 1);
+#else
+LINK_ASSERT(half_types, sizeof(__half_raw) == 2 && sizeof(__nv_bfloat16_raw) == 2);
+#endif
+#endif
+
 LINK_ASSERT(version_code, NCCL_VERSION_CODE == 23203);
 LINK_ASSERT(version_macro, NCCL_VERSION(2, 28, 9) == 22809 && NCCL_VERSION(2, 30, 7) == 23007);
 LINK_ASSERT(major_minor_patch, NCCL_MAJOR == 2 && NCCL_MINOR == 32 && NCCL_PATCH == 3);
