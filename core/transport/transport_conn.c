@@ -333,3 +333,23 @@ uint64_t br_transport_mem_bytes(const br_transport_comm_t *tc)
     }
     return bytes;
 }
+
+void br_transport_peer_fate(br_transport_comm_t *tc, int peer, uint64_t wait_ns, char *buf,
+                            size_t len)
+{
+    const br_peer_info_t *pi = &tc->peers[peer];
+    int gone = br_peer_sees_pid(pi, &tc->peers[tc->rank]) && br_proc_gone(pi->pid);
+    uint64_t until = br_time_ns() + wait_ns;
+    char reason[256];
+    int from = -1, told;
+
+    while (!(told = br_bootstrap_poll_abort(tc->boot, &from, reason, sizeof(reason))) &&
+           br_time_ns() < until) {
+        usleep(1000);
+    }
+    snprintf(buf, len, "%s", gone ? ": its process is gone" : "");
+    if (told) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, len - n, "; rank %d reported: %s", from, reason);
+    }
+}

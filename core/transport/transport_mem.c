@@ -11,6 +11,7 @@
  * slot for the first time inside a collective made the first calls of each size several
  * times slower.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,9 @@
 
 #include "transport_int.h"
 #include "util.h"
+
+/* How long a rank whose peer's shared memory vanished waits for the peer's report. */
+#define BR_FATE_WAIT_NS 1000000000ull
 
 /* A new FIFO: zeroed counters, Simple slots written with a pattern (not zeros, which a
  * hypervisor may keep backed by one shared zero page), LL lines with flag 0 (no step).
@@ -174,8 +178,14 @@ static ncclResult_t shm_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
     void *base;
 
     if (fd < 0) {
-        BR_WARN(NCCL_SHM, "rank %d: cannot open rank %d's shared memory %s: %s", tc->rank,
-                conn->peer, blob->shm_name, strerror(errno));
+        /* The peer made it and told us its name: gone means the peer failed and cleaned up. */
+        int err = errno;
+        char fate[400];
+        br_transport_peer_fate(tc, conn->peer, err == ENOENT ? BR_FATE_WAIT_NS : 0, fate,
+                               sizeof(fate));
+        BR_WARN(NCCL_SHM | NCCL_INIT,
+                "rank %d (host %s): cannot open rank %d's shared memory %s: %s%s", tc->rank,
+                tc->peers[tc->rank].host, conn->peer, blob->shm_name, strerror(err), fate);
         return ncclSystemError;
     }
     base = mmap(NULL, size, PROT_READ | PROT_WRITE,

@@ -413,17 +413,13 @@ static ncclResult_t net_complete(br_transport_comm_t *tc, br_conn_t *conn, int *
              * still lives where this rank can tell, and what a failed rank reported (the
              * peer may have given up because of it). */
             const br_peer_info_t *pi = &tc->peers[conn->peer];
-            int gone = br_peer_sees_pid(pi, &tc->peers[tc->rank]) && br_proc_gone(pi->pid);
-            char told[320] = "", reason[256];
-            int from = -1;
-            if (br_bootstrap_poll_abort(tc->boot, &from, reason, sizeof(reason))) {
-                snprintf(told, sizeof(told), "; rank %d reported: %s", from, reason);
-            }
+            char fate[400];
+            br_transport_peer_fate(tc, conn->peer, 0, fate, sizeof(fate));
             BR_WARN(NCCL_NET | NCCL_INIT,
-                    "rank %d (host %s): net plugin %s failed to %s rank %d (host %s, pid %d)%s%s",
+                    "rank %d (host %s): net plugin %s failed to %s rank %d (host %s, pid %d)%s",
                     tc->rank, tc->peers[tc->rank].host, net->name,
                     conn->is_send ? "connect to" : "accept the connection of", conn->peer, pi->host,
-                    pi->pid, gone ? ": its process is gone" : "", told);
+                    pi->pid, fate);
             return res;
         }
         if (ns->comm == NULL) {
