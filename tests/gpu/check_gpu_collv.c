@@ -207,6 +207,12 @@ static int proc_rank(int rank, int n, const char *hex)
 int main(int argc, char **argv)
 {
     static const int sizes[] = {1, 3, 4};
+    if (argc > 1 && !(argc == 2 && !strcmp(argv[1], "procs")) &&
+        !(argc == 6 && !strcmp(argv[1], "proc-rank"))) {
+        /* A misspelt mode must not pass as the threads' run. */
+        fprintf(stderr, "check_gpu_collv: unknown arguments (usage: check_gpu_collv [procs])\n");
+        return 2;
+    }
     int skip = gpu_or_skip();
     if (skip != 0) {
         return skip;
