@@ -5,6 +5,7 @@
  * msg"; WARN lines add file:line. Every WARN is also kept, per thread and per process,
  * as the text behind ncclGetLastError(). Also: time, host identity and small helpers.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -339,11 +340,23 @@ int br_proc_gone(int pid)
     if (kill((pid_t)pid, 0) != 0) {
         return errno == ESRCH;
     }
+    /* kill() found it: alive or a zombie. Only a /proc of our own pid namespace tells
+     * which (none mounted, or another namespace's, as after unshare --pid without
+     * --mount-proc: its /proc/<pid> is another process or none, a false "gone"). */
+    len = readlink("/proc/self", stat, sizeof(stat) - 1);
+    if (len <= 0) {
+        return 0;
+    }
+    stat[len] = '\0';
+    if (strtol(stat, NULL, 10) != (long)getpid()) {
+        return 0;
+    }
     /* "pid (comm) S ...": the state follows the last ')'. */
     snprintf(path, sizeof(path), "/proc/%d/stat", pid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        return errno == ENOENT;
+        /* It exited since kill() looked, or cannot be read: ask kill() again. */
+        return errno == ENOENT && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
     }
     len = read(fd, stat, sizeof(stat) - 1);
     close(fd);
@@ -352,7 +365,21 @@ int br_proc_gone(int pid)
     }
     stat[len] = '\0';
     const char *end = strrchr(stat, ')');
-    return end != NULL && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+    if (end == NULL || end[1] != ' ' || (end[2] != 'Z' && end[2] != 'X')) {
+        return 0;
+    }
+    /* A zombie leader is a live process still when other threads of it run (its main
+     * thread called pthread_exit): it has tasks besides its own. */
+    snprintf(path, sizeof(path), "/proc/%d/task", pid);
+    DIR *dir = opendir(path);
+    int tasks = 0;
+    for (struct dirent *e; dir != NULL && (e = readdir(dir)) != NULL;) {
+        tasks += e->d_name[0] != '.';
+    }
+    if (dir != NULL) {
+        closedir(dir);
+    }
+    return tasks <= 1;
 }
 
 uint64_t br_pid_hash(void)

@@ -9,15 +9,23 @@
  */
 #include <arpa/inet.h>
 #include <check.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
 #include "bootstrap_int.h"
 #include "bootstrap_test_util.h"
+#include "util.h"
 #include "util_socket.h"
 
 /* ---- abort ---- */
@@ -276,6 +284,116 @@ START_TEST(test_other_job)
 }
 END_TEST
 
+/* ---- br_proc_gone: the liveness check of a peer's process ---- */
+
+static void *linger_thread(void *arg)
+{
+    (void)arg;
+    sleep(30);
+    _exit(0);
+}
+
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY);
+    ssize_t len = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0) {
+        close(fd);
+    }
+    buf[len > 0 ? len : 0] = '\0';
+    const char *end = strrchr(buf, ')');
+    return end != NULL && end[1] == ' ' ? end[2] : '?';
+}
+
+/* A process whose main thread called pthread_exit shows as a zombie in /proc/<pid>/stat
+ * while its other threads (ranks, say) run: it lives. Once killed and not yet reaped it is
+ * gone, and after the reaping too. */
+START_TEST(test_proc_gone_main_exited)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, linger_thread, NULL) != 0) {
+            _exit(3);
+        }
+        pthread_exit(NULL);
+    }
+    double t0 = bt_now_s();
+    while (proc_state(pid) != 'Z' && bt_now_s() - t0 < 10.0) {
+        bt_sleep_ms(5);
+    }
+    ck_assert_msg(proc_state(pid) == 'Z', "the leader never showed as a zombie (%c)",
+                  proc_state(pid));
+    ck_assert_msg(br_proc_gone(pid) == 0, "a live process whose main thread exited is 'gone'");
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    t0 = bt_now_s();
+    while (!br_proc_gone(pid) && bt_now_s() - t0 < 10.0) {
+        bt_sleep_ms(5);
+    }
+    ck_assert_msg(br_proc_gone(pid), "a killed, unreaped process is not 'gone'");
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(br_proc_gone(pid), "a reaped process is not 'gone'");
+}
+END_TEST
+
+static int write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY);
+    int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0) {
+        close(fd);
+    }
+    return ok ? 0 : -1;
+}
+
+/* Where /proc is not this pid namespace's (here: none, a tmpfs over it in a mount
+ * namespace of our own), a live process must not be taken for gone. Needs unprivileged
+ * user namespaces; without them the case says so and checks nothing more. */
+START_TEST(test_proc_gone_no_proc)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char map[64];
+        uid_t uid = getuid();
+        gid_t gid = getgid();
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+            _exit(77);
+        }
+        snprintf(map, sizeof(map), "0 %u 1", (unsigned)uid);
+        if (write_file("/proc/self/uid_map", map) != 0 ||
+            write_file("/proc/self/setgroups", "deny") != 0) {
+            _exit(77);
+        }
+        snprintf(map, sizeof(map), "0 %u 1", (unsigned)gid);
+        if (write_file("/proc/self/gid_map", map) != 0 ||
+            mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("none", "/proc", "tmpfs", 0, NULL) != 0) {
+            _exit(77);
+        }
+        if (kill(parent, 0) != 0) {
+            _exit(4); /* the test's premise: the parent lives and may be asked */
+        }
+        _exit(br_proc_gone(parent) == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) {
+        fprintf(stderr, "proc_gone_no_proc: no user and mount namespace here, not checked\n");
+        return;
+    }
+    ck_assert_msg(WEXITSTATUS(status) == 0,
+                  "without this namespace's /proc a live process is 'gone' (exit %d)",
+                  WEXITSTATUS(status));
+}
+END_TEST
+
 static Suite *bootstrap_fail_suite(void)
 {
     Suite *s = suite_create("bootstrap");
@@ -289,6 +407,11 @@ static Suite *bootstrap_fail_suite(void)
     tcase_add_test(tc, test_other_job);
     tcase_add_loop_test(tc, test_dying_rank, 0, 2);
     tcase_add_test(tc, test_silent_exit);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("proc");
+    tcase_add_test(tc, test_proc_gone_main_exited);
+    tcase_add_test(tc, test_proc_gone_no_proc);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("timeout");
