@@ -649,11 +649,21 @@ static int root_pending_read(root_t *rt, root_pending_t *p)
         return 0;
     }
     if (p->in.proto != BR_BOOT_PROTO) {
-        BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
-                "bootstrap: dropped a connection from %s that speaks "
-                "bootstrap protocol %u, not %u (a different Braid version?)",
-                text, p->in.proto, BR_BOOT_PROTO);
-        br_socket_close(&p->fd);
+        /* A rank of this job (it has the secret) on another Braid version: the init fails
+         * for every rank now, this one included (the check-in's layout has not changed, nor
+         * the answer's), rather than at the timeout for a rank the others wait for. */
+        char me[160];
+        desc_checkin(&p->in, me, sizeof(me));
+        if (rt->nranks == 0 && root_first(rt, &p->in) != 0) {
+            br_socket_close(&p->fd);
+            return 1;
+        }
+        root_fail(rt, ncclInvalidUsage,
+                  "bootstrap: %s (at %s) speaks bootstrap protocol %u, this root %u: every "
+                  "process of a job must run the same Braid version (root at %s)",
+                  me, text, p->in.proto, BR_BOOT_PROTO, rt->addr_text);
+        root_checkin(rt, p->fd, &p->in);
+        p->fd = -1;
         return 1;
     }
     root_checkin(rt, p->fd, &p->in);

@@ -284,6 +284,50 @@ START_TEST(test_other_job)
 }
 END_TEST
 
+/* A rank of another Braid version (another bootstrap protocol, same secret) checks in:
+ * the init fails at once for every rank with a message that says so, the old rank's
+ * included (it is answered), instead of the others waiting BRAID_BOOTSTRAP_TIMEOUT for a
+ * rank the root dropped. */
+START_TEST(test_other_version)
+{
+    ncclUniqueId id;
+    br_boot_handle_t h;
+    br_boot_checkin_t c;
+    br_boot_answer_t ans;
+    bt_rank_job_t job;
+    int fd = -1;
+    uint64_t deadline = br_time_ns() + 5000000000ull;
+
+    ck_assert_int_eq(br_bootstrap_get_unique_id(&id), ncclSuccess);
+    memcpy(&h, id.internal, sizeof(h));
+    memset(&c, 0, sizeof(c));
+    c.secret = h.secret;
+    c.proto = BR_BOOT_PROTO - 1;
+    c.rank = 1;
+    c.nranks = 2;
+    c.pid = (int32_t)getpid();
+    ck_assert_int_eq(br_socket_connect_up(&h.root, deadline, 0, &fd), ncclSuccess);
+    ck_assert_int_eq(br_socket_send_all(fd, &c, sizeof(c), deadline), ncclSuccess);
+
+    memset(&job, 0, sizeof(job));
+    job.id = id;
+    job.rank = 0;
+    job.nranks = 2;
+    bt_run_jobs(&job, 1);
+    ck_assert_int_eq(job.init_res, ncclInvalidUsage);
+    ck_assert_msg(strstr(job.err, "protocol") != NULL, "%s", job.err);
+    ck_assert_msg(job.secs < 10.0, "failed after %.1f s", job.secs);
+
+    memset(&ans, 0, sizeof(ans));
+    ck_assert_int_eq(br_socket_recv_all(fd, &ans, sizeof(ans), br_time_ns() + 5000000000ull),
+                     ncclSuccess);
+    close(fd);
+    ans.msg[sizeof(ans.msg) - 1] = '\0';
+    ck_assert_int_eq(ans.res, ncclInvalidUsage);
+    ck_assert_msg(strstr(ans.msg, "protocol") != NULL, "%s", ans.msg);
+}
+END_TEST
+
 /* ---- br_proc_gone: the liveness check of a peer's process ---- */
 
 static void *linger_thread(void *arg)
@@ -410,6 +454,8 @@ static Suite *bootstrap_fail_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("proc");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_other_version);
     tcase_add_test(tc, test_proc_gone_main_exited);
     tcase_add_test(tc, test_proc_gone_no_proc);
     suite_add_tcase(s, tc);
