@@ -16,6 +16,7 @@ typedef struct {
     uint64_t step_size;
     uint64_t ll_bytes;
     uint64_t ptr;                             /* p2p */
+    uint64_t ptr_serial;                      /* p2p: which FIFO made at ptr */
     char shm_name[64];                        /* shm */
     char net_handle[NCCL_NET_HANDLE_MAXSIZE]; /* net */
     br_socket_addr_t ack_addr; /* net with failover: where the sender connects the socket

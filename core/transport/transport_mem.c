@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -54,19 +55,56 @@ static void fifo_init(br_conn_t *conn, void *base, size_t size, int prefault)
  * outlives both ends: a page after the FIFO counts the ends that hold it, and the last one
  * to close unmaps it (the peer then reads counters that no longer move, and fails as any
  * peer of a failed rank does, instead of faulting).
+ * The receiver may also close before its sender has attached at all (it failed, or was
+ * aborted, between publishing the FIFO's address and the sender reading it). So a sender
+ * attaches only to a FIFO that the process's list of open receive ends still holds, found
+ * by address and serial number under one lock: a FIFO whose receiver has closed leaves
+ * the list at once, and the sender fails naming that rank instead of touching memory the
+ * receiver may already have unmapped.
  */
 #define BR_P2P_TAIL 4096
 
-static _Atomic int *p2p_ends(void *base, size_t size)
+typedef struct br_p2p_tail {
+    _Atomic int ends; /* ends holding the memory */
+    uint64_t serial;
+    void *base;
+    struct br_p2p_tail *next; /* in p2p_open while the receiver's end is open */
+} br_p2p_tail_t;
+
+static pthread_mutex_t p2p_lock = PTHREAD_MUTEX_INITIALIZER;
+static br_p2p_tail_t *p2p_open;
+static uint64_t p2p_serial;
+
+static br_p2p_tail_t *p2p_tail(void *base, size_t size)
 {
-    return (_Atomic int *)(void *)((char *)base + size);
+    return (br_p2p_tail_t *)(void *)((char *)base + size);
+}
+
+/* Under p2p_lock. */
+static void p2p_unlist(br_p2p_tail_t *t)
+{
+    for (br_p2p_tail_t **pp = &p2p_open; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == t) {
+            *pp = t->next;
+            return;
+        }
+    }
 }
 
 static void p2p_release(br_conn_t *conn)
 {
     size_t size = br_transport_mapping_bytes(conn);
+    br_p2p_tail_t *t = p2p_tail(conn->p2p_held, size);
+    int last;
+
+    pthread_mutex_lock(&p2p_lock);
+    if (!conn->is_send) {
+        p2p_unlist(t); /* no sender attaches after its receiver closed */
+    }
     /* acq_rel: the other end's last accesses happen before the unmap. */
-    if (atomic_fetch_sub_explicit(p2p_ends(conn->p2p_held, size), 1, memory_order_acq_rel) == 1) {
+    last = atomic_fetch_sub_explicit(&t->ends, 1, memory_order_acq_rel) == 1;
+    pthread_mutex_unlock(&p2p_lock);
+    if (last) {
         munmap(conn->p2p_held, size + BR_P2P_TAIL);
     }
     conn->p2p_held = NULL;
@@ -76,6 +114,7 @@ static void p2p_release(br_conn_t *conn)
 static ncclResult_t p2p_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_conn_blob_t *blob)
 {
     size_t size = br_transport_mapping_bytes(conn);
+    br_p2p_tail_t *t;
     void *base = mmap(NULL, size + BR_P2P_TAIL, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (base == MAP_FAILED) {
@@ -84,21 +123,44 @@ static ncclResult_t p2p_recv_setup(br_transport_comm_t *tc, br_conn_t *conn, br_
         return ncclSystemError;
     }
     fifo_init(conn, base, size, 1);
-    atomic_init(p2p_ends(base, size), 1);
+    t = p2p_tail(base, size);
+    atomic_init(&t->ends, 1);
+    t->base = base;
+    pthread_mutex_lock(&p2p_lock);
+    t->serial = ++p2p_serial;
+    t->next = p2p_open;
+    p2p_open = t;
+    pthread_mutex_unlock(&p2p_lock);
     conn->p2p_held = base;
     blob->ptr = (uint64_t)(uintptr_t)base;
+    blob->ptr_serial = t->serial;
     return ncclSuccess;
 }
 
 static ncclResult_t p2p_send_attach(br_transport_comm_t *tc, br_conn_t *conn,
                                     const br_conn_blob_t *blob)
 {
-    (void)tc;
     void *base = (void *)(uintptr_t)blob->ptr;
-    /* Relaxed: the receiver's count was published with the blob (the bootstrap's
-     * exchange orders it), and nothing else is read through the count. */
-    atomic_fetch_add_explicit(p2p_ends(base, br_transport_mapping_bytes(conn)), 1,
-                              memory_order_relaxed);
+    br_p2p_tail_t *t;
+    char fate[400];
+
+    pthread_mutex_lock(&p2p_lock);
+    for (t = p2p_open; t != NULL; t = t->next) {
+        if (t->base == base && t->serial == blob->ptr_serial) {
+            /* Relaxed: the list's lock orders it against the receiver's release. */
+            atomic_fetch_add_explicit(&t->ends, 1, memory_order_relaxed);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p2p_lock);
+    if (t == NULL) {
+        br_transport_peer_fate(tc, conn->peer, BR_FATE_WAIT_NS, fate, sizeof(fate));
+        BR_WARN(NCCL_P2P | NCCL_INIT,
+                "rank %d (host %s): rank %d closed its receive end before this rank attached to "
+                "it (it failed or was aborted)%s",
+                tc->rank, tc->peers[tc->rank].host, conn->peer, fate);
+        return ncclRemoteError;
+    }
     conn->p2p_held = base;
     br_transport_layout(conn, base);
     return ncclSuccess;
