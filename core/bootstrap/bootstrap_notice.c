@@ -210,6 +210,15 @@ void br_bootstrap_abort_notify(br_bootstrap_t *boot, const char *reason)
     if (boot == NULL) {
         return;
     }
+    /* A rank that fails after another rank told it of a failure passes that report on as
+     * it came, instead of its own message (which quotes the report): each rank that takes
+     * it on would otherwise wrap it once more ("rank 3 reported a failure: rank 3: ... rank
+     * 1 reported a failure: ..."), until the first cause, the rank named at the end, is
+     * cut off. Its own message still goes to its caller. */
+    if (br_bootstrap_poll_abort(boot, NULL, text, sizeof(text))) {
+        notice_all(boot, BR_BOOT_MSG_ABORT, text, strlen(text) + 1);
+        return;
+    }
     snprintf(text, sizeof(text), "%s", reason != NULL && reason[0] != '\0' ? reason : "unknown");
     notice_all(boot, BR_BOOT_MSG_ABORT, text, strlen(text) + 1);
 }

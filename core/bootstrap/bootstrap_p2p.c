@@ -487,6 +487,28 @@ void br_boot_thread_stop(br_bootstrap_t *boot)
     boot->thread_started = 0;
 }
 
+#define BR_BOOT_FATE_LEN 1024
+#define BR_BOOT_FATE_WAIT_NS 1000000000ull
+
+/* A peer refused the connection or closed it under a send: it closed its bootstrap, which
+ * a rank does after it failed and told the others why. Wait up to a second for that notice
+ * and say what it reported, so the failure names its first cause (a rank that died, say)
+ * and not only the rank that went away because of it. */
+static void refused_fate(br_bootstrap_t *boot, char *buf, size_t len)
+{
+    uint64_t until = br_time_ns() + BR_BOOT_FATE_WAIT_NS;
+    char reason[BR_BOOT_FATE_LEN - 64];
+    int from = -1;
+
+    while (!br_bootstrap_poll_abort(boot, &from, reason, sizeof(reason))) {
+        if (br_time_ns() >= until) {
+            return;
+        }
+        usleep(1000);
+    }
+    snprintf(buf, len, "; rank %d reported: %s", from, reason);
+}
+
 /* Open the persistent connection to a peer and say hello. Called with its out_lock. */
 static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t deadline_ns,
                                    int quiet)
@@ -516,10 +538,16 @@ static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t dead
         res = br_socket_send_all(fd, &hello, sizeof(hello), deadline_ns);
     }
     if (res != ncclSuccess) {
+        int err = errno;
+        char fate[BR_BOOT_FATE_LEN] = "";
+        if (!quiet && err == ECONNREFUSED) {
+            refused_fate(boot, fate, sizeof(fate));
+        }
         BR_WARN_UNLESS(quiet, NCCL_INIT | NCCL_BOOTSTRAP,
-                       "bootstrap: rank %d cannot connect to %s at %s: %s", boot->rank,
+                       "bootstrap: rank %d cannot connect to %s at %s: %s%s", boot->rank,
                        br_boot_rank_str(boot, peer, who, sizeof(who)),
-                       br_socket_addr_str(&p->info.addr, text, sizeof(text)), strerror(errno));
+                       br_socket_addr_str(&p->info.addr, text, sizeof(text)), strerror(err),
+                       fate);
         br_socket_close(&fd);
         return res;
     }
@@ -594,10 +622,15 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
         }
     }
     if (res != ncclSuccess) {
+        int err = errno;
+        char fate[BR_BOOT_FATE_LEN] = "";
+        if (!quiet && (err == EPIPE || err == ECONNRESET)) {
+            refused_fate(boot, fate, sizeof(fate));
+        }
         BR_WARN_UNLESS(quiet, NCCL_INIT | NCCL_BOOTSTRAP,
-                       "bootstrap: rank %d could not send %zu bytes (tag %d) to %s: %s",
+                       "bootstrap: rank %d could not send %zu bytes (tag %d) to %s: %s%s",
                        boot->rank, size, tag, br_boot_rank_str(boot, peer, who, sizeof(who)),
-                       strerror(errno));
+                       strerror(err), fate);
         /* The stream is now out of step: the next send starts a fresh connection. */
         br_socket_close(&p->out_fd);
     }

@@ -6,14 +6,17 @@
  * (parallel threads when several), then one executor batch with every operation.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap.h"
 #include "group_int.h"
 #include "util.h"
 
 static _Thread_local int depth;
 static _Thread_local ncclResult_t group_error;
+static _Thread_local char group_error_msg[512]; /* what the call that set it logged */
 static _Thread_local gcall_t *calls;
 static _Thread_local int ncalls, calls_cap;
 
@@ -36,6 +39,7 @@ void br_group_note_error(ncclResult_t res)
 {
     if (depth > 0 && res != ncclSuccess && group_error == ncclSuccess) {
         group_error = res;
+        snprintf(group_error_msg, sizeof(group_error_msg), "%s", br_log_last_error());
     }
 }
 
@@ -234,6 +238,10 @@ static ncclResult_t connect_peers(gcall_t *cs, int n, ncclComm_t *comms, int nco
             res = jobs[i].res;
             br_exec_fail(jobs[i].comm->ec, res, "rank %d: p2p connection setup failed: %s",
                          jobs[i].comm->rank, br_log_last_error());
+            /* Tell the other ranks, as a failed operation does: one that attaches to an end
+             * this rank is about to close names this failure, not only the vanished end. */
+            br_bootstrap_abort_notify(jobs[i].comm->tc->boot, jobs[i].comm->ec->error_msg);
+            br_log_set_last_error(jobs[i].comm->ec->error_msg);
         }
     }
 out:
@@ -600,9 +608,9 @@ ncclResult_t br_group_end(void)
         res = group_error;
         group_error = ncclSuccess;
         BR_WARN(NCCL_INIT,
-                "ncclGroupEnd: a call inside the group failed (error %d); the group's "
+                "ncclGroupEnd: a call inside the group failed (error %d: %s); the group's "
                 "%d queued calls were not run",
-                (int)res, n);
+                (int)res, group_error_msg, n);
         group_prof_end_api();
         group_prof_stop();
         unhold_all(cs, n);
