@@ -27,7 +27,7 @@
 
 #define BR_BOOT_HOST_LEN 64
 #define BR_BOOT_MSG_LEN 512
-#define BR_BOOT_REASON_LEN 256
+#define BR_BOOT_REASON_LEN 1024
 /* Largest out-of-band message accepted; anything bigger is a corrupt stream. */
 #define BR_BOOT_MAX_MSG (1ull << 30)
 /* Allgather partners a rank is told of: rank - 2^k for 2^k < nranks (nranks < 2^31). */

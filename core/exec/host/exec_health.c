@@ -293,7 +293,7 @@ static int check_timeout(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocke
 int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_ns)
 {
     br_transport_comm_t *tc = ec->tc;
-    char msg[600], what[300];
+    char msg[1024], what[300];
     int from;
 
     what[0] = '\0';
