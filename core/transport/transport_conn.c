@@ -207,12 +207,21 @@ static ncclResult_t complete_all(br_transport_comm_t *tc, br_conn_t **conns, int
         if (left == 0) {
             break;
         }
-        char why[256];
+        char why[1024];
+        int from = -1;
         if (br_bootstrap_cancelled(tc->boot, why, sizeof(why))) {
             BR_WARN(NCCL_INIT, "rank %d (host %s): connection setup stopped: %s", tc->rank,
                     br_host_name(), why);
             free(done);
             return ncclInvalidUsage;
+        }
+        /* A peer that failed (and told us) will not complete its end: stop now, naming
+         * what it reported, instead of at the deadline blaming the end that waits. */
+        if (br_bootstrap_poll_abort(tc->boot, &from, why, sizeof(why))) {
+            BR_WARN(NCCL_INIT, "rank %d (host %s): connection setup stopped: rank %d reported a "
+                    "failure: %s", tc->rank, br_host_name(), from, why);
+            free(done);
+            return ncclRemoteError;
         }
         if (br_time_ns() > deadline) {
             for (int i = 0; i < n; i++) {
