@@ -198,6 +198,7 @@ static void draw_mismatch(ch_scn_t *s, uint64_t *st)
         v->op = BRT_SUM;
         v->root = 0;
         v->count = case_count(v, s->nranks, v->count * brt_type_info(p->c.type)->size);
+        v->count += v->count == 0; /* a call of count 0 would not be a call at all */
         break;
     }
 }
@@ -673,15 +674,35 @@ static int rank_body(brt_rank_ctx_t *ctx)
 
 /* ---- the oracle ------------------------------------------------------------------- */
 
-/* Can step si (0: init) complete without every rank? A call of count 0 returns at once
- * without a message (as in NCCL); the V collectives exchange descriptors at any count. */
-static int step_needs_all(const ch_scn_t *s, int si)
+/* Does step si (0: init) of rank r need every rank? A call of count 0 returns at once
+ * without a message (as in NCCL), and a rank that only sends (a Broadcast or Scatter root,
+ * a Gather non-root) may finish once its data is out; the V collectives exchange
+ * descriptors at any count. */
+static int step_needs_all(const ch_scn_t *s, int si, int r)
 {
     if (si == 0 || si > s->nsteps) {
         return 1;
     }
     const ch_step_t *p = &s->steps[si - 1];
-    return p->kind != CH_STEP_CASE || p->c.count > 0;
+    if (p->kind != CH_STEP_CASE) {
+        return 1;
+    }
+    switch (p->c.func) {
+    case BRT_BROADCAST:
+    case BRT_BCAST:
+    case BRT_SCATTER:
+        if (r == p->c.root) {
+            return 0;
+        }
+        break;
+    case BRT_GATHER:
+        if (r != p->c.root) {
+            return 0;
+        }
+        break;
+    default: break;
+    }
+    return p->c.count > 0;
 }
 
 static int judge(const ch_scn_t *s, const char *launch_err, FILE *f)
@@ -728,7 +749,7 @@ static int judge(const ch_scn_t *s, const char *launch_err, FILE *f)
             continue; /* its own abort or revoke: any error of its own */
         }
         for (int si = bound; s->fault != CH_MISMATCH && si < o->completed; si++) {
-            if (step_needs_all(s, si)) {
+            if (step_needs_all(s, si, r)) {
                 fprintf(f,
                         "  rank %d completed step %d (0 is init) but the victim had entered "
                         "only %d steps when the fault struck\n",
