@@ -144,6 +144,14 @@ static void *connect_one(void *arg)
     connect_job_t *j = arg;
     br_log_set_rank(j->comm->rank);
     j->res = br_comm_connect_p2p(j->comm, j->need_send, j->need_recv);
+    if (j->res != ncclSuccess) {
+        /* Fail the communicator with this thread's message and tell the other ranks now, as
+         * a failed operation does: where one thread drives several ranks, theirs wait in
+         * this same round of setup for this one. */
+        br_exec_fail(j->comm->ec, j->res, "rank %d: p2p connection setup failed: %s",
+                     j->comm->rank, br_log_last_error());
+        br_bootstrap_abort_notify(j->comm->tc->boot, j->comm->ec->error_msg);
+    }
     return NULL;
 }
 
@@ -236,12 +244,7 @@ static ncclResult_t connect_peers(gcall_t *cs, int n, ncclComm_t *comms, int nco
     for (int i = 0; i < njobs; i++) {
         if (jobs[i].res != ncclSuccess && res == ncclSuccess) {
             res = jobs[i].res;
-            br_exec_fail(jobs[i].comm->ec, res, "rank %d: p2p connection setup failed: %s",
-                         jobs[i].comm->rank, br_log_last_error());
-            /* Tell the other ranks, as a failed operation does: one that attaches to an end
-             * this rank is about to close names this failure, not only the vanished end. */
-            br_bootstrap_abort_notify(jobs[i].comm->tc->boot, jobs[i].comm->ec->error_msg);
-            br_log_set_last_error(jobs[i].comm->ec->error_msg);
+            br_log_set_last_error(jobs[i].comm->ec->error_msg); /* set by connect_one */
         }
     }
 out:
