@@ -676,7 +676,8 @@ static int rank_body(brt_rank_ctx_t *ctx)
 
 /* Does step si (0: init) of rank r need every rank? A call of count 0 returns at once
  * without a message (as in NCCL), and a rank that only sends (a Broadcast or Scatter root,
- * a Gather non-root) may finish once its data is out; the V collectives exchange
+ * a Gather non-root) may finish once its data is out, as may a Reduce non-root (it may
+ * wait for ranks further from the root, which the oracle does not trace); the V collectives exchange
  * descriptors at any count. */
 static int step_needs_all(const ch_scn_t *s, int si, int r)
 {
@@ -696,6 +697,7 @@ static int step_needs_all(const ch_scn_t *s, int si, int r)
         }
         break;
     case BRT_GATHER:
+    case BRT_REDUCE: /* data flows to the root only: a non-root never waits for it */
         if (r != p->c.root) {
             return 0;
         }
