@@ -448,5 +448,13 @@ void br_transport_close_all(br_transport_comm_t *tc, int flush);
 /* Bytes of the connections' FIFO mappings (a shared segment counts at both ends that
  * map it) and of the node arena. */
 uint64_t br_transport_mem_bytes(const br_transport_comm_t *tc);
+/* What this rank can tell of why `peer` went away (a connection failed, its arena end
+ * closed), for the end of a WARN:
+ * ": its process is gone" where its pid means something here, then "; rank R reported:
+ * ..." once some rank announced a failure. wait_ns > 0 (the peer's end vanished, which
+ * happens when the peer failed) waits that long for the announcement, which may still be
+ * on its way, so the error names the first failure rather than its echo. */
+void br_transport_peer_fate(br_transport_comm_t *tc, int peer, uint64_t wait_ns, char *buf,
+                            size_t len);
 
 #endif /* BR_TRANSPORT_H_ */

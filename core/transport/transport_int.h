@@ -57,12 +57,4 @@ void br_transport_layout(br_conn_t *conn, void *base);
 size_t br_transport_keep_bytes(const br_conn_t *conn);
 size_t br_transport_mapping_bytes(const br_conn_t *conn);
 
-/* What this rank can tell of why connecting to `peer` failed, for the end of its WARN:
- * ": its process is gone" where its pid means something here, then "; rank R reported:
- * ..." once some rank announced a failure. wait_ns > 0 (the peer's end vanished, which
- * happens when the peer failed) waits that long for the announcement, which may still be
- * on its way, so the error names the first failure rather than its echo. */
-void br_transport_peer_fate(br_transport_comm_t *tc, int peer, uint64_t wait_ns, char *buf,
-                            size_t len);
-
 #endif /* BR_TRANSPORT_INT_H_ */

@@ -151,10 +151,14 @@ static ncclResult_t ack_connect(br_transport_comm_t *tc, br_conn_t *conn, net_se
                   : ncclSuccess;
     }
     if (res != ncclSuccess) {
-        char text[BR_SOCKET_ADDR_STRLEN];
+        char text[BR_SOCKET_ADDR_STRLEN], fate[1100];
+        int err = errno;
+        /* Refused: the peer closed after publishing it, which it does when it failed. */
+        br_transport_peer_fate(tc, conn->peer, err == ECONNREFUSED ? 1000000000ull : 0, fate,
+                               sizeof(fate));
         BR_WARN(NCCL_NET, "rank %d: cannot connect the acknowledgement socket of rank %d (host "
-                "%s) at %s: %s", tc->rank, conn->peer, tc->peers[conn->peer].host,
-                br_socket_addr_str(&blob->ack_addr, text, sizeof(text)), strerror(errno));
+                "%s) at %s: %s%s", tc->rank, conn->peer, tc->peers[conn->peer].host,
+                br_socket_addr_str(&blob->ack_addr, text, sizeof(text)), strerror(err), fate);
     }
     return res;
 }
@@ -300,9 +304,13 @@ static int net_first_message(br_transport_comm_t *tc, br_conn_t *conn, net_setup
     *res_p = net->ops->test(net, ns->req, &done, &size);
     if (*res_p != ncclSuccess) {
         ns->req = NULL; /* finished, failed */
-        BR_WARN(NCCL_NET, "rank %d: the first message %s rank %d (host %s) failed on net plugin %s",
+        /* The peer closed: say whether a failed rank reported why (the first cause). */
+        char fate[1100];
+        br_transport_peer_fate(tc, conn->peer, 1000000000ull, fate, sizeof(fate));
+        BR_WARN(NCCL_NET,
+                "rank %d: the first message %s rank %d (host %s) failed on net plugin %s%s",
                 tc->rank, conn->is_send ? "to" : "from", conn->peer, tc->peers[conn->peer].host,
-                net->name);
+                net->name, fate);
         return 0;
     }
     if (!done) {

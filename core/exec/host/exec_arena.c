@@ -337,12 +337,17 @@ int br_exec_arena_gone(br_exec_comm_t *ec, const br_work_t *w, int r)
         return 0;
     }
     const br_peer_info_t *pi = &ec->tc->peers[r];
+    /* A rank leaves or fails in the arena before it tells the others why: wait a moment
+     * for that report, so the message names the first cause and not only this rank. */
+    char fate[1100];
+    br_transport_peer_fate(ec->tc, r, 1000000000ull, fate, sizeof(fate));
     br_exec_fail(ec, ncclRemoteError,
                  "rank %d (host %s): %s #%llu (count %zu, %s): rank %d (pid %d on %s) %s; "
-                 "nothing more is copied from or into its buffers",
+                 "nothing more is copied from or into its buffers%s",
                  ec->rank, br_host_name(), br_func_name(w->op.func),
                  (unsigned long long)w->op.seq, w->op.count, br_type_name(w->op.type), r,
-                 pi->pid, pi->host, why == BR_ARENA_LEFT ? "closed its communicator" : "failed");
+                 pi->pid, pi->host, why == BR_ARENA_LEFT ? "closed its communicator" : "failed",
+                 fate);
     return -1;
 }
 
