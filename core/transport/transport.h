@@ -456,5 +456,7 @@ uint64_t br_transport_mem_bytes(const br_transport_comm_t *tc);
  * on its way, so the error names the first failure rather than its echo. */
 void br_transport_peer_fate(br_transport_comm_t *tc, int peer, uint64_t wait_ns, char *buf,
                             size_t len);
+/* The wait_ns of a peer whose end vanished: how long its report may take to arrive. */
+#define BR_FATE_WAIT_NS 1000000000ull
 
 #endif /* BR_TRANSPORT_H_ */

@@ -23,9 +23,6 @@
 #include "transport_int.h"
 #include "util.h"
 
-/* How long a rank whose peer's shared memory vanished waits for the peer's report. */
-#define BR_FATE_WAIT_NS 1000000000ull
-
 /* A new FIFO: zeroed counters, Simple slots written with a pattern (not zeros, which a
  * hypervisor may keep backed by one shared zero page), LL lines with flag 0 (no step).
  * Without prefault only the counters are written: the slots of a fresh segment read as

@@ -154,7 +154,7 @@ static ncclResult_t ack_connect(br_transport_comm_t *tc, br_conn_t *conn, net_se
         char text[BR_SOCKET_ADDR_STRLEN], fate[1100];
         int err = errno;
         /* Refused: the peer closed after publishing it, which it does when it failed. */
-        br_transport_peer_fate(tc, conn->peer, err == ECONNREFUSED ? 1000000000ull : 0, fate,
+        br_transport_peer_fate(tc, conn->peer, err == ECONNREFUSED ? BR_FATE_WAIT_NS : 0, fate,
                                sizeof(fate));
         BR_WARN(NCCL_NET, "rank %d: cannot connect the acknowledgement socket of rank %d (host "
                 "%s) at %s: %s%s", tc->rank, conn->peer, tc->peers[conn->peer].host,
@@ -306,7 +306,7 @@ static int net_first_message(br_transport_comm_t *tc, br_conn_t *conn, net_setup
         ns->req = NULL; /* finished, failed */
         /* The peer closed: say whether a failed rank reported why (the first cause). */
         char fate[1100];
-        br_transport_peer_fate(tc, conn->peer, 1000000000ull, fate, sizeof(fate));
+        br_transport_peer_fate(tc, conn->peer, BR_FATE_WAIT_NS, fate, sizeof(fate));
         BR_WARN(NCCL_NET,
                 "rank %d: the first message %s rank %d (host %s) failed on net plugin %s%s",
                 tc->rank, conn->is_send ? "to" : "from", conn->peer, tc->peers[conn->peer].host,
@@ -422,7 +422,9 @@ static ncclResult_t net_complete(br_transport_comm_t *tc, br_conn_t *conn, int *
              * peer may have given up because of it). */
             const br_peer_info_t *pi = &tc->peers[conn->peer];
             char fate[400];
-            br_transport_peer_fate(tc, conn->peer, 0, fate, sizeof(fate));
+            /* At init a connection fails mostly because its peer failed and went: wait a
+             * moment for that failure's report, so the error names the first cause. */
+            br_transport_peer_fate(tc, conn->peer, BR_FATE_WAIT_NS, fate, sizeof(fate));
             BR_WARN(NCCL_NET | NCCL_INIT,
                     "rank %d (host %s): net plugin %s failed to %s rank %d (host %s, pid %d)%s",
                     tc->rank, tc->peers[tc->rank].host, net->name,

@@ -340,7 +340,7 @@ int br_exec_arena_gone(br_exec_comm_t *ec, const br_work_t *w, int r)
     /* A rank leaves or fails in the arena before it tells the others why: wait a moment
      * for that report, so the message names the first cause and not only this rank. */
     char fate[1100];
-    br_transport_peer_fate(ec->tc, r, 1000000000ull, fate, sizeof(fate));
+    br_transport_peer_fate(ec->tc, r, BR_FATE_WAIT_NS, fate, sizeof(fate));
     br_exec_fail(ec, ncclRemoteError,
                  "rank %d (host %s): %s #%llu (count %zu, %s): rank %d (pid %d on %s) %s; "
                  "nothing more is copied from or into its buffers%s",
