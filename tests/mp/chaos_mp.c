@@ -696,6 +696,11 @@ static int step_needs_all(const ch_scn_t *s, int si, int r)
             return 0;
         }
         break;
+    case BRT_SENDRECV:
+        if (p->c.root != BRT_SHIFT_ALL && p->c.root % s->nranks == 0) {
+            return 0; /* a shift of the rank count: every rank sends to itself only */
+        }
+        break;
     case BRT_GATHER:
     case BRT_REDUCE: /* data flows to the root only: a non-root never waits for it */
         if (r != p->c.root) {
