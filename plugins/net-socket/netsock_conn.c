@@ -287,6 +287,20 @@ static void connector_free(connector_t *c)
     free(c);
 }
 
+/* A connect the caller gave up on (its peer failed before accepting: the net ABI has no
+ * call to cancel one) stays in the list until this module is unloaded; then nobody can
+ * retry it, so its sockets are closed and it is freed. */
+__attribute__((destructor)) static void connectors_drop(void)
+{
+    pthread_mutex_lock(&connector_lock);
+    while (connectors != NULL) {
+        connector_t *c = connectors;
+        connectors = c->next;
+        connector_free(c);
+    }
+    pthread_mutex_unlock(&connector_lock);
+}
+
 static const char *const tls_hint =
     "TLS is on here (ncclSetEncryption): the peer has it off, or another key or certificate "
     "authority";
