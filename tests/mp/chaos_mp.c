@@ -13,9 +13,11 @@
  *   none      the control: every call must succeed with the right result.
  * The oracle (judge() below): no rank dies of a signal or hangs past the deadline, no
  * process outlives its iteration, every step a rank completes gives the right result, and
- *   kill/abort/revoke: a survivor completes at most as many steps (init counting as one)
- *     as the victim had entered when the fault struck (read after the abort returned), and
- *     every error it gets names the victim ("rank V", also inside "rank R reported: ...");
+ *   kill/abort/revoke: a survivor completes no step (init counting as one) that the victim
+ *     had not entered when the fault struck (read after the abort returned), except steps
+ *     it can finish without the victim (step_needs_all(): count 0, a rank that only sends,
+ *     a Broadcast whose root lives), and every error it gets names the victim ("rank V",
+ *     also inside "rank R reported: ...");
  *   mismatch: each rank either fails or returns the right result for its own call, every
  *     error names the victim, and at least one rank fails (a call or destroy);
  *   none: everything succeeds.
@@ -691,6 +693,13 @@ static int step_needs_all(const ch_scn_t *s, int si, int r)
     switch (p->c.func) {
     case BRT_BROADCAST:
     case BRT_BCAST:
+        /* On the node arena's OneShot path every rank copies from the root alone (the
+         * root's check of the others ends at its next call or destroy): only a dead root
+         * keeps the others from completing. */
+        if (r == p->c.root || s->victim != p->c.root) {
+            return 0;
+        }
+        break;
     case BRT_SCATTER:
         if (r == p->c.root) {
             return 0;
