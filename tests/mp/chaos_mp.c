@@ -706,8 +706,14 @@ static int step_needs_all(const ch_scn_t *s, int si, int r)
         }
         break;
     case BRT_SENDRECV:
-        if (p->c.root != BRT_SHIFT_ALL && p->c.root % s->nranks == 0) {
-            return 0; /* a shift of the rank count: every rank sends to itself only */
+        if (p->c.root != BRT_SHIFT_ALL) {
+            /* A ring shift: rank r sends to r + shift and receives from r - shift only (a
+             * shift of the rank count: from itself); a send may finish without its
+             * receiver, so only a dead sender to r keeps r from completing. */
+            int from = ((r - p->c.root) % s->nranks + s->nranks) % s->nranks;
+            if (from != s->victim || from == r) {
+                return 0;
+            }
         }
         break;
     case BRT_GATHER:
