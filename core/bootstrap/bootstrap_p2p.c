@@ -509,6 +509,13 @@ static void refused_fate(br_bootstrap_t *boot, char *buf, size_t len)
     snprintf(buf, len, "; rank %d reported: %s", from, reason);
 }
 
+/* A connect or send failed because the peer's end is gone: refused, or reset or closed
+ * under us (a connection the kernel accepted on a listener then closed is reset). */
+static int peer_went_away(int err)
+{
+    return err == ECONNREFUSED || err == ECONNRESET || err == ECONNABORTED || err == EPIPE;
+}
+
 /* Open the persistent connection to a peer and say hello. Called with its out_lock. */
 static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t deadline_ns,
                                    int quiet)
@@ -532,7 +539,8 @@ static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t dead
     hello.rank = boot->rank;
     hello.conn = BR_BOOT_CONN_MSG;
     /* Every listener is up before its rank checks in with the root, and stays up until the
-     * bootstrap closes: a refusal means the peer is gone, so there is nothing to wait for. */
+     * bootstrap closes: a refusal (or a reset of the hello) means the peer is gone, so there
+     * is nothing to wait for. */
     res = br_socket_connect_once(&p->info.addr, deadline_ns, &fd);
     if (res == ncclSuccess) {
         res = br_socket_send_all(fd, &hello, sizeof(hello), deadline_ns);
@@ -540,7 +548,7 @@ static ncclResult_t connect_locked(br_bootstrap_t *boot, int peer, uint64_t dead
     if (res != ncclSuccess) {
         int err = errno;
         char fate[BR_BOOT_FATE_LEN] = "";
-        if (!quiet && err == ECONNREFUSED) {
+        if (!quiet && peer_went_away(err)) {
             refused_fate(boot, fate, sizeof(fate));
         }
         BR_WARN_UNLESS(quiet, NCCL_INIT | NCCL_BOOTSTRAP,
@@ -624,7 +632,7 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
     if (res != ncclSuccess) {
         int err = errno;
         char fate[BR_BOOT_FATE_LEN] = "";
-        if (!quiet && (err == EPIPE || err == ECONNRESET)) {
+        if (!quiet && peer_went_away(err)) {
             refused_fate(boot, fate, sizeof(fate));
         }
         BR_WARN_UNLESS(quiet, NCCL_INIT | NCCL_BOOTSTRAP,
