@@ -108,6 +108,11 @@ int br_bootstrap_cancelled(br_bootstrap_t *boot, char *reason, size_t len);
  * the sender's rank and its reason. */
 int br_bootstrap_poll_abort(br_bootstrap_t *boot, int *from_rank_p, char *reason, size_t len);
 
+/* As br_bootstrap_poll_abort, but waits up to wait_ns for a notification still on its way
+ * (a peer whose end vanished has usually just failed and is telling the others why). */
+int br_bootstrap_await_abort(br_bootstrap_t *boot, uint64_t wait_ns, int *from_rank_p,
+                             char *reason, size_t len);
+
 /* Host name and pid of a rank as exchanged at init (for error messages). */
 const char *br_bootstrap_peer_host(br_bootstrap_t *boot, int rank);
 int br_bootstrap_peer_pid(br_bootstrap_t *boot, int rank);

@@ -238,3 +238,17 @@ int br_bootstrap_poll_abort(br_bootstrap_t *boot, int *from_rank_p, char *reason
     }
     return 1;
 }
+
+int br_bootstrap_await_abort(br_bootstrap_t *boot, uint64_t wait_ns, int *from_rank_p,
+                             char *reason, size_t len)
+{
+    uint64_t until = br_time_ns() + wait_ns;
+
+    while (!br_bootstrap_poll_abort(boot, from_rank_p, reason, len)) {
+        if (br_time_ns() >= until) {
+            return 0;
+        }
+        usleep(1000);
+    }
+    return 1;
+}

@@ -496,17 +496,12 @@ void br_boot_thread_stop(br_bootstrap_t *boot)
  * and not only the rank that went away because of it. */
 static void refused_fate(br_bootstrap_t *boot, char *buf, size_t len)
 {
-    uint64_t until = br_time_ns() + BR_BOOT_FATE_WAIT_NS;
     char reason[BR_BOOT_FATE_LEN - 64];
     int from = -1;
 
-    while (!br_bootstrap_poll_abort(boot, &from, reason, sizeof(reason))) {
-        if (br_time_ns() >= until) {
-            return;
-        }
-        usleep(1000);
+    if (br_bootstrap_await_abort(boot, BR_BOOT_FATE_WAIT_NS, &from, reason, sizeof(reason))) {
+        snprintf(buf, len, "; rank %d reported: %s", from, reason);
     }
-    snprintf(buf, len, "; rank %d reported: %s", from, reason);
 }
 
 /* A connect or send failed because the peer's end is gone: refused, or reset or closed

@@ -348,14 +348,10 @@ void br_transport_peer_fate(br_transport_comm_t *tc, int peer, uint64_t wait_ns,
 {
     const br_peer_info_t *pi = &tc->peers[peer];
     int gone = br_peer_sees_pid(pi, &tc->peers[tc->rank]) && br_proc_gone(pi->pid);
-    uint64_t until = br_time_ns() + wait_ns;
     char reason[256];
-    int from = -1, told;
+    int from = -1;
+    int told = br_bootstrap_await_abort(tc->boot, wait_ns, &from, reason, sizeof(reason));
 
-    while (!(told = br_bootstrap_poll_abort(tc->boot, &from, reason, sizeof(reason))) &&
-           br_time_ns() < until) {
-        usleep(1000);
-    }
     snprintf(buf, len, "%s", gone ? ": its process is gone" : "");
     if (told) {
         size_t n = strlen(buf);
