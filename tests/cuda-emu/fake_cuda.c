@@ -12,8 +12,10 @@
  * that runs its operations in order (event records and waits, 32-bit value waits and
  * writes, 64-bit ones too, copies, memsets, kernel launches), and a kernel launch runs every
  * block of the grid as CPU threads (2 a block, BRAID_FAKE_CUDA_BLOCK_THREADS) as room on the
- * device allows. The timeline (streams, queues, kernels, the context's synchronisation,
- * late landings) is in fake_cuda_stream.c; stream capture and graphs in
+ * device allows. This file holds the devices, contexts, events and the stream calls'
+ * entry points; memory, host memory and IPC are in fake_cuda_mem.c, modules and kernel
+ * launches in fake_cuda_launch.c, the timeline (streams, queues, kernels, the context's
+ * synchronisation, late landings) in fake_cuda_stream.c, stream capture and graphs in
  * fake_cuda_capture.c.
  * BRAID_FAKE_CUDA_EXCLUSIVE=<file> makes the GPU run one process's streams at a time, a
  * stream keeping it while it has work, waits included (a lock on that file): the model of
@@ -59,32 +61,16 @@
  * reach, or a primary context released more often than retained, is reported (MISUSE) and
  * the process aborts, as the error a GPU would return there is one Braid ignores.
  */
-/* memfd_create: _GNU_SOURCE comes from the build */
-#include <fcntl.h>
 #include <pthread.h>
-#include <sys/mman.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "fake_cuda_int.h"
 
-/* ---- memory ---- */
-
-typedef struct {
-    uintptr_t base;
-    size_t size;
-    int ordinal;
-    int fd;      /* the memfd behind it (other processes map it through IPC handles) */
-    int opened;  /* mapped from another process's handle (cuIpcOpenMemHandle) */
-} alloc_t;
-
-static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
-static alloc_t *allocs;
-static int nallocs, cap_allocs;
+/* ---- devices and contexts ---- */
 
 static int ndevices(void)
 {
@@ -100,160 +86,6 @@ int ctx_device(void)
     return cur_ctx > 0 ? cur_ctx - 1 : 0;
 }
 
-static const alloc_t *find_alloc(uintptr_t p)
-{
-    for (int i = 0; i < nallocs; i++) {
-        if (p >= allocs[i].base && p < allocs[i].base + allocs[i].size) {
-            return &allocs[i];
-        }
-    }
-    return NULL;
-}
-
-static void alloc_add(uintptr_t base, size_t size, int ordinal, int fd, int opened)
-{
-    pthread_mutex_lock(&mem_mu);
-    if (nallocs == cap_allocs) {
-        cap_allocs = cap_allocs ? 2 * cap_allocs : 256;
-        allocs = realloc(allocs, (size_t)cap_allocs * sizeof(*allocs));
-    }
-    allocs[nallocs++] = (alloc_t){base, size, ordinal, fd, opened};
-    pthread_mutex_unlock(&mem_mu);
-}
-
-/* Remove the allocation at base (opened or not, as asked); 0 when there was one. */
-static int alloc_remove(uintptr_t base, int opened, alloc_t *out)
-{
-    int found = -1;
-    pthread_mutex_lock(&mem_mu);
-    for (int i = 0; i < nallocs; i++) {
-        if (allocs[i].base == base && allocs[i].opened == opened) {
-            *out = allocs[i];
-            allocs[i] = allocs[--nallocs];
-            found = 0;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&mem_mu);
-    return found;
-}
-
-static int is_device_memory(uintptr_t p)
-{
-    pthread_mutex_lock(&mem_mu);
-    int yes = find_alloc(p) != NULL;
-    pthread_mutex_unlock(&mem_mu);
-    return yes;
-}
-
-/* CUDA's blocking rules (defined with the streams, below). */
-
-/* Device memory is a shared mapping of a memfd, so that another process can map it from
- * an IPC handle, as a GPU's memory is reached by other processes' contexts. */
-
-EXPORT CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes)
-{
-    if (capture_forbids()) {
-        return ERR_CAPTURE_UNSUPPORTED;
-    }
-    size_t size = bytes ? bytes : 1;
-    int fd = memfd_create("fake-cuda", MFD_CLOEXEC);
-    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
-        if (fd >= 0) {
-            close(fd);
-        }
-        return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
-    }
-    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-        close(fd);
-        return 2;
-    }
-    memset(m, 0xee, bytes); /* like device memory: not zero */
-    alloc_add((uintptr_t)m, size, cur_ctx > 0 ? cur_ctx - 1 : 0, fd, 0);
-    *p = (unsigned long long)(uintptr_t)m;
-    return OK;
-}
-
-EXPORT CUresult cuMemFree_v2(unsigned long long p)
-{
-    alloc_t a;
-    ctx_sync("cuMemFree");
-    if (alloc_remove((uintptr_t)p, 0, &a) != 0) {
-        return ERR_INVALID_VALUE;
-    }
-    munmap((void *)a.base, a.size);
-    close(a.fd);
-    return OK;
-}
-
-/* An IPC handle: who has the memory, and which descriptor of theirs maps it. */
-typedef struct {
-    int32_t pid, fd;
-    uint64_t size;
-    int32_t ordinal;
-    char pad[64 - 20];
-} ipc_handle_t;
-
-typedef struct {
-    char reserved[64];
-} CUipcMemHandle;
-
-EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, unsigned long long p)
-{
-    ipc_handle_t ih;
-    memset(&ih, 0, sizeof(ih));
-    pthread_mutex_lock(&mem_mu);
-    const alloc_t *a = find_alloc((uintptr_t)p);
-    int ok = a != NULL && a->base == (uintptr_t)p && !a->opened;
-    if (ok) {
-        ih.pid = (int32_t)getpid();
-        ih.fd = a->fd;
-        ih.size = a->size;
-        ih.ordinal = a->ordinal;
-    }
-    pthread_mutex_unlock(&mem_mu);
-    if (!ok) {
-        return ERR_INVALID_VALUE;
-    }
-    memcpy(h, &ih, sizeof(ih));
-    return OK;
-}
-
-EXPORT CUresult cuIpcOpenMemHandle_v2(unsigned long long *p, CUipcMemHandle h, unsigned flags)
-{
-    ipc_handle_t ih;
-    char path[64];
-    if (flags != 1) { /* must be CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
-        return ERR_INVALID_VALUE;
-    }
-    memcpy(&ih, &h, sizeof(ih));
-    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)ih.pid, (int)ih.fd);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        return ERR_INVALID_VALUE;
-    }
-    void *m = mmap(NULL, (size_t)ih.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-        close(fd);
-        return ERR_INVALID_VALUE;
-    }
-    alloc_add((uintptr_t)m, (size_t)ih.size, ih.ordinal, fd, 1);
-    *p = (unsigned long long)(uintptr_t)m;
-    return OK;
-}
-
-EXPORT CUresult cuIpcCloseMemHandle(unsigned long long p)
-{
-    alloc_t a;
-    if (alloc_remove((uintptr_t)p, 1, &a) != 0) {
-        return ERR_INVALID_VALUE;
-    }
-    munmap((void *)a.base, a.size);
-    close(a.fd);
-    return OK;
-}
-
 void misuse(const char *fmt, ...)
 {
     va_list ap;
@@ -266,180 +98,11 @@ void misuse(const char *fmt, ...)
     abort();
 }
 
-/* Host memory the driver knows: pinned by cuMemHostAlloc, or a range of
- * cuMemHostRegister. Only such memory mapped for the device (DEVICEMAP) has a device
- * pointer, and only it and device memory may a stream memory operation or a kernel touch. */
-#define HOST_DEVICEMAP 0x02u
-typedef struct {
-    uintptr_t base;
-    size_t size;
-    unsigned flags;
-    int registered; /* cuMemHostRegister (else cuMemHostAlloc) */
-} host_t;
-
-static host_t *hosts;
-static int nhosts, cap_hosts;
-
-static int find_host(uintptr_t p, size_t n)
+int env_on(const char *key)
 {
-    for (int i = 0; i < nhosts; i++) {
-        if (p < hosts[i].base + hosts[i].size && p + (n ? n : 1) > hosts[i].base) {
-            return i;
-        }
-    }
-    return -1;
+    const char *e = getenv(key);
+    return e != NULL && atoi(e) != 0;
 }
-
-/* Add [p, p + n) unless it overlaps memory known already (-1). */
-static int host_add(uintptr_t p, size_t n, unsigned flags, int registered)
-{
-    int ok = 0;
-    pthread_mutex_lock(&mem_mu);
-    if (find_host(p, n) >= 0) {
-        ok = -1;
-    } else {
-        if (nhosts == cap_hosts) {
-            cap_hosts = cap_hosts ? 2 * cap_hosts : 64;
-            hosts = realloc(hosts, (size_t)cap_hosts * sizeof(*hosts));
-        }
-        hosts[nhosts++] = (host_t){p, n, flags, registered};
-    }
-    pthread_mutex_unlock(&mem_mu);
-    return ok;
-}
-
-/* Remove the host memory that starts at p, of the kind asked; -1 when there is none. */
-static int host_remove(uintptr_t p, int registered)
-{
-    int found = -1;
-    pthread_mutex_lock(&mem_mu);
-    int i = find_host(p, 1);
-    if (i >= 0 && hosts[i].base == p && hosts[i].registered == registered) {
-        hosts[i] = hosts[--nhosts];
-        found = 0;
-    }
-    pthread_mutex_unlock(&mem_mu);
-    return found;
-}
-
-int device_reaches(uintptr_t p, size_t n)
-{
-    pthread_mutex_lock(&mem_mu);
-    const alloc_t *a = find_alloc(p);
-    int h = find_host(p, n);
-    int yes = (a != NULL && p + n <= a->base + a->size) ||
-              (h >= 0 && (hosts[h].flags & HOST_DEVICEMAP) != 0 && p >= hosts[h].base &&
-               p + n <= hosts[h].base + hosts[h].size);
-    pthread_mutex_unlock(&mem_mu);
-    return yes;
-}
-
-EXPORT CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags)
-{
-    if (capture_forbids()) {
-        return ERR_CAPTURE_UNSUPPORTED;
-    }
-    if ((flags & ~0x7u) != 0) { /* PORTABLE, DEVICEMAP, WRITECOMBINED */
-        return ERR_INVALID_VALUE;
-    }
-    if (posix_memalign(p, 4096, bytes ? bytes : 1) != 0) {
-        return 2;
-    }
-    host_add((uintptr_t)*p, bytes ? bytes : 1, flags, 0);
-    return OK;
-}
-
-EXPORT CUresult cuMemFreeHost(void *p)
-{
-    ctx_sync("cuMemFreeHost");
-    if (host_remove((uintptr_t)p, 0) != 0) {
-        misuse("cuMemFreeHost(%p): not the start of memory of cuMemHostAlloc (a real driver "
-               "returns CUDA_ERROR_INVALID_VALUE)", p);
-    }
-    free(p);
-    return OK;
-}
-
-EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags)
-{
-    if (p == NULL || bytes == 0 || (flags & ~0xfu) != 0) {
-        return ERR_INVALID_VALUE;
-    }
-    if (host_add((uintptr_t)p, bytes, flags, 1) != 0) {
-        return ERR_HOST_MEMORY_ALREADY_REGISTERED;
-    }
-    return OK;
-}
-
-EXPORT CUresult cuMemHostUnregister(void *p)
-{
-    ctx_sync("cuMemHostUnregister");
-    if (host_remove((uintptr_t)p, 1) != 0) {
-        misuse("cuMemHostUnregister(%p): not the start of a range of cuMemHostRegister (a "
-               "real driver returns CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)", p);
-    }
-    return OK;
-}
-
-/* The device pointer of pinned host memory mapped for the device: the host pointer, as on
- * a GPU with CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM. */
-EXPORT CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *h, unsigned flags)
-{
-    if (flags != 0) {
-        return ERR_INVALID_VALUE;
-    }
-    pthread_mutex_lock(&mem_mu);
-    int i = find_host((uintptr_t)h, 1);
-    int mapped = i >= 0 && (hosts[i].flags & HOST_DEVICEMAP) != 0;
-    pthread_mutex_unlock(&mem_mu);
-    if (!mapped) {
-        return ERR_INVALID_VALUE;
-    }
-    *d = (unsigned long long)(uintptr_t)h;
-    return OK;
-}
-
-EXPORT CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long long p)
-{
-    pthread_mutex_lock(&mem_mu);
-    const alloc_t *a = find_alloc((uintptr_t)p);
-    int ordinal = a != NULL ? a->ordinal : -2;
-    unsigned host = a == NULL && find_host((uintptr_t)p, 1) >= 0 ? 1u : 0u; /* pinned */
-    pthread_mutex_unlock(&mem_mu);
-    for (unsigned i = 0; i < n; i++) {
-        switch (attrs[i]) {
-        case 2: /* MEMORY_TYPE */ *(unsigned *)data[i] = ordinal >= 0 ? 2u : host; break;
-        case 8: /* IS_MANAGED */ *(unsigned char *)data[i] = 0; break;
-        case 9: /* DEVICE_ORDINAL */ *(int *)data[i] = ordinal >= 0 ? ordinal : -2; break;
-        default: break;
-        }
-    }
-    return OK;
-}
-
-/* The synchronous memset and copy: see land_later (the rules at the top). */
-EXPORT CUresult cuMemsetD8_v2(unsigned long long p, unsigned char v, size_t n)
-{
-    if (!is_device_memory((uintptr_t)p)) {
-        memset((void *)(uintptr_t)p, v, n);
-        return OK;
-    }
-    land_later("cuMemsetD8", (uintptr_t)p, NULL, v, n);
-    return OK;
-}
-
-EXPORT CUresult cuMemcpy(unsigned long long dst, unsigned long long src, size_t n)
-{
-    ctx_sync("cuMemcpy");
-    if (!is_device_memory((uintptr_t)dst) || is_device_memory((uintptr_t)src)) {
-        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-        return OK;
-    }
-    land_later("cuMemcpy (host to device)", (uintptr_t)dst, (const void *)(uintptr_t)src, 0, n);
-    return OK;
-}
-
-/* ---- devices and contexts ---- */
 
 EXPORT CUresult cuInit(unsigned flags)
 {
@@ -495,12 +158,6 @@ EXPORT CUresult cuDeviceGet(int *d, int ordinal)
     }
     *d = ordinal;
     return OK;
-}
-
-static int env_on(const char *key)
-{
-    const char *e = getenv(key);
-    return e != NULL && atoi(e) != 0;
 }
 
 /* The attributes a caller may ask, as an H100 answers them but for its size (8 SMs);
@@ -619,59 +276,6 @@ EXPORT CUresult cuCtxEnablePeerAccess(void *peer, unsigned flags)
     return OK;
 }
 
-/* ---- modules ---- */
-
-static int the_kernel;    /* br_dev_kernel */
-static int reduce_kernel; /* br_dev_reduce_kernel */
-static int direct_kernel; /* br_dev_direct_kernel */
-
-EXPORT CUresult cuModuleLoadData(void **m, const void *image)
-{
-    uint32_t magic = 0;
-    if (image == NULL) {
-        return ERR_INVALID_VALUE;
-    }
-    memcpy(&magic, image, sizeof(magic));
-    if (magic != 0xba55ed50u && memcmp(image, "\177ELF", 4) != 0 && memcmp(image, "//", 2) != 0) {
-        return ERR_INVALID_IMAGE; /* neither a fatbin, a cubin nor PTX text */
-    }
-    ctx_sync("cuModuleLoadData");
-    *m = &the_kernel;
-    return OK;
-}
-
-EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name)
-{
-    (void)m;
-    ctx_sync("cuModuleGetFunction (lazy loading loads the kernel here)");
-    if (strcmp(name, "br_dev_kernel") == 0) {
-        *f = &the_kernel;
-    } else if (strcmp(name, "br_dev_reduce_kernel") == 0) {
-        *f = &reduce_kernel;
-    } else if (strcmp(name, "br_dev_direct_kernel") == 0) {
-        *f = &direct_kernel;
-    } else {
-        return ERR_NOT_FOUND;
-    }
-    return OK;
-}
-
-/* Every kernel of Braid's is built with __launch_bounds__(512): a block of more threads
- * cannot run (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES at launch, no room in the occupancy). */
-#define KERNEL_MAX_THREADS 512
-#define STATIC_SMEM_MAX 49152 /* without cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) */
-
-EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int threads,
-                                                            size_t smem)
-{
-    (void)f;
-    if (threads <= 0) {
-        return ERR_INVALID_VALUE;
-    }
-    *n = threads > KERNEL_MAX_THREADS || smem > STATIC_SMEM_MAX ? 0 : 2;
-    return OK;
-}
-
 /* ---- events ---- */
 
 EXPORT CUresult cuEventCreate(void **e, unsigned flags)
@@ -725,7 +329,7 @@ EXPORT CUresult cuEventQuery(void *e)
     return done ? OK : ERR_NOT_READY;
 }
 
-/* ---- streams and launches (the timeline itself: fake_cuda_stream.c) ---- */
+/* ---- streams, their memory operations and copies (the timeline: fake_cuda_stream.c) ---- */
 
 EXPORT CUresult cuStreamCreate(void **s, unsigned flags)
 {
@@ -887,122 +491,4 @@ EXPORT CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n,
     o->n = n;
     push(h, o);
     return OK;
-}
-
-/* A kernel argument the device must reach, n bytes at p (NULL: not used): on a GPU,
- * anything else faults the context (CUDA_ERROR_ILLEGAL_ADDRESS) when the kernel runs. */
-static void reach_arg(const char *kernel, const char *what, const void *p, size_t n)
-{
-    if (p != NULL && n > 0 && !device_reaches((uintptr_t)p, n)) {
-        misuse("%s: %s at %p (%zu bytes) is neither device memory nor host memory mapped for "
-               "the device: a GPU faults there (CUDA_ERROR_ILLEGAL_ADDRESS)",
-               kernel, what, p, n);
-    }
-}
-
-static void check_direct_args(const br_dev_direct_t *D)
-{
-    const char *k = "br_dev_direct_kernel";
-    size_t all = (size_t)D->bytes * D->nranks;
-    /* What the kernel touches: a Broadcast reads the root's input alone, a Reduce writes
-     * the root's output alone (the others' pointers are whatever their callers passed). */
-    for (uint32_t r = 0; r < D->nranks && r < BR_DEV_DIRECT_MAX; r++) {
-        if (D->func != BR_FUNC_BROADCAST || r == D->root) {
-            reach_arg(k, "an input", D->in[r], D->func == BR_FUNC_REDUCESCATTER ? all : D->bytes);
-        }
-        if (D->func != BR_FUNC_REDUCE || r == D->root) {
-            reach_arg(k, "an output", D->out[r], D->func == BR_FUNC_ALLGATHER ? all : D->bytes);
-        }
-    }
-}
-
-static void check_reduce_args(const br_dev_reduce_t *R)
-{
-    const char *k = "br_dev_reduce_kernel";
-    for (uint32_t q = 0; q < R->nsrc && q < BR_DEV_REDUCE_MAX_SRC; q++) {
-        reach_arg(k, "a source", R->src[q], R->bytes);
-    }
-    reach_arg(k, "the output", R->dst[0], R->bytes);
-    reach_arg(k, "the second output", R->dst[1], R->bytes);
-    reach_arg(k, "the PreMulSum scalar", R->scalar_dev, 1);
-}
-
-static void check_fifo_args(const br_dev_launch_t *L, unsigned nblocks)
-{
-    const char *k = "br_dev_kernel";
-    uint32_t nworks = 0;
-    reach_arg(k, "the block table", L->blocks, nblocks * sizeof(br_dev_block_t));
-    for (unsigned b = 0; b < nblocks; b++) {
-        uint32_t end = L->blocks[b].first + L->blocks[b].nworks;
-        nworks = end > nworks ? end : nworks;
-    }
-    reach_arg(k, "the work items", L->works, nworks * sizeof(br_dev_work_t));
-    reach_arg(k, "the abort flag", (const void *)L->abort_flag, sizeof(uint32_t));
-    reach_arg(k, "the status", (const void *)L->status, sizeof(uint32_t));
-    reach_arg(k, "the failing rank", (const void *)L->fail_rank, sizeof(int32_t));
-    reach_arg(k, "the failing peer", (const void *)L->fail_peer, sizeof(int32_t));
-    reach_arg(k, "the failing step", (const void *)L->fail_step, sizeof(uint64_t));
-    if (!is_device_memory((uintptr_t)L->claim)) {
-        misuse("%s: the failure claim at %p is not device memory (an atomic compare-and-swap "
-               "on host-mapped memory is not guaranteed)", k, (void *)L->claim);
-    }
-}
-
-static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                       unsigned bz, unsigned smem, void *h, void **params, int cooperative)
-{
-    if (gy != 1 || gz != 1 || gx == 0 || gx > 8u * 2u * 64u) {
-        return ERR_INVALID_VALUE;
-    }
-    unsigned long threads = (unsigned long)bx * by * bz;
-    if (threads == 0 || threads > 1024 || smem > STATIC_SMEM_MAX) {
-        return ERR_INVALID_VALUE; /* more than 48 KiB needs cuFuncSetAttribute first */
-    }
-    if (threads > KERNEL_MAX_THREADS) {
-        return ERR_LAUNCH_OUT_OF_RESOURCES; /* beyond __launch_bounds__ */
-    }
-    if (cooperative && env_on("BRAID_FAKE_CUDA_NO_COOPERATIVE")) {
-        return ERR_NOT_SUPPORTED; /* CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH is 0 */
-    }
-    if (cooperative && gx > DEVICE_BLOCKS) {
-        return ERR_COOPERATIVE_LAUNCH_TOO_LARGE;
-    }
-    if (f == &reduce_kernel) {
-        op_t *r = op_new(OP_REDUCE);
-        memcpy(&r->reduce, params[0], sizeof(r->reduce));
-        r->nblocks = gx;
-        check_reduce_args(&r->reduce);
-        push(h, r);
-        return OK;
-    }
-    op_t *o = op_new(OP_KERNEL);
-    if (f == &direct_kernel) {
-        o->direct = 1;
-        memcpy(&o->direct_args, params[0], sizeof(o->direct_args));
-        check_direct_args(&o->direct_args);
-    } else {
-        memcpy(&o->launch, params[0], sizeof(o->launch));
-        check_fifo_args(&o->launch, gx);
-    }
-    o->nblocks = gx;
-    o->cooperative = cooperative;
-    push(h, o);
-    return OK;
-}
-
-EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                               unsigned by, unsigned bz, unsigned smem, void *h, void **params,
-                               void **extra)
-{
-    if (extra != NULL) {
-        return ERR_INVALID_VALUE; /* Braid passes its arguments by kernelParams */
-    }
-    return launch(f, gx, gy, gz, bx, by, bz, smem, h, params, 0);
-}
-
-EXPORT CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
-                                          unsigned bx, unsigned by, unsigned bz, unsigned smem,
-                                          void *h, void **params)
-{
-    return launch(f, gx, gy, gz, bx, by, bz, smem, h, params, 1);
 }

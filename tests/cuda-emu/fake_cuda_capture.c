@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The emulated CUDA driver's stream capture and graphs (tests/cuda-emu, fake_cuda.c has the
+ * The emulated CUDA driver's stream capture and graphs (tests/cuda-emu, fake_cuda*.c have the
  * rest). A capture records what capturing streams are given (streams join a capture by
  * waiting on an event recorded in it), one capture at a time, and a graph launch replays
  * it in order on one stream, which keeps every dependency the capture had. As the driver

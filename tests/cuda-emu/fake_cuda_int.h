@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The emulated CUDA driver's own header (tests/cuda-emu): what fake_cuda.c (the entry
- * points: memory, devices, modules, events, streams, launches), fake_cuda_stream.c (the
- * timeline: streams, hardware queues, kernels, the context's synchronisation, late
- * landings) and fake_cuda_capture.c (stream capture and graphs) share. Everything here is hidden in libcuda.so.1 but the EXPORT entry points. */
+/* The emulated CUDA driver's own header (tests/cuda-emu): what fake_cuda.c (devices,
+ * contexts, events, the stream calls), fake_cuda_mem.c (device and host memory, IPC),
+ * fake_cuda_launch.c (modules, kernel launches), fake_cuda_stream.c (the timeline: streams,
+ * hardware queues, kernels, the context's synchronisation, late landings) and
+ * fake_cuda_capture.c (stream capture and graphs) share. Everything here is hidden in
+ * libcuda.so.1 but the EXPORT entry points. */
 #ifndef FAKE_CUDA_INT_H_
 #define FAKE_CUDA_INT_H_
 
@@ -107,13 +109,18 @@ typedef struct {
 /* fake_cuda.c: the device of the calling thread's context (0 without one); waiting for an
  * event's record number gen to complete. */
 int ctx_device(void);
-/* fake_cuda.c: may the device reach [p, p + n) (device memory, or host memory mapped for
- * it)? And the report of a misuse that a real driver would answer with an error Braid
- * ignores, or with a fault of the context: the process aborts. */
-int device_reaches(uintptr_t p, size_t n);
-__attribute__((noreturn, format(printf, 1, 2))) void misuse(const char *fmt, ...);
 void event_wait_gen(event_t *ev, uint64_t gen);
 CUresult cuEventRecord(void *e, void *h);
+/* fake_cuda.c: the report of a misuse that a real driver would answer with an error Braid
+ * ignores, or with a fault of the context: the process aborts. And whether the environment
+ * variable `key` is set to a number other than 0 (the emulation's switches). */
+__attribute__((noreturn, format(printf, 1, 2))) void misuse(const char *fmt, ...);
+int env_on(const char *key);
+
+/* fake_cuda_mem.c: may the device reach [p, p + n) (device memory, or host memory mapped
+ * for it)? Is p inside device memory (allocated here or opened from an IPC handle)? */
+int device_reaches(uintptr_t p, size_t n);
+int is_device_memory(uintptr_t p);
 
 /* fake_cuda_stream.c: the stream of a handle (NULL: the legacy default stream), a new
  * stream (blocking: ordered after the legacy stream) and its end (drained first), a new
