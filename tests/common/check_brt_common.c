@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "brt_check.h"
 #include "brt_coll.h"
 #include "brt_data.h"
 #include "brt_fp.h"
@@ -375,9 +376,5 @@ static Suite *brt_common_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(brt_common_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return brt_suite_run(brt_common_suite());
 }

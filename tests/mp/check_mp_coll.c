@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "brt_check.h"
 #include "brt_coll.h"
 #include "brt_launch.h"
 
@@ -224,9 +225,5 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv) != 0) {
         return 2;
     }
-    SRunner *sr = srunner_create(mp_coll_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return brt_suite_run(mp_coll_suite());
 }

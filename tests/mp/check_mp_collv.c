@@ -31,6 +31,7 @@
 #include <braid.h>
 #include <nccl.h>
 
+#include "brt_check.h"
 #include "brt_launch.h"
 
 enum { V_AG, V_RS, V_A2A, V_NFUNCS };
@@ -747,9 +748,5 @@ int main(int argc, char **argv)
         tcase_add_loop_test(args, test_v_acc32, 0, 2);
         suite_add_tcase(s, args);
     }
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return brt_suite_run(s);
 }

@@ -34,6 +34,7 @@
 #include <braid.h>
 #include <nccl.h>
 
+#include "brt_check.h"
 #include "brt_launch.h"
 
 #define NRANKS_MAX 5
@@ -528,9 +529,5 @@ int main(void)
     tcase_add_test(td, test_dead_other_pid_ns);
     tcase_add_test(td, test_dead_connecting);
     suite_add_tcase(s, td);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return brt_suite_run(s);
 }

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "braid.h"
+#include "brt_check.h"
 #include "brt_data.h"
 #include "brt_fp.h"
 #include "brt_launch.h"
@@ -697,9 +698,5 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, cfg.timeout * brt_time_scale() + 60);
     tcase_add_loop_test(tc, test_acc32_rounds_once, 0, cfg.nranks_list);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return brt_suite_run(s);
 }

@@ -24,6 +24,7 @@
 
 #include <nccl.h>
 
+#include "brt_check.h"
 #include "brt_launch.h"
 
 #define NRANKS 4
@@ -167,9 +168,5 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_round_robin_hosts);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return brt_suite_run(s);
 }

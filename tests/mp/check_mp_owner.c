@@ -31,6 +31,7 @@
 #include <braid.h>
 #include <nccl.h>
 
+#include "brt_check.h"
 #include "brt_launch.h"
 
 #define OF_RANKS 4
@@ -435,9 +436,5 @@ int main(int argc, char **argv)
         tcase_add_test(td, test_reader_dies);
         suite_add_tcase(s, td);
     }
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return brt_suite_run(s);
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "brt_check.h"
 #include "brt_launch.h"
 
 enum { BUF_MEMALLOC, BUF_MEMALLOC_REG, BUF_MALLOC, BUF_KINDS };
@@ -491,9 +492,5 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    SRunner *sr = srunner_create(mp_reg_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return brt_suite_run(mp_reg_suite());
 }

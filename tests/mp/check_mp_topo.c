@@ -31,6 +31,7 @@
 
 #include <nccl.h>
 
+#include "brt_check.h"
 #include "brt_launch.h"
 
 #define NRANKS 4
@@ -330,9 +331,5 @@ int main(void)
     tcase_add_checked_fixture(tc, make_log_dir, remove_log_dir);
     tcase_add_test(tc, test_nic_by_cpu_affinity);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return brt_suite_run(s);
 }
