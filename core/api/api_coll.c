@@ -455,6 +455,8 @@ static ncclResult_t p2p_pattern(ncclComm_t comm, const call_t *c)
         return res;
     }
     block = c->count * br_type_size(c->type);
+    op.pattern = c->func;
+    op.pattern_seq = br_group_pattern_number(comm) + 1;
     br_group_start();
     for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) {
         br_op_t s = op, r = op;

@@ -66,6 +66,16 @@ ncclResult_t br_bootstrap_send(br_bootstrap_t *boot, int peer, int tag, const vo
 /* Receive exactly size bytes from (peer, tag); a size mismatch is an error. Bounded by
  * BRAID_BOOTSTRAP_TIMEOUT; a dead peer fails it sooner. */
 ncclResult_t br_bootstrap_recv(br_bootstrap_t *boot, int peer, int tag, void *data, size_t size);
+/* The same, calling watch(arg) (without the bootstrap's lock) whenever the wait has seen
+ * nothing for a while (50 ms at first, then up to a second): an error it returns (having
+ * logged why) ends the wait with that error. */
+ncclResult_t br_bootstrap_recv_watch(br_bootstrap_t *boot, int peer, int tag, void *data,
+                                     size_t size, ncclResult_t (*watch)(void *arg), void *arg);
+/* Copy the nth oldest (from 0) message from (peer, tag) that has arrived and is not
+ * received yet into data without taking it: 1 if there is one of exactly size bytes. */
+int br_bootstrap_peek(br_bootstrap_t *boot, int peer, int tag, int nth, void *data, size_t size);
+/* Throw away every message from (peer, tag) that has arrived and is not received yet. */
+void br_bootstrap_drop(br_bootstrap_t *boot, int peer, int tag);
 
 /* Tell every other rank that this rank failed, with a reason (best effort, bounded to
  * about a second in total, never blocks on a dead peer). */

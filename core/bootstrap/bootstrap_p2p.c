@@ -714,10 +714,17 @@ static int peer_gone(const br_bootstrap_t *boot, int peer)
 #define LIVE_SLICE_MAX_NS (1000ull * 1000000ull)
 #define LIVE_GRACE_NS (1000ull * 1000000ull)
 
-/* Wait for the oldest message of (kind, tag) from peer and unlink it; NULL (logged) when
- * the wait ends without one. */
+/* What a waiter calls between slices without news (br_bootstrap_recv_watch). */
+typedef struct {
+    ncclResult_t (*fn)(void *arg);
+    void *arg;
+} boot_watch_t;
+
+/* Wait for the oldest message of (kind, tag) from peer and unlink it; NULL (logged, unless
+ * the watch ended the wait: it logged its own reason) when the wait ends without one. */
 static br_boot_msg_t *take_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
-                               uint64_t deadline_ns, ncclResult_t *res_p)
+                               uint64_t deadline_ns, const boot_watch_t *watch,
+                               ncclResult_t *res_p)
 {
     br_boot_rank_t *p = &boot->peers[peer];
     br_boot_msg_t *m = NULL;
@@ -725,6 +732,7 @@ static br_boot_msg_t *take_msg(br_bootstrap_t *boot, int peer, uint32_t kind, in
     struct timespec ts;
     uint64_t slice = LIVE_SLICE_MIN_NS, gone_since = 0;
     char why[BR_BOOT_REASON_LEN + 64], who[160];
+    int watched = 0;
 
     pthread_mutex_lock(&boot->lock);
     while ((m = queue_take(p, kind, tag)) == NULL) {
@@ -745,7 +753,12 @@ static br_boot_msg_t *take_msg(br_bootstrap_t *boot, int peer, uint32_t kind, in
         slice = slice * 2 < LIVE_SLICE_MAX_NS ? slice * 2 : LIVE_SLICE_MAX_NS;
         pthread_mutex_unlock(&boot->lock);
         int gone = peer_gone(boot, peer);
+        res = watch != NULL ? watch->fn(watch->arg) : ncclSuccess;
         pthread_mutex_lock(&boot->lock);
+        if (res != ncclSuccess) {
+            watched = 1;
+            break;
+        }
         /* A connection it opened ends with its EOF, after everything it sent (the check
          * at the loop's top): only one that never opened needs the grace. */
         if (!gone || (p->in_open && !p->in_closed)) {
@@ -760,7 +773,7 @@ static br_boot_msg_t *take_msg(br_bootstrap_t *boot, int peer, uint32_t kind, in
         }
     }
     pthread_mutex_unlock(&boot->lock);
-    if (m == NULL) {
+    if (m == NULL && !watched) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP,
                 "bootstrap: rank %d gave up waiting for a %s message (tag %d) from %s: %s",
                 boot->rank, kind == BR_BOOT_MSG_RING ? "collective" : "point-to-point", tag,
@@ -770,11 +783,11 @@ static br_boot_msg_t *take_msg(br_bootstrap_t *boot, int peer, uint32_t kind, in
     return m;
 }
 
-ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag, void *data,
-                              size_t size, uint64_t deadline_ns)
+static ncclResult_t recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag, void *data,
+                             size_t size, uint64_t deadline_ns, const boot_watch_t *watch)
 {
     ncclResult_t res = ncclSuccess;
-    br_boot_msg_t *m = take_msg(boot, peer, kind, tag, deadline_ns, &res);
+    br_boot_msg_t *m = take_msg(boot, peer, kind, tag, deadline_ns, watch, &res);
     char who[160];
 
     if (m == NULL) {
@@ -795,11 +808,17 @@ ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
     return ncclSuccess;
 }
 
+ncclResult_t br_boot_recv_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag, void *data,
+                              size_t size, uint64_t deadline_ns)
+{
+    return recv_msg(boot, peer, kind, tag, data, size, deadline_ns, NULL);
+}
+
 ncclResult_t br_boot_recv_msg_any(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
                                   br_boot_msg_t **msg_p, uint64_t deadline_ns)
 {
     ncclResult_t res = ncclSuccess;
-    *msg_p = take_msg(boot, peer, kind, tag, deadline_ns, &res);
+    *msg_p = take_msg(boot, peer, kind, tag, deadline_ns, NULL, &res);
     return res;
 }
 
@@ -842,13 +861,53 @@ ncclResult_t br_bootstrap_send(br_bootstrap_t *boot, int peer, int tag, const vo
 
 ncclResult_t br_bootstrap_recv(br_bootstrap_t *boot, int peer, int tag, void *data, size_t size)
 {
+    return br_bootstrap_recv_watch(boot, peer, tag, data, size, NULL, NULL);
+}
+
+ncclResult_t br_bootstrap_recv_watch(br_bootstrap_t *boot, int peer, int tag, void *data,
+                                     size_t size, ncclResult_t (*watch)(void *arg), void *arg)
+{
+    boot_watch_t w = {watch, arg};
     if (peer < 0 || peer >= boot->nranks) {
         BR_WARN(NCCL_INIT | NCCL_BOOTSTRAP, "bootstrap: recv from rank %d of %d", peer,
                 boot->nranks);
         return ncclInternalError;
     }
-    return br_boot_recv_msg(boot, peer, BR_BOOT_MSG_USER, tag, data, size,
-                            br_time_ns() + boot->timeout_ns);
+    return recv_msg(boot, peer, BR_BOOT_MSG_USER, tag, data, size,
+                    br_time_ns() + boot->timeout_ns, watch != NULL ? &w : NULL);
+}
+
+int br_bootstrap_peek(br_bootstrap_t *boot, int peer, int tag, int nth, void *data, size_t size)
+{
+    int found = 0;
+    if (peer < 0 || peer >= boot->nranks) {
+        return 0;
+    }
+    pthread_mutex_lock(&boot->lock);
+    for (const br_boot_msg_t *m = boot->peers[peer].head; m != NULL; m = m->next) {
+        if (m->kind == BR_BOOT_MSG_USER && m->tag == tag && nth-- == 0) {
+            found = m->size == size;
+            if (found && size > 0) {
+                memcpy(data, m->data, size);
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&boot->lock);
+    return found;
+}
+
+void br_bootstrap_drop(br_bootstrap_t *boot, int peer, int tag)
+{
+    br_boot_msg_t *m;
+    if (peer < 0 || peer >= boot->nranks) {
+        return;
+    }
+    pthread_mutex_lock(&boot->lock);
+    while ((m = queue_take(&boot->peers[peer], BR_BOOT_MSG_USER, tag)) != NULL) {
+        free(m);
+    }
+    pthread_mutex_unlock(&boot->lock);
 }
 
 void br_bootstrap_set_link_fn(br_bootstrap_t *boot, br_bootstrap_link_fn_t fn, void *arg)

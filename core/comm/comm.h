@@ -129,8 +129,21 @@ ncclResult_t br_comm_rma_put(ncclComm_t comm, int peer, uint32_t win_seq, uint64
 ncclResult_t br_comm_rma_wait(ncclComm_t comm, int peer, int sig_idx, int ctx, int count);
 void br_comm_rma_free(ncclComm_t comm);
 
-/* Make sure p2p connections exist for the peers flagged (nranks entries each). */
-ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv);
+/* The calls a round of p2p connection setup serves (br_exec_call_desc): recv_call[p] /
+ * send_call[p] the call that needs the receive end from / send end to rank p (nranks
+ * entries each), calls[0..ncalls) every call of the round that has a number. A peer that
+ * asks for a connection for a call of one of these numbers with other arguments fails the
+ * setup, naming both calls. */
+typedef struct {
+    const br_slot_desc_t *recv_call, *send_call;
+    const br_slot_desc_t *calls;
+    int ncalls;
+} br_p2p_calls_t;
+
+/* Make sure p2p connections exist for the peers flagged (nranks entries each), for calls
+ * (NULL: not known). */
+ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv,
+                                 const br_p2p_calls_t *calls);
 
 /* Build the graph and connect every channel's ring and tree (comm_channels.c). */
 ncclResult_t br_comm_channels_setup(ncclComm_t comm);

@@ -15,7 +15,6 @@
 #include "util.h"
 
 #define BR_TAG_CHANNELS 1
-#define BR_TAG_P2P 2
 
 /* Add peer to a channel's list unless it is there already (or is this rank). */
 static void peer_add(int *list, int *n, int peer, int me)
@@ -92,7 +91,7 @@ static ncclResult_t channels_connect(ncclComm_t comm, size_t step, size_t ll_wir
         }
     }
     BR_CHECK_GOTO(br_transport_connect(comm->tc, total, rp, sp, BR_CHANNEL_PEERS, step, ll_wire,
-                                       BR_TAG_CHANNELS, rc, sc),
+                                       BR_TAG_CHANNELS, NULL, rc, sc),
                   res, out);
     for (int c = 0, i = 0; c < ec->nchannels; c++) {
         for (int j = 0; j < BR_CHANNEL_PEERS; j++, i++) {
@@ -340,7 +339,37 @@ ncclResult_t br_comm_channels_connect(ncclComm_t comm)
     return ncclSuccess;
 }
 
-ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv)
+typedef struct {
+    ncclComm_t comm;
+    const br_p2p_calls_t *calls;
+} p2p_check_t;
+
+/* br_conn_purpose_t's check: a peer asked for a connection in a call that has the number
+ * of one of ours but is another call. */
+static ncclResult_t p2p_check(void *arg, int peer, const br_slot_desc_t *theirs, int attached)
+{
+    const p2p_check_t *c = arg;
+    char msg[600];
+
+    (void)attached; /* the same mismatch, whether it waits for us or we attach to it */
+    for (int i = 0; i < c->calls->ncalls; i++) {
+        const br_slot_desc_t *mine = &c->calls->calls[i];
+        if (mine->seq != theirs->seq) {
+            continue;
+        }
+        if (!br_exec_call_differs(mine, theirs)) {
+            return ncclSuccess;
+        }
+        br_exec_call_mismatch(msg, sizeof(msg), c->comm->rank, mine, peer,
+                              c->comm->tc->peers[peer].host, theirs);
+        BR_WARN(NCCL_INIT | NCCL_P2P, "%s", msg);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const char *need_recv,
+                                 const br_p2p_calls_t *calls)
 {
     br_exec_comm_t *ec = comm->ec;
     br_transport_comm_t *tc = comm->tc;
@@ -362,8 +391,12 @@ ncclResult_t br_comm_connect_p2p(ncclComm_t comm, const char *need_send, const c
         goto out;
     }
     br_exec_oplog_connecting(ec, recv_peers, send_peers); /* for the state dump */
+    p2p_check_t check = {comm, calls};
+    br_conn_purpose_t purpose = {calls != NULL ? calls->recv_call : NULL,
+                                 calls != NULL ? calls->send_call : NULL, p2p_check, &check};
     BR_CHECK_GOTO(br_transport_connect(tc, n, recv_peers, send_peers, 1, (size_t)tc->p2p_chunk, 0,
-                                       BR_TAG_P2P, recv_conns, send_conns),
+                                       BR_TRANSPORT_TAG_P2P, calls != NULL ? &purpose : NULL, recv_conns,
+                                       send_conns),
                   res, out);
     for (int p = 0; p < n; p++) {
         if (recv_conns[p] != NULL) {

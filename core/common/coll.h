@@ -166,6 +166,11 @@ typedef struct {
     int root;     /* Broadcast/Reduce */
     int peer;     /* Send/Recv */
     uint64_t seq; /* collective number on the comm, or message number to/from peer */
+    /* A Gather, Scatter or AlltoAll runs as one group of sends and receives: each of them
+     * carries that call and its collective number + 1 (0: a send or receive of its own),
+     * so that connection setup can tell ranks in different calls apart. */
+    br_func_t pattern;
+    uint64_t pattern_seq;
     /* What plan chose for a collective; the executor runs exactly this. */
     int algo, proto;
     int nchannels;

@@ -172,6 +172,21 @@ void br_exec_prof_api(br_exec_comm_t *ec, void *group, br_op_t *op);
 /* From any thread: calls in flight on ec fail within ~100 ms, later ones at once. */
 void br_exec_revoke(br_exec_comm_t *ec, const char *why);
 
+/* The call an operation belongs to, as a descriptor another rank can compare with its own
+ * (p2p connection setup sends it with each receive end): the Gather, Scatter or AlltoAll
+ * of a send or receive that came from one, any other collective itself; seq 0 for a send
+ * or receive of its own, which pairs by message, not by call. */
+br_slot_desc_t br_exec_call_desc(const br_op_t *op);
+/* Are two calls of the same number different calls (function, count, type, reduction or
+ * root; a v-collective's counts differ by rank and are compared when its data comes)? */
+int br_exec_call_differs(const br_slot_desc_t *a, const br_slot_desc_t *b);
+/* The error of a rank in call `mine` whose peer asked it for a p2p connection in call
+ * `theirs` of the same number (br_transport_peer_ask). */
+void br_exec_call_mismatch(char *buf, size_t len, int rank, const br_slot_desc_t *mine, int peer,
+                           const char *peer_host, const br_slot_desc_t *theirs);
+/* "AllReduce #3 (count 64, float32, sum, Ring/Simple)": what a descriptor describes. */
+void br_desc_describe(char *buf, size_t len, const br_slot_desc_t *d);
+
 /* The send and receive connections of channel c to/from peer (NULL if none). */
 br_conn_t *br_exec_chan_send(const br_exec_comm_t *ec, int c, int peer);
 br_conn_t *br_exec_chan_recv(const br_exec_comm_t *ec, int c, int peer);

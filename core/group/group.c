@@ -95,8 +95,7 @@ static void unhold_all(gcall_t *cs, int n)
     }
 }
 
-/* Run fn(arg[i]) for n items, in threads when there is more than one. */
-static void run_parallel(int n, void *(*fn)(void *), void *args, size_t arg_size)
+void br_group_run_parallel(int n, void *(*fn)(void *), void *args, size_t arg_size)
 {
     pthread_t *th = n > 1 ? calloc((size_t)n, sizeof(*th)) : NULL;
     char *started = n > 1 ? calloc((size_t)n, 1) : NULL;
@@ -133,28 +132,6 @@ static void *create_one(void *arg)
     return NULL;
 }
 
-typedef struct {
-    ncclComm_t comm;
-    char *need_send, *need_recv;
-    ncclResult_t res;
-} connect_job_t;
-
-static void *connect_one(void *arg)
-{
-    connect_job_t *j = arg;
-    br_log_set_rank(j->comm->rank);
-    j->res = br_comm_connect_p2p(j->comm, j->need_send, j->need_recv);
-    if (j->res != ncclSuccess) {
-        /* Fail the communicator with this thread's message and tell the other ranks now, as
-         * a failed operation does: where one thread drives several ranks, theirs wait in
-         * this same round of setup for this one. */
-        br_exec_fail(j->comm->ec, j->res, "rank %d: p2p connection setup failed: %s",
-                     j->comm->rank, br_log_last_error());
-        br_bootstrap_abort_notify(j->comm->tc->boot, j->comm->ec->error_msg);
-    }
-    return NULL;
-}
-
 static ncclResult_t run_creations(gcall_t *cs, int n)
 {
     gcall_t *list = NULL;
@@ -167,7 +144,7 @@ static ncclResult_t run_creations(gcall_t *cs, int n)
             list[k++] = cs[i];
         }
     }
-    run_parallel(k, create_one, list, sizeof(*list));
+    br_group_run_parallel(k, create_one, list, sizeof(*list));
     for (int i = 0; i < k; i++) {
         if (list[i].res != ncclSuccess && res == ncclSuccess) {
             res = list[i].res;
@@ -194,66 +171,6 @@ static int op_comms(gcall_t *cs, int n, ncclComm_t *out)
         }
     }
     return k;
-}
-
-static ncclResult_t connect_peers(gcall_t *cs, int n, ncclComm_t *comms, int ncomms)
-{
-    connect_job_t *jobs = NULL;
-    int njobs = 0;
-    ncclResult_t res = ncclSuccess;
-
-    BR_CHECK(br_calloc(&jobs, (size_t)ncomms, "group"));
-    for (int c = 0; c < ncomms; c++) {
-        ncclComm_t comm = comms[c];
-        int needed = 0;
-        connect_job_t *j = &jobs[njobs];
-        j->comm = comm;
-        BR_CHECK_GOTO(br_calloc(&j->need_send, (size_t)comm->nranks, "group"), res, out);
-        BR_CHECK_GOTO(br_calloc(&j->need_recv, (size_t)comm->nranks, "group"), res, out);
-        for (int i = 0; i < n; i++) {
-            const br_op_t *op = &cs[i].op;
-            if (cs[i].kind != G_OP || cs[i].comm != comm || op->peer == comm->rank ||
-                (op->count == 0 && !br_func_is_v(op->func)) || op->on_device) {
-                continue; /* device p2p runs inside the CUDA executor's launch */
-            }
-            if (br_func_is_v(op->func)) {
-                /* Every pair exchanges at least a descriptor, zero counts included. */
-                for (int p = 0; p < comm->nranks; p++) {
-                    if (p != comm->rank && comm->ec->p2p_send[p] == NULL) {
-                        j->need_send[p] = needed = 1;
-                    }
-                    if (p != comm->rank && comm->ec->p2p_recv[p] == NULL) {
-                        j->need_recv[p] = needed = 1;
-                    }
-                }
-            } else if (op->func == BR_FUNC_SEND && comm->ec->p2p_send[op->peer] == NULL) {
-                j->need_send[op->peer] = needed = 1;
-            } else if (op->func == BR_FUNC_RECV && comm->ec->p2p_recv[op->peer] == NULL) {
-                j->need_recv[op->peer] = needed = 1;
-            }
-        }
-        if (needed) {
-            njobs++;
-        } else {
-            free(j->need_send);
-            free(j->need_recv);
-            j->need_send = j->need_recv = NULL;
-        }
-    }
-    run_parallel(njobs, connect_one, jobs, sizeof(*jobs));
-    for (int i = 0; i < njobs; i++) {
-        if (jobs[i].res != ncclSuccess && res == ncclSuccess) {
-            res = jobs[i].res;
-            br_log_set_last_error(jobs[i].comm->ec->error_msg); /* set by connect_one */
-        }
-    }
-out:
-    for (int i = 0; i < ncomms; i++) {
-        free(jobs[i].need_send);
-        free(jobs[i].need_recv);
-    }
-    free(jobs);
-    return res;
 }
 
 /* Sends to self are matched, in order, with receives from self of the same comm. */
@@ -411,7 +328,7 @@ ncclResult_t br_group_run_batch(gcall_t *cs, int n)
             br_exec_cuda_stage_quiesce(cs[i].comm->ec);
         }
     }
-    BR_CHECK_GOTO(connect_peers(cs, n, comms, ncomms), res, out);
+    BR_CHECK_GOTO(br_group_connect(cs, n, comms, ncomms), res, out);
     for (int c = 0; c < ncomms; c++) {
         BR_CHECK_GOTO(pair_self(&batch, cs, n, comms[c]), res, out);
     }
@@ -538,10 +455,17 @@ static float simulate_ops(gcall_t *cs, int n)
             continue;
         }
         br_exec_comm_t *ec = cs[i].comm->ec;
-        if (op->func == BR_FUNC_SEND) {
-            ec->send_seq[op->peer]--;
-        } else if (op->func == BR_FUNC_RECV) {
-            ec->recv_seq[op->peer]--;
+        if (op->func == BR_FUNC_SEND || op->func == BR_FUNC_RECV) {
+            if (op->func == BR_FUNC_SEND) {
+                ec->send_seq[op->peer]--;
+            } else {
+                ec->recv_seq[op->peer]--;
+            }
+            /* Going backwards, a pattern's number is the last one taken when its first
+             * operation from the end is reached: give it back once. */
+            if (op->pattern_seq != 0 && op->pattern_seq == ec->coll_seq) {
+                ec->coll_seq--;
+            }
         } else {
             int a, p, nch;
             float us = 0.0f;
@@ -639,6 +563,11 @@ ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op)
     free(op->v); /* not queued (queued, the queue owns it and op->v is NULL) */
     op->v = NULL;
     return res;
+}
+
+uint64_t br_group_pattern_number(ncclComm_t comm)
+{
+    return comm->ec->coll_seq++;
 }
 
 static ncclResult_t add_op(ncclComm_t comm, br_op_t *op)

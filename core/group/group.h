@@ -27,6 +27,10 @@ void br_group_note_error(ncclResult_t res);
  * caller holds comm (br_comm_hold); a queued call holds it until its group has run. */
 ncclResult_t br_group_add_op(ncclComm_t comm, br_op_t *op);
 
+/* The collective number of a Gather, Scatter or AlltoAll, taken before its sends and
+ * receives are queued with it as their pattern_seq (number + 1). Same caller rule. */
+uint64_t br_group_pattern_number(ncclComm_t comm);
+
 /* Run host operations (sequenced already, buffers in host memory) on a communicator as one
  * group, from any thread: the stager of device calls across processes
  * (br_cuda_stage_run_fn; comm_v is the ncclComm_t). */

@@ -29,6 +29,14 @@ typedef struct {
  * (br_group_fold_run runs them). */
 ncclResult_t br_group_run_batch(gcall_t *cs, int n);
 
+/* Run fn on each of n argument structs (args, arg_size bytes apart), each in a thread of
+ * its own where n > 1 (in the caller where a thread cannot start), and join them. */
+void br_group_run_parallel(int n, void *(*fn)(void *), void *args, size_t arg_size);
+
+/* Make the p2p connections that the host calls among cs[0..n) need, on each of comms
+ * (group_connect.c). */
+ncclResult_t br_group_connect(gcall_t *cs, int n, ncclComm_t *comms, int ncomms);
+
 /* Does the queued call run as an owner fold (on host memory)? */
 int br_group_is_fold(const gcall_t *c);
 

@@ -415,6 +415,33 @@ void br_transport_report_split(const br_transport_comm_t *tc);
 const char *br_transport_name(br_transport_t kind);
 
 /*
+ * What a batch of connections is for, where it is set up inside a call (p2p connections):
+ * recv_call[i] / send_call[i] is the call that needs the receive end from recv_peers[i] /
+ * the send end to send_peers[i] (a descriptor as br_exec_call_desc makes it; seq 0: not
+ * known). A receive end goes to its sender with its call; a sender that has waited
+ * 200 ms for receive ends tells each peer it still waits for which call it is in. While
+ * this rank waits, and when it attaches to a peer's receive end, check() is given each
+ * call a peer named: one this rank attaches to (attached 1), or one still unanswered in its
+ * bootstrap queue (attached 0). Ranks in different calls (a Gather with another root, say)
+ * wait for connections their peers never make: check() returns an error (logged) and the
+ * setup stops instead of waiting out BRAID_BOOTSTRAP_TIMEOUT.
+ */
+typedef struct {
+    const br_slot_desc_t *recv_call, *send_call;
+    ncclResult_t (*check)(void *arg, int peer, const br_slot_desc_t *theirs, int attached);
+    void *arg;
+} br_conn_purpose_t;
+
+/* The bootstrap tag of p2p connection setup (channels use another). */
+#define BR_TRANSPORT_TAG_P2P 2
+
+/* The nth (from 0) call peer asked this rank for a connection in on `tag` that this rank
+ * has not answered yet (a receive end it has not attached to, or a sender's want), for a
+ * rank that waits elsewhere to compare with its own: 1 and *call if there is one. */
+int br_transport_peer_ask(br_transport_comm_t *tc, int tag, int peer, int nth,
+                          br_slot_desc_t *call);
+
+/*
  * Connect a batch of connections: for each i, a receive connection from recv_peers[i]
  * and/or a send connection to send_peers[i] (-1 = none), with Simple slots of step_size
  * bytes and LL slots of ll_bytes (0: no LL). Blobs travel on bootstrap `tag`, matched per
@@ -422,11 +449,12 @@ const char *br_transport_name(br_transport_t kind);
  * (by channel). Entries [k * per_lane, (k + 1) * per_lane) are lane k: channel k, or with
  * per_lane 1 the p2p connections of peer k. The lane and the rank's place on its host
  * pick the net device a net connection uses. Blocking, bounded by the bootstrap timeout; every rank
- * involved must call it with matching peers.
+ * involved must call it with matching peers. purpose: NULL, or what the batch is for (above).
  */
 ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *recv_peers,
                                   const int *send_peers, int per_lane, size_t step_size,
-                                  size_t ll_bytes, int tag, br_conn_t **recv_p, br_conn_t **send_p);
+                                  size_t ll_bytes, int tag, const br_conn_purpose_t *purpose,
+                                  br_conn_t **recv_p, br_conn_t **send_p);
 
 /*
  * Collective over the communicator: map a node arena of max_bytes per rank and buffer

@@ -180,10 +180,95 @@ static ncclResult_t conn_new(br_transport_comm_t *tc, int peer, int lane, int p2
     return ncclSuccess;
 }
 
+/* What a waiting rank tells and looks at besides its own connections (br_conn_purpose_t).
+ * A sender's "want" (the call it is in, on its own tag) goes once per batch, after
+ * WANT_AFTER_NS without every receive end: a batch that completes at once sends none. */
+typedef struct {
+    br_transport_comm_t *tc;
+    int tag;
+    const br_conn_purpose_t *purpose;
+    int n;
+    const int *send_peers;
+    int next_send;     /* send ends from here on are not attached yet */
+    uint64_t start_ns; /* when the batch began */
+    int wants_sent;
+} conn_watch_t;
+
+#define WANT_TAG(tag) ((tag) | 0x40000000)
+#define WANT_AFTER_NS (200ull * 1000000ull)
+/* How often complete_all looks at what peers asked for. */
+#define WATCH_EVERY_NS (50ull * 1000000ull)
+
+/* Tell every peer this rank still waits to attach to which call it is in (best effort: a
+ * peer that cannot be told is found out by the wait itself). */
+static void send_wants(conn_watch_t *w)
+{
+    for (int i = w->next_send; i < w->n; i++) {
+        const br_slot_desc_t *call = &w->purpose->send_call[i];
+        if (w->send_peers[i] >= 0 && call->seq != 0) {
+            (void)br_bootstrap_send(w->tc->boot, w->send_peers[i], WANT_TAG(w->tag), call,
+                                    sizeof(*call));
+        }
+    }
+}
+
+int br_transport_peer_ask(br_transport_comm_t *tc, int tag, int peer, int nth,
+                          br_slot_desc_t *call)
+{
+    br_conn_blob_t blob;
+    int k = 0;
+
+    /* Receive ends first, then wants; asks without a call (seq 0) are skipped. */
+    for (int i = 0; br_bootstrap_peek(tc->boot, peer, tag, i, &blob, sizeof(blob)); i++) {
+        if (blob.call.seq != 0 && k++ == nth) {
+            *call = blob.call;
+            return 1;
+        }
+    }
+    for (int i = 0; br_bootstrap_peek(tc->boot, peer, WANT_TAG(tag), i, call, sizeof(*call)); i++) {
+        if (call->seq != 0 && k++ == nth) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Give check() every call a peer asked this rank for a connection in. */
+static ncclResult_t check_asks(const conn_watch_t *w)
+{
+    br_slot_desc_t call;
+
+    for (int p = 0; p < w->tc->nranks; p++) {
+        for (int k = 0; p != w->tc->rank && br_transport_peer_ask(w->tc, w->tag, p, k, &call);
+             k++) {
+            BR_CHECK(w->purpose->check(w->purpose->arg, p, &call, 0));
+        }
+    }
+    return ncclSuccess;
+}
+
+/* Called while the batch waits: a bootstrap receive's watch, and complete_all's poll. */
+static ncclResult_t conn_watch(void *arg)
+{
+    conn_watch_t *w = arg;
+
+    if (w->purpose == NULL || w->purpose->check == NULL) {
+        return ncclSuccess;
+    }
+    if (!w->wants_sent && w->purpose->send_call != NULL &&
+        br_time_ns() - w->start_ns >= WANT_AFTER_NS) {
+        w->wants_sent = 1;
+        send_wants(w);
+    }
+    return check_asks(w);
+}
+
 /* Phase 3: poll every connection that is not complete yet until all are. */
-static ncclResult_t complete_all(br_transport_comm_t *tc, br_conn_t **conns, int n)
+static ncclResult_t complete_all(br_transport_comm_t *tc, br_conn_t **conns, int n,
+                                 conn_watch_t *watch)
 {
     uint64_t deadline = br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
+    uint64_t next_watch = br_time_ns() + WATCH_EVERY_NS;
     int left = n;
     char *done = NULL;
 
@@ -223,6 +308,14 @@ static ncclResult_t complete_all(br_transport_comm_t *tc, br_conn_t **conns, int
             free(done);
             return ncclRemoteError;
         }
+        if (br_time_ns() > next_watch) {
+            ncclResult_t res = conn_watch(watch);
+            if (res != ncclSuccess) {
+                free(done);
+                return res;
+            }
+            next_watch = br_time_ns() + WATCH_EVERY_NS;
+        }
         if (br_time_ns() > deadline) {
             for (int i = 0; i < n; i++) {
                 if (!done[i]) {
@@ -243,12 +336,18 @@ static ncclResult_t complete_all(br_transport_comm_t *tc, br_conn_t **conns, int
     return ncclSuccess;
 }
 
-/* Phase 2 for one sender: the receiver's blob must describe the same connection. */
-static ncclResult_t send_attach(br_transport_comm_t *tc, br_conn_t *conn, int tag)
+/* Phase 2 for one sender: the receiver's blob must describe the same connection, for the
+ * same call. */
+static ncclResult_t send_attach(br_transport_comm_t *tc, br_conn_t *conn, conn_watch_t *watch)
 {
     br_conn_blob_t blob;
+    const br_conn_purpose_t *purpose = watch->purpose;
 
-    BR_CHECK(br_bootstrap_recv(tc->boot, conn->peer, tag, &blob, sizeof(blob)));
+    BR_CHECK(br_bootstrap_recv_watch(tc->boot, conn->peer, watch->tag, &blob, sizeof(blob),
+                                     conn_watch, watch));
+    if (purpose != NULL && purpose->check != NULL && blob.call.seq != 0) {
+        BR_CHECK(purpose->check(purpose->arg, conn->peer, &blob.call, 1));
+    }
     if (blob.kind != (int)conn->kind || blob.step_size != conn->step_size ||
         blob.ll_bytes != conn->ll_bytes) {
         BR_WARN(NCCL_INIT,
@@ -265,11 +364,13 @@ static ncclResult_t send_attach(br_transport_comm_t *tc, br_conn_t *conn, int ta
 
 ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *recv_peers,
                                   const int *send_peers, int per_lane, size_t step_size,
-                                  size_t ll_bytes, int tag, br_conn_t **recv_p, br_conn_t **send_p)
+                                  size_t ll_bytes, int tag, const br_conn_purpose_t *purpose,
+                                  br_conn_t **recv_p, br_conn_t **send_p)
 {
     ncclResult_t res = ncclSuccess;
     br_conn_t **made = NULL;
     int nmade = 0;
+    conn_watch_t watch = {tc, tag, purpose, n, send_peers, 0, br_time_ns(), 0};
 
     BR_CHECK(br_calloc(&made, (size_t)(2 * n + 1), "connection setup"));
     /* Receivers first: prepare and publish every receive end. */
@@ -288,7 +389,13 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
         blob.step_size = step_size;
         blob.ll_bytes = ll_bytes;
         BR_CHECK_GOTO(conn->ops->recv_setup(tc, conn, &blob), res, out);
+        if (purpose != NULL && purpose->recv_call != NULL) {
+            blob.call = purpose->recv_call[i];
+        }
         BR_CHECK_GOTO(br_bootstrap_send(tc->boot, conn->peer, tag, &blob, sizeof(blob)), res, out);
+        if (purpose != NULL) {
+            br_bootstrap_drop(tc->boot, conn->peer, WANT_TAG(tag)); /* answered */
+        }
     }
     /* Then senders attach to what their receivers published. */
     for (int i = 0; i < n; i++) {
@@ -300,9 +407,11 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
             conn_new(tc, send_peers[i], i / per_lane, per_lane == 1, 1, step_size, ll_bytes, &conn),
             res, out);
         send_p[i] = made[nmade++] = conn;
-        BR_CHECK_GOTO(send_attach(tc, conn, tag), res, out);
+        watch.next_send = i;
+        BR_CHECK_GOTO(send_attach(tc, conn, &watch), res, out);
     }
-    res = complete_all(tc, made, nmade);
+    watch.next_send = n;
+    res = complete_all(tc, made, nmade, &watch);
 out:
     free(made);
     return res;

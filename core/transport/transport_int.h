@@ -23,6 +23,7 @@ typedef struct {
                                 * the receiver acknowledges on (unset: no acknowledgements) */
     uint64_t ack_token;        /* what the sender says first there */
     int32_t net_userbuf;       /* net: the receiver's plugin registers host memory */
+    br_slot_desc_t call;       /* the call the receiver sets the end up for (seq 0: none) */
 } br_conn_blob_t;
 
 typedef struct br_transport_ops {

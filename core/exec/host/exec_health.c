@@ -258,6 +258,42 @@ static int check_dead_peer(br_exec_batch_t *b, br_exec_comm_t *ec, char *what, s
     return 0;
 }
 
+/* A rank in another call of the same number waits in p2p connection setup for this one
+ * (it published a receive end from this rank, or wants to send here): the calls differ,
+ * and the connection it waits for will not come. Returns 1 when it failed the
+ * communicator. */
+static int check_asks(br_exec_batch_t *b, br_exec_comm_t *ec)
+{
+    br_slot_desc_t mine, theirs;
+    uint64_t last = 0;
+    char msg[600];
+
+    for (int i = 0; i < b->n; i++) {
+        const br_work_t *w = queue_head(&b->queues[i]);
+        if (b->queues[i].ec != ec || w == NULL) {
+            continue;
+        }
+        mine = br_exec_call_desc(&w->op);
+        if (mine.seq == 0 || mine.seq == last) {
+            continue; /* the channels of one collective: looked at once */
+        }
+        last = mine.seq;
+        for (int p = 0; p < ec->nranks; p++) {
+            for (int k = 0; p != ec->rank &&
+                            br_transport_peer_ask(ec->tc, BR_TRANSPORT_TAG_P2P, p, k, &theirs);
+                 k++) {
+                if (theirs.seq == mine.seq && br_exec_call_differs(&mine, &theirs)) {
+                    br_exec_call_mismatch(msg, sizeof(msg), ec->rank, &mine, p,
+                                          ec->tc->peers[p].host, &theirs);
+                    br_exec_fail(ec, ncclInvalidUsage, "%s", msg);
+                    return 1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
 /* BRAID_TIMEOUT: halfway, tell the peers what we wait in, so that whoever times out can
  * find the rank at the end of the chain of waits; at the timeout, fail naming it. Returns
  * 1 when it failed the communicator. */
@@ -316,7 +352,7 @@ int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocke
             return 1;
         }
     }
-    if (check_net_closed(b, ec, what, sizeof(what))) {
+    if (check_asks(b, ec) || check_net_closed(b, ec, what, sizeof(what))) {
         return 1;
     }
     if (tc->proxy != NULL && br_proxy_error(tc->proxy, msg, sizeof(msg)) != ncclSuccess &&

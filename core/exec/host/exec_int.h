@@ -172,7 +172,6 @@ static inline void br_exec_copy_out(const br_exec_comm_t *ec, const br_op_t *op,
 
 /* The descriptor of op's data, and its checks. */
 br_slot_desc_t br_desc_make(const br_op_t *op, size_t bytes);
-void br_desc_describe(char *buf, size_t len, const br_slot_desc_t *d);
 /* Does d describe op (apart from its byte count)? */
 int br_desc_matches(const br_slot_desc_t *d, const br_op_t *op);
 

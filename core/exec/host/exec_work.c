@@ -46,10 +46,12 @@ void br_desc_describe(char *buf, size_t len, const br_slot_desc_t *d)
         func == BR_FUNC_REDUCESCATTERV) {
         snprintf(what, sizeof(what), ", %s", br_red_kind_name((br_red_kind_t)((d->type >> 8) & 0xff)));
     }
-    if (func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE) {
+    if (func == BR_FUNC_BROADCAST || func == BR_FUNC_REDUCE || func == BR_FUNC_GATHER ||
+        func == BR_FUNC_SCATTER) {
         snprintf(what + strlen(what), sizeof(what) - strlen(what), ", root %u", d->type >> 16);
     }
-    if (br_func_is_v(func)) { /* no algorithm to name: a fixed schedule */
+    if (br_func_is_v(func) || func == BR_FUNC_ALLTOALL || func == BR_FUNC_GATHER ||
+        func == BR_FUNC_SCATTER) { /* no algorithm to name: a fixed schedule */
         snprintf(buf, len, "%s #%llu (count %llu, %s%s)", br_func_name(func),
                  (unsigned long long)(d->seq - 1), (unsigned long long)d->count,
                  br_type_name((ncclDataType_t)(d->type & 0xff)), what);
@@ -59,6 +61,45 @@ void br_desc_describe(char *buf, size_t len, const br_slot_desc_t *d)
              (unsigned long long)(d->seq - 1), (unsigned long long)d->count,
              br_type_name((ncclDataType_t)(d->type & 0xff)), what,
              br_algo_name((int)(d->func >> 8) & 0xff), br_proto_name((int)(d->func >> 16) & 0xff));
+}
+
+br_slot_desc_t br_exec_call_desc(const br_op_t *op)
+{
+    br_slot_desc_t d = {0, 0, 0, 0, 0};
+    if (op->pattern_seq != 0) {
+        uint32_t root = op->pattern == BR_FUNC_ALLTOALL ? 0u : (uint32_t)(op->root & 0xffff);
+        d.seq = op->pattern_seq;
+        d.count = op->count;
+        d.func = (uint32_t)op->pattern;
+        d.type = (uint32_t)op->type | root << 16;
+    } else if (br_func_is_v(op->func)) {
+        d.seq = op->seq + 1;
+        d.count = op->count;
+        d.func = (uint32_t)op->func;
+        d.type = (uint32_t)op->type;
+    } else if (op->func != BR_FUNC_SEND && op->func != BR_FUNC_RECV) {
+        d = br_desc_make(op, 0);
+    }
+    return d;
+}
+
+int br_exec_call_differs(const br_slot_desc_t *a, const br_slot_desc_t *b)
+{
+    br_func_t func = (br_func_t)(a->func & 0xff);
+    return func != (br_func_t)(b->func & 0xff) ||
+           (!br_func_is_v(func) && (a->count != b->count || a->type != b->type));
+}
+
+void br_exec_call_mismatch(char *buf, size_t len, int rank, const br_slot_desc_t *mine, int peer,
+                           const char *peer_host, const br_slot_desc_t *theirs)
+{
+    char mine_s[200], theirs_s[200];
+    br_desc_describe(mine_s, sizeof(mine_s), mine);
+    br_desc_describe(theirs_s, sizeof(theirs_s), theirs);
+    snprintf(buf, len,
+             "rank %d (host %s): mismatched calls: rank %d is in %s but rank %d (host %s) asked it "
+             "for a connection in %s",
+             rank, br_host_name(), rank, mine_s, peer, peer_host, theirs_s);
 }
 
 int br_desc_matches(const br_slot_desc_t *d, const br_op_t *op)

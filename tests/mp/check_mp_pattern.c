@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Ranks that disagree about a Gather, Scatter or AlltoAll in the call that makes their
+ * p2p connections. These calls run as sends and receives, so ranks in different calls
+ * wait for connections their peers never make: before, each waited out
+ * BRAID_BOOTSTRAP_TIMEOUT and then blamed a connection that did not complete. Now the
+ * connection setup carries the call each end is for (core/group/group_connect.c), and the
+ * ranks fail naming both calls. Four ranks; rank 2 is the odd one:
+ *   - a Gather whose root it places on itself;
+ *   - a Scatter whose root it places on itself;
+ *   - an AllReduce where the others Gather (it waits in its ring, not in connection setup);
+ *   - an AlltoAll of another count (every pair connects, so every rank sees it).
+ * Rule: every rank returns before the deadline; a rank that fails says "mismatched calls"
+ * and names rank 2 (itself or as "rank R reported: ..."); the ranks named in the case (the
+ * ones no connection could ever satisfy) must fail. Processes, threads with
+ * ncclCommInitRank, or one thread driving every rank (ncclCommInitAll); shared memory or
+ * sockets as the ctest entry sets them.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nccl.h>
+
+#include "brt_launch.h"
+
+#define PM_RANKS 4
+#define PM_ODD 2
+#define PM_COUNT ((size_t)1000) /* floats per rank or per block */
+
+typedef enum { PF_GATHER, PF_SCATTER, PF_ALLTOALL, PF_ALLREDUCE } pm_fn_t;
+
+typedef struct {
+    pm_fn_t fn;
+    size_t count;
+    int root;
+} pm_call_t;
+
+typedef struct {
+    const char *name;
+    pm_call_t base; /* what the ranks other than PM_ODD call */
+    pm_call_t odd;
+    unsigned must_fail; /* ranks that cannot complete whatever the timing */
+} pm_case_t;
+
+static const pm_case_t cases[] = {
+    {"Gather root", {PF_GATHER, PM_COUNT, 0}, {PF_GATHER, PM_COUNT, PM_ODD}, 1u << 0 | 1u << PM_ODD},
+    {"Scatter root", {PF_SCATTER, PM_COUNT, 1}, {PF_SCATTER, PM_COUNT, PM_ODD}, 1u << 1 | 1u << PM_ODD},
+    {"AllReduce for Gather", {PF_GATHER, PM_COUNT, 0}, {PF_ALLREDUCE, PM_COUNT, 0},
+     1u << 0 | 1u << PM_ODD},
+    {"AlltoAll count", {PF_ALLTOALL, PM_COUNT, 0}, {PF_ALLTOALL, PM_COUNT - 1, 0}, 0xfu},
+};
+#define PM_NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
+
+static int mode = BRT_MODE_PROC;
+
+static ncclResult_t pm_issue(const pm_call_t *c, const float *in, float *out, ncclComm_t comm)
+{
+    switch (c->fn) {
+    case PF_GATHER: return ncclGather(in, out, c->count, ncclFloat, c->root, comm, NULL);
+    case PF_SCATTER: return ncclScatter(in, out, c->count, ncclFloat, c->root, comm, NULL);
+    case PF_ALLTOALL: return ncclAlltoAll(in, out, c->count, ncclFloat, comm, NULL);
+    default: return ncclAllReduce(in, out, c->count, ncclFloat, ncclSum, comm, NULL);
+    }
+}
+
+/* Is what rank r got from its call (res, the comm's last error) allowed? Appends why not. */
+static int pm_judge(const pm_case_t *c, int r, ncclResult_t res, const char *msg, char *why,
+                    size_t len)
+{
+    char odd[32];
+    snprintf(odd, sizeof(odd), "rank %d", PM_ODD);
+    if (res == ncclSuccess) {
+        if (c->must_fail & (1u << r)) {
+            snprintf(why, len, "rank %d: %s returned success, but it cannot complete", r,
+                     c->name);
+            return 1;
+        }
+        return 0;
+    }
+    if (msg == NULL || strstr(msg, "mismatched calls") == NULL || strstr(msg, odd) == NULL) {
+        snprintf(why, len, "rank %d: %s failed (%d) without naming the mismatch and rank %d: %s",
+                 r, c->name, (int)res, PM_ODD, msg != NULL ? msg : "(no message)");
+        return 1;
+    }
+    return 0;
+}
+
+static int pm_body(brt_rank_ctx_t *ctx)
+{
+    const pm_case_t *c = ctx->arg;
+    const pm_call_t *call = ctx->rank == PM_ODD ? &c->odd : &c->base;
+    size_t n = PM_RANKS * PM_COUNT;
+    float *in = calloc(n, sizeof(float)), *out = calloc(n, sizeof(float));
+    ncclComm_t comm;
+    char why[3072];
+    int bad = 1;
+
+    if (in == NULL || out == NULL) {
+        brt_fail(ctx, "out of memory");
+    } else if (brt_rank_init(ctx, &comm) == ncclSuccess) {
+        brt_doing(ctx, "%s", c->name);
+        ncclResult_t res = pm_issue(call, in, out, comm);
+        bad = pm_judge(c, ctx->rank, res, ncclGetLastError(comm), why, sizeof(why));
+        if (bad) {
+            brt_fail(ctx, "%s", why);
+        }
+        ncclCommAbort(comm);
+    }
+    free(in);
+    free(out);
+    return bad;
+}
+
+/* One thread drives every rank: the group of their calls must fail as a whole. */
+static int pm_initall(const pm_case_t *c, char *why, size_t len)
+{
+    ncclComm_t comms[PM_RANKS];
+    float *in[PM_RANKS], *out[PM_RANKS];
+    size_t n = PM_RANKS * PM_COUNT;
+    int bad = 0;
+
+    if (ncclCommInitAll(comms, PM_RANKS, NULL) != ncclSuccess) {
+        snprintf(why, len, "ncclCommInitAll failed");
+        return 1;
+    }
+    for (int r = 0; r < PM_RANKS; r++) {
+        in[r] = calloc(n, sizeof(float));
+        out[r] = calloc(n, sizeof(float));
+        ck_assert(in[r] != NULL && out[r] != NULL);
+    }
+    ncclGroupStart();
+    for (int r = 0; r < PM_RANKS; r++) {
+        (void)pm_issue(r == PM_ODD ? &c->odd : &c->base, in[r], out[r], comms[r]);
+    }
+    ncclResult_t res = ncclGroupEnd();
+    for (int r = 0; r < PM_RANKS && !bad; r++) {
+        /* One group: an error is every rank's, so every rank must fail. */
+        pm_case_t all = *c;
+        all.must_fail = 0xfu;
+        bad = pm_judge(&all, r, res, ncclGetLastError(comms[r]), why, len);
+    }
+    for (int r = 0; r < PM_RANKS; r++) {
+        ncclCommAbort(comms[r]);
+        free(in[r]);
+        free(out[r]);
+    }
+    return bad;
+}
+
+START_TEST(test_pattern)
+{
+    const pm_case_t *c = &cases[_i];
+    static char out[16384];
+    double timeout = 60 * brt_time_scale();
+    int bad;
+
+    out[0] = '\0';
+    if (mode == BRT_MODE_INITALL) {
+        brt_report_t rep;
+        memset(&rep, 0, sizeof(rep));
+        snprintf(rep.doing, sizeof(rep.doing), "ncclCommInitAll and a group: %s", c->name);
+        brt_watchdog_start(timeout, &rep);
+        bad = pm_initall(c, out, sizeof(out));
+        brt_watchdog_stop();
+    } else if (mode == BRT_MODE_THREADS) {
+        bad = brt_threads_run(PM_RANKS, pm_body, (void *)c, timeout, out, sizeof(out));
+    } else {
+        bad = brt_procs_run(PM_RANKS, pm_body, (void *)c, timeout, out, sizeof(out));
+    }
+    ck_assert_msg(!bad, "%s: %s", c->name, out);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i + 1 < argc; i += 2) {
+        int ranks[BRT_MAX_RANKS], n = 0;
+        if (!brt_layout_option(argv[i], argv[i + 1], &mode, ranks, &n)) {
+            fprintf(stderr, "unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    /* Well past the test's own bound is not needed: a rank that still waits for the
+     * connection after 20 s fails the test by its message. */
+    setenv("BRAID_BOOTSTRAP_TIMEOUT", "20", 0);
+    Suite *s = suite_create("mp_pattern");
+    TCase *tc = tcase_create("mismatch_in_setup");
+    tcase_set_timeout(tc, 120 * brt_time_scale());
+    tcase_add_loop_test(tc, test_pattern, 0, PM_NCASES);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
