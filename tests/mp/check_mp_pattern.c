@@ -23,6 +23,7 @@
 
 #include <nccl.h>
 
+#include "brt_check.h"
 #include "brt_launch.h"
 
 #define PM_RANKS 4
@@ -190,9 +191,5 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 120 * brt_time_scale());
     tcase_add_loop_test(tc, test_pattern, 0, PM_NCASES);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return brt_suite_run(s);
 }
