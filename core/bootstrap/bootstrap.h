@@ -74,6 +74,9 @@ ncclResult_t br_bootstrap_recv_watch(br_bootstrap_t *boot, int peer, int tag, vo
 /* Copy the nth oldest (from 0) message from (peer, tag) that has arrived and is not
  * received yet into data without taking it: 1 if there is one of exactly size bytes. */
 int br_bootstrap_peek(br_bootstrap_t *boot, int peer, int tag, int nth, void *data, size_t size);
+/* How many messages (any peer, any tag) have arrived and are not received yet: a cheap
+ * look before peeking at every peer. Approximate while messages arrive. */
+int br_bootstrap_queued(br_bootstrap_t *boot);
 /* Throw away every message from (peer, tag) that has arrived and is not received yet. */
 void br_bootstrap_drop(br_bootstrap_t *boot, int peer, int tag);
 

@@ -230,6 +230,8 @@ struct br_bootstrap {
     /* Under lock: */
     pthread_mutex_t lock;
     pthread_cond_t cond; /* a message, a hello, a close or an abort arrived */
+    /* Messages in the peers' queues; read without the lock for a cheap first look. */
+    _Atomic int queued;
     int stop;
     int thread_failed;
     int abort_from;

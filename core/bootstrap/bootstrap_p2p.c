@@ -56,13 +56,14 @@ static void queue_push(br_bootstrap_t *boot, int peer, br_boot_msg_t *msg)
         p->head = msg;
     }
     p->tail = msg;
+    atomic_fetch_add_explicit(&boot->queued, 1, memory_order_relaxed);
     pthread_cond_broadcast(&boot->cond);
     pthread_mutex_unlock(&boot->lock);
 }
 
 /* Unlink the oldest message of (kind, tag) from a peer's queue; NULL when none. Called
  * with boot->lock held. */
-static br_boot_msg_t *queue_take(br_boot_rank_t *p, uint32_t kind, int tag)
+static br_boot_msg_t *queue_take(br_bootstrap_t *boot, br_boot_rank_t *p, uint32_t kind, int tag)
 {
     br_boot_msg_t *prev = NULL;
 
@@ -78,6 +79,7 @@ static br_boot_msg_t *queue_take(br_boot_rank_t *p, uint32_t kind, int tag)
         if (p->tail == m) {
             p->tail = prev;
         }
+        atomic_fetch_sub_explicit(&boot->queued, 1, memory_order_relaxed);
         return m;
     }
     return NULL;
@@ -93,6 +95,7 @@ void br_boot_queues_free(br_bootstrap_t *boot)
             m = next;
         }
         boot->peers[r].head = boot->peers[r].tail = NULL;
+        atomic_store_explicit(&boot->queued, 0, memory_order_relaxed);
         free(boot->peers[r].wait_msg);
         free(boot->peers[r].recover_msg);
         boot->peers[r].wait_msg = boot->peers[r].recover_msg = NULL;
@@ -735,7 +738,7 @@ static br_boot_msg_t *take_msg(br_bootstrap_t *boot, int peer, uint32_t kind, in
     int watched = 0;
 
     pthread_mutex_lock(&boot->lock);
-    while ((m = queue_take(p, kind, tag)) == NULL) {
+    while ((m = queue_take(boot, p, kind, tag)) == NULL) {
         res = br_boot_wait_blocked(boot, peer, why, sizeof(why));
         if (res != ncclSuccess) {
             break;
@@ -897,6 +900,11 @@ int br_bootstrap_peek(br_bootstrap_t *boot, int peer, int tag, int nth, void *da
     return found;
 }
 
+int br_bootstrap_queued(br_bootstrap_t *boot)
+{
+    return atomic_load_explicit(&boot->queued, memory_order_relaxed);
+}
+
 void br_bootstrap_drop(br_bootstrap_t *boot, int peer, int tag)
 {
     br_boot_msg_t *m;
@@ -904,7 +912,7 @@ void br_bootstrap_drop(br_bootstrap_t *boot, int peer, int tag)
         return;
     }
     pthread_mutex_lock(&boot->lock);
-    while ((m = queue_take(&boot->peers[peer], BR_BOOT_MSG_USER, tag)) != NULL) {
+    while ((m = queue_take(boot, &boot->peers[peer], BR_BOOT_MSG_USER, tag)) != NULL) {
         free(m);
     }
     pthread_mutex_unlock(&boot->lock);

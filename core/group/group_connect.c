@@ -123,7 +123,9 @@ static int cross_check(connect_job_t *jobs, int n)
 
     for (int a = 0; a < n; a++) {
         for (int b = a + 1; b < n; b++) {
-            if (jobs[a].comm->comm_hash != jobs[b].comm->comm_hash) {
+            /* Two ranks of one communicator: the same id, not the same rank. */
+            if (jobs[a].comm->comm_hash != jobs[b].comm->comm_hash ||
+                jobs[a].comm->rank == jobs[b].comm->rank) {
                 continue;
             }
             for (int i = 0; i < jobs[a].pc.ncalls; i++) {

@@ -196,8 +196,9 @@ typedef struct {
 
 #define WANT_TAG(tag) ((tag) | 0x40000000)
 #define WANT_AFTER_NS (200ull * 1000000ull)
-/* How often complete_all looks at what peers asked for. */
-#define WATCH_EVERY_NS (50ull * 1000000ull)
+/* How often complete_all looks at what peers asked for: from 50 ms, doubling to 1 s. */
+#define WATCH_FIRST_NS (50ull * 1000000ull)
+#define WATCH_MAX_NS (1000ull * 1000000ull)
 
 /* Tell every peer this rank still waits to attach to which call it is in (best effort: a
  * peer that cannot be told is found out by the wait itself). */
@@ -238,6 +239,9 @@ static ncclResult_t check_asks(const conn_watch_t *w)
 {
     br_slot_desc_t call;
 
+    if (br_bootstrap_queued(w->tc->boot) == 0) {
+        return ncclSuccess;
+    }
     for (int p = 0; p < w->tc->nranks; p++) {
         for (int k = 0; p != w->tc->rank && br_transport_peer_ask(w->tc, w->tag, p, k, &call);
              k++) {
@@ -268,7 +272,7 @@ static ncclResult_t complete_all(br_transport_comm_t *tc, br_conn_t **conns, int
                                  conn_watch_t *watch)
 {
     uint64_t deadline = br_time_ns() + (uint64_t)BR_PARAM_INT(BOOTSTRAP_TIMEOUT) * 1000000000ull;
-    uint64_t next_watch = br_time_ns() + WATCH_EVERY_NS;
+    uint64_t watch_every = WATCH_FIRST_NS, next_watch = br_time_ns() + watch_every;
     int left = n;
     char *done = NULL;
 
@@ -314,7 +318,8 @@ static ncclResult_t complete_all(br_transport_comm_t *tc, br_conn_t **conns, int
                 free(done);
                 return res;
             }
-            next_watch = br_time_ns() + WATCH_EVERY_NS;
+            watch_every = watch_every * 2 < WATCH_MAX_NS ? watch_every * 2 : WATCH_MAX_NS;
+            next_watch = br_time_ns() + watch_every;
         }
         if (br_time_ns() > deadline) {
             for (int i = 0; i < n; i++) {

@@ -268,6 +268,9 @@ static int check_asks(br_exec_batch_t *b, br_exec_comm_t *ec)
     uint64_t last = 0;
     char msg[600];
 
+    if (br_bootstrap_queued(ec->tc->boot) == 0) {
+        return 0; /* nobody asked for anything */
+    }
     for (int i = 0; i < b->n; i++) {
         const br_work_t *w = queue_head(&b->queues[i]);
         if (b->queues[i].ec != ec || w == NULL) {

@@ -3,7 +3,8 @@
  * Check suite "bootstrap", point to point: tagged send/recv between every pair of ranks
  * (threads and processes, out-of-order tags, multi-megabyte messages that must not wait
  * for the receiver), connection setup at 8 ranks, several threads of one rank sending at
- * once, and no descriptor left behind after init, traffic, abort and close.
+ * once, no descriptor left behind after init, traffic, abort and close, and looking at
+ * messages in place (peek, drop, the count, a receive that a watch ends).
  */
 #include <check.h>
 #include <pthread.h>
@@ -95,6 +96,73 @@ START_TEST(test_send_concurrent_threads)
 }
 END_TEST
 
+/* What connection setup uses to see what peers asked for: messages looked at in place
+ * (nth of a tag, size checked), counted, dropped, and a receive whose watch ends it. */
+typedef struct {
+    int calls;
+    ncclResult_t give; /* what the watch returns from its second call on */
+} watch_t;
+
+static ncclResult_t watch_fn(void *arg)
+{
+    watch_t *w = arg;
+    return ++w->calls >= 2 ? w->give : ncclSuccess;
+}
+
+static int peek_body(br_bootstrap_t *boot, int rank, int nranks, void *arg)
+{
+    int ret = 0, v = -1;
+    watch_t w = {0, ncclInvalidUsage};
+
+    (void)nranks;
+    (void)arg;
+    if (rank == 0) {
+        for (int k = 0; k < 3; k++) {
+            int x = 10 + k;
+            BT_BODY_CHECK(br_bootstrap_send(boot, 1, 7, &x, sizeof(x)) == ncclSuccess, "send");
+        }
+        int y = 99;
+        BT_BODY_CHECK(br_bootstrap_send(boot, 1, 8, &y, sizeof(y)) == ncclSuccess, "send");
+    }
+    if (rank == 1) {
+        /* Tag 8 went last on the same connection: once it is here, all are. */
+        for (double t0 = bt_now_s(); !br_bootstrap_peek(boot, 0, 8, 0, &v, sizeof(v)) &&
+                                     bt_now_s() - t0 < 10.0;
+             bt_sleep_ms(1)) {
+        }
+        BT_BODY_CHECK(br_bootstrap_queued(boot) == 4, "queued %d, expected 4",
+                      br_bootstrap_queued(boot));
+        for (int k = 0; k < 3; k++) {
+            BT_BODY_CHECK(br_bootstrap_peek(boot, 0, 7, k, &v, sizeof(v)) && v == 10 + k,
+                          "peek %d of tag 7: %d", k, v);
+        }
+        BT_BODY_CHECK(!br_bootstrap_peek(boot, 0, 7, 3, &v, sizeof(v)), "a 4th of tag 7");
+        BT_BODY_CHECK(!br_bootstrap_peek(boot, 0, 8, 0, &v, 2), "peek of the wrong size");
+        BT_BODY_CHECK(!br_bootstrap_peek(boot, 0, 9, 0, &v, sizeof(v)), "peek of tag 9");
+        br_bootstrap_drop(boot, 0, 7);
+        BT_BODY_CHECK(br_bootstrap_queued(boot) == 1, "queued %d after the drop",
+                      br_bootstrap_queued(boot));
+        BT_BODY_CHECK(br_bootstrap_recv(boot, 0, 8, &v, sizeof(v)) == ncclSuccess && v == 99,
+                      "recv of tag 8 after the drop: %d", v);
+        BT_BODY_CHECK(br_bootstrap_queued(boot) == 0, "queued %d at the end",
+                      br_bootstrap_queued(boot));
+        /* Nothing comes on tag 7 now: the watch ends the wait with its error. */
+        BT_BODY_CHECK(br_bootstrap_recv_watch(boot, 0, 7, &v, sizeof(v), watch_fn, &w) ==
+                          ncclInvalidUsage,
+                      "recv_watch did not end with the watch's error");
+        BT_BODY_CHECK(w.calls == 2, "the watch ran %d times", w.calls);
+    }
+    BT_BODY_CHECK(br_bootstrap_barrier(boot) == ncclSuccess, "barrier");
+out:
+    return ret;
+}
+
+START_TEST(test_peek_drop_watch)
+{
+    bt_run_threads(2, peek_body, NULL);
+}
+END_TEST
+
 static int count_fds(void)
 {
     char path[64];
@@ -137,6 +205,7 @@ static Suite *bootstrap_p2p_suite(void)
     tcase_add_test(tc, test_sendrecv_many);
     tcase_add_test(tc, test_send_concurrent_threads);
     tcase_add_test(tc, test_no_fd_leak);
+    tcase_add_test(tc, test_peek_drop_watch);
     suite_add_tcase(s, tc);
     return s;
 }
