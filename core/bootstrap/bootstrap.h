@@ -79,6 +79,10 @@ int br_bootstrap_peek(br_bootstrap_t *boot, int peer, int tag, int nth, void *da
 int br_bootstrap_queued(br_bootstrap_t *boot);
 /* Throw away every message from (peer, tag) that has arrived and is not received yet. */
 void br_bootstrap_drop(br_bootstrap_t *boot, int peer, int tag);
+/* The same for those of them that stale(arg, data, size) says are (called under the
+ * bootstrap's lock: it must only look at the bytes). */
+void br_bootstrap_drop_if(br_bootstrap_t *boot, int peer, int tag,
+                          int (*stale)(void *arg, const void *data, size_t size), void *arg);
 
 /* Tell every other rank that this rank failed, with a reason (best effort, bounded to
  * about a second in total, never blocks on a dead peer). */

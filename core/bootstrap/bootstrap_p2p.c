@@ -905,17 +905,40 @@ int br_bootstrap_queued(br_bootstrap_t *boot)
     return atomic_load_explicit(&boot->queued, memory_order_relaxed);
 }
 
-void br_bootstrap_drop(br_bootstrap_t *boot, int peer, int tag)
+void br_bootstrap_drop_if(br_bootstrap_t *boot, int peer, int tag,
+                          int (*stale)(void *arg, const void *data, size_t size), void *arg)
 {
-    br_boot_msg_t *m;
     if (peer < 0 || peer >= boot->nranks) {
         return;
     }
     pthread_mutex_lock(&boot->lock);
-    while ((m = queue_take(boot, &boot->peers[peer], BR_BOOT_MSG_USER, tag)) != NULL) {
-        free(m);
+    br_boot_rank_t *p = &boot->peers[peer];
+    br_boot_msg_t *prev = NULL, *m = p->head;
+    while (m != NULL) {
+        br_boot_msg_t *next = m->next;
+        if (m->kind == BR_BOOT_MSG_USER && m->tag == tag &&
+            (stale == NULL || stale(arg, m->data, m->size))) {
+            if (prev != NULL) {
+                prev->next = next;
+            } else {
+                p->head = next;
+            }
+            if (p->tail == m) {
+                p->tail = prev;
+            }
+            atomic_fetch_sub_explicit(&boot->queued, 1, memory_order_relaxed);
+            free(m);
+        } else {
+            prev = m;
+        }
+        m = next;
     }
     pthread_mutex_unlock(&boot->lock);
+}
+
+void br_bootstrap_drop(br_bootstrap_t *boot, int peer, int tag)
+{
+    br_bootstrap_drop_if(boot, peer, tag, NULL, NULL);
 }
 
 void br_bootstrap_set_link_fn(br_bootstrap_t *boot, br_bootstrap_link_fn_t fn, void *arg)

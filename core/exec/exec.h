@@ -123,6 +123,7 @@ typedef struct br_exec_comm {
     uint64_t prof_seq[BR_NUM_FUNCS]; /* per-function counters for its events */
     uint64_t symptom_ns;             /* when a local network symptom was first seen */
     uint64_t wait_posted;            /* key of the last wait notice sent to the peers */
+    uint64_t asked_seq; /* the call (br_slot_desc_t seq) whose wants went to its peers */
     ncclResult_t error;              /* sticky: the first failure */
     char error_msg[1024];
     _Atomic int revoked;             /* set by any thread: every call now fails with ... */

@@ -171,6 +171,10 @@ ncclResult_t br_group_connect(gcall_t *cs, int n, ncclComm_t *comms, int ncomms)
         j->pc.send_call = j->send_call;
         j->pc.calls = j->calls;
         j->needed = job_needs(j, cs, n);
+        if (j->pc.ncalls > 0) {
+            /* Wants peers sent while they waited for calls before these are answered. */
+            br_transport_asks_prune(j->comm->tc, BR_TRANSPORT_TAG_P2P, j->calls[0].seq);
+        }
     }
     /* The jobs with connections to make go first, to run in parallel. */
     for (int c = 0; c < ncomms; c++) {

@@ -440,6 +440,12 @@ typedef struct {
  * rank that waits elsewhere to compare with its own: 1 and *call if there is one. */
 int br_transport_peer_ask(br_transport_comm_t *tc, int tag, int peer, int nth,
                           br_slot_desc_t *call);
+/* Tell peer that this rank waits for it in `call` (a want, as a sender that waits for a
+ * receive end sends: the peer compares it with its own call of that number). Best effort. */
+void br_transport_ask(br_transport_comm_t *tc, int tag, int peer, const br_slot_desc_t *call);
+/* Forget the wants peers sent for calls numbered below `seq` (br_slot_desc_t numbering):
+ * this rank is past them. The first look is one atomic load. */
+void br_transport_asks_prune(br_transport_comm_t *tc, int tag, uint64_t seq);
 
 /*
  * Connect a batch of connections: for each i, a receive connection from recv_peers[i]

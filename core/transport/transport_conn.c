@@ -207,8 +207,7 @@ static void send_wants(conn_watch_t *w)
     for (int i = w->next_send; i < w->n; i++) {
         const br_slot_desc_t *call = &w->purpose->send_call[i];
         if (w->send_peers[i] >= 0 && call->seq != 0) {
-            (void)br_bootstrap_send(w->tc->boot, w->send_peers[i], WANT_TAG(w->tag), call,
-                                    sizeof(*call));
+            br_transport_ask(w->tc, w->tag, w->send_peers[i], call);
         }
     }
 }
@@ -232,6 +231,33 @@ int br_transport_peer_ask(br_transport_comm_t *tc, int tag, int peer, int nth,
         }
     }
     return 0;
+}
+
+void br_transport_ask(br_transport_comm_t *tc, int tag, int peer, const br_slot_desc_t *call)
+{
+    (void)br_bootstrap_send(tc->boot, peer, WANT_TAG(tag), call, sizeof(*call));
+}
+
+static int want_below(void *arg, const void *data, size_t size)
+{
+    br_slot_desc_t call;
+    if (size != sizeof(call)) {
+        return 0;
+    }
+    memcpy(&call, data, sizeof(call));
+    return call.seq < *(const uint64_t *)arg;
+}
+
+void br_transport_asks_prune(br_transport_comm_t *tc, int tag, uint64_t seq)
+{
+    if (br_bootstrap_queued(tc->boot) == 0) {
+        return;
+    }
+    for (int p = 0; p < tc->nranks; p++) {
+        if (p != tc->rank) {
+            br_bootstrap_drop_if(tc->boot, p, WANT_TAG(tag), want_below, &seq);
+        }
+    }
 }
 
 /* Give check() every call a peer asked this rank for a connection in. */

@@ -9,7 +9,13 @@
  *   - a Gather whose root it places on itself;
  *   - a Scatter whose root it places on itself;
  *   - an AllReduce where the others Gather (it waits in its ring, not in connection setup);
- *   - an AlltoAll of another count (every pair connects, so every rank sees it).
+ *   - an AlltoAll of another count (every pair connects, so every rank sees it);
+ *   - the Gather and the AllReduce among Gathers again after an AlltoAll made every
+ *     connection: then the ranks wait for data, and after a second each tells the peers
+ *     it waits for which call it is in (exec_health.c post_asks). (A Scatter of another
+ *     root is no such case once connected: every rank only sends or only receives from
+ *     its root, the sends land in the peers' slots, and the stray ones fail the next
+ *     receive that meets them, by their descriptors.)
  * Rule: every rank returns before the deadline; a rank that fails says "mismatched calls"
  * and names rank 2 (itself or as "rank R reported: ..."); the ranks named in the case (the
  * ones no connection could ever satisfy) must fail. Processes, threads with
@@ -43,14 +49,21 @@ typedef struct {
     pm_call_t base; /* what the ranks other than PM_ODD call */
     pm_call_t odd;
     unsigned must_fail; /* ranks that cannot complete whatever the timing */
+    int warm;           /* an AlltoAll first: every connection exists at the odd call */
 } pm_case_t;
 
 static const pm_case_t cases[] = {
-    {"Gather root", {PF_GATHER, PM_COUNT, 0}, {PF_GATHER, PM_COUNT, PM_ODD}, 1u << 0 | 1u << PM_ODD},
-    {"Scatter root", {PF_SCATTER, PM_COUNT, 1}, {PF_SCATTER, PM_COUNT, PM_ODD}, 1u << 1 | 1u << PM_ODD},
+    {"Gather root", {PF_GATHER, PM_COUNT, 0}, {PF_GATHER, PM_COUNT, PM_ODD},
+     1u << 0 | 1u << PM_ODD, 0},
+    {"Scatter root", {PF_SCATTER, PM_COUNT, 1}, {PF_SCATTER, PM_COUNT, PM_ODD},
+     1u << 1 | 1u << PM_ODD, 0},
     {"AllReduce for Gather", {PF_GATHER, PM_COUNT, 0}, {PF_ALLREDUCE, PM_COUNT, 0},
-     1u << 0 | 1u << PM_ODD},
-    {"AlltoAll count", {PF_ALLTOALL, PM_COUNT, 0}, {PF_ALLTOALL, PM_COUNT - 1, 0}, 0xfu},
+     1u << 0 | 1u << PM_ODD, 0},
+    {"AlltoAll count", {PF_ALLTOALL, PM_COUNT, 0}, {PF_ALLTOALL, PM_COUNT - 1, 0}, 0xfu, 0},
+    {"Gather root, connected", {PF_GATHER, PM_COUNT, 0}, {PF_GATHER, PM_COUNT, PM_ODD},
+     1u << 0 | 1u << PM_ODD, 1},
+    {"AllReduce for Gather, connected", {PF_GATHER, PM_COUNT, 0}, {PF_ALLREDUCE, PM_COUNT, 0},
+     1u << 0 | 1u << PM_ODD, 1},
 };
 #define PM_NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
 
@@ -101,11 +114,36 @@ static int pm_body(brt_rank_ctx_t *ctx)
     if (in == NULL || out == NULL) {
         brt_fail(ctx, "out of memory");
     } else if (brt_rank_init(ctx, &comm) == ncclSuccess) {
+        static const pm_call_t warm = {PF_ALLTOALL, PM_COUNT, 0};
+        ncclResult_t res = ncclSuccess;
+        if (c->warm) {
+            brt_doing(ctx, "the AlltoAll before %s", c->name);
+            res = pm_issue(&warm, in, out, comm);
+        }
         brt_doing(ctx, "%s", c->name);
-        ncclResult_t res = pm_issue(call, in, out, comm);
+        if (res != ncclSuccess) {
+            brt_fail(ctx, "the AlltoAll before %s failed: %s", c->name, ncclGetLastError(comm));
+            ncclCommAbort(comm);
+            free(in);
+            free(out);
+            return 1;
+        }
+        res = pm_issue(call, in, out, comm);
         bad = pm_judge(c, ctx->rank, res, ncclGetLastError(comm), why, sizeof(why));
         if (bad) {
             brt_fail(ctx, "%s", why);
+        }
+        /* A rank that is done stays until every rank is: one that left would be seen as
+         * gone by the ranks still waiting, and fail them for that instead. */
+        __atomic_store_n(&ctx->report->progress, 1, __ATOMIC_RELEASE);
+        for (double t0 = brt_now(); brt_now() - t0 < 30 * brt_time_scale(); brt_sleep_ms(5)) {
+            int all = 1;
+            for (int r = 0; r < ctx->nranks; r++) {
+                all &= __atomic_load_n(&ctx->all[r].progress, __ATOMIC_ACQUIRE) >= 1;
+            }
+            if (all) {
+                break;
+            }
         }
         ncclCommAbort(comm);
     }
@@ -131,11 +169,26 @@ static int pm_initall(const pm_case_t *c, char *why, size_t len)
         out[r] = calloc(n, sizeof(float));
         ck_assert(in[r] != NULL && out[r] != NULL);
     }
-    ncclGroupStart();
-    for (int r = 0; r < PM_RANKS; r++) {
-        (void)pm_issue(r == PM_ODD ? &c->odd : &c->base, in[r], out[r], comms[r]);
+    static const pm_call_t warm = {PF_ALLTOALL, PM_COUNT, 0};
+    ncclResult_t res = ncclSuccess;
+    if (c->warm) {
+        ncclGroupStart();
+        for (int r = 0; r < PM_RANKS; r++) {
+            (void)pm_issue(&warm, in[r], out[r], comms[r]);
+        }
+        res = ncclGroupEnd();
     }
-    ncclResult_t res = ncclGroupEnd();
+    if (res != ncclSuccess) {
+        snprintf(why, len, "the AlltoAll before %s failed: %s", c->name,
+                 ncclGetLastError(comms[0]));
+        bad = 1;
+    } else {
+        ncclGroupStart();
+        for (int r = 0; r < PM_RANKS; r++) {
+            (void)pm_issue(r == PM_ODD ? &c->odd : &c->base, in[r], out[r], comms[r]);
+        }
+        res = ncclGroupEnd();
+    }
     for (int r = 0; r < PM_RANKS && !bad; r++) {
         /* One group: an error is every rank's, so every rank must fail. */
         pm_case_t all = *c;

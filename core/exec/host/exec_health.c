@@ -258,18 +258,66 @@ static int check_dead_peer(br_exec_batch_t *b, br_exec_comm_t *ec, char *what, s
     return 0;
 }
 
-/* A rank in another call of the same number waits in p2p connection setup for this one
- * (it published a receive end from this rank, or wants to send here): the calls differ,
- * and the connection it waits for will not come. Returns 1 when it failed the
- * communicator. */
+/* After this long blocked in a call, a rank tells the peers it waits for which call it is
+ * in (br_transport_ask): a peer blocked in another call of that number finds out. */
+#define ASK_AFTER_NS (1000ull * 1000000ull)
+
+/* Send the wants of the call the queues wait in, once per call: to each distinct peer a
+ * queue of that call waits for. */
+static void post_asks(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_ns)
+{
+    br_slot_desc_t call = {0, 0, 0, 0, 0};
+    uint64_t told[4] = {0, 0, 0, 0}; /* peers told (the first 256; a later one may be told
+                                      * twice, which only costs a message) */
+
+    if (blocked_ns < ASK_AFTER_NS) {
+        return;
+    }
+    for (int i = 0; i < b->n; i++) {
+        const br_exec_queue_t *q = &b->queues[i];
+        const br_work_t *w = queue_head(q);
+        int p = q->wait_peer;
+        if (q->ec != ec || w == NULL || p < 0 || p >= ec->nranks || p == ec->rank) {
+            continue;
+        }
+        br_slot_desc_t c = br_exec_call_desc(&w->op);
+        if (c.seq == 0 || c.seq == ec->asked_seq || (call.seq != 0 && c.seq != call.seq)) {
+            continue;
+        }
+        call = c;
+        if (p < 256 && (told[p / 64] >> (p % 64) & 1)) {
+            continue;
+        }
+        if (p < 256) {
+            told[p / 64] |= 1ull << (p % 64);
+        }
+        br_transport_ask(ec->tc, BR_TRANSPORT_TAG_P2P, p, &call);
+    }
+    if (call.seq != 0) {
+        ec->asked_seq = call.seq;
+    }
+}
+
+/* A rank in another call of the same number waits for this one: in p2p connection setup
+ * (it published a receive end from this rank, or wants to send here), or blocked in its
+ * call (post_asks). The calls differ, and what it waits for will not come. Returns 1 when
+ * it failed the communicator. */
 static int check_asks(br_exec_batch_t *b, br_exec_comm_t *ec)
 {
     br_slot_desc_t mine, theirs;
-    uint64_t last = 0;
+    uint64_t last = 0, oldest = UINT64_MAX;
     char msg[600];
 
     if (br_bootstrap_queued(ec->tc->boot) == 0) {
         return 0; /* nobody asked for anything */
+    }
+    for (int i = 0; i < b->n; i++) {
+        const br_work_t *w = queue_head(&b->queues[i]);
+        uint64_t seq = w != NULL && b->queues[i].ec == ec ? br_exec_call_desc(&w->op).seq : 0;
+        oldest = seq != 0 && seq < oldest ? seq : oldest;
+    }
+    if (oldest != UINT64_MAX) {
+        br_transport_asks_prune(ec->tc, BR_TRANSPORT_TAG_P2P, oldest); /* calls we are past */
     }
     for (int i = 0; i < b->n; i++) {
         const br_work_t *w = queue_head(&b->queues[i]);
@@ -355,6 +403,7 @@ int br_exec_health_check(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocke
             return 1;
         }
     }
+    post_asks(b, ec, blocked_ns);
     if (check_asks(b, ec) || check_net_closed(b, ec, what, sizeof(what))) {
         return 1;
     }

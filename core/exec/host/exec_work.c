@@ -97,8 +97,8 @@ void br_exec_call_mismatch(char *buf, size_t len, int rank, const br_slot_desc_t
     br_desc_describe(mine_s, sizeof(mine_s), mine);
     br_desc_describe(theirs_s, sizeof(theirs_s), theirs);
     snprintf(buf, len,
-             "rank %d (host %s): mismatched calls: rank %d is in %s but rank %d (host %s) asked it "
-             "for a connection in %s",
+             "rank %d (host %s): mismatched calls: rank %d is in %s but rank %d (host %s) waits for "
+             "it in %s",
              rank, br_host_name(), rank, mine_s, peer, peer_host, theirs_s);
 }
 
