@@ -16,6 +16,8 @@
  *     root is no such case once connected: every rank only sends or only receives from
  *     its root, the sends land in the peers' slots, and the stray ones fail the next
  *     receive that meets them, by their descriptors.)
+ * And the other side ("slow_rank"): calls that agree, one rank late by more than a second
+ * before each, must all succeed with the right values.
  * Rule: every rank returns before the deadline; a rank that fails says "mismatched calls"
  * and names rank 2 (itself or as "rank R reported: ..."); the ranks named in the case (the
  * ones no connection could ever satisfy) must fail. Processes, threads with
@@ -203,6 +205,89 @@ static int pm_initall(const pm_case_t *c, char *why, size_t len)
     return bad;
 }
 
+/* The other side: calls that agree, with rank 2 late by more than the second after which
+ * the others tell it what they wait in (and a Gather whose root is the late rank, where
+ * the sends wait for it in connection setup at the first call). Every call must succeed
+ * with the right values: a want must never be taken for a mismatch. */
+#define PM_SLOW_CALLS 6
+#define PM_SLOW_MS 1300
+
+static float pm_val(int r, size_t i)
+{
+    return (float)(r * 1000 + (int)(i % 997));
+}
+
+static int pm_slow_body(brt_rank_ctx_t *ctx)
+{
+    static const pm_call_t prog[PM_SLOW_CALLS] = {
+        {PF_GATHER, PM_COUNT, PM_ODD}, {PF_ALLREDUCE, PM_COUNT, 0}, {PF_SCATTER, PM_COUNT, 1},
+        {PF_ALLTOALL, PM_COUNT, 0},    {PF_GATHER, PM_COUNT, 0},    {PF_ALLREDUCE, PM_COUNT, 0}};
+    size_t n = PM_RANKS * PM_COUNT;
+    float *in = calloc(n, sizeof(float)), *out = calloc(n, sizeof(float));
+    ncclComm_t comm;
+    int bad = 0, r = ctx->rank;
+
+    if (in == NULL || out == NULL || brt_rank_init(ctx, &comm) != ncclSuccess) {
+        free(in);
+        free(out);
+        return 1;
+    }
+    for (int k = 0; k < PM_SLOW_CALLS && !bad; k++) {
+        const pm_call_t *c = &prog[k];
+        for (size_t i = 0; i < n; i++) {
+            in[i] = pm_val(r, i);
+            out[i] = -1.0f;
+        }
+        if (r == PM_ODD) {
+            brt_sleep_ms(PM_SLOW_MS);
+        }
+        brt_doing(ctx, "call %d of the slow program", k);
+        ncclResult_t res = pm_issue(c, in, out, comm);
+        if (res != ncclSuccess) {
+            brt_fail(ctx, "call %d (%d) failed: %s", k, (int)c->fn, ncclGetLastError(comm));
+            bad = 1;
+            break;
+        }
+        /* Element i of what rank r holds after the call. */
+        for (size_t i = 0; i < PM_COUNT * PM_RANKS && !bad; i++) {
+            size_t blk = i / PM_COUNT, off = i % PM_COUNT;
+            float want = out[i], got = out[i];
+            if (c->fn == PF_GATHER && r == c->root) {
+                want = pm_val((int)blk, off);
+            } else if (c->fn == PF_SCATTER && blk == 0) {
+                want = pm_val(c->root, (size_t)r * PM_COUNT + off);
+            } else if (c->fn == PF_ALLTOALL) {
+                want = pm_val((int)blk, (size_t)r * PM_COUNT + off);
+            } else if (c->fn == PF_ALLREDUCE && blk == 0) {
+                want = 0.0f;
+                for (int q = 0; q < PM_RANKS; q++) {
+                    want += pm_val(q, off);
+                }
+            }
+            if (got != want) {
+                brt_fail(ctx, "call %d (%d): element %zu is %g, expected %g", k, (int)c->fn, i,
+                         (double)got, (double)want);
+                bad = 1;
+            }
+        }
+    }
+    ncclCommAbort(comm);
+    free(in);
+    free(out);
+    return bad;
+}
+
+START_TEST(test_slow_rank)
+{
+    static char out[16384];
+    double timeout = 60 * brt_time_scale();
+    int bad = mode == BRT_MODE_THREADS
+                  ? brt_threads_run(PM_RANKS, pm_slow_body, NULL, timeout, out, sizeof(out))
+                  : brt_procs_run(PM_RANKS, pm_slow_body, NULL, timeout, out, sizeof(out));
+    ck_assert_msg(!bad, "a late rank in calls that agree: %s", out);
+}
+END_TEST
+
 START_TEST(test_pattern)
 {
     const pm_case_t *c = &cases[_i];
@@ -244,5 +329,11 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 120 * brt_time_scale());
     tcase_add_loop_test(tc, test_pattern, 0, PM_NCASES);
     suite_add_tcase(s, tc);
+    if (mode != BRT_MODE_INITALL) {
+        TCase *ts = tcase_create("slow_rank");
+        tcase_set_timeout(ts, 120 * brt_time_scale());
+        tcase_add_test(ts, test_slow_rank);
+        suite_add_tcase(s, ts);
+    }
     return brt_suite_run(s);
 }
