@@ -137,7 +137,9 @@ BR_DEV_HD uint64_t br_dev_now_ns(void)
  * pipeline (the peer it waits for may share the SM). */
 #define BR_DEV_YIELD() __nanosleep(64)
 
-/* First failure wins: only the block that turns status from 0 fills in the report. */
+/* The device's first failure wins: only the block that turns the claim from 0 fills in the
+ * device's report. atomicCAS is GPU scope: atomic among the blocks of one GPU, which is
+ * why each device has its own claim word in its own memory (exec_cuda_setup.c). */
 BR_DEV_HD int br_dev_claim_status(uint32_t *claim, uint32_t code)
 {
     return atomicCAS((unsigned int *)claim, 0u, code) == 0u;

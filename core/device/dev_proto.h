@@ -33,7 +33,7 @@
  * epoch clears it, so no line left from the previous epoch carries a current flag. */
 #define BR_DEV_EPOCH_MASK ((1ull << 30) - 1)
 
-/* How often (in polls) a spinning thread looks at the abort flag, the launch's status and
+/* How often (in polls) a spinning thread looks at the abort flag, the clique's stop word and
  * the clock: reads of host-mapped memory are slow. */
 #define BR_DEV_CHECK_EVERY 64
 
@@ -56,19 +56,25 @@ typedef struct {
     uint64_t start;
 } br_dev_wait_t;
 
-/* Report a failure; the first one in the launch wins (status is claimed atomically, then
- * the details are written; the host reads them once the kernel has finished). */
+/* Report a failure: the first one of this device's launch claims the device's word and
+ * writes the device's report (status last; the host reads it once status says it is
+ * there), and every failing block raises the clique's stop word, so that blocks on every
+ * device give up. Blocks of other devices may report at the same time, each into its own
+ * device's report: the host picks one (exec_cuda.c). */
 BR_DEV_HD void br_dev_fail(const br_dev_launch_t *L, uint32_t code, int32_t rank, int32_t peer,
                            uint64_t step)
 {
     if (br_dev_claim_status(L->claim, code)) {
-        *L->fail_rank = rank;
-        *L->fail_peer = peer;
-        *L->fail_step = step;
+        volatile br_dev_report_t *R = L->report;
+        R->rank = rank;
+        R->peer = peer;
+        R->step = step;
+        R->time_ns = br_dev_now_ns();
         br_dev_fence(); /* the report before the status that says it is there */
-        *L->status = code;
-        br_dev_fence();
+        R->status = code;
     }
+    *L->stop = 1u;
+    br_dev_fence();
 }
 
 BR_DEV_HD void br_dev_wait_init(br_dev_wait_t *W, const br_dev_launch_t *L, int32_t rank)
@@ -85,8 +91,8 @@ BR_DEV_HD int br_dev_wait_tick(br_dev_wait_t *W, int32_t peer, uint64_t step)
 {
     const br_dev_launch_t *L = W->L;
     if (++W->polls % BR_DEV_CHECK_EVERY == 0) {
-        if (*L->status != BR_DEV_OK) {
-            return 1; /* another block failed: its peers would wait for ever */
+        if (*L->stop != 0) {
+            return 1; /* a block (of any device) failed: its peers would wait for ever */
         }
         if (L->abort_flag != NULL && *L->abort_flag != 0) {
             br_dev_fail(L, BR_DEV_ABORTED, W->rank, peer, step);

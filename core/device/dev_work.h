@@ -39,7 +39,7 @@
 #define BR_DEV_LL128_DATA 120u                   /* LL128: data bytes per line */
 #define BR_DEV_MAX_PEERS (2 + BR_MAX_TREE_ARITY) /* connections of one block, each way */
 
-/* Error codes a kernel reports (br_dev_launch_t.status). */
+/* Error codes a kernel reports (br_dev_report_t.status). */
 #define BR_DEV_OK 0
 #define BR_DEV_ABORTED 1  /* the abort flag was raised while waiting */
 #define BR_DEV_TIMEOUT 2  /* a wait exceeded wait_timeout_ns (peer not progressing) */
@@ -133,21 +133,34 @@ typedef struct {
     int32_t channel;
 } br_dev_block_t;
 
+/* One device's failure report, in host-mapped memory, filled by the one block of that device
+ * that took the device's claim: status (BR_DEV_*) last, after the rest. Every device of a
+ * clique has its own (a claim shared by several GPUs would not be atomic: docs/cuda.md);
+ * the host keeps the one that failed first (time_ns, then the lowest device index). */
+typedef struct {
+    uint32_t status;
+    int32_t rank; /* rank whose block failed */
+    int32_t peer; /* the peer it waited for or disagreed with (-1: none) */
+    uint32_t pad;
+    uint64_t step;    /* the step */
+    uint64_t time_ns; /* %globaltimer when it failed */
+} br_dev_report_t;
+
 /* One launch. */
 typedef struct {
     const br_dev_block_t *blocks; /* gridDim.x entries */
     const br_dev_work_t *works;
     volatile uint32_t *abort_flag; /* host-mapped; nonzero: give up waiting */
     uint64_t wait_timeout_ns;      /* a wait longer than this fails (0: never) */
-    /* Device memory, 0 until a block fails: the first failure claims it (a compare-and-swap
-     * on device memory, which every GPU supports; on host-mapped memory it may not be). */
+    /* In the memory of the device this launch runs on, 0 until one of its blocks fails: the
+     * first failure of the device claims it with a GPU-scope compare-and-swap, which is
+     * atomic because every block that takes it runs on that device. */
     uint32_t *claim;
-    /* Host-mapped report of the first failure: status (BR_DEV_*), then who and where,
-     * written by the block that claimed it. */
-    volatile uint32_t *status;
-    volatile int32_t *fail_rank;  /* rank whose block failed */
-    volatile int32_t *fail_peer;  /* the peer it waited for or disagreed with (-1: none) */
-    volatile uint64_t *fail_step; /* the step */
+    /* Host-mapped, shared by the launches of every device of the clique: nonzero once a
+     * block of any of them failed (every failing block stores 1; no atomic needed), so
+     * that the others stop waiting. */
+    volatile uint32_t *stop;
+    volatile br_dev_report_t *report; /* host-mapped: this device's report */
     uint32_t one_gpu; /* every block of every rank on this GPU: LL128 fences at GPU scope */
 } br_dev_launch_t;
 

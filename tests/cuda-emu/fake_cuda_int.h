@@ -118,9 +118,11 @@ __attribute__((noreturn, format(printf, 1, 2))) void misuse(const char *fmt, ...
 int env_on(const char *key);
 
 /* fake_cuda_mem.c: may the device reach [p, p + n) (device memory, or host memory mapped
- * for it)? Is p inside device memory (allocated here or opened from an IPC handle)? */
+ * for it)? Is p inside device memory (allocated here or opened from an IPC handle)? Whose
+ * (the device's ordinal, -1: not device memory)? */
 int device_reaches(uintptr_t p, size_t n);
 int is_device_memory(uintptr_t p);
+int memory_device(uintptr_t p);
 
 /* fake_cuda_stream.c: the stream of a handle (NULL: the legacy default stream), a new
  * stream (blocking: ordered after the legacy stream) and its end (drained first), a new

@@ -106,7 +106,8 @@ static void check_reduce_args(const br_dev_reduce_t *R)
     reach_arg(k, "the PreMulSum scalar", R->scalar_dev, 1);
 }
 
-static void check_fifo_args(const br_dev_launch_t *L, unsigned nblocks)
+/* dev: the device the kernel runs on. */
+static void check_fifo_args(const br_dev_launch_t *L, unsigned nblocks, int dev)
 {
     const char *k = "br_dev_kernel";
     uint32_t nworks = 0;
@@ -117,14 +118,21 @@ static void check_fifo_args(const br_dev_launch_t *L, unsigned nblocks)
     }
     reach_arg(k, "the work items", L->works, nworks * sizeof(br_dev_work_t));
     reach_arg(k, "the abort flag", (const void *)L->abort_flag, sizeof(uint32_t));
-    reach_arg(k, "the status", (const void *)L->status, sizeof(uint32_t));
-    reach_arg(k, "the failing rank", (const void *)L->fail_rank, sizeof(int32_t));
-    reach_arg(k, "the failing peer", (const void *)L->fail_peer, sizeof(int32_t));
-    reach_arg(k, "the failing step", (const void *)L->fail_step, sizeof(uint64_t));
-    if (!is_device_memory((uintptr_t)L->claim)) {
+    reach_arg(k, "the stop word", (const void *)L->stop, sizeof(uint32_t));
+    reach_arg(k, "the failure report", (const void *)L->report, sizeof(br_dev_report_t));
+    int claim_dev = memory_device((uintptr_t)L->claim);
+    if (claim_dev < 0) {
         misuse("%s: the failure claim at %p is not device memory (an atomic compare-and-swap "
                "on host-mapped memory is not guaranteed)",
                k, (void *)L->claim);
+    }
+    /* The kernel's blocks take the claim with atomicCAS, which is GPU scope: atomic only
+     * with the atomics of threads on the same GPU. Blocks of two GPUs taking one word (a
+     * peer's memory for one of them) may both win it. */
+    if (claim_dev != dev) {
+        misuse("%s: the failure claim at %p is device %d's memory and the kernel runs on "
+               "device %d: its GPU-scope atomicCAS is not atomic with device %d's own",
+               k, (void *)L->claim, claim_dev, dev, claim_dev);
     }
 }
 
@@ -162,7 +170,8 @@ static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned 
         check_direct_args(&o->direct_args);
     } else {
         memcpy(&o->launch, params[0], sizeof(o->launch));
-        check_fifo_args(&o->launch, gx);
+        const stream_t *st = stream_of(h);
+        check_fifo_args(&o->launch, gx, st->legacy ? ctx_device() : st->dev);
     }
     o->nblocks = gx;
     o->cooperative = cooperative;

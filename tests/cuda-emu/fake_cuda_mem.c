@@ -72,12 +72,18 @@ static int alloc_remove(uintptr_t base, int opened, alloc_t *out)
     return found;
 }
 
-int is_device_memory(uintptr_t p)
+int memory_device(uintptr_t p)
 {
     pthread_mutex_lock(&mem_mu);
-    int yes = find_alloc(p) != NULL;
+    const alloc_t *a = find_alloc(p);
+    int dev = a != NULL ? a->ordinal : -1;
     pthread_mutex_unlock(&mem_mu);
-    return yes;
+    return dev;
+}
+
+int is_device_memory(uintptr_t p)
+{
+    return memory_device(p) >= 0;
 }
 
 /* Device memory is a shared mapping of a memfd, so that another process can map it from

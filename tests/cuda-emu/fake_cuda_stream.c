@@ -131,9 +131,79 @@ static void blocks_give(int dev, int n)
     pthread_mutex_unlock(&sm_mu);
 }
 
+/* Fault injection, by environment variables that list ranks (comma-separated): is block b
+ * of a FIFO kernel one of the ranks listed in `key`? *count: how many ranks it lists. */
+static int rank_listed(const char *key, const br_dev_launch_t *L, unsigned b, int *count)
+{
+    const char *e = getenv(key);
+    int listed = 0, n = 0;
+    for (const char *p = e != NULL ? e : ""; *p != '\0'; n++) {
+        char *end = NULL;
+        long r = strtol(p, &end, 10);
+        if (end == p || (*end != ',' && *end != '\0')) {
+            fprintf(stderr, "fake_cuda: %s='%s' is not a list of ranks\n", key, e);
+            abort();
+        }
+        listed |= r == L->blocks[b].rank;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (count != NULL) {
+        *count = n;
+    }
+    return listed;
+}
+
+/* BRAID_FAKE_CUDA_BAD_RANKS: the first work item of these ranks' blocks has a kind the
+ * kernel does not know, and each such block starts only once one block of every listed
+ * rank has (at most 5 s), so that kernels on several devices fail in the same instant.
+ * Returns the launch the block runs: L, or a copy of it over corrupted work items (which
+ * *copy then holds, for the caller to free). */
+static pthread_mutex_t bad_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t bad_cv = PTHREAD_COND_INITIALIZER;
+static int bad_arrived;
+
+static const br_dev_launch_t *bad_launch(const br_dev_launch_t *L, unsigned b, unsigned nblocks,
+                                         void **copy)
+{
+    int nlisted = 0;
+    *copy = NULL;
+    if (!rank_listed("BRAID_FAKE_CUDA_BAD_RANKS", L, b, &nlisted) || L->blocks[b].nworks == 0) {
+        return L;
+    }
+    uint32_t nworks = 0;
+    for (unsigned i = 0; i < nblocks; i++) {
+        uint32_t end = L->blocks[i].first + L->blocks[i].nworks;
+        nworks = end > nworks ? end : nworks;
+    }
+    size_t wb = ((size_t)nworks * sizeof(br_dev_work_t) + 127) / 128 * 128;
+    char *c = aligned_alloc(128, 128 + wb);
+    if (c == NULL) {
+        fprintf(stderr, "fake_cuda: out of memory for BRAID_FAKE_CUDA_BAD_RANKS\n");
+        abort();
+    }
+    br_dev_launch_t *bl = (br_dev_launch_t *)(void *)c;
+    br_dev_work_t *w = (br_dev_work_t *)(void *)(c + 128);
+    *bl = *L;
+    memcpy(w, L->works, (size_t)nworks * sizeof(*w));
+    w[L->blocks[b].first].kind = 0; /* no kind of BR_DEV_WORK_* */
+    bl->works = w;
+    *copy = c;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    pthread_mutex_lock(&bad_mu);
+    bad_arrived++;
+    pthread_cond_broadcast(&bad_cv);
+    while (bad_arrived % nlisted != 0 && pthread_cond_timedwait(&bad_cv, &bad_mu, &until) == 0) {
+    }
+    pthread_mutex_unlock(&bad_mu);
+    return bl;
+}
+
 typedef struct {
     const br_dev_launch_t *L;
     int b, dev, give; /* give: the block returns its room when it ends */
+    unsigned nblocks; /* of the launch */
 } block_arg_t;
 
 /* Threads per block (BRAID_FAKE_CUDA_BLOCK_THREADS, 2 unless set, at most 8): they share
@@ -163,6 +233,8 @@ static void *block_main(void *p)
 {
     block_arg_t *a = p;
     const int nthr = block_threads();
+    void *bad_copy = NULL;
+    const br_dev_launch_t *L = bad_launch(a->L, (unsigned)a->b, a->nblocks, &bad_copy);
     br_dev_shared_t *sh = aligned_alloc(16, (sizeof(*sh) + 15) / 16 * 16);
     pthread_barrier_t barrier;
     pthread_t th[8];
@@ -172,7 +244,7 @@ static void *block_main(void *p)
         abort();
     }
     for (int i = 0; i < nthr; i++) {
-        t[i] = (block_thread_t){a->L, sh, &barrier, a->b, i, nthr};
+        t[i] = (block_thread_t){L, sh, &barrier, a->b, i, nthr};
         if (i > 0 && pthread_create(&th[i], NULL, block_thread, &t[i]) != 0) {
             fprintf(stderr, "fake_cuda: cannot start a block's thread\n");
             abort();
@@ -184,6 +256,7 @@ static void *block_main(void *p)
     }
     pthread_barrier_destroy(&barrier);
     free(sh);
+    free(bad_copy);
     if (a->give) {
         blocks_give(a->dev, 1);
     }
@@ -209,11 +282,14 @@ static void land(op_t *o);
 
 /* A kernel of the interpreter: every block its own thread, started as room on the device
  * allows (a cooperative launch takes room for all of them at once); the queue goes on once
- * every block has started. */
+ * every block has started. The blocks of ranks listed in BRAID_FAKE_CUDA_STALL_RANKS (fault
+ * injection) start only once the launch's other blocks have ended, as blocks that stopped
+ * making progress look to their peers. */
 static void run_kernel(stream_t *s, op_t *o)
 {
     pthread_t *th = calloc(o->nblocks, sizeof(*th));
     block_arg_t *args = calloc(o->nblocks, sizeof(*args));
+    char *stalled = calloc(o->nblocks, 1);
     /* The block scheduler dispatches a plain launch's blocks one at a time
      * (BRAID_FAKE_CUDA_DISPATCH_US apart, 1000), so that two kernels launched together
      * interleave; a cooperative launch takes room for all of its blocks at once. */
@@ -228,18 +304,31 @@ static void run_kernel(stream_t *s, op_t *o)
             }
             blocks_take(s->dev, 1, b, o->nblocks);
         }
-        args[b] = (block_arg_t){&o->launch, (int)b, s->dev, !o->cooperative};
-        pthread_create(&th[b], NULL, block_main, &args[b]);
+        args[b] = (block_arg_t){&o->launch, (int)b, s->dev, !o->cooperative, o->nblocks};
+        stalled[b] = (char)rank_listed("BRAID_FAKE_CUDA_STALL_RANKS", &o->launch, b, NULL);
+        if (!stalled[b]) {
+            pthread_create(&th[b], NULL, block_main, &args[b]);
+        }
     }
     queue_dispatched(s, o);
-    for (unsigned b = 0; b < o->nblocks; b++) {
-        pthread_join(th[b], NULL);
+    for (int pass = 0; pass < 2; pass++) {
+        for (unsigned b = 0; b < o->nblocks; b++) {
+            if (pass == 1 && stalled[b]) {
+                pthread_create(&th[b], NULL, block_main, &args[b]);
+            }
+        }
+        for (unsigned b = 0; b < o->nblocks; b++) {
+            if (stalled[b] == pass) {
+                pthread_join(th[b], NULL);
+            }
+        }
     }
     if (o->cooperative) {
         blocks_give(s->dev, (int)o->nblocks);
     }
     free(th);
     free(args);
+    free(stalled);
 }
 
 /* A kernel that waits for nothing (direct, reduce): every thread of every block of its

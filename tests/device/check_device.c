@@ -334,7 +334,7 @@ static int coll_case(const ccase_t *k, char *msg, size_t len)
             char d[400];
             describe(k, d, sizeof(d));
             snprintf(msg, len, "%s: launch %d failed: status %u rank %d peer %d step %llu", d, l,
-                     st, E.fail_rank, E.fail_peer, (unsigned long long)E.fail_step);
+                     st, E.report.rank, E.report.peer, (unsigned long long)E.report.step);
             fail = 1;
         }
         for (int o = 0; o < k->nops; o++) {
@@ -612,11 +612,11 @@ START_TEST(test_mismatch)
     ck_assert_uint_eq(emu_launch(&E, blocks, nb, works, 10000000000ull, 0), BR_DEV_MISMATCH);
     const int *ring = br_graph_ring(f.g, 0), *pos = br_graph_ring_pos(f.g, 0);
     int prev2 = ring[(pos[2] + k.n - 1) % k.n];
-    if (E.fail_rank == 2) {
-        ck_assert_int_eq(E.fail_peer, prev2);
+    if (E.report.rank == 2) {
+        ck_assert_int_eq(E.report.peer, prev2);
     } else {
-        ck_assert_int_eq(E.fail_peer, 2);
-        ck_assert_int_eq(E.fail_rank, ring[(pos[2] + 1) % k.n]);
+        ck_assert_int_eq(E.report.peer, 2);
+        ck_assert_int_eq(E.report.rank, ring[(pos[2] + 1) % k.n]);
     }
     op_free(&k, &B);
     emu_fabric_free(&f);
@@ -646,8 +646,8 @@ START_TEST(test_abort_timeout)
                           : emu_launch(&E, blocks, nb, works, 0, 30000000ull);
     uint64_t took = br_dev_now_ns() - t0;
     ck_assert_uint_eq(st, timeout ? BR_DEV_TIMEOUT : BR_DEV_ABORTED);
-    ck_assert_int_eq(E.fail_rank, 0);
-    ck_assert_int_eq(E.fail_peer, 1);
+    ck_assert_int_eq(E.report.rank, 0);
+    ck_assert_int_eq(E.report.peer, 1);
     ck_assert_msg(took >= 30000000ull && took < 5000000000ull, "ended after %llu ns",
                   (unsigned long long)took);
     op_free(&k, &B);
@@ -664,7 +664,7 @@ START_TEST(test_badwork)
     memset(&w, 0, sizeof(w));
     w.kind = 99;
     ck_assert_uint_eq(emu_launch(&E, &b, 1, &w, 0, 0), BR_DEV_BADWORK);
-    ck_assert_int_eq(E.fail_rank, 3);
+    ck_assert_int_eq(E.report.rank, 3);
 }
 END_TEST
 

@@ -174,16 +174,14 @@ uint32_t emu_launch(emu_launch_t *E, const br_dev_block_t *blocks, int nblocks,
     const int nthr = emu_block_threads;
 
     memset(E, 0, sizeof(*E));
-    E->fail_rank = E->fail_peer = -1;
+    E->report.rank = E->report.peer = -1;
     E->L.blocks = blocks;
     E->L.works = works;
     E->L.abort_flag = &E->abort_flag;
     E->L.wait_timeout_ns = timeout_ns;
-    E->L.status = &E->status;
     E->L.claim = &E->claim;
-    E->L.fail_rank = &E->fail_rank;
-    E->L.fail_peer = &E->fail_peer;
-    E->L.fail_step = &E->fail_step;
+    E->L.stop = &E->stop;
+    E->L.report = &E->report;
     if (blk == NULL || nblocks > EMU_MAXB) {
         abort();
     }
@@ -216,7 +214,7 @@ uint32_t emu_launch(emu_launch_t *E, const br_dev_block_t *blocks, int nblocks,
         pthread_barrier_destroy(&blk[b].barrier);
     }
     free(blk);
-    return E->status;
+    return E->report.status;
 }
 
 /* ---- references ---- */

@@ -39,12 +39,11 @@ void emu_fabric_free(emu_fabric_t *f);
 int emu_work_fill(emu_fabric_t *f, const br_op_t *op, int r, int c, const void *send, void *recv,
                   br_dev_work_t *w);
 
-/* Launch state: report words as the host-mapped ones of a real launch. */
+/* Launch state: the claim, stop word and report as those of one device's launch. */
 typedef struct {
     br_dev_launch_t L;
-    uint32_t abort_flag, status, claim;
-    int32_t fail_rank, fail_peer;
-    uint64_t fail_step;
+    uint32_t abort_flag, stop, claim;
+    br_dev_report_t report;
 } emu_launch_t;
 
 /* Threads per block of the launches that follow (1 at first): several threads of a block
@@ -53,7 +52,7 @@ void emu_set_block_threads(int nthr);
 
 /* Run blocks [0, nblocks) of works, emu_set_block_threads() threads each, until all
  * return. abort_after_ns > 0: raise the abort flag that long after the start. Returns the
- * launch's status. */
+ * status of its report (BR_DEV_OK: no block failed). */
 uint32_t emu_launch(emu_launch_t *E, const br_dev_block_t *blocks, int nblocks,
                     const br_dev_work_t *works, uint64_t timeout_ns, uint64_t abort_after_ns);
 

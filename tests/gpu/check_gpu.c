@@ -22,6 +22,8 @@
  *            against a thread per rank: printed, never asserted
  *   procs-stuck  (emulator only) 2 processes whose first call cannot progress: both
  *            fail within BRAID_CUDA_WAIT_TIMEOUT, saying why
+ *   claim    (emulator only) kernels on two GPUs of one clique fail at once: every rank
+ *            gets one device's whole report (check_gpu_claim.c)
  *   suspend  ncclCommSuspend / Resume between exact device AllReduces, MemStats counting
  *            the device FIFOs or staging until released: 3 threads, then 2 processes
  *   procs    ranks as processes on one GPU (2 and 4), every case of the thin matrix and a
@@ -459,7 +461,7 @@ static void section_streams(void)
 static const char *const sections[] = {"all",     "coll",   "threads", "biggroup", "cliques",
                                        "overlap", "errors", "abort",   "capture",  "multi",
                                        "procs",   "suspend", "streams", "latency", "procs-stuck",
-                                       "proc-rank"};
+                                       "proc-rank", "claim"};
 #define NSECTIONS (sizeof(sections) / sizeof(sections[0]))
 
 int main(int argc, char **argv)
@@ -522,6 +524,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(what, "latency")) {
         section_latency();
+    }
+    if (!strcmp(what, "claim")) {
+        section_claim();
     }
     if (!strcmp(what, "procs-stuck")) {
         run_procs("stuck", 2);

@@ -59,4 +59,8 @@ int proc_rank_main(const char *what, int rank, int n, const char *hex);
 int suspend_rounds(ncclComm_t comm, cudaStream_t s, int rank, int n, const char *who);
 void section_suspend(void);
 
+/* check_gpu_claim.c: the `claim` section (emulated driver only): two GPUs of one clique
+ * fail at once and every rank gets one device's whole report. */
+void section_claim(void);
+
 #endif /* BR_TESTS_CHECK_GPU_H_ */

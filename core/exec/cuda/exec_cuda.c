@@ -154,19 +154,57 @@ void br_cuda_clique_fail(br_clique_t *cl, ncclResult_t res, const char *msg)
     pthread_cond_broadcast(&cl->cv);
 }
 
-/* Read what the kernels reported. Caller holds cl->mu. */
+/* The report to name among those the clique's devices wrote (each device's is whole: one
+ * block wrote it, its status last): the earliest by its %globaltimer stamp, the lowest
+ * device index among equal stamps. Returns its device index, or -1 when none is there. */
+static int first_report(const br_cuda_flags_t *f, int ndevs, br_dev_report_t *out)
+{
+    int first = -1;
+    for (int d = 0; d < ndevs; d++) {
+        br_dev_report_t r;
+        r.status = __atomic_load_n(&f->report[d].status, __ATOMIC_ACQUIRE);
+        if (r.status == BR_DEV_OK) {
+            continue;
+        }
+        r.rank = f->report[d].rank;
+        r.peer = f->report[d].peer;
+        r.step = f->report[d].step;
+        r.time_ns = f->report[d].time_ns;
+        if (first < 0 || r.time_ns < out->time_ns) {
+            *out = r;
+            first = d;
+        }
+    }
+    return first;
+}
+
+/* Read what the kernels reported: one device's report names the failure; any other
+ * device's that is there too is logged. Caller holds cl->mu. */
 static void poll_status(br_clique_t *cl)
 {
     char msg[512];
+    br_dev_report_t rep;
     if (cl->flags == NULL || cl->failed) {
         return;
     }
-    uint32_t st = __atomic_load_n(&cl->flags->status, __ATOMIC_ACQUIRE);
-    if (st == BR_DEV_OK) {
+    int dev = first_report(cl->flags, cl->ndevs, &rep);
+    if (dev < 0) {
         return;
     }
-    int r = cl->flags->fail_rank, p = cl->flags->fail_peer;
-    unsigned long long step = (unsigned long long)cl->flags->fail_step;
+    for (int d = 0; d < cl->ndevs; d++) {
+        const br_dev_report_t *o = &cl->flags->report[d];
+        if (d != dev && __atomic_load_n(&o->status, __ATOMIC_ACQUIRE) != BR_DEV_OK) {
+            BR_WARN(NCCL_COLL,
+                    "host %s: GPU %d's kernel failed too (status %u: rank %d, peer %d, step "
+                    "%llu, %lld ns after GPU %d's); the error names GPU %d's",
+                    br_host_name(), cl->devs[d].ordinal, o->status, o->rank, o->peer,
+                    (unsigned long long)o->step, (long long)(o->time_ns - rep.time_ns),
+                    cl->devs[dev].ordinal, cl->devs[dev].ordinal);
+        }
+    }
+    uint32_t st = rep.status;
+    int r = rep.rank, p = rep.peer;
+    unsigned long long step = (unsigned long long)rep.step;
     ncclResult_t res = ncclInternalError;
     switch (st) {
     case BR_DEV_ABORTED:

@@ -104,7 +104,7 @@ static ncclResult_t capture_descriptors(br_clique_t *cl, const br_cuda_build_t *
                            "cuMemHostAlloc (captured descriptors)", rank));
     BR_CHECK(br_cuda_check(cu->MemHostGetDevicePointer(&desc_d, kept->desc, 0),
                            "cuMemHostGetDevicePointer", rank));
-    (void)br_cuda_desc_fill(cl, kept->desc, desc_d, 0, b, L);
+    (void)br_cuda_desc_fill(cl, 0, kept->desc, desc_d, 0, b, L); /* one device */
     return ncclSuccess;
 }
 

@@ -42,6 +42,7 @@ typedef struct {
     br_cu_stream_t stream;  /* launch stream */
     br_cu_event_t finished; /* after its kernel (the first device's stream waits on it) */
     int capacity;           /* blocks of the kernel resident at once */
+    br_cu_ptr_t claim_d;    /* in its memory: the word its FIFO kernels' first failure claims */
 } br_cuda_dev_t;
 
 /* Descriptors of one launch: pinned, mapped, read by its kernels until `done` fires. */
@@ -74,9 +75,8 @@ typedef struct br_cuda_kept {
 /* Host-mapped words the kernels share with the host. */
 typedef struct {
     uint32_t abort_flag; /* nonzero: kernels stop waiting */
-    uint32_t status;     /* BR_DEV_* of the first failure */
-    int32_t fail_rank, fail_peer;
-    uint64_t fail_step;
+    uint32_t stop;       /* nonzero: a block of some device failed (every device's stop) */
+    br_dev_report_t report[BR_CUDA_MAX_DEVS]; /* per device of the clique (devs[] index) */
 } br_cuda_flags_t;
 
 struct br_cuda_clique {
@@ -102,7 +102,6 @@ struct br_cuda_clique {
     size_t slot_bytes;
     br_cuda_flags_t *flags; /* pinned, mapped */
     br_cu_ptr_t flags_d;
-    br_cu_ptr_t claim_d; /* device word a failing block claims first */
     br_cuda_desc_t desc[BR_CUDA_DESC_BUFS];
     int desc_next;
     /* Failure (sticky): no more launches, every waiting stream released. */
@@ -154,12 +153,13 @@ void br_cuda_clique_fail(br_clique_t *cl, ncclResult_t res, const char *msg);
 ncclResult_t br_cuda_launch_ready(br_clique_t *cl, int rank);
 int br_cuda_unit_collective(br_clique_t *cl, char *in_unit);
 int br_cuda_unit_p2p(br_clique_t *cl, int a, char *in_unit, int *stack);
-/* The launch's words shared with the host: abort, timeout, the failure claim and report. */
-void br_cuda_launch_words(const br_clique_t *cl, br_dev_launch_t *L);
+/* The words of a launch on the clique's device dev (devs[] index) shared with the host:
+ * abort, timeout, stop, and that device's own failure claim and report. */
+void br_cuda_launch_words(const br_clique_t *cl, int dev, br_dev_launch_t *L);
 /* Build b's blocks and works into descriptor memory (host view h, device view d) from
- * offset `at` on, each 128-byte aligned, and L pointed at them with the launch's words;
- * returns the offset after them. */
-size_t br_cuda_desc_fill(const br_clique_t *cl, char *h, br_cu_ptr_t d, size_t at,
+ * offset `at` on, each 128-byte aligned, and L pointed at them with the words of a launch
+ * on device dev; returns the offset after them. */
+size_t br_cuda_desc_fill(const br_clique_t *cl, int dev, char *h, br_cu_ptr_t d, size_t at,
                          const br_cuda_build_t *b, br_dev_launch_t *L);
 /* The room br_cuda_desc_fill needs for b, alignment included. */
 static inline size_t br_cuda_desc_bytes(const br_cuda_build_t *b)

@@ -191,10 +191,15 @@ ncclResult_t br_cuda_setup(br_clique_t *cl, int rank)
             }
         }
     }
-    CU(cu->CtxSetCurrent(cl->devs[0].ctx), "cuCtxSetCurrent", rank);
-    CU(cu->MemAlloc(&cl->claim_d, 64), "cuMemAlloc (failure claim)", rank);
-    CU(cu->MemsetD8Async(cl->claim_d, 0, 64, cl->devs[0].stream), "cuMemsetD8Async", rank);
-    CU(cu->StreamSynchronize(cl->devs[0].stream), "cuStreamSynchronize", rank);
+    /* Each device's failure claim in its own memory: its blocks take it with a GPU-scope
+     * compare-and-swap, which is atomic only among the blocks of one GPU (docs/cuda.md). */
+    for (int d = 0; d < cl->ndevs; d++) {
+        br_cuda_dev_t *dv = &cl->devs[d];
+        CU(cu->CtxSetCurrent(dv->ctx), "cuCtxSetCurrent", rank);
+        CU(cu->MemAlloc(&dv->claim_d, 64), "cuMemAlloc (failure claim)", rank);
+        CU(cu->MemsetD8Async(dv->claim_d, 0, 64, dv->stream), "cuMemsetD8Async", rank);
+        CU(cu->StreamSynchronize(dv->stream), "cuStreamSynchronize", rank);
+    }
     void *fh = NULL;
     CU(cu->MemHostAlloc(&fh, sizeof(br_cuda_flags_t),
                         BR_CU_MEMHOSTALLOC_PORTABLE | BR_CU_MEMHOSTALLOC_DEVICEMAP),
@@ -344,9 +349,6 @@ void br_cuda_teardown(br_clique_t *cl)
     if (cl->ring_d != 0) {
         cu->MemFree(cl->ring_d);
     }
-    if (cl->claim_d != 0) {
-        cu->MemFree(cl->claim_d);
-    }
     for (int r = 0; r < cl->nranks; r++) {
         for (int i = 0; i < BR_CUDA_QUEUE; i++) {
             if (cl->rank[r].arrive[i] != NULL) {
@@ -370,6 +372,10 @@ void br_cuda_teardown(br_clique_t *cl)
     }
     for (int d = 0; d < cl->ndevs; d++) {
         br_cu_device_t dev;
+        if (cl->devs[d].claim_d != 0) {
+            cu->CtxSetCurrent(cl->devs[d].ctx);
+            cu->MemFree(cl->devs[d].claim_d);
+        }
         if (cl->devs[d].finished != NULL) {
             cu->EventDestroy(cl->devs[d].finished);
         }

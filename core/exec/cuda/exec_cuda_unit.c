@@ -114,22 +114,21 @@ ncclResult_t br_cuda_desc_get(br_clique_t *cl, size_t bytes, int rank, br_cuda_d
     return ncclSuccess;
 }
 
-/* The words of a launch the kernels share with the host: abort, timeout, the failure
- * claim and its report. */
-void br_cuda_launch_words(const br_clique_t *cl, br_dev_launch_t *L)
+/* The words of a launch on device dev that the kernels share with the host: abort, timeout,
+ * stop, and the device's own failure claim and report. */
+void br_cuda_launch_words(const br_clique_t *cl, int dev, br_dev_launch_t *L)
 {
     br_cu_ptr_t f = cl->flags_d;
     L->abort_flag = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, abort_flag));
-    L->status = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, status));
-    L->fail_rank = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_rank));
-    L->fail_peer = (volatile int32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_peer));
-    L->fail_step = (volatile uint64_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, fail_step));
+    L->stop = (volatile uint32_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, stop));
+    L->report = (volatile br_dev_report_t *)(uintptr_t)(f + offsetof(br_cuda_flags_t, report) +
+                                                        (size_t)dev * sizeof(br_dev_report_t));
     L->wait_timeout_ns = br_cuda_wait_limit_ns();
-    L->claim = (uint32_t *)(uintptr_t)cl->claim_d;
+    L->claim = (uint32_t *)(uintptr_t)cl->devs[dev].claim_d;
     L->one_gpu = cl->ndevs == 1;
 }
 
-size_t br_cuda_desc_fill(const br_clique_t *cl, char *h, br_cu_ptr_t d, size_t at,
+size_t br_cuda_desc_fill(const br_clique_t *cl, int dev, char *h, br_cu_ptr_t d, size_t at,
                          const br_cuda_build_t *b, br_dev_launch_t *L)
 {
     size_t bb = (size_t)b->nblocks * sizeof(br_dev_block_t);
@@ -142,7 +141,7 @@ size_t br_cuda_desc_fill(const br_clique_t *cl, char *h, br_cu_ptr_t d, size_t a
     at = (at + bb + 127) & ~(size_t)127;
     memcpy(h + at, b->works, wb);
     L->works = (const br_dev_work_t *)(uintptr_t)(d + at);
-    br_cuda_launch_words(cl, L);
+    br_cuda_launch_words(cl, dev, L);
     return at + wb;
 }
 
@@ -197,7 +196,7 @@ static ncclResult_t unit_launch_dev(br_clique_t *cl, const char *in_unit, int ra
     }
     if (b->nblocks > 0) {
         br_dev_launch_t L;
-        *at_p = br_cuda_desc_fill(cl, desc->h, desc->d, *at_p, b, &L);
+        *at_p = br_cuda_desc_fill(cl, d, desc->h, desc->d, *at_p, b, &L);
         void *params[1] = {&L};
         /* Cooperative: its blocks wait for each other, so all of them must be resident
          * together; a plain launch may start some beside another clique's kernel and
