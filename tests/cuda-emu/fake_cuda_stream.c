@@ -158,6 +158,7 @@ static int rank_listed(const char *key, const br_dev_launch_t *L, unsigned b, in
  * rank has (at most 5 s), so that kernels on several devices fail in the same instant.
  * Returns the launch the block runs: L, or a copy of it over corrupted work items (which
  * *copy then holds, for the caller to free). */
+_Static_assert(sizeof(br_dev_launch_t) <= 128, "the corrupted launch's copy has 128 bytes");
 static pthread_mutex_t bad_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t bad_cv = PTHREAD_COND_INITIALIZER;
 static int bad_arrived;

@@ -154,12 +154,35 @@ void br_cuda_clique_fail(br_clique_t *cl, ncclResult_t res, const char *msg)
     pthread_cond_broadcast(&cl->cv);
 }
 
+/* How long the host waits, after a device's report, for the others of a clique on several
+ * GPUs while a launch of the clique is still running: devices that fail at once report
+ * microseconds apart, and the error should name the one that failed first. */
+#define BR_CUDA_REPORT_GRACE_NS 1000000000ull
+
+/* Has every launch of the clique finished (no device can report any more)? Caller holds
+ * cl->mu; the calling thread's context is kept. */
+static int launches_finished(const br_clique_t *cl)
+{
+    const br_cuda_t *cu = br_cuda(NULL);
+    br_cu_context_t saved = NULL;
+    int finished = 1;
+    cu->CtxGetCurrent(&saved);
+    cu->CtxSetCurrent(cl->devs[0].ctx);
+    for (int i = 0; i < BR_CUDA_DESC_BUFS && finished; i++) {
+        finished = !cl->desc[i].used || cu->EventQuery(cl->desc[i].done) != BR_CU_ERROR_NOT_READY;
+    }
+    cu->CtxSetCurrent(saved);
+    return finished;
+}
+
 /* The report to name among those the clique's devices wrote (each device's is whole: one
  * block wrote it, its status last): the earliest by its %globaltimer stamp, the lowest
- * device index among equal stamps. Returns its device index, or -1 when none is there. */
-static int first_report(const br_cuda_flags_t *f, int ndevs, br_dev_report_t *out)
+ * device index among equal stamps. Returns its device index, or -1 when none is there;
+ * *count: how many devices reported. */
+static int first_report(const br_cuda_flags_t *f, int ndevs, br_dev_report_t *out, int *count)
 {
     int first = -1;
+    *count = 0;
     for (int d = 0; d < ndevs; d++) {
         br_dev_report_t r;
         r.status = __atomic_load_n(&f->report[d].status, __ATOMIC_ACQUIRE);
@@ -170,6 +193,7 @@ static int first_report(const br_cuda_flags_t *f, int ndevs, br_dev_report_t *ou
         r.peer = f->report[d].peer;
         r.step = f->report[d].step;
         r.time_ns = f->report[d].time_ns;
+        ++*count;
         if (first < 0 || r.time_ns < out->time_ns) {
             *out = r;
             first = d;
@@ -179,17 +203,29 @@ static int first_report(const br_cuda_flags_t *f, int ndevs, br_dev_report_t *ou
 }
 
 /* Read what the kernels reported: one device's report names the failure; any other
- * device's that is there too is logged. Caller holds cl->mu. */
-static void poll_status(br_clique_t *cl)
+ * device's that is there too is logged. may_wait (the watchdog): while some devices have
+ * not reported and a launch still runs, leave the decision to a later poll, at most
+ * BR_CUDA_REPORT_GRACE_NS after the first report; a caller asking for the error now
+ * (ncclCommGetAsyncError, typically after its stream finished) gets it now. Caller holds
+ * cl->mu. */
+static void poll_status(br_clique_t *cl, int may_wait)
 {
     char msg[512];
     br_dev_report_t rep;
+    int nrep = 0;
     if (cl->flags == NULL || cl->failed) {
         return;
     }
-    int dev = first_report(cl->flags, cl->ndevs, &rep);
+    int dev = first_report(cl->flags, cl->ndevs, &rep, &nrep);
     if (dev < 0) {
         return;
+    }
+    if (cl->report_seen_ns == 0) {
+        cl->report_seen_ns = br_time_ns();
+    }
+    if (may_wait && nrep < cl->ndevs &&
+        br_time_ns() - cl->report_seen_ns < BR_CUDA_REPORT_GRACE_NS && !launches_finished(cl)) {
+        return; /* another device may be reporting a failure of the same instant */
     }
     for (int d = 0; d < cl->ndevs; d++) {
         const br_dev_report_t *o = &cl->flags->report[d];
@@ -320,7 +356,7 @@ static void *watchdog_main(void *arg)
             ts.tv_nsec -= 1000000000;
         }
         pthread_cond_timedwait(&cl->cv, &cl->mu, &ts);
-        poll_status(cl);
+        poll_status(cl, 1);
         check_stalled(cl);
         check_launches(cl);
     }
@@ -621,7 +657,7 @@ ncclResult_t br_exec_cuda_async_error(br_exec_comm_t *ec)
     }
     if (cl != NULL) {
         pthread_mutex_lock(&cl->mu);
-        poll_status(cl);
+        poll_status(cl, 0);
         check_stalled(cl);
         pthread_mutex_unlock(&cl->mu);
     }

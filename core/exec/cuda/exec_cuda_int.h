@@ -107,6 +107,7 @@ struct br_cuda_clique {
     /* Failure (sticky): no more launches, every waiting stream released. */
     int failed;
     char fail_msg[768];
+    uint64_t report_seen_ns; /* when the host first saw a device's report (0: none yet) */
     /* The watchdog: reports calls whose peers never come, and kernel failures, even when
      * every thread of the program waits on a stream. */
     pthread_t watchdog;
