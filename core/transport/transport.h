@@ -418,8 +418,8 @@ const char *br_transport_name(br_transport_t kind);
  * What a batch of connections is for, where it is set up inside a call (p2p connections):
  * recv_call[i] / send_call[i] is the call that needs the receive end from recv_peers[i] /
  * the send end to send_peers[i] (a descriptor as br_exec_call_desc makes it; seq 0: not
- * known). A receive end goes to its sender with its call; a sender that has waited
- * 200 ms for receive ends tells each peer it still waits for which call it is in. While
+ * known). A receive end goes to its sender with its call; a sender that has waited a
+ * second for a peer's receive end tells that peer which call it is in. While
  * this rank waits, and when it attaches to a peer's receive end, check() is given each
  * call a peer named: one this rank attaches to (attached 1), or one still unanswered in its
  * bootstrap queue (attached 0). Ranks in different calls (a Gather with another root, say)

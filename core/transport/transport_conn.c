@@ -181,36 +181,25 @@ static ncclResult_t conn_new(br_transport_comm_t *tc, int peer, int lane, int p2
 }
 
 /* What a waiting rank tells and looks at besides its own connections (br_conn_purpose_t).
- * A sender's "want" (the call it is in, on its own tag) goes once per batch, after
- * WANT_AFTER_NS without every receive end: a batch that completes at once sends none. */
+ * A sender that has waited WANT_AFTER_NS for one peer's receive end sends that peer its
+ * "want" (the call it is in, on a tag of its own), once: a setup that goes at its usual
+ * pace sends none, and a slow one (a root publishing to a thousand ranks) one per peer
+ * waited on, not one per pair. */
 typedef struct {
     br_transport_comm_t *tc;
     int tag;
     const br_conn_purpose_t *purpose;
-    int n;
-    const int *send_peers;
-    int next_send;     /* send ends from here on are not attached yet */
-    uint64_t start_ns; /* when the batch began */
-    int wants_sent;
+    int waiting;       /* index of the send end waited for (-1: none) */
+    int peer;          /* its peer */
+    uint64_t since_ns; /* since when */
+    int told;          /* the index whose peer got the want (-1: none) */
 } conn_watch_t;
 
 #define WANT_TAG(tag) ((tag) | 0x40000000)
-#define WANT_AFTER_NS (200ull * 1000000ull)
+#define WANT_AFTER_NS (1000ull * 1000000ull)
 /* How often complete_all looks at what peers asked for: from 50 ms, doubling to 1 s. */
 #define WATCH_FIRST_NS (50ull * 1000000ull)
 #define WATCH_MAX_NS (1000ull * 1000000ull)
-
-/* Tell every peer this rank still waits to attach to which call it is in (best effort: a
- * peer that cannot be told is found out by the wait itself). */
-static void send_wants(conn_watch_t *w)
-{
-    for (int i = w->next_send; i < w->n; i++) {
-        const br_slot_desc_t *call = &w->purpose->send_call[i];
-        if (w->send_peers[i] >= 0 && call->seq != 0) {
-            br_transport_ask(w->tc, w->tag, w->send_peers[i], call);
-        }
-    }
-}
 
 int br_transport_peer_ask(br_transport_comm_t *tc, int tag, int peer, int nth,
                           br_slot_desc_t *call)
@@ -285,10 +274,11 @@ static ncclResult_t conn_watch(void *arg)
     if (w->purpose == NULL || w->purpose->check == NULL) {
         return ncclSuccess;
     }
-    if (!w->wants_sent && w->purpose->send_call != NULL &&
-        br_time_ns() - w->start_ns >= WANT_AFTER_NS) {
-        w->wants_sent = 1;
-        send_wants(w);
+    if (w->waiting >= 0 && w->told != w->waiting && w->purpose->send_call != NULL &&
+        w->purpose->send_call[w->waiting].seq != 0 &&
+        br_time_ns() - w->since_ns >= WANT_AFTER_NS) {
+        w->told = w->waiting;
+        br_transport_ask(w->tc, w->tag, w->peer, &w->purpose->send_call[w->waiting]);
     }
     return check_asks(w);
 }
@@ -401,7 +391,7 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
     ncclResult_t res = ncclSuccess;
     br_conn_t **made = NULL;
     int nmade = 0;
-    conn_watch_t watch = {tc, tag, purpose, n, send_peers, 0, br_time_ns(), 0};
+    conn_watch_t watch = {tc, tag, purpose, -1, -1, 0, -1};
 
     BR_CHECK(br_calloc(&made, (size_t)(2 * n + 1), "connection setup"));
     /* Receivers first: prepare and publish every receive end. */
@@ -438,10 +428,12 @@ ncclResult_t br_transport_connect(br_transport_comm_t *tc, int n, const int *rec
             conn_new(tc, send_peers[i], i / per_lane, per_lane == 1, 1, step_size, ll_bytes, &conn),
             res, out);
         send_p[i] = made[nmade++] = conn;
-        watch.next_send = i;
+        watch.waiting = i;
+        watch.peer = conn->peer;
+        watch.since_ns = br_time_ns();
         BR_CHECK_GOTO(send_attach(tc, conn, &watch), res, out);
     }
-    watch.next_send = n;
+    watch.waiting = -1;
     res = complete_all(tc, made, nmade, &watch);
 out:
     free(made);
