@@ -264,6 +264,13 @@ static void poll_status(br_clique_t *cl, int may_wait)
                  r, br_host_name(), p, step);
         res = ncclInvalidUsage;
         break;
+    case BR_DEV_BADWORK:
+        snprintf(msg, sizeof(msg),
+                 "rank %d (host %s): the device kernel read a work item of no kind it knows "
+                 "(its descriptors were overwritten, or libnccl and its kernels are of "
+                 "different builds)",
+                 r, br_host_name());
+        break;
     default:
         snprintf(msg, sizeof(msg), "rank %d (host %s): device kernel failed (status %u)", r,
                  br_host_name(), st);
