@@ -574,11 +574,12 @@ ncclResult_t br_boot_connect_peer(br_bootstrap_t *boot, int peer, uint64_t deadl
     return res;
 }
 
-ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
-                              const void *data, size_t size)
+/* Send one message within deadline; quiet: the caller handles a failure (no WARN, no
+ * wait for the peer's report). */
+static ncclResult_t send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
+                             const void *data, size_t size, uint64_t deadline, int quiet)
 {
     br_boot_rank_t *p = &boot->peers[peer];
-    uint64_t deadline = br_time_ns() + boot->timeout_ns;
     br_boot_frame_t f = {.kind = kind, .tag = tag, .size = size};
     char buf[sizeof(f) + SEND_COALESCE];
     char who[160];
@@ -607,8 +608,6 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
         queue_push(boot, peer, m);
         return ncclSuccess;
     }
-    /* A link message's sender handles its failure (the peer may have left normally). */
-    int quiet = kind == BR_BOOT_MSG_LINK;
     pthread_mutex_lock(&p->out_lock);
     res = p->out_fd < 0 ? connect_locked(boot, peer, deadline, quiet) : ncclSuccess;
     if (res != ncclSuccess) {
@@ -643,6 +642,23 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
 out:
     pthread_mutex_unlock(&p->out_lock);
     return res;
+}
+
+ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
+                              const void *data, size_t size)
+{
+    /* A link message's sender handles its failure (the peer may have left normally). */
+    return send_msg(boot, peer, kind, tag, data, size, br_time_ns() + boot->timeout_ns,
+                    kind == BR_BOOT_MSG_LINK);
+}
+
+ncclResult_t br_bootstrap_send_brief(br_bootstrap_t *boot, int peer, int tag, const void *data,
+                                     size_t size, uint64_t budget_ns)
+{
+    if (peer < 0 || peer >= boot->nranks) {
+        return ncclInternalError;
+    }
+    return send_msg(boot, peer, BR_BOOT_MSG_USER, tag, data, size, br_time_ns() + budget_ns, 1);
 }
 
 void br_boot_deadline_to_ts(uint64_t deadline_ns, struct timespec *ts)

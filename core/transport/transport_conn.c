@@ -222,9 +222,17 @@ int br_transport_peer_ask(br_transport_comm_t *tc, int tag, int peer, int nth,
     return 0;
 }
 
+/* A want is a hint: it must not hold up a rank that waits, and a peer it cannot reach is
+ * found out by the wait itself. */
+#define ASK_BUDGET_NS (100ull * 1000000ull)
+
 void br_transport_ask(br_transport_comm_t *tc, int tag, int peer, const br_slot_desc_t *call)
 {
-    (void)br_bootstrap_send(tc->boot, peer, WANT_TAG(tag), call, sizeof(*call));
+    if (br_bootstrap_send_brief(tc->boot, peer, WANT_TAG(tag), call, sizeof(*call),
+                                ASK_BUDGET_NS) != ncclSuccess) {
+        BR_INFO(NCCL_INIT | NCCL_P2P, "rank %d: could not tell rank %d which call it waits in",
+                tc->rank, peer);
+    }
 }
 
 static int want_below(void *arg, const void *data, size_t size)
