@@ -90,25 +90,31 @@ static int connected_before(const ch_scn_t *s, int si, int src, int dst)
     return 0;
 }
 
-/* A mismatch no rank can see: the victim is the Gather's root for the others but calls a
- * Gather of another root, so in its own call every rank only sends (the others to the
- * victim, the victim to the root it believes in) and nobody receives. Where a connection
- * it needs is missing, the sender waits for a receive end that will not come and the
- * connection setup names both calls (br_conn_purpose_t); where every one exists already
- * (an earlier step made them), each send finishes into its receiver's buffer, as a send
- * may in NCCL, every rank returns its call's right result (a Gather non-root has none), and
- * Braid promises nothing more (docs/user-guide.md: "Once the connections exist, such calls
- * are data on open connections"). Seed 20758. */
+/* A mismatch no rank is promised to see: the victim is the root of the others' Gather or
+ * Reduce but calls one of another root, so in its own call every rank is a non-root.
+ *   Gather: every rank only sends (the others to the victim, the victim to the root it
+ *     believes in) and nobody receives. Where a connection it needs is missing, the
+ *     sender waits for a receive end that will not come and connection setup names both
+ *     calls (br_conn_purpose_t); where every one exists already (an earlier step made
+ *     them), each send finishes into its receiver's buffer, as a send may in NCCL, and
+ *     every rank returns its call's right result (a non-root has none): docs/user-guide.md,
+ *     "Once the connections exist, such calls are data on open connections". Seed 20758.
+ *   Reduce: "a Reduce's non-root may return success" (docs/user-guide.md, "When something
+ *     goes wrong"): on the node arena's OneShot path each publishes its input and returns,
+ *     and only a root reads what the others published (on a Ring some non-root receives
+ *     and notices, but that depends on the path the plan picks). Seeds 21337, 30028. */
 static int mismatch_unseen(const ch_scn_t *s)
 {
     const ch_step_t *p = &s->steps[s->mstep - 1];
     int r = p->c.root, v = p->victim.root;
 
-    if (p->kind != CH_STEP_CASE || p->c.func != BRT_GATHER || p->victim.func != BRT_GATHER ||
-        s->victim != r || v == r) {
+    if (p->kind != CH_STEP_CASE || s->mkind != CH_MM_ROOT || s->victim != r || v == r) {
         return 0;
     }
-    if (!connected_before(s, s->mstep, r, v)) {
+    if (p->c.func == BRT_REDUCE) {
+        return 1;
+    }
+    if (p->c.func != BRT_GATHER || !connected_before(s, s->mstep, r, v)) {
         return 0;
     }
     for (int q = 0; q < s->nranks; q++) {
