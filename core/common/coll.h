@@ -156,7 +156,7 @@ typedef struct {
 } br_vspec_t;
 
 /* One operation as every rank sees it, from the api to an executor. */
-typedef struct {
+typedef struct br_op {
     br_func_t func;
     const void *sendbuff;
     void *recvbuff;
@@ -171,6 +171,10 @@ typedef struct {
      * so that connection setup can tell ranks in different calls apart. */
     br_func_t pattern;
     uint64_t pattern_seq;
+    /* The sends, receives and AllGather that run an owner-fold reduction's phases
+     * (group_fold.c) point to that call (NULL: none), so that they are described to the
+     * peers as that call, whichever phase each rank is in. */
+    const struct br_op *fold_of;
     /* What plan chose for a collective; the executor runs exactly this. */
     int algo, proto;
     int nchannels;

@@ -175,8 +175,9 @@ void br_exec_revoke(br_exec_comm_t *ec, const char *why);
 
 /* The call an operation belongs to, as a descriptor another rank can compare with its own
  * (p2p connection setup sends it with each receive end): the Gather, Scatter or AlltoAll
- * of a send or receive that came from one, any other collective itself; seq 0 for a send
- * or receive of its own, which pairs by message, not by call. */
+ * of a send or receive that came from one, the owner-fold reduction of one of its phases
+ * (its AllGather included), any other collective itself; seq 0 for a send or receive of
+ * its own, which pairs by message, not by call. */
 br_slot_desc_t br_exec_call_desc(const br_op_t *op);
 /* Are two calls of the same number different calls (function, count, type, reduction or
  * root; a v-collective's counts differ by rank and are compared when its data comes)? */

@@ -152,6 +152,7 @@ static void p2p_call(gcall_t *out, const gcall_t *c, br_func_t func, int peer, c
     out->op.type = c->op.type;
     out->op.redop.type = c->op.type;
     out->op.peer = peer;
+    out->op.fold_of = &c->op;
     out->op.seq = func == BR_FUNC_SEND ? ec->fold_send_seq[peer]++ : ec->fold_recv_seq[peer]++;
     /* The user's record in the operation log follows its phases' work items. */
     out->op.log_ticket = c->op.log_ticket;
@@ -211,6 +212,7 @@ static ncclResult_t phase_c(const fold_t *f, gcall_t *out, int *k_p)
         g->comm = c->comm;
         g->op = *op;
         g->op.func = BR_FUNC_ALLGATHER;
+        g->op.fold_of = op;
         g->op.sendbuff = slice_at(base, f, me);
         g->op.recvbuff = base;
         g->op.count = f->per;

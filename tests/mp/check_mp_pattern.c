@@ -17,7 +17,8 @@
  *     its root, the sends land in the peers' slots, and the stray ones fail the next
  *     receive that meets them, by their descriptors.)
  * And the other side ("slow_rank"): calls that agree, one rank late by more than a second
- * before each, must all succeed with the right values.
+ * before each, must all succeed with the right values; and one rank ahead in the phases
+ * of an owner-fold AllReduce ("fold_ahead", below), which must succeed too.
  * Rule: every rank returns before the deadline; a rank that fails says "mismatched calls"
  * and names rank 2 (itself or as "rank R reported: ..."); the ranks named in the case (the
  * ones no connection could ever satisfy) must fail. Processes, threads with
@@ -29,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <braid.h>
 #include <nccl.h>
 
 #include "brt_check.h"
@@ -277,14 +279,97 @@ static int pm_slow_body(brt_rank_ctx_t *ctx)
     return bad;
 }
 
+/* Run a program of calls that agree on n ranks (threads or processes): nonzero and why
+ * in out when a rank failed. */
+static int pm_run_agreed(int n, brt_rank_fn_t body, char *out, size_t len)
+{
+    double timeout = 60 * brt_time_scale();
+    return mode == BRT_MODE_THREADS ? brt_threads_run(n, body, NULL, timeout, out, len)
+                                    : brt_procs_run(n, body, NULL, timeout, out, len);
+}
+
 START_TEST(test_slow_rank)
 {
     static char out[16384];
-    double timeout = 60 * brt_time_scale();
-    int bad = mode == BRT_MODE_THREADS
-                  ? brt_threads_run(PM_RANKS, pm_slow_body, NULL, timeout, out, sizeof(out))
-                  : brt_procs_run(PM_RANKS, pm_slow_body, NULL, timeout, out, sizeof(out));
+    int bad = pm_run_agreed(PM_RANKS, pm_slow_body, out, sizeof(out));
     ck_assert_msg(!bad, "a late rank in calls that agree: %s", out);
+}
+END_TEST
+
+/* A correct program where one rank runs ahead inside an owner-fold AllReduce (its phase C
+ * is an AllGather that keeps the call's number) while the others still make the p2p
+ * connections of the group that holds that AllReduce: the want it sends after a second
+ * names "AllGather #k", the late ranks' round holds "AllReduce #k". Both are the same
+ * call; nothing may fail. Three ranks: rank 1 goes first; ranks 0 and 2 come late, each
+ * with a send from rank 0 to rank 2 in the group of the fold (a new connection, made
+ * before the fold runs), rank 2 the later, so rank 0 waits in that setup for rank 2's
+ * receive end. The count, 1, leaves
+ * only slice 0 (rank 0's) non-empty, so rank 1's phase A is one send to rank 0 on a
+ * connection made before, and it goes on to phase C. */
+#define PM_FOLD_RANKS 3
+
+static int pm_fold_body(brt_rank_ctx_t *ctx)
+{
+    ncclCollConfig_t cfg = NCCL_COLLCONFIG_INITIALIZER;
+    ncclConfigExt_t det;
+    float in[4], out[4], msg = 0.0f;
+    ncclComm_t comm;
+    int r = ctx->rank, bad = 0;
+    ncclResult_t res;
+
+    memset(&det, 0, sizeof(det));
+    det.key.vendorId = BRAID_VENDOR_ID;
+    det.key.optionId = BRAID_OPT_DETERMINISTIC;
+    det.val.i = 1;
+    cfg.ext = &det;
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    /* The connection rank 1 -> 0 (rank 1's phase A), the channels (phase C). */
+    brt_doing(ctx, "the calls before the fold");
+    in[0] = (float)(r + 1);
+    res = ncclAllReduce(in, out, 1, ncclFloat, ncclSum, comm, NULL);
+    if (res == ncclSuccess && r == 1) {
+        res = ncclSend(in, 1, ncclFloat, 0, comm, NULL);
+    } else if (res == ncclSuccess && r == 0) {
+        res = ncclRecv(&msg, 1, ncclFloat, 1, comm, NULL);
+    }
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "the calls before the fold failed: %s", ncclGetLastError(comm));
+        ncclCommAbort(comm);
+        return 1;
+    }
+    if (r != 1) {
+        brt_sleep_ms(r == 0 ? 1500 : 2500);
+    }
+    brt_doing(ctx, "the group of the owner-fold AllReduce");
+    in[0] = (float)(r + 1) * 0.5f;
+    out[0] = -1.0f;
+    ncclGroupStart();
+    ncclAllReduceConfig(in, out, 1, ncclFloat, ncclSum, comm, NULL, &cfg);
+    if (r == 0) {
+        ncclSend(in, 1, ncclFloat, 2, comm, NULL);
+    } else if (r == 2) {
+        ncclRecv(&msg, 1, ncclFloat, 0, comm, NULL);
+    }
+    res = ncclGroupEnd();
+    if (res != ncclSuccess) {
+        brt_fail(ctx, "the group of the owner-fold AllReduce failed: %s", ncclGetLastError(comm));
+        bad = 1;
+    } else if (out[0] != 3.0f || (r == 2 && msg != 0.5f)) {
+        brt_fail(ctx, "the group of the owner-fold AllReduce: got %g (message %g), expected 3 "
+                 "(message 0.5)", (double)out[0], (double)msg);
+        bad = 1;
+    }
+    ncclCommAbort(comm);
+    return bad;
+}
+
+START_TEST(test_fold_ahead)
+{
+    static char out[16384];
+    int bad = pm_run_agreed(PM_FOLD_RANKS, pm_fold_body, out, sizeof(out));
+    ck_assert_msg(!bad, "a rank ahead in an owner-fold AllReduce: %s", out);
 }
 END_TEST
 
@@ -334,6 +419,10 @@ int main(int argc, char **argv)
         tcase_set_timeout(ts, 120 * brt_time_scale());
         tcase_add_test(ts, test_slow_rank);
         suite_add_tcase(s, ts);
+        TCase *tf = tcase_create("fold_ahead");
+        tcase_set_timeout(tf, 120 * brt_time_scale());
+        tcase_add_test(tf, test_fold_ahead);
+        suite_add_tcase(s, tf);
     }
     return brt_suite_run(s);
 }

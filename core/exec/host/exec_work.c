@@ -66,6 +66,9 @@ void br_desc_describe(char *buf, size_t len, const br_slot_desc_t *d)
 br_slot_desc_t br_exec_call_desc(const br_op_t *op)
 {
     br_slot_desc_t d = {0, 0, 0, 0, 0};
+    if (op->fold_of != NULL) {
+        return br_exec_call_desc(op->fold_of); /* a phase of an owner fold: that call */
+    }
     if (op->pattern_seq != 0) {
         uint32_t root = op->pattern == BR_FUNC_ALLTOALL ? 0u : (uint32_t)(op->root & 0xffff);
         d.seq = op->pattern_seq;
