@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "comm.h"
 #include "util.h"
 
@@ -207,6 +208,8 @@ static void comm_json(jbuf_t *b, ncclComm_t comm)
     } else {
         jb_str(b, "status", "ok");
     }
+    /* Bootstrap messages that arrived and were not received (wants included). */
+    jb_printf(b, ", \"bootstrap_queued\": %d", br_bootstrap_queued(comm->tc->boot));
     jb_cat(b, ", \"ops\": [");
     for (int i = 0; i < n; i++) {
         jb_cat(b, i ? ",\n    " : "\n    ");

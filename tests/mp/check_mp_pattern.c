@@ -18,7 +18,8 @@
  *     receive that meets them, by their descriptors.)
  * And the other side ("slow_rank"): calls that agree, one rank late by more than a second
  * before each, must all succeed with the right values; and one rank ahead in the phases
- * of an owner-fold AllReduce ("fold_ahead", below), which must succeed too.
+ * of an owner-fold AllReduce ("fold_ahead", below), which must succeed too; and a
+ * straggler whose bootstrap must not keep the wants of calls it is past ("straggler").
  * Rule: every rank returns before the deadline; a rank that fails says "mismatched calls"
  * and names rank 2 (itself or as "rank R reported: ..."); the ranks named in the case (the
  * ones no connection could ever satisfy) must fail. Processes, threads with
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <braid.h>
 #include <nccl.h>
@@ -373,6 +375,91 @@ START_TEST(test_fold_ahead)
 }
 END_TEST
 
+/* A straggler: rank 0 comes 1.2 s late to each of a few AllReduces that agree, so rank 1
+ * waits more than a second in each and sends it a want; rank 0 itself never waits. The
+ * wants of calls rank 0 is past must not pile up in its bootstrap queue (the dump's
+ * bootstrap_queued, read once both ranks finished a last call together). */
+#define PM_STRAG_CALLS 4
+#define PM_STRAG_MS 1200
+
+/* bootstrap_queued of rank 0's communicator in the state dump at path; -1 if not found. */
+static int pm_dump_queued(const char *path)
+{
+    static char text[1 << 16];
+    FILE *f = fopen(path, "r");
+    size_t n = f != NULL ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    const char *c, *q;
+
+    if (f != NULL) {
+        fclose(f);
+    }
+    text[n] = '\0';
+    c = strstr(text, "\"rank\": 0, \"nranks\": 2,");
+    q = c != NULL ? strstr(c, "\"bootstrap_queued\": ") : NULL;
+    return q != NULL ? atoi(q + strlen("\"bootstrap_queued\": ")) : -1;
+}
+
+static int pm_strag_body(brt_rank_ctx_t *ctx)
+{
+    float in[64], out[64];
+    ncclComm_t comm;
+    int bad = 0, r = ctx->rank;
+
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    for (int k = 0; k <= PM_STRAG_CALLS && !bad; k++) {
+        for (int i = 0; i < 64; i++) {
+            in[i] = (float)(r + 1) * (float)(i + k);
+        }
+        if (r == 0 && k < PM_STRAG_CALLS) {
+            brt_sleep_ms(PM_STRAG_MS);
+        }
+        brt_doing(ctx, "AllReduce %d of the straggler program", k);
+        if (ncclAllReduce(in, out, 64, ncclFloat, ncclSum, comm, NULL) != ncclSuccess) {
+            brt_fail(ctx, "AllReduce %d failed: %s", k, ncclGetLastError(comm));
+            bad = 1;
+        }
+        for (int i = 0; i < 64 && !bad; i++) {
+            if (out[i] != 3.0f * (float)(i + k)) {
+                brt_fail(ctx, "AllReduce %d: element %d is %g, expected %g", k, i,
+                         (double)out[i], 3.0 * (i + k));
+                bad = 1;
+            }
+        }
+    }
+    if (!bad && r == 0) {
+        char path[64];
+        snprintf(path, sizeof(path), "/tmp/braid-pattern-strag-%d.json", (int)getpid());
+        brt_doing(ctx, "braidDumpState");
+        int queued = braidDumpState(path) == ncclSuccess ? pm_dump_queued(path) : -2;
+        if (queued < 0 || queued > 1) {
+            brt_fail(ctx, "after %d late calls, rank 0's bootstrap holds %d messages (-1: not in "
+                     "the dump, -2: no dump): wants of calls it is past were kept",
+                     PM_STRAG_CALLS, queued);
+            bad = 1;
+        }
+        unlink(path);
+    }
+    /* Rank 1 stays until rank 0 has its dump (which asks rank 1 for its state). */
+    __atomic_store_n(&ctx->report->progress, 1, __ATOMIC_RELEASE);
+    for (double t0 = brt_now(); brt_now() - t0 < 30 * brt_time_scale(); brt_sleep_ms(5)) {
+        if (__atomic_load_n(&ctx->all[0].progress, __ATOMIC_ACQUIRE) >= 1) {
+            break;
+        }
+    }
+    ncclCommAbort(comm);
+    return bad;
+}
+
+START_TEST(test_straggler)
+{
+    static char out[16384];
+    int bad = pm_run_agreed(2, pm_strag_body, out, sizeof(out));
+    ck_assert_msg(!bad, "a straggler that never waits: %s", out);
+}
+END_TEST
+
 START_TEST(test_pattern)
 {
     const pm_case_t *c = &cases[_i];
@@ -423,6 +510,10 @@ int main(int argc, char **argv)
         tcase_set_timeout(tf, 120 * brt_time_scale());
         tcase_add_test(tf, test_fold_ahead);
         suite_add_tcase(s, tf);
+        TCase *tg = tcase_create("straggler");
+        tcase_set_timeout(tg, 120 * brt_time_scale());
+        tcase_add_test(tg, test_straggler);
+        suite_add_tcase(s, tg);
     }
     return brt_suite_run(s);
 }
