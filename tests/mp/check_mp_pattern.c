@@ -212,13 +212,28 @@ static int pm_initall(const pm_case_t *c, char *why, size_t len)
 /* The other side: calls that agree, with rank 2 late by more than the second after which
  * the others tell it what they wait in (and a Gather whose root is the late rank, where
  * the sends wait for it in connection setup at the first call). Every call must succeed
- * with the right values: a want must never be taken for a mismatch. */
+ * with the right values: a want must never be taken for a mismatch. Rank 0 also simulates
+ * a group of the whole program (ncclGroupSimulateEnd) after the first call. */
 #define PM_SLOW_CALLS 6
 #define PM_SLOW_MS 1300
 
 static float pm_val(int r, size_t i)
 {
     return (float)(r * 1000 + (int)(i % 997));
+}
+
+/* Rank 0 alone simulates a group of every call of the program: the numbers its calls
+ * took, a Gather's, Scatter's and AlltoAll's included, must be given back, or its next
+ * calls would not match the others'. */
+static ncclResult_t pm_simulate(const pm_call_t *prog, const float *in, float *out,
+                                ncclComm_t comm)
+{
+    ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+    ncclGroupStart();
+    for (int k = 0; k < PM_SLOW_CALLS; k++) {
+        (void)pm_issue(&prog[k], in, out, comm);
+    }
+    return ncclGroupSimulateEnd(&info);
 }
 
 static int pm_slow_body(brt_rank_ctx_t *ctx)
@@ -244,6 +259,11 @@ static int pm_slow_body(brt_rank_ctx_t *ctx)
         }
         if (r == PM_ODD) {
             brt_sleep_ms(PM_SLOW_MS);
+        }
+        if (r == 0 && k == 1 && pm_simulate(prog, in, out, comm) != ncclSuccess) {
+            brt_fail(ctx, "ncclGroupSimulateEnd failed: %s", ncclGetLastError(comm));
+            bad = 1;
+            break;
         }
         brt_doing(ctx, "call %d of the slow program", k);
         ncclResult_t res = pm_issue(c, in, out, comm);
