@@ -14,7 +14,9 @@
  *             take different paths on one host): with BRAID_TIMEOUT=5 every rank returns
  *             an error instead of hanging; a rank that makes no call at all: the other
  *             fails after BRAID_TIMEOUT, naming it (and with BRAID_WAIT_WARN below it and
- *             NCCL_DEBUG unset, first prints a line on its own naming it); a Broadcast root
+ *             NCCL_DEBUG unset, first prints a line on its own naming it); a silent rank
+ *             behind a rank one call ahead: its timeout follows the waits into the call
+ *             behind and names the silent rank; a Broadcast root
  *             whose buffer is not
  *             readable: the ranks that read it in place fail naming it, and so does it
  *   abort     another thread aborts, revokes or destroys a communicator that a blocked
@@ -392,6 +394,37 @@ START_TEST(test_unreadable_root_buffer)
 }
 END_TEST
 
+/* The silent rank of the cases below: initialized, it makes no call until rank 0 is
+ * done (or a minute passed), then aborts. */
+static int stay_silent(brt_rank_ctx_t *ctx, ncclComm_t comm)
+{
+    brt_doing(ctx, "staying silent");
+    double until = brt_now() + 60 * brt_time_scale();
+    while (!__atomic_load_n(&ctx->all[0].done, __ATOMIC_ACQUIRE) && brt_now() < until) {
+        brt_sleep_ms(20);
+    }
+    ncclCommAbort(comm);
+    return 0;
+}
+
+/* Run n ranks of body in processes and wait for them (BRAID_TIMEOUT, *timeout_p, plus a
+ * margin): what brt_procs_wait says (nonzero: a rank hung or failed, told in out), or -1
+ * without BRAID_TIMEOUT, when nothing would bound the waits (nothing started). */
+static int run_silent(brt_procs_t *p, int n, brt_rank_fn_t body, double *timeout_p, char *out,
+                      size_t cap)
+{
+    const char *env = getenv("BRAID_TIMEOUT");
+    double timeout = env != NULL ? atof(env) : 0.0;
+
+    *timeout_p = timeout;
+    if (timeout <= 0) {
+        fprintf(stderr, "BRAID_TIMEOUT is not set: nothing bounds a wait on a silent peer\n");
+        return -1;
+    }
+    ck_assert_int_eq(brt_procs_start(p, n, body, NULL, out, cap), 0);
+    return brt_procs_wait(p, brt_now() + (timeout + 30) * brt_time_scale(), 0, out, cap, 1);
+}
+
 /* Rank 1 stays alive but makes no call: rank 0's AllReduce fails after BRAID_TIMEOUT,
  * naming rank 1, instead of waiting forever. */
 static int body_silent_peer(brt_rank_ctx_t *ctx)
@@ -404,13 +437,7 @@ static int body_silent_peer(brt_rank_ctx_t *ctx)
         return 1;
     }
     if (ctx->rank == 1) {
-        brt_doing(ctx, "staying silent");
-        double until = brt_now() + 60 * brt_time_scale();
-        while (!__atomic_load_n(&ctx->all[0].done, __ATOMIC_ACQUIRE) && brt_now() < until) {
-            brt_sleep_ms(20);
-        }
-        ncclCommAbort(comm);
-        return 0;
+        return stay_silent(ctx, comm);
     }
     double t0 = brt_now();
     /* What the wait prints on its own (BRAID_WAIT_WARN, NCCL_DEBUG unset) goes to a file. */
@@ -441,18 +468,14 @@ static int body_silent_peer(brt_rank_ctx_t *ctx)
 
 START_TEST(test_silent_peer)
 {
-    const char *env = getenv("BRAID_TIMEOUT");
-    double timeout = env != NULL ? atof(env) : 0.0;
+    double timeout;
     char out[16384];
     brt_procs_t p;
+    int bad = run_silent(&p, 2, body_silent_peer, &timeout, out, sizeof(out));
 
-    if (timeout <= 0) {
-        fprintf(stderr, "BRAID_TIMEOUT is not set: nothing bounds a wait on a silent peer\n");
+    if (bad < 0) {
         return;
     }
-    ck_assert_int_eq(brt_procs_start(&p, 2, body_silent_peer, NULL, out, sizeof(out)), 0);
-    int bad =
-        brt_procs_wait(&p, brt_now() + (timeout + 30) * brt_time_scale(), 0, out, sizeof(out), 1);
     const brt_report_t *rep = &p.reports[0];
     fprintf(stderr, "silent peer: rank 0 returned %d after %.1f s: %s\n", rep->result, rep->t_mark,
             rep->msg);
@@ -473,6 +496,78 @@ START_TEST(test_silent_peer)
                       "with BRAID_WAIT_WARN=%s and NCCL_DEBUG unset, rank 0's wait printed no "
                       "line naming rank 1: \"%s\"", ww, rep->doing);
     }
+    brt_procs_free(&p);
+}
+END_TEST
+
+/* A silent rank behind a rank that is one call ahead (chaos seed 22049). Four ranks on a
+ * Ring (NCCL_ALGO=Ring): 0 -> 1 -> 2 -> 3 -> 0. In a Reduce of root 3, rank 0 only sends,
+ * so it returns without rank 1, which stays silent, and waits in the next call (an
+ * AllReduce) for rank 3, which waits in the Reduce for rank 2, which waits for rank 1.
+ * Ranks 2 and 3 enter the Reduce SILENT_BEHIND_S later, so that they have told what they
+ * wait for (halfway to BRAID_TIMEOUT) before rank 0 times out, and rank 0 times out
+ * before they do: rank 0's own diagnosis must follow the waits into the Reduce and name
+ * rank 1, not stop at rank 3's "waiting for data from rank 2". */
+#define SILENT_BEHIND_NRANKS 4
+static int body_silent_behind(brt_rank_ctx_t *ctx)
+{
+    ncclComm_t comm;
+    float a[1024] = {0}, b[1024] = {0};
+    const char *env = getenv("BRAID_TIMEOUT");
+    double delay = (env != NULL ? atof(env) : 5.0) / 4;
+    ncclResult_t res;
+
+    setenv("NCCL_ALGO", "Ring", 1);
+    if (brt_rank_init(ctx, &comm) != ncclSuccess) {
+        return 1;
+    }
+    if (ctx->rank == 1) {
+        return stay_silent(ctx, comm);
+    }
+    double t0 = brt_now();
+    if (ctx->rank != 0) {
+        brt_sleep_ms((int)(delay * 1000));
+    }
+    brt_doing(ctx, "Reduce (root 3) without rank 1");
+    res = ncclReduce(a, b, 1024, ncclFloat, ncclSum, 3, comm, NULL);
+    if (res == ncclSuccess && ctx->rank == 0) {
+        brt_doing(ctx, "AllReduce after the Reduce, ranks 2 and 3 still in it");
+        res = ncclAllReduce(a, b, 1024, ncclFloat, ncclSum, comm, NULL);
+    }
+    ctx->report->t_mark = brt_now() - t0;
+    ctx->report->result = res;
+    snprintf(ctx->report->msg, sizeof(ctx->report->msg), "%s", ncclGetLastError(comm));
+    __atomic_store_n(&ctx->report->done, 1, __ATOMIC_RELEASE);
+    ncclCommAbort(comm);
+    return 0;
+}
+
+START_TEST(test_silent_behind)
+{
+    double timeout;
+    char out[16384];
+    brt_procs_t p;
+    int bad = run_silent(&p, SILENT_BEHIND_NRANKS, body_silent_behind, &timeout, out, sizeof(out));
+
+    if (bad < 0) {
+        return;
+    }
+    ck_assert_msg(!bad, "a silent rank behind a rank one call ahead: %s", brt_clip(out, 3000));
+    for (int r = 0; r < SILENT_BEHIND_NRANKS; r++) {
+        const brt_report_t *rep = &p.reports[r];
+        if (r == 1) {
+            continue;
+        }
+        fprintf(stderr, "silent behind: rank %d returned %d after %.1f s: %s\n", r, rep->result,
+                rep->t_mark, rep->msg);
+        ck_assert_msg(rep->result != ncclSuccess, "rank %d: a call without rank 1 succeeded", r);
+        ck_assert_msg(brt_text_names_rank(rep->msg, 1),
+                      "rank %d's error does not name rank 1: \"%s\"", r, rep->msg);
+    }
+    /* Rank 0 timed out itself, first (not a report of rank 2 or 3, which name rank 1 from
+     * their own wait). */
+    ck_assert_msg(p.reports[0].result == ncclTimeout,
+                  "rank 0 did not time out first on its own: \"%s\"", p.reports[0].msg);
     brt_procs_free(&p);
 }
 END_TEST
@@ -800,6 +895,7 @@ static Suite *api_fail_suite(void)
     tcase_add_loop_test(tc, test_mismatched_calls, 0, 5);
     tcase_add_test(tc, test_unreadable_root_buffer);
     tcase_add_test(tc, test_silent_peer);
+    tcase_add_test(tc, test_silent_behind);
     suite_add_tcase(s, tc);
     tc = tcase_create("config");
     tcase_set_timeout(tc, 90 * brt_time_scale());

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec_int.h"
@@ -136,46 +137,68 @@ static int notice_next(const int *peers, int slot, int nranks)
 }
 
 /* After BRAID_TIMEOUT, follow the waits from the rank this one waits for to the rank that
- * is not waiting in the same call, and say so: in a ring every rank times out waiting for
- * its neighbour, and only the end of the chain is the one to look at. Each step follows
- * the same channel, whose waits form one path. */
+ * is not waiting, and say so: in a ring every rank times out waiting for its neighbour,
+ * and only the end of the chain is the one to look at. Each step follows the same
+ * channel, whose waits form one path. A rank blocked in another call (it finished this
+ * one early, as a Reduce non-root may, and waits in the next for a rank still in the
+ * previous) is followed on in that call, so the chain still ends at the rank everyone
+ * waits for (chaos seed 22049: a rank aborted between calls, and a rank one call ahead
+ * named only its neighbour in the call behind). visited (nranks entries, may be NULL)
+ * ends a cycle that does not pass through this rank. */
 static void explain_chain(br_exec_comm_t *ec, const br_exec_queue_t *q, char *buf, size_t len)
 {
     const br_work_t *w = queue_head(q);
     uint64_t key = wait_key(w), k;
-    int slot = wait_slot(w), cur = q->wait_peer, next, steps = 0;
+    int slot = wait_slot(w), cur = q->wait_peer, next, steps = 0, other = 0;
     int peers[BR_BOOT_WAIT_SLOTS];
     char what[300];
+    char *visited = NULL;
     size_t at = 0;
 
     buf[0] = '\0';
     if (cur < 0 || cur >= ec->nranks || cur == ec->rank) {
         return;
     }
-    while (steps++ < ec->nranks &&
-           br_bootstrap_peer_wait(ec->tc->boot, cur, &k, peers, what, sizeof(what)) && k == key &&
-           (next = notice_next(peers, slot, ec->nranks)) >= 0 && next != cur) {
-        at += (size_t)snprintf(buf + at, len - at, "; rank %d waits in the same call for rank %d",
-                               cur, next);
-        if (at >= len || next == ec->rank) {
+    (void)br_calloc(&visited, (size_t)ec->nranks, "wait chain"); /* NULL: bounded by steps */
+    while (steps++ < ec->nranks && at < len &&
+           br_bootstrap_peer_wait(ec->tc->boot, cur, &k, peers, what, sizeof(what))) {
+        if (visited != NULL) {
+            visited[cur] = 1;
+        }
+        next = notice_next(peers, slot, ec->nranks);
+        if (k != key) {
+            /* In another call: say where (its notice names whom it waits for there), and
+             * follow its waits in that call. */
+            at += (size_t)snprintf(buf + at, len - at,
+                                   "; rank %d is not in %s call but blocked in %s", cur,
+                                   other ? "that" : "this", what);
+            key = k;
+            other = 1;
+            if (next < 0 || next == cur) {
+                goto out; /* no peer to follow: where it is blocked is the end */
+            }
+        } else if (next < 0 || next == cur) {
+            break;
+        } else {
+            at += (size_t)snprintf(buf + at, len - at, "; rank %d waits in %s call for rank %d",
+                                   cur, other ? "that" : "the same", next);
+        }
+        if (at >= len || next == ec->rank || (visited != NULL && visited[next])) {
             if (at < len) {
                 snprintf(buf + at, len - at, ": the ranks wait for each other in a cycle");
             }
-            return;
+            goto out;
         }
         cur = next;
     }
-    if (at >= len) {
-        return;
-    }
-    if (br_bootstrap_peer_wait(ec->tc->boot, cur, &k, peers, what, sizeof(what)) && k != key) {
-        snprintf(buf + at, len - at, "; rank %d is not in this call but blocked in %s", cur, what);
-    } else {
+    if (at < len) {
         snprintf(buf + at, len - at,
-                 "; rank %d has not reported waiting in this call: did it skip it, or is it "
+                 "; rank %d has not reported waiting in %s call: did it skip it, or is it "
                  "busy or stuck outside the library?",
-                 cur);
+                 cur, other ? "that" : "this");
     }
+out:
+    free(visited);
 }
 
 /* Tell the peers what this communicator's queues wait for in the call `key`. */
@@ -366,7 +389,7 @@ static int check_timeout(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocke
         post_wait(b, ec, key, what);
     }
     if (blocked_ns > (uint64_t)timeout * 1000000000ull) {
-        char chain[600];
+        char chain[900];
         explain_chain(ec, blocked, chain, sizeof(chain));
         br_exec_fail(
             ec, ncclTimeout, "rank %d (host %s): no progress for %lld s (BRAID_TIMEOUT) in %s%s%s",
