@@ -21,7 +21,8 @@
  *     also inside "rank R reported: ...");
  *   mismatch: each rank either fails or returns the right result for its own call, every
  *     error names the victim, and at least one rank fails (a call or destroy), unless
- *     every rank is a Gather's or Reduce's non-root in its own call (mismatch_unseen());
+ *     every call's result is right and nobody waits (mismatch_unseen(): a Gather or
+ *     Reduce without a root, a Scatter with two, sends nobody receives);
  *   none: everything succeeds.
  * Each iteration runs in a fresh process of this program (so its environment, read once
  * by the library, can differ), in a process group of its own that must be empty after.

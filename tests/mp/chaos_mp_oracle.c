@@ -90,39 +90,57 @@ static int connected_before(const ch_scn_t *s, int si, int src, int dst)
     return 0;
 }
 
-/* A mismatch no rank is promised to see: the victim is the root of the others' Gather or
- * Reduce but calls one of another root, so in its own call every rank is a non-root.
- *   Gather: every rank only sends (the others to the victim, the victim to the root it
- *     believes in) and nobody receives. Where a connection it needs is missing, the
- *     sender waits for a receive end that will not come and connection setup names both
- *     calls (br_conn_purpose_t); where every one exists already (an earlier step made
- *     them), each send finishes into its receiver's buffer, as a send may in NCCL, and
- *     every rank returns its call's right result (a non-root has none): docs/user-guide.md,
- *     "Once the connections exist, such calls are data on open connections". Seed 20758.
- *   Reduce: "a Reduce's non-root may return success" (docs/user-guide.md, "When something
- *     goes wrong"): on the node arena's OneShot path each publishes its input and returns,
- *     and only a root reads what the others published (on a Ring some non-root receives
- *     and notices, but that depends on the path the plan picks). Seeds 21337, 30028. */
+/* A mismatch no rank is promised to see: every rank gets the right result of its own call
+ * and nothing it waits for is missing.
+ *   Gather, the victim the others' root but in a Gather of another root: every rank is a
+ *     non-root and only sends (the others to the victim, the victim to the root it
+ *     believes in); nobody receives. Seed 20758.
+ *   Scatter, the victim in one of its own root: it sends to every rank and receives
+ *     nothing, the others receive the real root's block as they should, and the real
+ *     root's block for the victim and the victim's blocks are never received. Seed 23713.
+ *   In both, where a connection for a send nobody receives is missing, the sender waits
+ *     for a receive end that will not come and connection setup names both calls
+ *     (br_conn_purpose_t); where every one exists already (an earlier step made them),
+ *     each such send finishes into its receiver's buffer, as a send may in NCCL:
+ *     docs/user-guide.md, "Once the connections exist, such calls are data on open
+ *     connections".
+ *   Reduce, the victim the others' root but in a Reduce of another root: every rank is a
+ *     non-root, and "a Reduce's non-root may return success" (docs/user-guide.md, "When
+ *     something goes wrong"): on the node arena's OneShot path each publishes its input
+ *     and returns, and only a root reads (on a Ring some non-root receives and notices,
+ *     but that depends on the path the plan picks). Seeds 21337, 30028. */
 static int mismatch_unseen(const ch_scn_t *s)
 {
     const ch_step_t *p = &s->steps[s->mstep - 1];
-    int r = p->c.root, v = p->victim.root;
+    int r = p->c.root, v = p->victim.root, x = s->victim;
 
-    if (p->kind != CH_STEP_CASE || s->mkind != CH_MM_ROOT || s->victim != r || v == r) {
+    if (p->kind != CH_STEP_CASE || s->mkind != CH_MM_ROOT || v == r) {
         return 0;
     }
-    if (p->c.func == BRT_REDUCE) {
-        return 1;
-    }
-    if (p->c.func != BRT_GATHER || !connected_before(s, s->mstep, r, v)) {
-        return 0;
-    }
-    for (int q = 0; q < s->nranks; q++) {
-        if (q != r && !connected_before(s, s->mstep, q, r)) {
+    switch (p->c.func) {
+    case BRT_REDUCE: return x == r;
+    case BRT_GATHER: /* sends to the victim, and the victim's to v */
+        if (x != r || !connected_before(s, s->mstep, x, v)) {
             return 0;
         }
+        for (int q = 0; q < s->nranks; q++) {
+            if (q != x && !connected_before(s, s->mstep, q, x)) {
+                return 0;
+            }
+        }
+        return 1;
+    case BRT_SCATTER: /* the root's send to the victim, and the victim's sends */
+        if (x != v || !connected_before(s, s->mstep, r, x)) {
+            return 0;
+        }
+        for (int q = 0; q < s->nranks; q++) {
+            if (q != x && !connected_before(s, s->mstep, x, q)) {
+                return 0;
+            }
+        }
+        return 1;
+    default: return 0;
     }
-    return 1;
 }
 
 int judge(const ch_scn_t *s, const char *launch_err, FILE *f)
