@@ -63,8 +63,10 @@ ncclResult_t br_bootstrap_barrier(br_bootstrap_t *boot);
  * send does not wait for the matching recv (it returns once the bytes are written). */
 ncclResult_t br_bootstrap_send(br_bootstrap_t *boot, int peer, int tag, const void *data,
                                size_t size);
-/* The same for a message that may be lost: within budget_ns, and a failure is only
- * returned (no WARN, no wait for the peer's own report). */
+/* The same for a small message that may be lost: within budget_ns, only if the
+ * connection takes it whole at once (a peer that does not read loses it, and the
+ * connection stays as it was), and a failure is only returned (no WARN, no wait for the
+ * peer's own report). */
 ncclResult_t br_bootstrap_send_brief(br_bootstrap_t *boot, int peer, int tag, const void *data,
                                      size_t size, uint64_t budget_ns);
 /* Receive exactly size bytes from (peer, tag); a size mismatch is an error. Bounded by

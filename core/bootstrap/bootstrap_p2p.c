@@ -575,9 +575,12 @@ ncclResult_t br_boot_connect_peer(br_bootstrap_t *boot, int peer, uint64_t deadl
 }
 
 /* Send one message within deadline; quiet: the caller handles a failure (no WARN, no
- * wait for the peer's report). */
+ * wait for the peer's report); brief: a small message that may be lost goes only if the
+ * connection takes it whole at once (closing a connection on a timeout mid-stream would
+ * look to the peer like this rank leaving). */
 static ncclResult_t send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int tag,
-                             const void *data, size_t size, uint64_t deadline, int quiet)
+                             const void *data, size_t size, uint64_t deadline, int quiet,
+                             int brief)
 {
     br_boot_rank_t *p = &boot->peers[peer];
     br_boot_frame_t f = {.kind = kind, .tag = tag, .size = size};
@@ -619,7 +622,19 @@ static ncclResult_t send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int 
         if (size > 0) {
             memcpy(buf + sizeof(f), data, size);
         }
-        res = br_socket_send_all(p->out_fd, buf, sizeof(f) + size, deadline);
+        size_t off = 0, len = sizeof(f) + size;
+        if (brief) {
+            ssize_t n = br_socket_send_nb(p->out_fd, buf, len);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+                res = ncclSystemError; /* nothing written: the peer is not reading */
+                goto out;
+            }
+            res = n < 0 ? ncclSystemError : ncclSuccess; /* a broken connection: closed below */
+            off = n < 0 ? 0 : (size_t)n;
+        }
+        if (res == ncclSuccess && off < len) {
+            res = br_socket_send_all(p->out_fd, buf + off, len - off, deadline);
+        }
     } else {
         res = br_socket_send_all(p->out_fd, &f, sizeof(f), deadline);
         if (res == ncclSuccess) {
@@ -649,7 +664,7 @@ ncclResult_t br_boot_send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int
 {
     /* A link message's sender handles its failure (the peer may have left normally). */
     return send_msg(boot, peer, kind, tag, data, size, br_time_ns() + boot->timeout_ns,
-                    kind == BR_BOOT_MSG_LINK);
+                    kind == BR_BOOT_MSG_LINK, 0);
 }
 
 ncclResult_t br_bootstrap_send_brief(br_bootstrap_t *boot, int peer, int tag, const void *data,
@@ -658,7 +673,11 @@ ncclResult_t br_bootstrap_send_brief(br_bootstrap_t *boot, int peer, int tag, co
     if (peer < 0 || peer >= boot->nranks) {
         return ncclInternalError;
     }
-    return send_msg(boot, peer, BR_BOOT_MSG_USER, tag, data, size, br_time_ns() + budget_ns, 1);
+    if (size > SEND_COALESCE) {
+        return ncclInternalError; /* brief messages are small */
+    }
+    return send_msg(boot, peer, BR_BOOT_MSG_USER, tag, data, size, br_time_ns() + budget_ns, 1,
+                    1);
 }
 
 void br_boot_deadline_to_ts(uint64_t deadline_ns, struct timespec *ts)

@@ -887,7 +887,9 @@ ncclResult_t br_exec_run_solo(br_exec_comm_t *ec, const br_op_t *op)
     /* Wants peers sent while they waited for calls before this one are answered (a group
      * drops them in its connection setup): a rank that is late to every call, and so
      * never waits, would otherwise keep one per call. */
-    br_transport_asks_prune(ec->tc, BR_TRANSPORT_TAG_P2P, br_exec_call_desc(op).seq);
+    if (br_bootstrap_queued(ec->tc->boot) != 0) { /* the common case costs one load */
+        br_transport_asks_prune(ec->tc, BR_TRANSPORT_TAG_P2P, br_exec_call_desc(op).seq);
+    }
     if (solo_fast(ec, op, &res)) {
         if (res != ncclSuccess) {
             br_exec_oplog_settle(ec, op);
