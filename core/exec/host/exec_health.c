@@ -327,37 +327,42 @@ static void post_asks(br_exec_batch_t *b, br_exec_comm_t *ec, uint64_t blocked_n
  * it failed the communicator. */
 static int check_asks(br_exec_batch_t *b, br_exec_comm_t *ec)
 {
-    br_slot_desc_t mine, theirs;
-    uint64_t last = 0, oldest = UINT64_MAX;
+    enum { MAX_CALLS = 16 }; /* calls looked at per check: a group's first ones */
+    br_slot_desc_t mine[MAX_CALLS], theirs;
+    uint64_t oldest = UINT64_MAX;
+    int n = 0;
     char msg[600];
 
     if (br_bootstrap_queued(ec->tc->boot) == 0) {
         return 0; /* nobody asked for anything */
     }
-    for (int i = 0; i < b->n; i++) {
-        const br_work_t *w = queue_head(&b->queues[i]);
-        uint64_t seq = w != NULL && b->queues[i].ec == ec ? br_exec_call_desc(&w->op).seq : 0;
-        oldest = seq != 0 && seq < oldest ? seq : oldest;
-    }
-    if (oldest != UINT64_MAX) {
-        br_transport_asks_prune(ec->tc, BR_TRANSPORT_TAG_P2P, oldest); /* calls we are past */
-    }
+    /* The distinct calls at the heads of the queues (the channels of one collective share
+     * one), then one pass over the peers' asks. */
     for (int i = 0; i < b->n; i++) {
         const br_work_t *w = queue_head(&b->queues[i]);
         if (b->queues[i].ec != ec || w == NULL) {
             continue;
         }
-        mine = br_exec_call_desc(&w->op);
-        if (mine.seq == 0 || mine.seq == last) {
-            continue; /* the channels of one collective: looked at once */
+        br_slot_desc_t c = br_exec_call_desc(&w->op);
+        int seen = c.seq == 0;
+        for (int k = 0; k < n && !seen; k++) {
+            seen = mine[k].seq == c.seq;
         }
-        last = mine.seq;
-        for (int p = 0; p < ec->nranks; p++) {
-            for (int k = 0; p != ec->rank &&
-                            br_transport_peer_ask(ec->tc, BR_TRANSPORT_TAG_P2P, p, k, &theirs);
-                 k++) {
-                if (theirs.seq == mine.seq && br_exec_call_differs(&mine, &theirs)) {
-                    br_exec_call_mismatch(msg, sizeof(msg), ec->rank, &mine, p,
+        if (!seen && n < MAX_CALLS) {
+            mine[n++] = c;
+        }
+        oldest = c.seq != 0 && c.seq < oldest ? c.seq : oldest;
+    }
+    if (oldest != UINT64_MAX) {
+        br_transport_asks_prune(ec->tc, BR_TRANSPORT_TAG_P2P, oldest); /* calls we are past */
+    }
+    for (int p = 0; p < ec->nranks && n > 0; p++) {
+        for (int k = 0;
+             p != ec->rank && br_transport_peer_ask(ec->tc, BR_TRANSPORT_TAG_P2P, p, k, &theirs);
+             k++) {
+            for (int c = 0; c < n; c++) {
+                if (theirs.seq == mine[c].seq && br_exec_call_differs(&mine[c], &theirs)) {
+                    br_exec_call_mismatch(msg, sizeof(msg), ec->rank, &mine[c], p,
                                           ec->tc->peers[p].host, &theirs);
                     br_exec_fail(ec, ncclInvalidUsage, "%s", msg);
                     return 1;
