@@ -14,6 +14,10 @@
  * element is thus the same fold on every rank, whatever the split, and moves the bytes of
  * a ring AllReduce: (n - 1) / n of the input out and in per phase.
  *
+ * A PreMulSum's scalar is each rank's own (ncclRedOpCreatePreMulSum is per rank): in
+ * phase A every rank also sends its scalar with its slice, and an owner that got scalars
+ * other than its own scales each contribution by its rank's scalar before the fold.
+ *
  * The phases of every owner-fold call of a group run after its other operations, each
  * phase as one executor batch over all communicators, so one thread can drive every rank
  * (the ncclCommInitAll pattern). The scratch buffer is kept per thread and reused.
@@ -34,6 +38,7 @@ typedef struct {
     char *scratch; /* n slices: received contributions, then (AllReduce) the gathered result */
     char *out;     /* where this rank's folded slice goes */
     int padded;    /* AllReduce whose count n does not divide: gathered in scratch */
+    double *scalar; /* PREMULSUM: rank q's scalar at [q] (this rank's own sent from there) */
 } fold_t;
 
 /* The thread's scratch memory, kept between groups (freed when the thread ends). */
@@ -158,27 +163,54 @@ static void p2p_call(gcall_t *out, const gcall_t *c, br_func_t func, int peer, c
     out->op.log_ticket = c->op.log_ticket;
 }
 
-/* Phase A: slice p of this rank's input to rank p, every rank's copy of slice me in. */
+/* Phase A: slice p of this rank's input to rank p, every rank's copy of slice me in; for a
+ * PREMULSUM each followed by its sender's scalar (a double: the fold is of float types,
+ * whose sizes divide 8). */
 static int phase_a(const fold_t *f, gcall_t *out)
 {
     const gcall_t *c = f->call;
     int n = c->comm->nranks, me = c->comm->rank, k = 0;
-    size_t mine = slice_len(f, me);
+    size_t mine = slice_len(f, me), scount = sizeof(double) / f->tsz;
+    int pre = c->op.redop.kind == BR_RED_PREMULSUM;
     for (int i = 1; i < n; i++) {
         int p = (me + i) % n; /* not every rank at rank 0 first */
         size_t len = slice_len(f, p);
         if (len > 0) {
             p2p_call(&out[k++], c, BR_FUNC_SEND, p, slice_at(c->op.sendbuff, f, p), NULL, len);
+            if (pre) {
+                p2p_call(&out[k++], c, BR_FUNC_SEND, p, &f->scalar[me], NULL, scount);
+            }
         }
         int q = (me + n - i) % n;
         if (mine > 0) {
             p2p_call(&out[k++], c, BR_FUNC_RECV, q, NULL, slice_at(f->scratch, f, q), mine);
+            if (pre) {
+                p2p_call(&out[k++], c, BR_FUNC_RECV, q, NULL, &f->scalar[q], scount);
+            }
         }
     }
     return k;
 }
 
-/* The fold of this rank's slice: rank q's contribution is its own input for q == me. */
+/* Did some rank send a PREMULSUM scalar other than this rank's? */
+static int scalars_differ(const fold_t *f)
+{
+    const br_op_t *op = &f->call->op;
+    if (op->redop.kind != BR_RED_PREMULSUM) {
+        return 0;
+    }
+    for (int q = 0; q < f->call->comm->nranks; q++) {
+        if (f->scalar[q] != op->redop.scalar_f) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The fold of this rank's slice: rank q's contribution is its own input for q == me. When
+ * the ranks' PreMulSum scalars differ, each contribution is first scaled by its own
+ * rank's scalar and rounded to the type (with fp32 accumulation of a narrow type, that
+ * product is rounded once more than with one common scalar), then summed in rank order. */
 static void fold_slice(const fold_t *f, const void **srcs)
 {
     const gcall_t *c = f->call;
@@ -190,7 +222,19 @@ static void fold_slice(const fold_t *f, const void **srcs)
     for (int q = 0; q < n; q++) {
         srcs[q] = q == me ? slice_at(c->op.sendbuff, f, me) : slice_at(f->scratch, f, q);
     }
-    br_reduce_fold(f->out, srcs, n, len, &c->op.redop, c->op.acc32);
+    if (!scalars_differ(f)) {
+        br_reduce_fold(f->out, srcs, n, len, &c->op.redop, c->op.acc32);
+        return;
+    }
+    for (int q = 0; q < n; q++) {
+        br_redop_t qop = c->op.redop;
+        char *dst = q == me ? f->out : slice_at(f->scratch, f, q);
+        qop.scalar_f = f->scalar[q];
+        br_reduce(dst, NULL, srcs[q], len, &qop, 0);
+        srcs[q] = dst;
+    }
+    br_redop_t sum = br_redop_partial(&c->op.redop);
+    br_reduce_fold(f->out, srcs, n, len, &sum, c->op.acc32);
 }
 
 /* Phase C: the gathering; *k_p gets the calls written to out. Fails (logged by plan) when
@@ -243,25 +287,32 @@ ncclResult_t br_group_fold_run(gcall_t *cs, int n)
     fold_t *fs = NULL;
     gcall_t *ps = NULL;
     const void **srcs = NULL;
+    double *scalars = NULL, *scal;
     char *scratch = NULL;
     size_t bytes = 0;
-    int nf = 0, np = 0, maxn = 1;
+    int nf = 0, np = 0, maxn = 1, nscal = 0;
     ncclResult_t res = ncclSuccess;
 
     for (int i = 0; i < n; i++) {
         if (br_group_is_fold(&cs[i])) {
             nf++;
-            np += 2 * cs[i].comm->nranks;
+            np += 4 * cs[i].comm->nranks; /* a slice and a scalar to and from each peer */
+            nscal += cs[i].comm->nranks;
             maxn = cs[i].comm->nranks > maxn ? cs[i].comm->nranks : maxn;
         }
     }
     BR_CHECK_GOTO(br_calloc(&fs, (size_t)nf, "owner fold"), res, out);
     BR_CHECK_GOTO(br_calloc(&ps, (size_t)np, "owner fold"), res, out);
     BR_CHECK_GOTO(br_calloc(&srcs, (size_t)maxn, "owner fold"), res, out);
+    BR_CHECK_GOTO(br_calloc(&scalars, (size_t)nscal, "owner fold"), res, out);
     nf = 0;
+    scal = scalars;
     for (int i = 0; i < n; i++) {
         if (br_group_is_fold(&cs[i])) {
             fold_shape(&fs[nf], &cs[i]);
+            fs[nf].scalar = scal;
+            scal[cs[i].comm->rank] = cs[i].op.redop.scalar_f;
+            scal += cs[i].comm->nranks;
             bytes += fold_bytes(&fs[nf], cs[i].comm->nranks);
             nf++;
         }
@@ -299,5 +350,6 @@ out:
     free(fs);
     free(ps);
     free(srcs);
+    free(scalars);
     return res;
 }

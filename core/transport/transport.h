@@ -203,10 +203,15 @@ typedef struct {
 #define BR_ARENA_OUT 1 /* an AllReduce's output, where the others read its reduced part */
 
 /* What a DirectRead rank publishes for an operation; a Broadcast's root also says how
- * much of every reader's output it writes itself. */
+ * much of every reader's output it writes itself, and a PreMulSum AllReduce's rank its
+ * own scalar, with which the readers scale its input (it fills a small slot exactly). */
 typedef struct {
     br_arena_buf_t buf[2]; /* BR_ARENA_IN, BR_ARENA_OUT */
-    uint64_t split;        /* Broadcast root: bytes [0, split) of each reader's output */
+    union {
+        uint64_t split;  /* Broadcast root: bytes [0, split) of each reader's output */
+        uint64_t scalar; /* PreMulSum AllReduce: the bits of the publisher's br_redop_t
+                          * scalar_f (floating types) or scalar_i (integer types) */
+    };
 } br_arena_addr_t;
 
 /* A peer's ncclMemAlloc memory mapped here, kept between calls (least recently used

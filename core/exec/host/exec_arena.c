@@ -48,25 +48,22 @@ static int check_input(br_exec_comm_t *ec, const br_op_t *op, uint64_t k, int sm
     return -1;
 }
 
-/* dst = inputs of every rank in the arena folded in rank order (element offset `at`). */
+/* dst = inputs of every rank in the arena folded in rank order (element offset `at`).
+ * A PREMULSUM's inputs were published scaled by their own rank's scalar (publish), so
+ * they fold as a plain sum. */
 static void fold_inputs(const br_exec_comm_t *ec, const br_work_t *w, void *dst, size_t at)
 {
     const br_arena_t *a = ec->arena;
     const br_op_t *op = &w->op;
     const char *first = br_arena_data(a, 0, w->arena_k, w->arena_small) + at * br_type_size(op->type);
     size_t stride = br_arena_rank_stride(a, w->arena_small);
-    int n = ec->nranks, r = 1;
+    br_redop_t sum = br_redop_partial(&op->redop);
+    int n = ec->nranks;
 
-    if (op->redop.kind == BR_RED_PREMULSUM) {
-        /* Every input is scaled, and br_reduce scales only its local operand. */
-        br_reduce(dst, NULL, first, op->count, &op->redop, 0);
-    } else {
-        /* Ranks 0 and 1 in one pass (the ops are commutative, bit for bit). */
-        br_reduce(dst, first, first + stride, op->count, &op->redop, n == 2 ? BR_REDUCE_POST : 0);
-        r = 2;
-    }
-    for (; r < n; r++) {
-        br_reduce(dst, dst, first + (size_t)r * stride, op->count, &op->redop,
+    /* Ranks 0 and 1 in one pass (the ops are commutative, bit for bit). */
+    br_reduce(dst, first, first + stride, op->count, &sum, n == 2 ? BR_REDUCE_POST : 0);
+    for (int r = 2; r < n; r++) {
+        br_reduce(dst, dst, first + (size_t)r * stride, op->count, &sum,
                   r == n - 1 ? BR_REDUCE_POST : 0);
     }
 }
@@ -471,8 +468,35 @@ static void part_of(const br_op_t *op, int n, int r, size_t *lo, size_t *len)
     *len = (b < op->count ? b : op->count) - *lo;
 }
 
+/* A PREMULSUM's scalar as the 64 bits a DirectRead rank publishes (br_arena_addr_t), and
+ * back: the readers scale each rank's input by that rank's own scalar. */
+static uint64_t scalar_bits(const br_redop_t *op)
+{
+    uint64_t bits = op->scalar_i;
+    if (br_type_is_float(op->type)) {
+        memcpy(&bits, &op->scalar_f, sizeof(bits));
+    }
+    return bits;
+}
+
+static br_redop_t peer_redop(const br_exec_comm_t *ec, const br_work_t *w, int r)
+{
+    br_redop_t op = w->op.redop;
+    br_arena_addr_t pub;
+    if (op.kind == BR_RED_PREMULSUM) {
+        memcpy(&pub, br_arena_data(ec->arena, r, w->arena_k, 1), sizeof(pub));
+        if (br_type_is_float(op.type)) {
+            memcpy(&op.scalar_f, &pub.scalar, sizeof(op.scalar_f));
+        } else {
+            op.scalar_i = pub.scalar;
+        }
+    }
+    return op;
+}
+
 /* Fold this rank's part of every input into its output, a piece at a time so that with
- * more than 2 ranks the partial sums are read back from the cache. */
+ * more than 2 ranks the partial sums are read back from the cache. Each input is scaled
+ * by its own rank's PREMULSUM scalar. */
 #define BR_DIRECT_PIECE ((size_t)128 << 10)
 static int reduce_part(br_exec_comm_t *ec, const br_work_t *w)
 {
@@ -503,7 +527,8 @@ static int reduce_part(br_exec_comm_t *ec, const br_work_t *w)
                              me, (unsigned long long)op->seq, r);
                 return -1;
             }
-            br_reduce(out, acc, src + off, cnt, &op->redop, i == n - 1 ? BR_REDUCE_POST : 0);
+            br_redop_t ro = peer_redop(ec, w, r);
+            br_reduce(out, acc, src + off, cnt, &ro, i == n - 1 ? BR_REDUCE_POST : 0);
             acc = out;
         }
     }
@@ -670,9 +695,20 @@ static int publish(br_exec_queue_t *q, br_work_t *w)
         }
         if (op->func == BR_FUNC_BROADCAST && !reader) {
             pub.split = bcast_split(ec, op);
+        } else if (op->redop.kind == BR_RED_PREMULSUM && op->func == BR_FUNC_ALLREDUCE) {
+            pub.scalar = scalar_bits(&op->redop);
         }
         d = br_desc_make(op, sizeof(pub));
         br_arena_publish(ec->arena, ec->rank, w->arena_k, 1, &pub, sizeof(pub), &d);
+    } else if (op->redop.kind == BR_RED_PREMULSUM && br_func_is_reduction(op->func)) {
+        /* Each rank's scalar is its own (ncclRedOpCreatePreMulSum is per rank): it scales
+         * its input on the way into the arena, so the folds of every reader add inputs
+         * already scaled, each by its owner's scalar, with the same rounding as before. */
+        size_t bytes = publish_bytes(ec, op, ec->rank);
+        br_reduce(br_arena_data(ec->arena, ec->rank, w->arena_k, w->arena_small), NULL,
+                  op->sendbuff, bytes / br_type_size(op->type), &op->redop, 0);
+        d = br_desc_make(op, bytes);
+        br_arena_publish(ec->arena, ec->rank, w->arena_k, w->arena_small, NULL, 0, &d);
     } else {
         size_t bytes = publish_bytes(ec, op, ec->rank);
         d = br_desc_make(op, bytes);

@@ -340,6 +340,12 @@ static const char *step_compute(const br_exec_comm_t *ec, const br_work_t *w, co
         char *dst = send_stage(ec, w, io, out, 0);
         br_reduce(dst, NULL, in, len, &op->redop, 0);
         return dst;
+    } else if (op->algo == BR_ALGO_RING_ONESHOT && op->redop.kind == BR_RED_PREMULSUM &&
+               (p & BR_PRIM_LOCAL)) {
+        /* RingOneShot gathers the inputs into its scratch (never the input) to fold them
+         * there: each rank's input enters the gather scaled by its own PreMulSum scalar. */
+        br_reduce(out, NULL, in, len, &op->redop, 0);
+        data = out;
     } else {
         if ((p & BR_PRIM_LOCAL) && out != in) {
             memcpy(out, in, bytes);
@@ -457,24 +463,19 @@ static int stream_step(br_exec_queue_t *q, br_work_t *w, int s)
     return 1;
 }
 
-/* RingOneShot's end: every rank's input is in the scratch; fold them in rank order, so
- * every rank computes bit-identical results. */
+/* RingOneShot's end: every rank's input is in the scratch (a PREMULSUM's scaled by its
+ * own rank's scalar, step_compute); fold them in rank order, so every rank computes
+ * bit-identical results. */
 static void gather_fold(br_work_t *w)
 {
     const br_op_t *op = &w->op;
     const char *first = w->scratch;
     size_t stride = w->lay.units;
-    int n = w->sched.nranks, r = 1;
-    if (op->redop.kind == BR_RED_PREMULSUM) {
-        /* Every input is scaled, and br_reduce scales only its local operand. */
-        br_reduce(op->recvbuff, NULL, first, op->count, &op->redop, 0);
-    } else {
-        br_reduce(op->recvbuff, first, first + stride, op->count, &op->redop,
-                  n == 2 ? BR_REDUCE_POST : 0);
-        r = 2;
-    }
-    for (; r < n; r++) {
-        br_reduce(op->recvbuff, op->recvbuff, first + (size_t)r * stride, op->count, &op->redop,
+    br_redop_t sum = br_redop_partial(&op->redop);
+    int n = w->sched.nranks;
+    br_reduce(op->recvbuff, first, first + stride, op->count, &sum, n == 2 ? BR_REDUCE_POST : 0);
+    for (int r = 2; r < n; r++) {
+        br_reduce(op->recvbuff, op->recvbuff, first + (size_t)r * stride, op->count, &sum,
                   r == n - 1 ? BR_REDUCE_POST : 0);
     }
 }
