@@ -57,7 +57,7 @@ static void fold_inputs(const br_exec_comm_t *ec, const br_work_t *w, void *dst,
     const br_op_t *op = &w->op;
     const char *first = br_arena_data(a, 0, w->arena_k, w->arena_small) + at * br_type_size(op->type);
     size_t stride = br_arena_rank_stride(a, w->arena_small);
-    br_redop_t sum = br_redop_partial(&op->redop);
+    br_redop_t sum = br_redop_prescaled(&op->redop);
     int n = ec->nranks;
 
     /* Ranks 0 and 1 in one pass (the ops are commutative, bit for bit). */

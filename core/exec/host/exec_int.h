@@ -170,6 +170,18 @@ static inline void br_exec_copy_out(const br_exec_comm_t *ec, const br_op_t *op,
     br_copy_out(dst, src, n, br_exec_streams(ec, op));
 }
 
+/* The op that folds inputs each already scaled by its own rank's PreMulSum scalar (the
+ * arena's published inputs, RingOneShot's gathered ones): a plain sum for PREMULSUM, the
+ * op itself otherwise (integer Avg still divides at the end). */
+static inline br_redop_t br_redop_prescaled(const br_redop_t *op)
+{
+    br_redop_t p = *op;
+    if (p.kind == BR_RED_PREMULSUM) {
+        p.kind = BR_RED_SUM;
+    }
+    return p;
+}
+
 /* The descriptor of op's data, and its checks. */
 br_slot_desc_t br_desc_make(const br_op_t *op, size_t bytes);
 /* Does d describe op (apart from its byte count)? */

@@ -471,7 +471,7 @@ static void gather_fold(br_work_t *w)
     const br_op_t *op = &w->op;
     const char *first = w->scratch;
     size_t stride = w->lay.units;
-    br_redop_t sum = br_redop_partial(&op->redop);
+    br_redop_t sum = br_redop_prescaled(&op->redop);
     int n = w->sched.nranks;
     br_reduce(op->recvbuff, first, first + stride, op->count, &sum, n == 2 ? BR_REDUCE_POST : 0);
     for (int r = 2; r < n; r++) {
