@@ -344,7 +344,8 @@ static const char *step_compute(const br_exec_comm_t *ec, const br_work_t *w, co
                (p & BR_PRIM_LOCAL)) {
         /* RingOneShot gathers the inputs into its scratch (never the input) to fold them
          * there: each rank's input enters the gather scaled by its own PreMulSum scalar. */
-        br_reduce(out, NULL, in, len, &op->redop, 0);
+        /* Its gather moves bytes (lay.esize 1): the piece is bytes / type size elements. */
+        br_reduce(out, NULL, in, bytes / br_type_size(op->type), &op->redop, 0);
         data = out;
     } else {
         if ((p & BR_PRIM_LOCAL) && out != in) {
