@@ -306,7 +306,12 @@ ncclResult_t br_boot_hier_allgather(br_bootstrap_t *boot, void *data, size_t siz
 void br_boot_hier_kick(br_bootstrap_t *boot);
 void br_boot_hier_free(br_bootstrap_t *boot);
 
-/* Free the unexpected queues. */
+/* The unexpected queues (bootstrap_queue.c): append a message to a peer's queue and wake
+ * the waiters; unlink the oldest of (kind, tag) from a peer's queue, NULL when none (called
+ * with boot->lock held); free them all. */
+void br_boot_queue_push(br_bootstrap_t *boot, int peer, br_boot_msg_t *msg);
+br_boot_msg_t *br_boot_queue_take(br_bootstrap_t *boot, br_boot_rank_t *p, uint32_t kind,
+                                  int tag);
 void br_boot_queues_free(br_bootstrap_t *boot);
 
 /* The background thread got a state query on c's socket: answer it (bounded), then the

@@ -43,67 +43,6 @@ const char *br_boot_rank_str(const br_bootstrap_t *boot, int rank, char *buf, si
     return buf;
 }
 
-/* Append a message to a peer's unexpected queue and wake the waiters. */
-static void queue_push(br_bootstrap_t *boot, int peer, br_boot_msg_t *msg)
-{
-    br_boot_rank_t *p = &boot->peers[peer];
-
-    msg->next = NULL;
-    pthread_mutex_lock(&boot->lock);
-    if (p->tail != NULL) {
-        p->tail->next = msg;
-    } else {
-        p->head = msg;
-    }
-    p->tail = msg;
-    atomic_fetch_add_explicit(&boot->queued, 1, memory_order_relaxed);
-    pthread_cond_broadcast(&boot->cond);
-    pthread_mutex_unlock(&boot->lock);
-}
-
-/* Unlink the oldest message of (kind, tag) from a peer's queue; NULL when none. Called
- * with boot->lock held. */
-static br_boot_msg_t *queue_take(br_bootstrap_t *boot, br_boot_rank_t *p, uint32_t kind, int tag)
-{
-    br_boot_msg_t *prev = NULL;
-
-    for (br_boot_msg_t *m = p->head; m != NULL; prev = m, m = m->next) {
-        if (m->kind != kind || m->tag != tag) {
-            continue;
-        }
-        if (prev != NULL) {
-            prev->next = m->next;
-        } else {
-            p->head = m->next;
-        }
-        if (p->tail == m) {
-            p->tail = prev;
-        }
-        atomic_fetch_sub_explicit(&boot->queued, 1, memory_order_relaxed);
-        return m;
-    }
-    return NULL;
-}
-
-void br_boot_queues_free(br_bootstrap_t *boot)
-{
-    for (int r = 0; r < boot->nranks; r++) {
-        br_boot_msg_t *m = boot->peers[r].head;
-        while (m != NULL) {
-            br_boot_msg_t *next = m->next;
-            free(m);
-            m = next;
-        }
-        boot->peers[r].head = boot->peers[r].tail = NULL;
-        atomic_store_explicit(&boot->queued, 0, memory_order_relaxed);
-        free(boot->peers[r].wait_msg);
-        free(boot->peers[r].recover_msg);
-        boot->peers[r].wait_msg = boot->peers[r].recover_msg = NULL;
-        boot->peers[r].wait = NULL;
-        boot->peers[r].recover = NULL;
-    }
-}
-
 static void drop_conn(br_bootstrap_t *boot, br_boot_inconn_t *c, const char *why)
 {
     char text[BR_SOCKET_ADDR_STRLEN];
@@ -198,7 +137,7 @@ static void msg_done(br_bootstrap_t *boot, br_boot_inconn_t *c)
         return;
     }
     if (m->kind != BR_BOOT_MSG_ABORT) {
-        queue_push(boot, from, m);
+        br_boot_queue_push(boot, from, m);
         return;
     }
     pthread_mutex_lock(&boot->lock);
@@ -608,7 +547,7 @@ static ncclResult_t send_msg(br_bootstrap_t *boot, int peer, uint32_t kind, int 
         if (size > 0) {
             memcpy(m->data, data, size);
         }
-        queue_push(boot, peer, m);
+        br_boot_queue_push(boot, peer, m);
         return ncclSuccess;
     }
     pthread_mutex_lock(&p->out_lock);
@@ -773,7 +712,7 @@ static br_boot_msg_t *take_msg(br_bootstrap_t *boot, int peer, uint32_t kind, in
     int watched = 0;
 
     pthread_mutex_lock(&boot->lock);
-    while ((m = queue_take(boot, p, kind, tag)) == NULL) {
+    while ((m = br_boot_queue_take(boot, p, kind, tag)) == NULL) {
         res = br_boot_wait_blocked(boot, peer, why, sizeof(why));
         if (res != ncclSuccess) {
             break;
@@ -913,67 +852,6 @@ ncclResult_t br_bootstrap_recv_watch(br_bootstrap_t *boot, int peer, int tag, vo
     }
     return recv_msg(boot, peer, BR_BOOT_MSG_USER, tag, data, size,
                     br_time_ns() + boot->timeout_ns, watch != NULL ? &w : NULL);
-}
-
-int br_bootstrap_peek(br_bootstrap_t *boot, int peer, int tag, int nth, void *data, size_t size)
-{
-    int found = 0;
-    if (peer < 0 || peer >= boot->nranks) {
-        return 0;
-    }
-    pthread_mutex_lock(&boot->lock);
-    for (const br_boot_msg_t *m = boot->peers[peer].head; m != NULL; m = m->next) {
-        if (m->kind == BR_BOOT_MSG_USER && m->tag == tag && nth-- == 0) {
-            found = m->size == size;
-            if (found && size > 0) {
-                memcpy(data, m->data, size);
-            }
-            break;
-        }
-    }
-    pthread_mutex_unlock(&boot->lock);
-    return found;
-}
-
-int br_bootstrap_queued(br_bootstrap_t *boot)
-{
-    return atomic_load_explicit(&boot->queued, memory_order_relaxed);
-}
-
-void br_bootstrap_drop_if(br_bootstrap_t *boot, int peer, int tag,
-                          int (*stale)(void *arg, const void *data, size_t size), void *arg)
-{
-    if (peer < 0 || peer >= boot->nranks) {
-        return;
-    }
-    pthread_mutex_lock(&boot->lock);
-    br_boot_rank_t *p = &boot->peers[peer];
-    br_boot_msg_t *prev = NULL, *m = p->head;
-    while (m != NULL) {
-        br_boot_msg_t *next = m->next;
-        if (m->kind == BR_BOOT_MSG_USER && m->tag == tag &&
-            (stale == NULL || stale(arg, m->data, m->size))) {
-            if (prev != NULL) {
-                prev->next = next;
-            } else {
-                p->head = next;
-            }
-            if (p->tail == m) {
-                p->tail = prev;
-            }
-            atomic_fetch_sub_explicit(&boot->queued, 1, memory_order_relaxed);
-            free(m);
-        } else {
-            prev = m;
-        }
-        m = next;
-    }
-    pthread_mutex_unlock(&boot->lock);
-}
-
-void br_bootstrap_drop(br_bootstrap_t *boot, int peer, int tag)
-{
-    br_bootstrap_drop_if(boot, peer, tag, NULL, NULL);
 }
 
 void br_bootstrap_set_link_fn(br_bootstrap_t *boot, br_bootstrap_link_fn_t fn, void *arg)
